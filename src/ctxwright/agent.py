@@ -1,0 +1,183 @@
+"""The ReAct loop: call the model, run the tools it asks for, feed results back, repeat.
+
+Rules it enforces, each from a failure the seeds describe:
+
+* an iteration cap (default 20) with the stop reason reported -- a loop without a bound
+  can call the same tool forever;
+* parallel tool calls from one reply run concurrently, each with its own timeout -- one
+  hung tool must not stall the batch;
+* every failure (unknown tool, arguments that are not JSON, a schema mismatch, a tool
+  that raises or hangs) becomes a structured ``tool`` message answering that call, and
+  the loop goes on -- the model can correct itself only if it sees what went wrong;
+* a reply without tool calls is the final answer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+from .backends.base import Backend, ChatRequest, Completion, ToolChoice
+from .errors import BackendError
+from .messages import Message, ToolCall
+from .session import Session
+from .tokens import Ledger, TokenCounter, build_ledger
+from .tools.registry import ToolOutcome, ToolRegistry, error_outcome
+
+StopReason = Literal["final_answer", "max_iterations", "backend_error"]
+EventSink = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class AgentConfig:
+    """Knobs of the loop. ``tool_choice_first`` lets a weak model be forced to act once."""
+
+    max_iterations: int = 20
+    tool_timeout_s: float = 30.0
+    max_result_chars: int = 200_000
+    tool_choice_first: ToolChoice = "auto"
+    max_tokens: int | None = 512
+    temperature: float | None = 0.0
+
+
+@dataclass
+class CallReport:
+    """What one model call cost and reused; printed in the per-call table."""
+
+    index: int
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    completion_tokens: int | None
+    prefill_ms: float | None
+    decode_ms: float | None
+    ledger: Ledger
+    tool_calls: int
+
+
+@dataclass
+class RunResult:
+    final_answer: str | None
+    stop_reason: StopReason
+    iterations: int
+    calls: list[CallReport] = field(default_factory=list)
+    error: str | None = None
+
+
+class Agent:
+    """Runs one session against one backend with one tool registry."""
+
+    def __init__(self, session: Session, backend: Backend, tools: ToolRegistry,
+                 config: AgentConfig | None = None, *, on_event: EventSink | None = None,
+                 counter: TokenCounter | None = None) -> None:
+        self.session = session
+        self.backend = backend
+        self.tools = tools
+        self.config = config or AgentConfig()
+        self.on_event = on_event or (lambda kind, data: None)
+        self.counter = counter or _counter_for(backend)
+
+    # -- one model call ----------------------------------------------------------------
+    def _call_model(self, tool_choice: ToolChoice) -> tuple[Completion, CallReport]:
+        s = self.session
+        request = s.build_request(tool_choice=tool_choice, max_tokens=self.config.max_tokens,
+                                  temperature=self.config.temperature)
+        ledger = build_ledger(self.counter, s.prefix.canonical(), list(request.messages[1:]))
+        self.on_event("request", {"index": s.call_count, "messages": len(request.messages)})
+        try:
+            completion = self.backend.complete(request)
+        except BackendError as exc:
+            s.record_call(request, None, ledger=ledger.to_dict(), error=f"{type(exc).__name__}: {exc}")
+            raise
+        u = completion.usage
+        idx = s.record_call(request, u, ledger=ledger.to_dict())
+        report = CallReport(idx, u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.prefill_ms,
+                            u.decode_ms, ledger, len(completion.message.tool_calls))
+        s.add_assistant(completion.message, u, call_index=idx, finish_reason=completion.finish_reason)
+        return completion, report
+
+    # -- tools ---------------------------------------------------------------------------
+    def _run_one(self, call: ToolCall) -> ToolOutcome:
+        """Run one call in a daemon thread so a hung tool can be abandoned at its timeout."""
+        tool = self.tools.get(call.name) if call.name in self.tools else None
+        timeout = (tool.timeout_s if tool is not None and tool.timeout_s else None) or self.config.tool_timeout_s
+        box: list[ToolOutcome] = []
+        t0 = time.perf_counter()
+        th = threading.Thread(target=lambda: box.append(self.tools.execute(call)), daemon=True,
+                              name=f"tool-{call.name}")
+        th.start()
+        th.join(timeout)
+        if box:
+            return box[0]
+        return error_outcome(
+            call, "timeout", f"{call.name} did not finish within {timeout:g} s and was abandoned",
+            "the tool may be hung or the input too large; try a smaller request or another approach",
+            elapsed_ms=(time.perf_counter() - t0) * 1000)
+
+    def _run_tools(self, calls: tuple[ToolCall, ...]) -> list[ToolOutcome]:
+        results: list[ToolOutcome | None] = [None] * len(calls)
+
+        def work(i: int) -> None:
+            results[i] = self._run_one(calls[i])
+
+        threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(calls))]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        return [r for r in results if r is not None]
+
+    def _cap(self, content: str) -> str:
+        """Hard cap on one result's characters, so one huge output cannot fill the window."""
+        n = self.config.max_result_chars
+        if len(content) <= n:
+            return content
+        head, tail = content[: n * 3 // 4], content[-(n // 4):]
+        return (f"{head}\n[... ctxwright: {len(content) - len(head) - len(tail):,} characters omitted; the "
+                f"tool returned {len(content):,} characters, over the {n:,}-character cap. Ask for a "
+                f"smaller slice (offset/limit) if you need the middle ...]\n{tail}")
+
+    # -- the loop ------------------------------------------------------------------------
+    def run(self, user_input: str | None = None) -> RunResult:
+        s = self.session
+        if user_input is not None:
+            s.add_user(user_input)
+            self.on_event("user", {"content": user_input})
+        reports: list[CallReport] = []
+        for it in range(1, self.config.max_iterations + 1):
+            choice: ToolChoice = self.config.tool_choice_first if it == 1 and self.tools.specs() else "auto"
+            try:
+                completion, report = self._call_model(choice)
+            except BackendError as exc:
+                self.on_event("error", {"error": f"{type(exc).__name__}: {exc}"})
+                return RunResult(None, "backend_error", it, reports, error=f"{type(exc).__name__}: {exc}")
+            reports.append(report)
+            msg = completion.message
+            self.on_event("assistant", {"message": msg, "report": report})
+            if not msg.tool_calls:
+                return RunResult(msg.content or "", "final_answer", it, reports)
+            outcomes = self._run_tools(msg.tool_calls)
+            for call, out in zip(msg.tool_calls, outcomes):
+                content = self._cap(out.content)
+                s.add_tool_result(call.id, content, tool_name=call.name, ok=out.ok,
+                                  elapsed_ms=round(out.elapsed_ms, 3), error_type=out.error_type)
+                self.on_event("tool", {"call": call, "content": content, "ok": out.ok,
+                                       "elapsed_ms": out.elapsed_ms})
+        self.on_event("stop", {"reason": "max_iterations"})
+        return RunResult(None, "max_iterations", self.config.max_iterations, reports)
+
+
+def _counter_for(backend: Backend) -> TokenCounter:
+    """The backend's own tokenizer when it has one, else the best offline fallback."""
+    probe = None
+    try:
+        probe = backend.count_tokens("hello")
+    except Exception:
+        probe = None
+    if probe is not None:
+        return TokenCounter(lambda t: backend.count_tokens(t) or 0, source=f"{backend.name} tokenizer")
+    return TokenCounter()
+
+
+__all__ = ["Agent", "AgentConfig", "CallReport", "RunResult", "Message", "ChatRequest"]

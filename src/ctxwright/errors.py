@@ -1,0 +1,35 @@
+"""The exceptions ctxwright raises. Each message says what was wrong and what to do.
+
+Why one module: callers catch *our* types, never a provider's string (DESIGN.md,
+complaint 7: context-window errors arrive as provider-specific strings).
+"""
+
+from __future__ import annotations
+
+
+class CtxwrightError(Exception):
+    """Base class of every error ctxwright raises on purpose."""
+
+
+class PrefixFrozenError(CtxwrightError):
+    """Something tried to change the static prefix after the session started."""
+
+
+class BackendError(CtxwrightError):
+    """A model backend failed in a way the caller should see."""
+
+
+class BackendUnavailable(BackendError):
+    """The backend cannot be reached or loaded (dead URL, missing model file)."""
+
+
+class ContextWindowExceeded(BackendError):
+    """The request does not fit the model's context window (any provider's wording)."""
+
+
+class MalformedResponse(BackendError):
+    """The backend answered, but not in a shape we can read."""
+
+
+class SessionNotFound(CtxwrightError):
+    """No session with that ID in the store."""

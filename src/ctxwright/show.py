@@ -1,0 +1,75 @@
+"""``ctxwright show ID``: one stored session, its messages, tool calls and per-call usage."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .store import Store
+
+
+def session_export(store: Store, session_id: str) -> dict[str, Any]:
+    """Everything stored about a session (and its children) as plain JSON."""
+    row = store.get_session(session_id)
+    return {
+        "id": row.id, "parent_id": row.parent_id, "created_at": row.created_at, "backend": row.backend,
+        "model": row.model, "prefix_sha256": row.prefix_sha256, "prefix": row.prefix, "meta": row.meta,
+        "events": [{"seq": e.seq, "kind": e.kind, "created_at": e.created_at, **e.payload}
+                   for e in store.events(row.id)],
+        "calls": store.calls(row.id),
+        "children": [session_export(store, c) for c in store.children(row.id)],
+    }
+
+
+def _n(v: Any) -> str:
+    if v is None:
+        return "?"
+    return f"{v:,.0f}" if isinstance(v, float) else f"{v:,}"
+
+
+def render_session(store: Store, session_id: str, console: Console, *, as_json: bool = False,
+                   indent: str = "") -> None:
+    data = session_export(store, session_id)
+    if as_json:
+        print(json.dumps(data, ensure_ascii=False, indent=1))
+        return
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(data["created_at"]))
+    console.print(f"{indent}[bold]session {data['id']}[/] · {when} · {data['backend']} · {data['model']}"
+                  + (f" · child of {data['parent_id']}" if data["parent_id"] else ""))
+    tools = [t["function"]["name"] for t in data["prefix"].get("tools", [])]
+    console.print(f"{indent}prefix sha256 {data['prefix_sha256'][:16]} · system prompt "
+                  f"{len(data['prefix']['system']):,} chars · tools: {', '.join(tools) or '-'}")
+    for ev in data["events"]:
+        msg = ev.get("message") or {}
+        kind = ev["kind"]
+        if kind == "assistant":
+            for tc in msg.get("tool_calls") or []:
+                fn = tc["function"]
+                console.print(f"{indent}  #{ev['seq']} [yellow]call[/] {fn['name']}({fn['arguments']}) [dim]{tc['id']}[/]")
+            if msg.get("content") is not None or not msg.get("tool_calls"):
+                console.print(f"{indent}  #{ev['seq']} [green]assistant[/] {msg.get('content')}")
+        elif kind == "tool":
+            c = msg.get("content") or ""
+            short = c if len(c) <= 200 else c[:200] + f"… ({len(c):,} chars)"
+            console.print(f"{indent}  #{ev['seq']} [magenta]tool[/] {ev.get('tool_name')} "
+                          f"[dim]{msg.get('tool_call_id')}[/] {short}")
+        elif kind == "user":
+            console.print(f"{indent}  #{ev['seq']} [cyan]user[/] {msg.get('content')}")
+        else:
+            summary = {k: v for k, v in ev.items() if k not in ("seq", "kind", "created_at")}
+            console.print(f"{indent}  #{ev['seq']} [blue]{kind}[/] {json.dumps(summary, ensure_ascii=False)[:200]}")
+    if data["calls"]:
+        t = Table(title=f"{indent}calls")
+        for c in ("call", "prompt tok", "cached tok", "out tok", "prefill ms", "decode ms", "request sha256", "error"):
+            t.add_column(c, justify="right")
+        for c in data["calls"]:
+            t.add_row(str(c["call_index"]), _n(c["prompt_tokens"]), _n(c["cached_tokens"]),
+                      _n(c["completion_tokens"]), _n(c["prefill_ms"]), _n(c["decode_ms"]),
+                      c["request_sha256"][:12], (c.get("error") or "")[:60])
+        console.print(t)
+    for child in data["children"]:
+        render_session(store, child["id"], console, indent=indent + "    ")

@@ -1,0 +1,539 @@
+"""Tools: typed Python functions turned into model-facing specs, and safe execution.
+
+Why this module exists:
+
+* The tool list is part of the frozen prompt prefix, so a tool's JSON schema must come
+  out byte-identical every time (no pydantic ``title`` noise, no dict-order drift) and
+  the registry must keep the order tools were registered in -- re-sorting would change
+  the prefix and miss the provider's prompt cache.
+* A model's tool call is untrusted input. :meth:`ToolRegistry.execute` never raises: every
+  failure (unknown tool, broken JSON, wrong fields, the tool itself crashing) becomes a
+  structured JSON error the model can read and correct on its next turn.
+* Execution is split into :meth:`ToolRegistry.resolve` (lookup + validation, cheap) and
+  :meth:`BoundCall.run` (the tool's own code), so an agent loop can validate on its own
+  thread and run only the tool body in a worker thread with ``Tool.timeout_s``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import json
+import re
+import time
+import types
+import typing
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, Union, overload
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from ..backends.base import ToolSpec
+from ..messages import ToolCall, canonical_json
+
+__all__ = [
+    "BoundCall",
+    "ERROR_INVALID_ARGUMENTS",
+    "ERROR_INVALID_JSON",
+    "ERROR_UNKNOWN_TOOL",
+    "Tool",
+    "ToolOutcome",
+    "ToolRegistry",
+    "error_outcome",
+    "render_result",
+    "tool",
+]
+
+ERROR_UNKNOWN_TOOL = "unknown_tool"
+ERROR_INVALID_JSON = "invalid_arguments_json"
+ERROR_INVALID_ARGUMENTS = "invalid_arguments"
+
+# OpenAI-compatible servers reject other function names; failing at registration is kinder.
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_ARGS_HEADERS = ("Args:", "Arguments:", "Parameters:")
+_SECTION_HEADER = re.compile(r"^[A-Z][A-Za-z ]*:$")
+_ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def _json_type_of(value: Any) -> str | None:
+    """The JSON-schema type name of a Literal value (bool before int: bool is an int)."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return None
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` that also accepts ``null``, in the compact ``"type": [T, "null"]`` form."""
+    out = dict(schema)
+    if "enum" in out:
+        out["enum"] = [*out["enum"], None]
+    kind = out.get("type")
+    if isinstance(kind, str):
+        out["type"] = [kind, "null"]
+    elif "enum" not in out:
+        return {"anyOf": [schema, {"type": "null"}]}
+    return out
+
+
+def _split_optional(hint: Any) -> tuple[Any, bool]:
+    """``(T, True)`` for ``Optional[T]`` / ``T | None``; ``(hint, False)`` otherwise."""
+    origin = typing.get_origin(hint)
+    if origin is Union or origin is types.UnionType:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) != 1 or len(typing.get_args(hint)) != 2:
+            raise TypeError(f"unsupported union {hint!r}: only Optional[T] / T | None is supported")
+        return args[0], True
+    return hint, False
+
+
+def _schema_for(hint: Any) -> dict[str, Any]:
+    """Compact JSON schema for one supported type hint; ``TypeError`` names what is not."""
+    if typing.get_origin(hint) is typing.Annotated:
+        return _schema_for(typing.get_args(hint)[0])
+    inner, optional = _split_optional(hint)
+    if optional:
+        return _nullable(_schema_for(inner))
+    if hint is str:
+        return {"type": "string"}
+    if hint is bool:
+        return {"type": "boolean"}
+    if hint is int:
+        return {"type": "integer"}
+    if hint is float:
+        return {"type": "number"}
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        values = list(args)
+        kinds = {_json_type_of(v) for v in values if v is not None}
+        if None in kinds or not values:
+            raise TypeError(f"unsupported Literal {hint!r}: values must be str, int, float or bool")
+        schema: dict[str, Any] = {"enum": [v for v in values if v is not None]}
+        if len(kinds) == 1:
+            schema["type"] = kinds.pop()
+        return _nullable(schema) if None in values else schema
+    if origin is list and len(args) == 1:
+        return {"type": "array", "items": _schema_for(args[0])}
+    if origin is dict and len(args) == 2:
+        if args[0] is not str:
+            raise TypeError(f"unsupported {hint!r}: JSON object keys are strings, use dict[str, T]")
+        return {"type": "object", "additionalProperties": _schema_for(args[1])}
+    raise TypeError(
+        f"unsupported type hint {hint!r}: use str, int, float, bool, Literal[...], "
+        "list[T], dict[str, T] or Optional[T]"
+    )
+
+
+def _is_json_value(value: Any) -> bool:
+    """True when ``value`` survives a strict JSON round trip unchanged (usable as a default)."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False)) == value
+    except (TypeError, ValueError):
+        return False
+
+
+# --------------------------------------------------------------------------- docstrings
+
+
+def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """``(summary, {param: description})`` from a Google-style docstring.
+
+    The summary is the first paragraph joined onto one line; ``Args:`` entries may wrap
+    onto more-indented continuation lines.
+    """
+    if not doc:
+        return "", {}
+    lines = doc.splitlines()
+    summary: list[str] = []
+    for line in lines:
+        stripped = line.strip()
+        if not stripped or _SECTION_HEADER.match(stripped):
+            if summary or _SECTION_HEADER.match(stripped):
+                break
+            continue
+        summary.append(stripped)
+
+    params: dict[str, str] = {}
+    start = next((i for i, ln in enumerate(lines) if ln.strip() in _ARGS_HEADERS), None)
+    if start is not None:
+        header_indent = len(lines[start]) - len(lines[start].lstrip())
+        entry_indent: int | None = None
+        current: str | None = None
+        for line in lines[start + 1:]:
+            if not line.strip():
+                continue
+            indent = len(line) - len(line.lstrip())
+            if indent <= header_indent:
+                break
+            if entry_indent is None:
+                entry_indent = indent
+            match = _ARG_LINE.match(line.strip()) if indent == entry_indent else None
+            if match:
+                current = match.group(1)
+                params[current] = match.group(2).strip()
+            elif current is not None:
+                params[current] = f"{params[current]} {line.strip()}".strip()
+    return " ".join(summary), params
+
+
+# --------------------------------------------------------------------------- Tool
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A callable the model may use, with its model-facing spec and argument validator.
+
+    Build one with :meth:`from_function` or the :func:`tool` decorator rather than by
+    hand, so ``spec`` and ``args_model`` always agree with the function's signature.
+    A ``Tool`` stays callable like the function it wraps.
+    """
+
+    name: str
+    description: str
+    func: Callable[..., Any]
+    spec: ToolSpec
+    args_model: type[BaseModel]
+    timeout_s: float | None = None
+    high_risk: bool = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The JSON schema of the arguments (a fresh dict each time)."""
+        return self.spec.parameters
+
+    @classmethod
+    def from_function(
+        cls,
+        func: Callable[..., Any],
+        name: str | None = None,
+        description: str | None = None,
+        timeout_s: float | None = None,
+        *,
+        high_risk: bool = False,
+    ) -> "Tool":
+        """Build a tool from ``func``'s type hints and Google-style docstring.
+
+        Raises ``TypeError`` for parameters without a supported hint (or ``*args``,
+        ``**kwargs``, positional-only), ``ValueError`` for an invalid name or missing
+        description -- mistakes worth catching at import time, not mid-conversation.
+        """
+        tool_name = name or getattr(func, "__name__", "")
+        if not _TOOL_NAME.match(tool_name):
+            raise ValueError(
+                f"invalid tool name {tool_name!r}: use 1-64 letters, digits, '_' or '-' (pass name=...)"
+            )
+        summary, param_docs = _parse_docstring(inspect.getdoc(func))
+        tool_description = (description if description is not None else summary).strip()
+        if not tool_description:
+            raise ValueError(f"tool {tool_name!r} has no description: add a docstring or pass description=")
+        if timeout_s is not None and timeout_s <= 0:
+            raise ValueError(f"tool {tool_name!r}: timeout_s must be positive or None, got {timeout_s!r}")
+
+        try:
+            hints = typing.get_type_hints(func, include_extras=True)
+        except Exception as exc:  # unresolved forward refs, non-function callables
+            raise TypeError(f"tool {tool_name!r}: cannot read type hints ({exc})") from exc
+
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        fields: dict[str, Any] = {}
+        for index, param in enumerate(inspect.signature(func).parameters.values()):
+            if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+                raise TypeError(
+                    f"tool {tool_name!r}: parameter {param.name!r} is {param.kind.description}; "
+                    "tools take named parameters only"
+                )
+            if param.name not in hints:
+                raise TypeError(f"tool {tool_name!r}: parameter {param.name!r} needs a type hint")
+            hint = hints[param.name]
+            has_default = param.default is not inspect.Parameter.empty
+            if has_default and param.default is None and not _split_optional(hint)[1]:
+                hint = typing.Optional[hint]  # `x: int = None` means "may be null"
+            try:
+                prop = _schema_for(hint)
+            except TypeError as exc:
+                raise TypeError(f"tool {tool_name!r}, parameter {param.name!r}: {exc}") from None
+            if param.name in param_docs and param_docs[param.name]:
+                prop["description"] = param_docs[param.name]
+            if has_default:
+                if _is_json_value(param.default):
+                    prop["default"] = param.default
+            else:
+                required.append(param.name)
+            properties[param.name] = prop
+            # Internal field names + aliases: a parameter called "json" or "schema" must not
+            # shadow pydantic's BaseModel attributes.
+            default = param.default if has_default else ...
+            fields[f"p{index}"] = (hint, Field(default, alias=param.name))
+
+        schema = {"type": "object", "properties": properties, "required": required,
+                  "additionalProperties": False}
+        args_model = create_model(  # type: ignore[call-overload]
+            f"{tool_name}_arguments",
+            __config__=ConfigDict(extra="forbid", populate_by_name=False),
+            **fields,
+        )
+        return cls(
+            name=tool_name,
+            description=tool_description,
+            func=func,
+            spec=ToolSpec.create(tool_name, tool_description, schema),
+            args_model=args_model,
+            timeout_s=timeout_s,
+            high_risk=high_risk,
+        )
+
+    def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Validated keyword arguments for ``func``; raises pydantic ``ValidationError``."""
+        validated = self.args_model.model_validate(arguments)
+        return {
+            field.alias or key: getattr(validated, key)
+            for key, field in type(validated).model_fields.items()
+        }
+
+
+@overload
+def tool(func: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float | None = None,
+    high_risk: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float | None = None,
+    high_risk: bool = False,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Decorator form of :meth:`Tool.from_function`: ``@tool`` or ``@tool(timeout_s=5)``."""
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return Tool.from_function(f, name=name, description=description, timeout_s=timeout_s,
+                                  high_risk=high_risk)
+
+    return wrap(func) if func is not None else wrap
+
+
+# --------------------------------------------------------------------------- execution
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """The result of one tool call: ``content`` is the exact text of the tool message."""
+
+    ok: bool
+    content: str
+    error_type: str | None
+    elapsed_ms: float
+
+
+def error_outcome(call: ToolCall, error_type: str, message: str, hint: str,
+                  elapsed_ms: float = 0.0) -> ToolOutcome:
+    """A failed outcome in the one structured error shape the model sees.
+
+    Public so the agent loop reports timeouts (and anything else it detects) exactly the
+    way the registry reports its own errors.
+    """
+    body = {"error": {"type": error_type, "message": message, "tool": call.name,
+                      "arguments": call.arguments, "hint": hint}}
+    return ToolOutcome(ok=False, content=canonical_json(body), error_type=error_type,
+                       elapsed_ms=elapsed_ms)
+
+
+def _safe_str(value: object) -> str:
+    """``str(value)`` that cannot itself raise (a broken ``__str__`` must not escape)."""
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"
+
+
+def render_result(value: Any) -> str:
+    """Text for a tool's return value: str as is, else canonical JSON, else ``str()``."""
+    if isinstance(value, str):
+        return value
+    try:
+        return canonical_json(value)
+    except (TypeError, ValueError):
+        return _safe_str(value)
+
+
+def _brief_schema(schema: dict[str, Any]) -> str:
+    """One line describing the expected arguments, e.g. ``city (string, required)``."""
+    required = set(schema.get("required", ()))
+    parts = []
+    for pname, prop in schema.get("properties", {}).items():
+        if "enum" in prop:
+            kind = " | ".join(canonical_json(v) for v in prop["enum"])
+        else:
+            kind = prop.get("type", "any")
+            if isinstance(kind, list):
+                kind = " | ".join(kind)
+            if kind == "array" and isinstance(prop.get("items"), dict):
+                kind = f"array of {prop['items'].get('type', 'any')}"
+        if pname in required:
+            detail = "required"
+        elif "default" in prop:
+            detail = f"default {canonical_json(prop['default'])}"
+        else:
+            detail = "optional"
+        parts.append(f"{pname} ({kind}, {detail})")
+    if not parts:
+        return "an empty JSON object {}"
+    return "a JSON object with " + "; ".join(parts) + "; no other fields"
+
+
+def _describe_validation_error(exc: ValidationError) -> str:
+    """Which fields failed and why, in one line the model can act on."""
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "(arguments)"
+        if err.get("type") == "missing":
+            problems.append(f"{loc}: required field is missing")
+        elif err.get("type") == "extra_forbidden":
+            problems.append(f"{loc}: unexpected field (not in the schema)")
+        else:
+            got = _safe_str(repr(err.get("input")))
+            got = got if len(got) <= 80 else got[:77] + "..."
+            problems.append(f"{loc}: {err.get('msg', 'invalid')} (got {got})")
+    noun = "field" if len(problems) == 1 else "fields"
+    return f"{len(problems)} invalid {noun}: " + "; ".join(problems)
+
+
+@dataclass(frozen=True)
+class BoundCall:
+    """A call that passed lookup and validation: ``run()`` only executes the tool body.
+
+    This is the unit an agent loop hands to a worker thread (with ``tool.timeout_s``).
+    """
+
+    tool: Tool
+    call: ToolCall
+    kwargs: dict[str, Any]
+
+    def run(self) -> ToolOutcome:
+        """Run the tool; never raises (except ``KeyboardInterrupt``, so Ctrl-C still works)."""
+        start = time.perf_counter()
+        try:
+            value = self.tool.func(**self.kwargs)
+        except (Exception, SystemExit) as exc:  # a tool calling sys.exit must not end the agent
+            return error_outcome(
+                self.call, type(exc).__name__, _safe_str(exc),
+                "The tool ran and failed. Read the message, fix the arguments and retry, "
+                "or continue without this tool.",
+                (time.perf_counter() - start) * 1000.0,
+            )
+        content = render_result(value)
+        return ToolOutcome(ok=True, content=content, error_type=None,
+                           elapsed_ms=(time.perf_counter() - start) * 1000.0)
+
+
+class ToolRegistry:
+    """Tools in the order the model sees them: insertion order, never re-sorted."""
+
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for item in tools:
+            self.register(item)
+
+    def register(self, tool_or_func: Tool | Callable[..., Any]) -> Tool:
+        """Add a tool (a plain function is converted with :meth:`Tool.from_function`)."""
+        item = tool_or_func if isinstance(tool_or_func, Tool) else Tool.from_function(tool_or_func)
+        if item.name in self._tools:
+            raise ValueError(
+                f"a tool named {item.name!r} is already registered; tool names must be unique "
+                "(pass name=... to Tool.from_function to rename one)"
+            )
+        self._tools[item.name] = item
+        return item
+
+    def get(self, name: str) -> Tool:
+        """The tool called ``name``; ``KeyError`` listing the available names otherwise."""
+        try:
+            return self._tools[name]
+        except KeyError:
+            available = ", ".join(self._tools) or "(none)"
+            raise KeyError(f"no tool named {name!r}; available: {available}") from None
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return tuple(t.spec for t in self._tools.values())
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(tuple(self._tools.values()))
+
+    def resolve(self, call: ToolCall) -> BoundCall | ToolOutcome:
+        """Look up and validate ``call``: a :class:`BoundCall` ready to run, or an error outcome."""
+        start = time.perf_counter()
+
+        def elapsed() -> float:
+            return (time.perf_counter() - start) * 1000.0
+
+        found = self._tools.get(call.name)
+        if found is None:
+            available = ", ".join(self._tools) or "(none)"
+            close = difflib.get_close_matches(call.name, list(self._tools), n=1)
+            hint = f"Available tools: {available}."
+            if close:
+                hint += f" Did you mean {close[0]!r}?"
+            return error_outcome(call, ERROR_UNKNOWN_TOOL, f"there is no tool named {call.name!r}",
+                                 hint, elapsed())
+        try:
+            arguments = call.parsed_arguments()
+        except ValueError as exc:
+            return error_outcome(
+                call, ERROR_INVALID_JSON, _safe_str(exc),
+                "Send the arguments as one JSON object matching the schema: "
+                f"{_brief_schema(found.parameters)}.",
+                elapsed(),
+            )
+        try:
+            kwargs = found.validate_arguments(arguments)
+        except ValidationError as exc:
+            return error_outcome(
+                call, ERROR_INVALID_ARGUMENTS, _describe_validation_error(exc),
+                f"Expected {_brief_schema(found.parameters)}.", elapsed(),
+            )
+        return BoundCall(tool=found, call=call, kwargs=kwargs)
+
+    def execute(self, call: ToolCall) -> ToolOutcome:
+        """Validate and run one call synchronously. Never raises; safe to run in a thread."""
+        start = time.perf_counter()
+        try:
+            bound = self.resolve(call)
+            outcome = bound if isinstance(bound, ToolOutcome) else bound.run()
+        except Exception as exc:  # defensive: a bug here must still not crash the agent loop
+            outcome = error_outcome(call, type(exc).__name__, _safe_str(exc),
+                                    "Internal error while handling this tool call; try again.")
+        return ToolOutcome(ok=outcome.ok, content=outcome.content, error_type=outcome.error_type,
+                           elapsed_ms=(time.perf_counter() - start) * 1000.0)
