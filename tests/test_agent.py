@@ -166,3 +166,11 @@ def test_ledger_parts_add_up():
     last = r.calls[-1].ledger
     assert last.tool_results > 0 and last.latest_user > 0 and last.history > 0 and last.system_and_tools > 0
     assert abs(sum(last.shares().values()) - 1) < 1e-9
+
+
+def test_max_tool_rounds_then_answer_is_required():
+    looping = Message(role="assistant", tool_calls=(call("get_weather", {"city": "Paris"}, "c"),))
+    a, backend = make([looping, looping, "answer"], max_tool_rounds=2, tool_choice_first="required")
+    r = a.run("q")
+    assert [q.tool_choice for q in backend.requests] == ["required", "auto", "none"]
+    assert r.stop_reason == "final_answer"

@@ -32,9 +32,16 @@ EventSink = Callable[[str, dict[str, Any]], None]
 
 @dataclass
 class AgentConfig:
-    """Knobs of the loop. ``tool_choice_first`` lets a weak model be forced to act once."""
+    """Knobs of the loop.
+
+    ``tool_choice_first`` lets a weak model be forced to act once; ``max_tool_rounds``
+    bounds how many rounds of tool calls the model may make before the harness asks for
+    an answer (``tool_choice="none"``) -- a tool budget, for models that cannot tell
+    when to stop. ``None`` means no bound other than ``max_iterations``.
+    """
 
     max_iterations: int = 20
+    max_tool_rounds: int | None = None
     tool_timeout_s: float = 30.0
     max_result_chars: int = 200_000
     tool_choice_first: ToolChoice = "auto"
@@ -145,8 +152,11 @@ class Agent:
             s.add_user(user_input)
             self.on_event("user", {"content": user_input})
         reports: list[CallReport] = []
+        rounds = 0
         for it in range(1, self.config.max_iterations + 1):
             choice: ToolChoice = self.config.tool_choice_first if it == 1 and self.tools.specs() else "auto"
+            if self.config.max_tool_rounds is not None and rounds >= self.config.max_tool_rounds:
+                choice = "none"
             try:
                 completion, report = self._call_model(choice)
             except BackendError as exc:
@@ -157,6 +167,7 @@ class Agent:
             self.on_event("assistant", {"message": msg, "report": report})
             if not msg.tool_calls:
                 return RunResult(msg.content or "", "final_answer", it, reports)
+            rounds += 1
             outcomes = self._run_tools(msg.tool_calls)
             for call, out in zip(msg.tool_calls, outcomes):
                 content = self._cap(out.content)

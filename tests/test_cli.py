@@ -1,0 +1,99 @@
+"""The command line end to end against our loopback OpenAI-compatible server: run, show,
+sessions, resume with identical prefix bytes, and the clear errors."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from ctxwright.cli import main
+from ctxwright.store import Store
+from fakeserver import FakeOpenAIServer as F
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch):
+    for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+
+def _run(db, url, *extra):
+    return main(["--db", str(db), "run", "--backend", "openai", "--base-url", url, "--model", "fake", *extra])
+
+
+def test_run_show_sessions_and_resume(tmp_path, capsys):
+    db = tmp_path / "c.db"
+    with F([F.reply_tool_calls([("c1", "get_current_time", '{"timezone":"America/Vancouver"}'),
+                                ("c2", "get_weather", '{"city":"Vancouver"}')],
+                               usage=F.usage_openai(300, 20, cached=0)),
+            F.reply_text("It is 10:00 and 12 °C in Vancouver.", usage=F.usage_openai(420, 15, cached=256)),
+            F.reply_text("You are welcome.", usage=F.usage_openai(450, 5, cached=384))]) as srv:
+        assert _run(db, srv.url, "What's the time and weather in Vancouver?") == 0
+        out = capsys.readouterr().out
+        assert "get_weather" in out and "12 °C" in out and "final_answer" in out
+        store = Store(db)
+        (row,) = store.list_sessions()
+        sid = row["id"]
+        calls = store.calls(sid)
+        assert [c["cached_tokens"] for c in calls] == [0, 256]
+        assert main(["--db", str(db), "show", sid]) == 0
+        shown = capsys.readouterr().out
+        assert "get_current_time" in shown and "America/Vancouver" in shown and "256" in shown
+        assert main(["--db", str(db), "sessions"]) == 0
+        assert sid in capsys.readouterr().out
+
+        assert _run(db, srv.url, "--resume", sid, "thanks!") == 0
+        first, second, third = srv.requests
+        # the resumed request repeats every earlier message unchanged, then appends
+        n = len(second["messages"])
+        assert third["messages"][:n] == second["messages"]
+        assert third["messages"][0] == first["messages"][0]
+        # and on the wire, byte for byte, up to the end of what the last call sent
+        raw2, raw3 = srv.recorded[1].raw, srv.recorded[2].raw
+        end_of_history = raw2.index(b'}],"tools"') + 1  # the closing brace of the last message
+        assert raw3[:end_of_history] == raw2[:end_of_history]
+        assert third["tools"] == first["tools"]
+        assert third["messages"][-1] == {"role": "user", "content": "thanks!"}
+
+
+def test_show_json_export_has_tool_calls(tmp_path, capsys):
+    db = tmp_path / "c.db"
+    with F([F.reply_tool_calls([("c1", "calculator", '{"expression":"6*7"}')]), F.reply_text("42")]) as srv:
+        assert _run(db, srv.url, "6*7?") == 0
+    capsys.readouterr()
+    sid = Store(db).list_sessions()[0]["id"]
+    assert main(["--db", str(db), "show", sid, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    kinds = [e["kind"] for e in data["events"]]
+    assert kinds == ["user", "assistant", "tool", "assistant"]
+    assert data["events"][2]["message"]["content"] == "42"
+
+
+def test_unreachable_base_url_is_one_clear_message_and_keeps_events(tmp_path, capsys):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    db = tmp_path / "c.db"
+    rc = main(["--db", str(db), "run", "--backend", "openai", "--base-url", f"http://127.0.0.1:{port}/v1",
+               "--model", "m", "hello"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert f"127.0.0.1:{port}" in err and "--resume" in err
+    sid = Store(db).list_sessions()[0]["id"]
+    assert [e.kind for e in Store(db).events(sid)] == ["user"]
+
+
+def test_unknown_resume_id_is_clear(tmp_path, capsys):
+    rc = main(["--db", str(tmp_path / "c.db"), "run", "--backend", "openai", "--base-url",
+               "http://127.0.0.1:9/v1", "--model", "m", "--resume", "doesnotexist", "hi"])
+    assert rc == 2
+    assert "ctxwright sessions" in capsys.readouterr().err
+
+
+def test_openai_backend_needs_model(tmp_path, capsys):
+    assert main(["--db", str(tmp_path / "c.db"), "run", "--backend", "openai", "hi"]) == 2
+    assert "--model" in capsys.readouterr().err
