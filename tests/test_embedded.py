@@ -102,3 +102,12 @@ def test_missing_model_env_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("CTXWRIGHT_MODEL", str(tmp_path / "nope.gguf"))
     with pytest.raises(BackendUnavailable, match="not a file"):
         find_model_file()
+
+
+def test_reply_cut_inside_the_answer_keeps_the_text():
+    from ctxwright.backends.embedded import EmbeddedBackend
+
+    m = EmbeddedBackend._parse('{"answer": "It is 8 \\u00b0C and rai')
+    assert m.content == "It is 8 °C and rai [cut at max_tokens]" and not m.tool_calls
+    m = EmbeddedBackend._parse('{"tool_calls": {"get_weather": {"city": "Oslo"}}}')
+    assert m.tool_calls[0].name == "get_weather" and m.tool_calls[0].arguments == '{"city":"Oslo"}'

@@ -126,7 +126,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if tool_rounds is None and backend.name == "embedded":
         tool_rounds = 1  # the 135M model never decides on its own that it has enough facts
     config = AgentConfig(max_iterations=args.max_iterations, tool_timeout_s=args.tool_timeout,
-                         tool_choice_first=first_choice, max_tool_rounds=tool_rounds)
+                         tool_choice_first=first_choice, max_tool_rounds=tool_rounds,
+                         max_tokens=args.max_tokens)
     agent = Agent(session, backend, tools, config, on_event=_print_event)
     prompt = args.prompt or (None if args.resume else DEFAULT_PROMPT)
     if args.resume and not prompt:
@@ -182,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-iterations", type=int, default=20)
     r.add_argument("--max-tool-rounds", type=int,
                    help="rounds of tool calls before an answer is required (embedded default: 1)")
+    r.add_argument("--max-tokens", type=int, default=256, help="cap on each reply's tokens")
     r.add_argument("--tool-timeout", type=float, default=30.0, help="seconds before a tool call is abandoned")
     r.add_argument("--tool-choice-first", choices=["auto", "required", "none"],
                    help="tool_choice of the first call (embedded default: required)")

@@ -21,6 +21,7 @@ import openai
 
 from ..errors import BackendError, BackendUnavailable, ContextWindowExceeded, MalformedResponse
 from ..messages import Message, Usage
+from ..usage import read_usage
 from .base import ChatRequest, Completion
 
 _PLACEHOLDER_KEY = "not-needed"
@@ -193,32 +194,18 @@ def _assistant_message(wire: dict[str, Any]) -> Message:
 
 
 def _usage(data: dict[str, Any], latency_ms: float) -> Usage:
-    """Read token counts and cache hits from whichever provider's fields are present.
-
-    Cache hits, in order: OpenAI ``usage.prompt_tokens_details.cached_tokens``, DeepSeek
-    ``usage.prompt_cache_hit_tokens``, Anthropic-style ``usage.cache_read_input_tokens``,
-    llama.cpp ``timings.cache_n``. None of them present means unknown (``None``), not 0.
-    """
+    """Token counts and cache hits from whichever provider's fields are present
+    (:func:`ctxwright.usage.read_usage`), plus llama.cpp server timings when given."""
+    counts = read_usage(data)
     usage = _obj(data.get("usage"))
     timings = _obj(data.get("timings"))
-    details = _obj(usage.get("prompt_tokens_details"))
-
-    cached = _first_int(details.get("cached_tokens"), usage.get("prompt_cache_hit_tokens"),
-                        usage.get("cache_read_input_tokens"), timings.get("cache_n"))
-    prompt = _first_int(usage.get("prompt_tokens"))
-    if prompt is None and _first_int(usage.get("input_tokens")) is not None:
-        # Anthropic's input_tokens excludes cache reads and writes; the prompt is their sum.
-        parts = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-        prompt = sum((_first_int(usage.get(k)) or 0) for k in parts)
-    completion = _first_int(usage.get("completion_tokens"), usage.get("output_tokens"))
-
     raw: dict[str, Any] = {"usage": usage, "latency_ms": latency_ms}
     if timings:
         raw["timings"] = timings
     return Usage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        cached_tokens=cached,
+        prompt_tokens=counts["prompt_tokens"],
+        completion_tokens=counts["completion_tokens"],
+        cached_tokens=counts["cached_tokens"],
         prefill_ms=_first_float(timings.get("prompt_ms")),
         decode_ms=_first_float(timings.get("predicted_ms")),
         raw=raw,
@@ -228,18 +215,6 @@ def _usage(data: dict[str, Any], latency_ms: float) -> Usage:
 def _obj(value: Any) -> dict[str, Any]:
     """``value`` if it is a JSON object, else empty: absent and null fields read alike."""
     return value if isinstance(value, dict) else {}
-
-
-def _first_int(*values: Any) -> int | None:
-    """The first value that is a whole number (bools and nulls are not counts)."""
-    for v in values:
-        if isinstance(v, bool):
-            continue
-        if isinstance(v, int):
-            return v
-        if isinstance(v, float) and v.is_integer():
-            return int(v)
-    return None
 
 
 def _first_float(value: Any) -> float | None:

@@ -1,0 +1,312 @@
+"""Per-call prefix audit: where each request first differs from the previous one, how much
+of it a prompt cache could have reused, and how much the backend says it did reuse.
+
+Provider rule protected: prompt caches reuse only the longest identical prefix (OpenAI in
+128-token steps above 1,024 tokens, vLLM in 16-token blocks, llama.cpp token by token).
+The audit therefore measures three things per request:
+
+* **reusable** -- the longest common prefix with the *best* earlier request of the
+  session, in bytes and tokens: the physical maximum any cache could reuse;
+* **first divergence** from the previous request -- message index (the system prompt is
+  message 0), field, byte offset in that field's UTF-8 text, and the text around it;
+* **cause** -- ``first``, ``append``, ``system_changed``, ``tools_changed``,
+  ``history_edited``, ``history_removed``, ``compaction`` (a compaction the harness
+  recorded), ``status_replaced`` (the status bar's replace mode) or ``other``.
+
+A request is linearised as segments in prompt order -- system text, tool definitions,
+then each message's canonical JSON. Whole segments are matched through a hash chain (so
+1,000 requests of 50K tokens take one pass), and only the first differing segment is
+compared byte by byte. Tokens are counted per distinct segment and memoized, so an
+append-only log costs the tokens of its new text only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from .messages import canonical_json
+from .tokens import TokenCounter
+
+CAUSES = ("first", "append", "system_changed", "tools_changed", "history_edited", "history_removed",
+          "compaction", "status_replaced", "other")
+
+_MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
+
+
+@dataclass(frozen=True)
+class AuditRequest:
+    """One request in normalized form. ``messages`` excludes the system prompt."""
+
+    system: str
+    tools: Sequence[Any]
+    messages: Sequence[dict[str, Any]]
+    cached_tokens: int | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    #: the harness recorded a compaction (or a status replacement) just before this request
+    marker: str | None = None
+    #: exact reusable tokens when the backend can say (llama.cpp knows its token lists)
+    reusable_tokens_hint: int | None = None
+
+
+@dataclass(frozen=True)
+class Divergence:
+    message_index: int | None
+    field: str
+    byte_offset: int
+    role: str | None = None
+    before: str = ""
+    after: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"message_index": self.message_index, "field": self.field, "byte_offset": self.byte_offset}
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    index: int
+    prompt_tokens: int
+    reusable_prefix_tokens: int
+    reusable_prefix_bytes: int
+    cached_tokens: int | None
+    first_divergence: Divergence | None
+    cause: str
+    completion_tokens: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "prompt_tokens": self.prompt_tokens,
+                "reusable_prefix_tokens": self.reusable_prefix_tokens,
+                "reusable_prefix_bytes": self.reusable_prefix_bytes, "cached_tokens": self.cached_tokens,
+                "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
+                "cause": self.cause}
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Per million tokens. ``cached`` defaults to ``input`` (no discount) when not given."""
+
+    input: float
+    cached: float | None = None
+    output: float = 0.0
+
+
+@dataclass
+class AuditSummary:
+    requests: int = 0
+    prompt_tokens: int = 0
+    reusable_tokens: int = 0
+    cached_tokens: int | None = None
+    hit_ratio: float | None = None
+    efficiency: float | None = None
+    est_cost: float | None = None
+    est_cost_if_stable: float | None = None
+    causes: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"requests": self.requests, "prompt_tokens": self.prompt_tokens,
+                "reusable_tokens": self.reusable_tokens, "cached_tokens": self.cached_tokens,
+                "hit_ratio": self.hit_ratio, "efficiency": self.efficiency, "est_cost": self.est_cost,
+                "est_cost_if_stable": self.est_cost_if_stable}
+
+
+def common_prefix_len(a: bytes, b: bytes) -> int:
+    """Length of the common prefix of two byte strings, by binary search on slices (C speed)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _text_of(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else canonical_json(value)
+
+
+def _context(text: str, byte_offset: int, width: int = 40) -> tuple[str, str]:
+    raw = text.encode("utf-8")
+    before = raw[:byte_offset].decode("utf-8", "ignore")[-width:]
+    after = raw[byte_offset:].decode("utf-8", "ignore")[:width]
+    return before, after
+
+
+def _field_divergence(index: int, a: dict[str, Any], b: dict[str, Any]) -> Divergence:
+    """The first field of message ``index`` that differs between ``a`` (before) and ``b``."""
+    keys = list(_MESSAGE_FIELDS) + sorted((set(a) | set(b)) - set(_MESSAGE_FIELDS))
+    for k in keys:
+        if a.get(k) != b.get(k):
+            ta, tb = _text_of(a.get(k)), _text_of(b.get(k))
+            off = common_prefix_len(ta.encode("utf-8"), tb.encode("utf-8"))
+            before, after = _context(tb, off)
+            return Divergence(index, k, off, role=b.get("role"), before=before, after=after)
+    return Divergence(index, "message", 0, role=b.get("role"))
+
+
+def first_divergence(prev: AuditRequest, cur: AuditRequest) -> Divergence | None:
+    """Where ``cur`` first differs from ``prev`` in prompt order; ``None`` for a pure append."""
+    if prev.system != cur.system:
+        off = common_prefix_len(prev.system.encode("utf-8"), cur.system.encode("utf-8"))
+        before, after = _context(cur.system, off)
+        return Divergence(0, "content", off, role="system", before=before, after=after)
+    if canonical_json(list(prev.tools)) != canonical_json(list(cur.tools)):
+        ta, tb = canonical_json(list(prev.tools)), canonical_json(list(cur.tools))
+        off = common_prefix_len(ta.encode("utf-8"), tb.encode("utf-8"))
+        before, after = _context(tb, off)
+        return Divergence(None, "tools", off, before=before, after=after)
+    for i, (a, b) in enumerate(zip(prev.messages, cur.messages)):
+        if a != b:
+            return _field_divergence(i + 1, a, b)
+    if len(cur.messages) < len(prev.messages):
+        return Divergence(len(cur.messages) + 1, "message", 0)
+    return None
+
+
+def classify(prev: AuditRequest | None, cur: AuditRequest, div: Divergence | None) -> str:
+    """The cause of the difference between two consecutive requests (see module docstring)."""
+    if prev is None:
+        return "first"
+    if cur.marker in ("compaction", "status_replaced"):
+        return cur.marker
+    if div is None:
+        return "append"
+    if div.field == "tools":
+        return "tools_changed"
+    if div.message_index == 0:
+        return "system_changed"
+    i = (div.message_index or 1) - 1  # index into .messages
+    if i >= len(cur.messages):
+        return "history_removed"
+    if cur.messages[i] in list(prev.messages[i + 1:]):
+        return "history_removed"  # a later message moved up: earlier ones were dropped
+    if i < len(prev.messages) and cur.messages[i].get("role") == prev.messages[i].get("role"):
+        return "history_edited"
+    return "other"
+
+
+def _h(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+class PrefixIndex:
+    """Every earlier request's segment chain, to find the best earlier match in one pass."""
+
+    def __init__(self) -> None:
+        # chain hash -> {next segment hash: next segment bytes}
+        self._children: dict[bytes, dict[bytes, bytes]] = {}
+
+    def add(self, segments: list[bytes]) -> None:
+        chain = b""
+        for seg in segments:
+            sh = _h(seg)
+            self._children.setdefault(chain, {}).setdefault(sh, seg)
+            chain = _h(chain + sh)
+
+    def match(self, segments: list[bytes]) -> tuple[int, int]:
+        """(whole segments matched, bytes matched inside the next segment)."""
+        chain = b""
+        for i, seg in enumerate(segments):
+            kids = self._children.get(chain)
+            if not kids:
+                return i, 0
+            sh = _h(seg)
+            if sh in kids:
+                chain = _h(chain + sh)
+                continue
+            return i, max(common_prefix_len(seg, other) for other in kids.values())
+        return len(segments), 0
+
+
+def segments_of(req: AuditRequest) -> list[bytes]:
+    segs = [req.system.encode("utf-8")]
+    if req.tools:
+        segs.append(canonical_json(list(req.tools)).encode("utf-8"))
+    segs.extend(canonical_json(m).encode("utf-8") for m in req.messages)
+    return segs
+
+
+class Auditor:
+    """Audits a sequence of requests incrementally; one instance per session or log."""
+
+    def __init__(self, counter: TokenCounter | None = None) -> None:
+        self.counter = counter or TokenCounter()
+        self.index = PrefixIndex()
+        self.prev: AuditRequest | None = None
+        self.rows: list[AuditRow] = []
+
+    def _tokens(self, seg: bytes) -> int:
+        return self.counter.count(seg.decode("utf-8", "ignore"))
+
+    def add(self, req: AuditRequest) -> AuditRow:
+        segs = segments_of(req)
+        whole, partial = self.index.match(segs)
+        reusable_bytes = sum(len(s) for s in segs[:whole]) + partial
+        counted = sum(self._tokens(s) for s in segs)
+        reusable_tok = sum(self._tokens(s) for s in segs[:whole])
+        if partial:
+            reusable_tok += self._tokens(segs[whole][:partial])
+        if req.reusable_tokens_hint is not None:
+            reusable_tok = req.reusable_tokens_hint
+        prompt = req.prompt_tokens if req.prompt_tokens is not None else counted
+        reusable_tok = min(reusable_tok, prompt)
+        div = first_divergence(self.prev, req) if self.prev is not None else None
+        row = AuditRow(len(self.rows), prompt, reusable_tok, reusable_bytes, req.cached_tokens, div,
+                       classify(self.prev, req, div), req.completion_tokens)
+        self.index.add(segs)
+        self.prev = req
+        self.rows.append(row)
+        return row
+
+    def summary(self, prices: Prices | None = None) -> AuditSummary:
+        return summarize(self.rows, prices)
+
+
+def summarize(rows: Sequence[AuditRow], prices: Prices | None = None) -> AuditSummary:
+    """Session totals. Hit ratio = Σcached ÷ Σprompt; efficiency = Σcached ÷ Σreusable.
+
+    Both use only requests whose cached count is known. Cost: what the log cost (known
+    cached counts; where unknown, the reusable prefix is assumed cached) and what it
+    would have cost with a stable prefix (each request reusing all of the previous one).
+    """
+    s = AuditSummary(requests=len(rows))
+    s.prompt_tokens = sum(r.prompt_tokens for r in rows)
+    s.reusable_tokens = sum(r.reusable_prefix_tokens for r in rows)
+    known = [r for r in rows if r.cached_tokens is not None]
+    for r in rows:
+        s.causes[r.cause] = s.causes.get(r.cause, 0) + 1
+    if known:
+        s.cached_tokens = sum(r.cached_tokens or 0 for r in known)
+        p = sum(r.prompt_tokens for r in known)
+        q = sum(r.reusable_prefix_tokens for r in known)
+        s.hit_ratio = round(s.cached_tokens / p, 4) if p else None
+        s.efficiency = round(s.cached_tokens / q, 4) if q else None
+    if prices is not None:
+        pc = prices.cached if prices.cached is not None else prices.input
+
+        def cost(prompt: int, cached: int, out: int | None) -> float:
+            cached = min(cached, prompt)
+            return ((prompt - cached) * prices.input + cached * pc + (out or 0) * prices.output) / 1e6
+
+        s.est_cost = round(sum(cost(r.prompt_tokens, r.cached_tokens if r.cached_tokens is not None
+                                    else r.reusable_prefix_tokens, r.completion_tokens) for r in rows), 6)
+        stable = 0.0
+        for i, r in enumerate(rows):
+            prev_prompt = rows[i - 1].prompt_tokens if i else 0
+            stable += cost(r.prompt_tokens, prev_prompt, r.completion_tokens)
+        s.est_cost_if_stable = round(stable, 6)
+    return s
+
+
+def audit_requests(requests: Iterable[AuditRequest], counter: TokenCounter | None = None) -> Auditor:
+    a = Auditor(counter)
+    for r in requests:
+        a.add(r)
+    return a
