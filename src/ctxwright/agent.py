@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from .audit import Auditor
+from .audit_session import audit_record, audit_request, past_requests
 from .backends.base import Backend, ChatRequest, Completion, ToolChoice
 from .errors import BackendError
 from .messages import Message, ToolCall
@@ -61,6 +63,9 @@ class CallReport:
     decode_ms: float | None
     ledger: Ledger
     tool_calls: int
+    reusable_tokens: int | None = None
+    cause: str | None = None
+    divergence: str | None = None
 
 
 @dataclass
@@ -84,6 +89,9 @@ class Agent:
         self.config = config or AgentConfig()
         self.on_event = on_event or (lambda kind, data: None)
         self.counter = counter or _counter_for(backend)
+        self.auditor = Auditor(self.counter)
+        for past in past_requests(session):  # a resumed session: audit against what it sent before
+            self.auditor.add(past)
 
     # -- one model call ----------------------------------------------------------------
     def _call_model(self, tool_choice: ToolChoice) -> tuple[Completion, CallReport]:
@@ -98,9 +106,13 @@ class Agent:
             s.record_call(request, None, ledger=ledger.to_dict(), error=f"{type(exc).__name__}: {exc}")
             raise
         u = completion.usage
-        idx = s.record_call(request, u, ledger=ledger.to_dict())
+        row = self.auditor.add(audit_request(request, u, marker=s.marker_since_last_call()))
+        audit = audit_record(row)
+        idx = s.record_call(request, u, ledger=ledger.to_dict(), audit=audit)
         report = CallReport(idx, u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.prefill_ms,
-                            u.decode_ms, ledger, len(completion.message.tool_calls))
+                            u.decode_ms, ledger, len(completion.message.tool_calls),
+                            reusable_tokens=row.reusable_prefix_tokens, cause=row.cause,
+                            divergence=audit.get("where"))
         s.add_assistant(completion.message, u, call_index=idx, finish_reason=completion.finish_reason)
         return completion, report
 

@@ -85,13 +85,13 @@ def _print_event(kind: str, data: dict[str, Any]) -> None:
 
 def calls_table(reports) -> Table:
     t = Table(title="model calls")
-    for col in ("call", "prompt tok", "reused tok", "prefill ms", "decode ms", "out tok",
+    for col in ("call", "prompt tok", "reused tok", "reusable tok", "cause", "prefill ms", "decode ms", "out tok",
                 "sys+tools", "tool results", "history", "latest user"):
         t.add_column(col, justify="right")
     for r in reports:
         sh = r.ledger.shares()
-        t.add_row(str(r.index), _fmt(r.prompt_tokens), _fmt(r.cached_tokens), _fmt(r.prefill_ms),
-                  _fmt(r.decode_ms), _fmt(r.completion_tokens),
+        t.add_row(str(r.index), _fmt(r.prompt_tokens), _fmt(r.cached_tokens), _fmt(r.reusable_tokens),
+                  r.cause or "", _fmt(r.prefill_ms), _fmt(r.decode_ms), _fmt(r.completion_tokens),
                   *[f"{r.ledger.to_dict()[k]:,} ({sh[k]:.0%})" for k in
                     ("system_and_tools", "tool_results", "history", "latest_user")])
     return t
@@ -134,6 +134,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CtxwrightError("--resume needs a follow-up message: ctxwright run --resume ID \"follow-up\"")
     result = agent.run(prompt)
     console.print(calls_table(result.calls))
+    summ = agent.auditor.summary()
+    if summ.hit_ratio is not None:
+        console.print(f"cache: hit ratio {summ.hit_ratio:.1%} (Σcached ÷ Σprompt) · efficiency "
+                      f"{summ.efficiency if summ.efficiency is None else format(summ.efficiency, '.1%')} "
+                      f"(Σcached ÷ Σreusable) over {summ.requests} call(s) of this session")
     console.print(f"stop reason: [bold]{result.stop_reason}[/] after {result.iterations} iteration(s) · "
                   f"session {session.id} · tokens counted by {agent.counter.source}")
     backend.close()

@@ -155,6 +155,19 @@ class Session:
         return ChatRequest(messages=tuple(self.messages()), tools=self._prefix.tools,
                            tool_choice=tool_choice, **kw)
 
+    def marker_since_last_call(self) -> str | None:
+        """``compaction`` or ``status_replaced`` if such an event was recorded since the last
+        model reply: the audit then reports the change as intended, not as an edit."""
+        marker = None
+        for ev in reversed(self.events):
+            if ev.kind == "assistant":
+                break
+            if ev.kind == "compaction":
+                return "compaction"
+            if ev.kind == "status" and ev.payload.get("mode") == "replace":
+                marker = marker or "status_replaced"
+        return marker
+
     # -- calls -------------------------------------------------------------------------
     def record_call(self, request: ChatRequest, usage: Usage | None, *, ledger: dict[str, Any] | None = None,
                     audit: dict[str, Any] | None = None, error: str | None = None) -> int:

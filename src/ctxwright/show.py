@@ -64,12 +64,28 @@ def render_session(store: Store, session_id: str, console: Console, *, as_json: 
             console.print(f"{indent}  #{ev['seq']} [blue]{kind}[/] {json.dumps(summary, ensure_ascii=False)[:200]}")
     if data["calls"]:
         t = Table(title=f"{indent}calls")
-        for c in ("call", "prompt tok", "cached tok", "out tok", "prefill ms", "decode ms", "request sha256", "error"):
+        for c in ("call", "prompt tok", "cached tok", "reusable tok", "cause", "first divergence", "out tok",
+                  "prefill ms", "decode ms", "request sha256", "error"):
             t.add_column(c, justify="right")
         for c in data["calls"]:
+            a = c.get("audit") or {}
             t.add_row(str(c["call_index"]), _n(c["prompt_tokens"]), _n(c["cached_tokens"]),
+                      _n(a.get("reusable_prefix_tokens")), a.get("cause", ""), a.get("where", ""),
                       _n(c["completion_tokens"]), _n(c["prefill_ms"]), _n(c["decode_ms"]),
                       c["request_sha256"][:12], (c.get("error") or "")[:60])
         console.print(t)
+        for c in data["calls"]:
+            ctx = (c.get("audit") or {}).get("context")
+            if ctx and (c.get("audit") or {}).get("cause") not in ("append", "first"):
+                console.print(f"{indent}  call {c['call_index']} diverges at {c['audit']['where']}: "
+                              f"…{ctx['before']}[red]|[/]{ctx['after']}…")
+        known = [c for c in data["calls"] if c["cached_tokens"] is not None and c["prompt_tokens"]]
+        if known:
+            cached = sum(c["cached_tokens"] for c in known)
+            prompt = sum(c["prompt_tokens"] for c in known)
+            reusable = sum((c.get("audit") or {}).get("reusable_prefix_tokens") or 0 for c in known)
+            eff = f"{cached / reusable:.1%}" if reusable else "n/a (nothing reusable)"
+            console.print(f"{indent}hit ratio {cached / prompt:.1%} (Σcached ÷ Σprompt) · efficiency {eff} "
+                          "(Σcached ÷ Σreusable)")
     for child in data["children"]:
         render_session(store, child["id"], console, indent=indent + "    ")

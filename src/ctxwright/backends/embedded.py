@@ -165,6 +165,15 @@ def adapt_messages(messages: tuple[Message, ...], tools: tuple[ToolSpec, ...]) -
     return out
 
 
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 class EmbeddedBackend:
     """llama.cpp in-process. ``n_ctx`` defaults to the model's 8,192-token window."""
 
@@ -198,6 +207,9 @@ class EmbeddedBackend:
 
         self._template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(template)
         self._grammars: dict[str, Any] = {}
+        #: every token sequence this object has held (prompt + reply), for the physical
+        #: maximum of reuse: the longest prefix any earlier state shared with a new prompt
+        self._seen: list[list[int]] = []
 
     # -- rendering -----------------------------------------------------------------------
     def render_prompt(self, request: ChatRequest) -> str:
@@ -234,11 +246,8 @@ class EmbeddedBackend:
         # What llama.cpp will reuse: the longest common prefix with the tokens it holds
         # (it always re-evaluates at least the last prompt token).
         held = list(self.llm._input_ids[: self.llm.n_tokens])
-        reused = 0
-        for a, b in zip(held, tokens[:-1]):
-            if a != b:
-                break
-            reused += 1
+        reused = _common_prefix(held, tokens[:-1])
+        reusable = max((_common_prefix(seq, tokens[:-1]) for seq in self._seen), default=0)
         t0 = time.perf_counter()
         first: float | None = None
         pieces: list[str] = []
@@ -258,10 +267,11 @@ class EmbeddedBackend:
         t1 = time.perf_counter()
         first = first or t1
         text = "".join(pieces)
+        self._seen.append(list(self.llm._input_ids[: self.llm.n_tokens]))
         message = self._parse(text)
         usage = Usage(prompt_tokens=len(tokens), completion_tokens=n_out, cached_tokens=reused,
                       prefill_ms=round((first - t0) * 1000, 3), decode_ms=round((t1 - first) * 1000, 3),
-                      raw={"raw_text": text})
+                      raw={"raw_text": text, "reusable_tokens": reusable})
         return Completion(message=message, usage=usage,
                           finish_reason="tool_calls" if message.tool_calls else (finish or "stop"),
                           model=self.model)

@@ -1,0 +1,73 @@
+"""The per-call audit inside a live session: stored with every call, shown by `show`,
+continued across resume, and a recorded compaction reported as such."""
+
+from __future__ import annotations
+
+from ctxwright.agent import Agent, AgentConfig
+from ctxwright.audit import segments_of
+from ctxwright.audit_session import audit_request
+from ctxwright.backends.scripted import ScriptedBackend, call
+from ctxwright.cli import main
+from ctxwright.messages import Message
+from ctxwright.prefix import Prefix
+from ctxwright.session import Session
+from ctxwright.store import Store
+from ctxwright.tools.builtin import default_tools
+
+
+def _agent(session, replies):
+    return Agent(session, ScriptedBackend(replies), default_tools(), AgentConfig())
+
+
+def test_each_call_is_audited_and_stored(store, capsys):
+    reg = default_tools()
+    s = Session.start(Prefix.build("sys", reg.specs()), store=store)
+    a = _agent(s, [Message(role="assistant", tool_calls=(call("get_weather", {"city": "Oslo"}, "c1"),)), "done"])
+    r = a.run("weather in Oslo?")
+    assert [c.cause for c in r.calls] == ["first", "append"]
+    first, second = store.calls(s.id)
+    assert first["audit"]["cause"] == "first" and first["audit"]["reusable_prefix_tokens"] == 0
+    assert second["audit"]["cause"] == "append"
+    # everything the first request held is reusable by the second, to the byte
+    first_req = audit_request(a.backend.requests[0], None)
+    assert second["audit"]["reusable_prefix_bytes"] == sum(len(seg) for seg in segments_of(first_req))
+    summ = a.auditor.summary()
+    assert summ.requests == 2 and summ.hit_ratio is not None
+    assert main(["--db", str(store.path), "show", s.id]) == 0
+    out = capsys.readouterr().out
+    assert "append" in out and "hit ratio" in out and "efficiency" in out
+
+
+def test_resumed_session_audits_against_what_it_sent_before(store):
+    reg = default_tools()
+    s = Session.start(Prefix.build("sys", reg.specs()), store=store)
+    _agent(s, ["first answer"]).run("q1")
+    resumed = Session.resume(Store(store.path), s.id)
+    a2 = _agent(resumed, ["second answer"])
+    assert len(a2.auditor.rows) == 1  # rebuilt from the store
+    r = a2.run("q2")
+    assert r.calls[0].cause == "append" and (r.calls[0].reusable_tokens or 0) > 0
+    assert store.calls(s.id)[1]["audit"]["index"] == 1
+
+
+def test_recorded_compaction_is_reported_as_compaction_not_edit(store):
+    s = Session.start(Prefix.build("sys"), store=store)
+    a = Agent(s, ScriptedBackend(["a", "b"]), default_tools(), AgentConfig())
+    a.run("q1")
+    s.append("compaction", {"layer": "test", "note": "older part shown differently from here"})
+    # simulate the view change a compaction causes: the earlier user turn is rewritten
+    s.view_transforms.append(lambda sess, msgs: [Message(role="user", content="[summary] q1"), *msgs[1:]])
+    r = a.run("q2")
+    assert r.calls[-1].cause == "compaction"
+
+
+def test_edit_without_a_compaction_event_is_history_edited(store):
+    s = Session.start(Prefix.build("sys"), store=store)
+    a = Agent(s, ScriptedBackend(["a", "b"]), default_tools(), AgentConfig())
+    a.run("q1")
+    s.view_transforms.append(lambda sess, msgs: [Message(role="user", content="q1 edited"), *msgs[1:]])
+    r = a.run("q2")
+    assert r.calls[-1].cause == "history_edited"
+    audit = store.calls(s.id)[-1]["audit"]
+    assert audit["first_divergence"] == {"message_index": 1, "field": "content", "byte_offset": 2}
+    assert audit["context"]["after"].startswith(" edited")
