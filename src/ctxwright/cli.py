@@ -120,6 +120,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         session = Session.start(prefix, store=store, backend=backend.name, model=backend.model,
                                 meta={"workspace": str(workspace) if workspace else None})
         console.print(f"[dim]session {session.id} · backend {backend.name} · model {backend.model}[/]")
+    from .reasoning import ReasoningPolicy, install as install_reasoning
+
+    install_reasoning(session, ReasoningPolicy(args.reasoning) if args.reasoning else None)
     first_choice = args.tool_choice_first or ("required" if backend.name == "embedded" and not args.resume
                                               else "auto")
     tool_rounds = args.max_tool_rounds
@@ -173,6 +176,17 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    from .audit import Prices
+    from .audit_cli import run_audit
+
+    if args.price_input is None and (args.price_cached is not None or args.price_output is not None):
+        raise CtxwrightError("--price-cached and --price-output need --price-input (all per million tokens)")
+    prices = (Prices(input=args.price_input, cached=args.price_cached, output=args.price_output or 0.0)
+              if args.price_input is not None else None)
+    return run_audit(args.file, as_json=args.json, prices=prices, console=console)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ctxwright", description="Context engineering for LLM agents.")
     p.add_argument("--db", help="SQLite database (default: $CTXWRIGHT_DB or the user data dir)")
@@ -188,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-iterations", type=int, default=20)
     r.add_argument("--max-tool-rounds", type=int,
                    help="rounds of tool calls before an answer is required (embedded default: 1)")
+    r.add_argument("--reasoning", choices=["strip", "keep", "must_send_back", "qwen3"],
+                   help="how earlier reasoning is sent back (default: by model family; fixed per session)")
     r.add_argument("--max-tokens", type=int, default=256, help="cap on each reply's tokens")
     r.add_argument("--tool-timeout", type=float, default=30.0, help="seconds before a tool call is abandoned")
     r.add_argument("--tool-choice-first", choices=["auto", "required", "none"],
@@ -204,6 +220,15 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("id")
     sh.add_argument("--json", action="store_true")
     sh.set_defaults(func=cmd_show)
+
+    au = sub.add_parser("audit", help="audit a request log's prompt-cache reuse, offline")
+    au.add_argument("file", help="JSONL of request bodies or {request, response} pairs (OpenAI or Anthropic), "
+                                 "or a session export from `ctxwright show ID --json`")
+    au.add_argument("--json", action="store_true", help="print the audit as JSON")
+    au.add_argument("--price-input", type=float, metavar="X", help="price per million uncached input tokens")
+    au.add_argument("--price-cached", type=float, metavar="Y", help="price per million cached input tokens")
+    au.add_argument("--price-output", type=float, metavar="Z", help="price per million output tokens")
+    au.set_defaults(func=cmd_audit)
     return p
 
 

@@ -9,11 +9,12 @@ the scripted test backend run through the same agent loop.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ..messages import Message, Usage, canonical_json
 
-ToolChoice = Literal["auto", "required", "none"]
+#: ``auto`` / ``required`` / ``none``, or the name of one tool the reply must call.
+ToolChoice = str
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,8 @@ class ChatRequest:
             body["model"] = model
         if self.tools:
             body["tools"] = [t.to_wire() for t in self.tools]
-            body["tool_choice"] = self.tool_choice
+            body["tool_choice"] = (self.tool_choice if self.tool_choice in ("auto", "required", "none")
+                                   else {"type": "function", "function": {"name": self.tool_choice}})
         return body
 
     def canonical_bytes(self) -> bytes:

@@ -85,11 +85,14 @@ def reply_schema(tools: tuple[ToolSpec, ...], tool_choice: str) -> dict[str, Any
               "required": ["answer"], "additionalProperties": False}
     if not tools or tool_choice == "none":
         return answer
-    calls = {"type": "object",
-             "properties": {"tool_calls": {"type": "object", "minProperties": 1, "additionalProperties": False,
-                                           "properties": {t.name: t.parameters for t in tools}}},
+    named = [t for t in tools if t.name == tool_choice]
+    inner: dict[str, Any] = {"type": "object", "minProperties": 1, "additionalProperties": False,
+                             "properties": {t.name: t.parameters for t in (named or tools)}}
+    if named:
+        inner["required"] = [tool_choice]
+    calls = {"type": "object", "properties": {"tool_calls": inner},
              "required": ["tool_calls"], "additionalProperties": False}
-    if tool_choice == "required":
+    if tool_choice == "required" or named:
         return calls
     return {"anyOf": [calls, answer]}
 

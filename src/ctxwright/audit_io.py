@@ -1,0 +1,349 @@
+"""Reading any agent's request log into :class:`~ctxwright.audit.AuditRequest` s, offline.
+
+Why this module exists: the cache audit is only useful if it runs on the logs people
+already have, whatever agent wrote them. So the reader accepts what agents actually
+log and normalises it to one shape (system text, tool list, message dicts, usage):
+
+* JSONL of OpenAI chat-completions request bodies -- the system prompt is the first
+  message of role ``system`` or ``developer`` -- or of ``{"request": body, "response":
+  response_body}`` pairs, whose usage gives cached / prompt / completion tokens;
+* Anthropic Messages request bodies (top-level ``system``, ``input_schema`` tools,
+  content blocks), in either of the two line forms above;
+* ctxwright's own session export (``ctxwright show ID --json``), one object for the
+  whole file (pretty-printed or not) or one per JSONL line, expanded into one request
+  per model call.
+
+Messages are kept exactly as logged, never re-serialised or "cleaned": the cache matches
+bytes, so normalising them would hide the very differences the audit looks for.
+
+A log is evidence, not input we control: a bad line is reported as a
+:class:`ParseProblem` with its 1-based line number and skipped, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterator
+
+from .audit import AuditRequest
+from .usage import first_int, read_usage
+
+#: Event kinds of a session export that carry one chat message in ``message``.
+MESSAGE_KINDS = frozenset({"user", "assistant", "tool"})
+
+_SYSTEM_ROLES = ("system", "developer")
+_ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result"})
+_ONLY_WHITESPACE = re.compile(r"\s*\Z")
+_DECODER = json.JSONDecoder()
+
+_NO_MESSAGES = ("no 'messages' list: expected a chat request body, "
+                '{"request": body, "response": body}, or a ctxwright session export')
+
+
+@dataclass(frozen=True)
+class ParseProblem:
+    """One part of the log that could not be read; ``line`` is 1-based."""
+
+    line: int
+    message: str
+
+
+class _Reject(ValueError):
+    """A record that cannot become a request; its message goes into a ParseProblem."""
+
+
+# -- entry points ---------------------------------------------------------------------------
+
+def load_requests(path: str | Path) -> tuple[list[AuditRequest], list[ParseProblem]]:
+    """Every request in the log at ``path``, in order, and the problems met on the way.
+
+    Raises ``OSError`` only when the file itself cannot be read; anything wrong inside
+    it becomes a :class:`ParseProblem`.
+    """
+    return parse_log(Path(path).read_bytes())
+
+
+def parse_log(data: bytes) -> tuple[list[AuditRequest], list[ParseProblem]]:
+    """:func:`load_requests` on bytes already in memory.
+
+    The whole content is first tried as one JSON document (a pretty-printed session
+    export spans many lines); only if that fails is it read as JSONL. The single
+    ``raw_decode`` stops at the end of the first value, so a JSONL file costs one line
+    of extra parsing, not a second pass.
+    """
+    reader = _Reader()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        reader.read_lines(_byte_lines(data))  # decode line by line: one bad line, one problem
+        return reader.requests, reader.problems
+    del data
+    doc = _whole_document(text)
+    if doc is not None:
+        reader.read_document(doc)
+    else:
+        reader.read_lines(_text_lines(text))
+    return reader.requests, reader.problems
+
+
+def _whole_document(text: str) -> list[Any] | dict[str, Any] | None:
+    """The file's content if it is exactly one JSON object or array, else ``None``."""
+    start = len(text) - len(text.lstrip())
+    if start >= len(text) or text[start] not in "{[":
+        return None
+    try:
+        value, end = _DECODER.raw_decode(text, start)
+    except (ValueError, RecursionError):
+        return None
+    return value if _ONLY_WHITESPACE.match(text, end) else None
+
+
+def _text_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(1-based number, line) pairs, sliced one at a time so a big log is not copied whole."""
+    pos, n, number = 0, len(text), 0
+    while pos < n:
+        end = text.find("\n", pos)
+        if end < 0:
+            end = n
+        number += 1
+        yield number, text[pos:end]
+        pos = end + 1
+
+
+def _byte_lines(data: bytes) -> Iterator[tuple[int, str | None]]:
+    """Like :func:`_text_lines` for a file that is not valid UTF-8 as a whole (``None``: bad line)."""
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError:
+            yield number, None
+
+
+# -- the reader -----------------------------------------------------------------------------
+
+class _Reader:
+    """Accumulates requests and problems; shares unchanged messages between requests.
+
+    An append-only log repeats its whole history on every line. Reusing the previous
+    request's message objects where they are equal keeps memory proportional to the
+    distinct text, not to the file size.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[AuditRequest] = []
+        self.problems: list[ParseProblem] = []
+        self._prev_messages: list[dict[str, Any]] = []
+
+    def problem(self, line: int, message: str) -> None:
+        self.problems.append(ParseProblem(line, message))
+
+    def read_lines(self, lines: Iterator[tuple[int, str | None]]) -> None:
+        for number, line in lines:
+            if line is None:
+                self.problem(number, "not valid UTF-8")
+                continue
+            if not line or line.isspace():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as exc:
+                self.problem(number, f"not valid JSON ({exc.msg} at column {exc.colno})")
+                continue
+            except (ValueError, RecursionError) as exc:
+                self.problem(number, f"not valid JSON ({type(exc).__name__})")
+                continue
+            self.read_record(value, number)
+
+    def read_document(self, doc: list[Any] | dict[str, Any]) -> None:
+        """A whole-file JSON value: one record, or an array of records (all on line 1)."""
+        if isinstance(doc, list):
+            for i, item in enumerate(doc, start=1):
+                self.read_record(item, 1, where=f"item {i}: ")
+        else:
+            self.read_record(doc, 1)
+
+    def read_record(self, value: Any, line: int, where: str = "") -> None:
+        """One JSON value: a session export, a request/response pair or a bare body."""
+        try:
+            if not isinstance(value, dict):
+                raise _Reject(f"a JSON {_json_type(value)}, not an object")
+            if "events" in value and "prefix" in value:
+                for req, issue in requests_from_export(value):
+                    if issue is not None:
+                        self.problem(line, where + issue)
+                    if req is not None:
+                        self.add(req)
+                return
+            self.add(request_from_record(value))
+        except _Reject as exc:
+            self.problem(line, where + str(exc))
+
+    def add(self, req: AuditRequest) -> None:
+        shared = _share_prefix(list(req.messages), self._prev_messages)
+        self._prev_messages = shared
+        self.requests.append(replace(req, messages=shared))
+
+
+def _share_prefix(messages: list[dict[str, Any]], prev: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with its leading run of messages equal to ``prev``'s swapped for prev's objects."""
+    for i in range(min(len(messages), len(prev))):
+        if messages[i] is prev[i]:
+            continue
+        if messages[i] != prev[i]:  # deep comparison in C, no Python loop over text
+            break
+        messages[i] = prev[i]
+    return messages
+
+
+def _json_type(value: Any) -> str:
+    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number" if isinstance(value, (int, float)) else type(value).__name__)
+
+
+# -- request bodies -------------------------------------------------------------------------
+
+def request_from_record(record: dict[str, Any]) -> AuditRequest:
+    """A bare request body, or ``{"request": body, "response": body}`` (usage from the response).
+
+    A ``response`` next to a bare body's ``messages`` is read too, since some loggers
+    store both side by side.
+    """
+    if "request" in record and "messages" not in record:
+        body = record["request"]
+        if not isinstance(body, dict):
+            raise _Reject(f"'request' is a JSON {_json_type(body)}, not an object")
+    else:
+        body = record
+    usage = usage_of(record.get("response"))
+    system, messages = split_body(body)
+    tools = body.get("tools")
+    if tools is None:
+        tools = []
+    if not isinstance(tools, list):
+        raise _Reject(f"'tools' is a JSON {_json_type(tools)}, not an array")
+    return AuditRequest(system=system, tools=tools, messages=messages,
+                        cached_tokens=usage["cached_tokens"], prompt_tokens=usage["prompt_tokens"],
+                        completion_tokens=usage["completion_tokens"])
+
+
+def usage_of(response: Any) -> dict[str, int | None]:
+    """Token counts from a logged response; all ``None`` (unknown) when it has none.
+
+    A streamed response logged as its list of chunks reports usage in its last chunk
+    that has any.
+    """
+    if isinstance(response, list):
+        response = next((c for c in reversed(response) if isinstance(c, dict) and c.get("usage")), None)
+    if not isinstance(response, dict):
+        return {"prompt_tokens": None, "completion_tokens": None, "cached_tokens": None}
+    return read_usage(response)
+
+
+def is_anthropic(body: dict[str, Any]) -> bool:
+    """Whether ``body`` is an Anthropic Messages request rather than an OpenAI chat one."""
+    if "system" in body or "anthropic_version" in body:
+        return True
+    for m in body.get("messages") or ():
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list) and any(
+                isinstance(b, dict) and b.get("type") in _ANTHROPIC_BLOCKS for b in content):
+            return True
+    return False
+
+
+def split_body(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    """(system text, the other messages) of either provider's request body.
+
+    The system prompt is message 0 for both: OpenAI's leading ``system``/``developer``
+    message is taken out of the list, Anthropic's top-level ``system`` is used as is. A
+    body without one has an empty system prompt, still counted as message 0.
+    """
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise _Reject(_NO_MESSAGES)
+    if not messages:
+        raise _Reject("'messages' is empty: a request needs at least one message")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise _Reject(f"message {i} is a JSON {_json_type(m)}, not an object")
+    if is_anthropic(body):
+        return text_of(body.get("system")), messages
+    if messages[0].get("role") in _SYSTEM_ROLES:
+        return text_of(messages[0].get("content")), messages[1:]
+    return "", messages
+
+
+def text_of(value: Any) -> str:
+    """A system prompt's text: a string as is, a list of text blocks/parts joined."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(b["text"] for b in value if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+# -- ctxwright session exports --------------------------------------------------------------
+
+def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest | None, str | None]]:
+    """One request per model call of a session export (and of its child sessions).
+
+    Replays the events in order: the ``assistant`` event with ``call_index`` k answered
+    the request made of the prefix plus every message event before it. A ``compaction``
+    event, or a ``status`` event in ``replace`` mode, since the previous reply marks the
+    next request, so the audit reports the change as intended rather than as an edit.
+    Yields ``(request, None)`` or ``(None, problem)``.
+    """
+    sid = export.get("id") or "?"
+    prefix = export.get("prefix")
+    events = export.get("events")
+    if not isinstance(prefix, dict) or not isinstance(events, list):
+        yield None, f"session {sid}: 'prefix' must be an object and 'events' an array"
+        return
+    system = text_of(prefix.get("system"))
+    tools = prefix.get("tools") if isinstance(prefix.get("tools"), list) else []
+    calls = {c.get("call_index"): c for c in export.get("calls") or () if isinstance(c, dict)}
+    messages: list[dict[str, Any]] = []
+    marker: str | None = None
+    produced = 0
+    for i, ev in enumerate(events):
+        if not isinstance(ev, dict):
+            yield None, f"session {sid}: event {i} is not an object; skipped"
+            continue
+        kind = ev.get("kind")
+        if kind == "assistant":
+            k = first_int(ev.get("call_index"))
+            if k is not None:
+                yield _export_request(system, tools, messages, calls.get(k) or {}, marker), None
+                produced += 1
+            marker = None
+        elif kind == "compaction":
+            marker = "compaction"
+        elif kind == "status" and ev.get("mode") == "replace":
+            marker = marker or "status_replaced"
+        if kind in MESSAGE_KINDS:
+            if isinstance(ev.get("message"), dict):
+                messages.append(ev["message"])
+            else:
+                yield None, f"session {sid}: {kind} event {ev.get('seq', i)} has no message; skipped"
+    if not produced:
+        yield None, f"session {sid}: no model calls (no assistant event with a call_index)"
+    for child in export.get("children") or ():
+        if isinstance(child, dict):
+            yield from requests_from_export(child)
+
+
+def _export_request(system: str, tools: list[Any], messages: list[dict[str, Any]], call: dict[str, Any],
+                    marker: str | None) -> AuditRequest:
+    """The request of one call; exact reusable tokens if the backend recorded them."""
+    usage = call.get("usage") if isinstance(call.get("usage"), dict) else {}
+    raw = usage.get("raw") if isinstance(usage.get("raw"), dict) else {}
+    return AuditRequest(system=system, tools=tools, messages=list(messages),
+                        cached_tokens=first_int(call.get("cached_tokens")),
+                        prompt_tokens=first_int(call.get("prompt_tokens")),
+                        completion_tokens=first_int(call.get("completion_tokens")),
+                        marker=marker, reusable_tokens_hint=first_int(raw.get("reusable_tokens")))
