@@ -179,8 +179,10 @@ def show(console: Console, result: dict[str, Any], size: int, gen_s: float, caus
               f"{result['seconds_parse']:.2f}", f"{result['seconds_audit']:.2f}", f"{result['seconds_total']:.2f}",
               f"{result['requests_per_second']:,.1f}")
     console.print(t)
-    console.print("causes: " + " · ".join(f"{k} {v}" for k, v in causes.items())
-                  + f"  [dim](log generated in {gen_s:.1f} s, not timed)[/]")
+    console.print("causes: " + " · ".join(f"{k} {v}" for k, v in causes.items()))
+    console.print("[dim]each session's first request differs from the previous session's last one, so "
+                  "session starts count as breaks too (history_edited, or the cause of a break that "
+                  f"session carried); log generated in {gen_s:.1f} s, not timed[/]")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -150,14 +150,28 @@ def _context(text: str, byte_offset: int, width: int = 40) -> tuple[str, str]:
     return before, after
 
 
+def _text_divergence(old: str, new: str) -> tuple[int, str, str]:
+    """(byte offset, text before, text after) of the first difference of two texts.
+
+    The offset is moved back to the start of the UTF-8 character it falls in: 周一 and
+    周二 share the first byte of their second character, but the change is the whole
+    character, and the context must show it rather than drop its broken tail.
+    """
+    a, b = old.encode("utf-8"), new.encode("utf-8")
+    off = common_prefix_len(a, b)
+    raw = b if off < len(b) else a
+    while 0 < off < len(raw) and raw[off] & 0xC0 == 0x80:  # a continuation byte
+        off -= 1
+    before, after = _context(new, off)
+    return off, before, after
+
+
 def _field_divergence(index: int, a: dict[str, Any], b: dict[str, Any]) -> Divergence:
     """The first field of message ``index`` that differs between ``a`` (before) and ``b``."""
     keys = list(_MESSAGE_FIELDS) + sorted((set(a) | set(b)) - set(_MESSAGE_FIELDS))
     for k in keys:
         if a.get(k) != b.get(k):
-            ta, tb = _text_of(a.get(k)), _text_of(b.get(k))
-            off = common_prefix_len(ta.encode("utf-8"), tb.encode("utf-8"))
-            before, after = _context(tb, off)
+            off, before, after = _text_divergence(_text_of(a.get(k)), _text_of(b.get(k)))
             return Divergence(index, k, off, role=b.get("role"), before=before, after=after)
     return Divergence(index, "message", 0, role=b.get("role"))
 
@@ -165,13 +179,10 @@ def _field_divergence(index: int, a: dict[str, Any], b: dict[str, Any]) -> Diver
 def first_divergence(prev: AuditRequest, cur: AuditRequest) -> Divergence | None:
     """Where ``cur`` first differs from ``prev`` in prompt order; ``None`` for a pure append."""
     if prev.system != cur.system:
-        off = common_prefix_len(prev.system.encode("utf-8"), cur.system.encode("utf-8"))
-        before, after = _context(cur.system, off)
+        off, before, after = _text_divergence(prev.system, cur.system)
         return Divergence(0, "content", off, role="system", before=before, after=after)
     if canonical_json(list(prev.tools)) != canonical_json(list(cur.tools)):
-        ta, tb = canonical_json(list(prev.tools)), canonical_json(list(cur.tools))
-        off = common_prefix_len(ta.encode("utf-8"), tb.encode("utf-8"))
-        before, after = _context(tb, off)
+        off, before, after = _text_divergence(canonical_json(list(prev.tools)), canonical_json(list(cur.tools)))
         return Divergence(None, "tools", off, before=before, after=after)
     for i, (a, b) in enumerate(zip(prev.messages, cur.messages)):
         if a != b:
@@ -281,9 +292,13 @@ class Auditor:
         reusable_tok = sum(self._tokens(s) for s in segs[:whole])
         if partial:
             reusable_tok += self._tokens(segs[whole][:partial])
+        prompt = req.prompt_tokens if req.prompt_tokens is not None else counted
         if req.reusable_tokens_hint is not None:
             reusable_tok = req.reusable_tokens_hint
-        prompt = req.prompt_tokens if req.prompt_tokens is not None else counted
+        elif req.prompt_tokens is not None and counted:
+            # Our count is of canonical JSON segments, the provider's of its own rendering;
+            # scale to the provider's units so Σcached ÷ Σreusable compares like with like.
+            reusable_tok = round(reusable_tok * req.prompt_tokens / counted)
         reusable_tok = min(reusable_tok, prompt)
         div = first_divergence(self.prev, req) if self.prev is not None else None
         row = AuditRow(len(self.rows), prompt, reusable_tok, reusable_bytes, req.cached_tokens, div,

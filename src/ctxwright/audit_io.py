@@ -36,8 +36,9 @@ MESSAGE_KINDS = frozenset({"user", "assistant", "tool"})
 
 _SYSTEM_ROLES = ("system", "developer")
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result"})
-_ONLY_WHITESPACE = re.compile(r"\s*\Z")
-_DECODER = json.JSONDecoder()
+_BOM = b"\xef\xbb\xbf"
+_LEADING_SPACE = re.compile(rb"[ \t\r\n]*")
+_ONLY_SPACE = re.compile(rb"[ \t\r\n]*\Z")
 
 _NO_MESSAGES = ("no 'messages' list: expected a chat request body, "
                 '{"request": body, "response": body}, or a ctxwright session export')
@@ -69,57 +70,53 @@ def load_requests(path: str | Path) -> tuple[list[AuditRequest], list[ParseProbl
 def parse_log(data: bytes) -> tuple[list[AuditRequest], list[ParseProblem]]:
     """:func:`load_requests` on bytes already in memory.
 
-    The whole content is first tried as one JSON document (a pretty-printed session
-    export spans many lines); only if that fails is it read as JSONL. The single
-    ``raw_decode`` stops at the end of the first value, so a JSONL file costs one line
-    of extra parsing, not a second pass.
+    The file stays bytes and is decoded line by line: one line with CJK text would
+    otherwise widen a whole decoded log to two or four bytes a character, and one line
+    of bad UTF-8 would sink the file instead of being one problem.
     """
     reader = _Reader()
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        reader.read_lines(_byte_lines(data))  # decode line by line: one bad line, one problem
-        return reader.requests, reader.problems
-    del data
-    doc = _whole_document(text)
+    doc = _whole_document(data)
     if doc is not None:
         reader.read_document(doc)
     else:
-        reader.read_lines(_text_lines(text))
+        reader.read_lines(_lines(data))
     return reader.requests, reader.problems
 
 
-def _whole_document(text: str) -> list[Any] | dict[str, Any] | None:
-    """The file's content if it is exactly one JSON object or array, else ``None``."""
-    start = len(text) - len(text.lstrip())
-    if start >= len(text) or text[start] not in "{[":
+def _whole_document(data: bytes) -> list[Any] | dict[str, Any] | None:
+    """The file's content if it is exactly one JSON object or array, else ``None``.
+
+    A pretty-printed session export spans many lines; JSONL has one value per line. If
+    the first line parses on its own, the file is JSONL (unless it is its only line), so
+    a large log is never parsed twice.
+    """
+    start = _LEADING_SPACE.match(data, len(_BOM) if data.startswith(_BOM) else 0).end()
+    if start >= len(data) or data[start] not in b"{[":
         return None
+    end = data.find(b"\n", start)
+    if end >= 0 and not _ONLY_SPACE.match(data, end):
+        try:
+            json.loads(data[start:end])
+            return None  # a complete value on the first line, more lines after: JSONL
+        except (ValueError, RecursionError):
+            pass
     try:
-        value, end = _DECODER.raw_decode(text, start)
+        value = json.loads(data)
     except (ValueError, RecursionError):
         return None
-    return value if _ONLY_WHITESPACE.match(text, end) else None
+    return value if isinstance(value, (dict, list)) else None
 
 
-def _text_lines(text: str) -> Iterator[tuple[int, str]]:
+def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
     """(1-based number, line) pairs, sliced one at a time so a big log is not copied whole."""
-    pos, n, number = 0, len(text), 0
+    pos, n, number = 0, len(data), 0
     while pos < n:
-        end = text.find("\n", pos)
+        end = data.find(b"\n", pos)
         if end < 0:
             end = n
         number += 1
-        yield number, text[pos:end]
+        yield number, data[pos:end]
         pos = end + 1
-
-
-def _byte_lines(data: bytes) -> Iterator[tuple[int, str | None]]:
-    """Like :func:`_text_lines` for a file that is not valid UTF-8 as a whole (``None``: bad line)."""
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        try:
-            yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8")
-        except UnicodeDecodeError:
-            yield number, None
 
 
 # -- the reader -----------------------------------------------------------------------------
@@ -140,17 +137,17 @@ class _Reader:
     def problem(self, line: int, message: str) -> None:
         self.problems.append(ParseProblem(line, message))
 
-    def read_lines(self, lines: Iterator[tuple[int, str | None]]) -> None:
+    def read_lines(self, lines: Iterator[tuple[int, bytes]]) -> None:
         for number, line in lines:
-            if line is None:
-                self.problem(number, "not valid UTF-8")
-                continue
             if not line or line.isspace():
                 continue
             try:
                 value = json.loads(line)
             except json.JSONDecodeError as exc:
                 self.problem(number, f"not valid JSON ({exc.msg} at column {exc.colno})")
+                continue
+            except UnicodeDecodeError:
+                self.problem(number, "not valid UTF-8")
                 continue
             except (ValueError, RecursionError) as exc:
                 self.problem(number, f"not valid JSON ({type(exc).__name__})")

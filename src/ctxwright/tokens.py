@@ -11,6 +11,7 @@ new tokens, not a recount of the whole history.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -18,9 +19,15 @@ from typing import Callable, Iterable
 from .messages import Message, canonical_json
 
 
+_CJK = re.compile("[\u4e00-\u9fff]")
+
+
 def estimate_tokens(text: str) -> int:
-    """Seed 001's estimate: a CJK character ~ 1 token, other text ~ 4 characters a token."""
-    cn = sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff")
+    """Seed 001's estimate: a CJK character ~ 1 token, other text ~ 4 characters a token.
+
+    Counted with a regex rather than a per-character loop: logs of 200 MB go through it.
+    """
+    cn = len(_CJK.findall(text))
     return cn + (len(text) - cn) // 4
 
 

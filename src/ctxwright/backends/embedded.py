@@ -307,6 +307,11 @@ class EmbeddedBackend:
             return Message(role="assistant", content=str(data["answer"]))
         return Message(role="assistant", content=text)
 
+    def reset_cache(self) -> None:
+        """Forget the KV state and the reuse history: the next call starts cold."""
+        self.llm.reset()
+        self._seen.clear()
+
     def fork(self) -> "EmbeddedBackend":
         """A second model object for side tasks (summaries, sub-agents), so this one's KV state stays."""
         return EmbeddedBackend(self.model_path, n_ctx=self.n_ctx, n_threads=self._n_threads, seed=self._seed)
