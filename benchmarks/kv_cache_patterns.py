@@ -134,7 +134,7 @@ def render(mode: str, history: list[Message], tools: tuple[ToolSpec, ...], call_
     return (Message(role="system", content=system), *msgs), tools
 
 
-def run_task(backend, reg: ToolRegistry, mode: str, policy: str, seed: int) -> dict:
+def run_task(backend, reg: ToolRegistry, mode: str, policy: str, seed: int, log=None) -> dict:
     rng = random.Random(seed)
     if hasattr(backend, "reset_cache"):
         backend.reset_cache()  # every run starts cold, so modes compare like with like
@@ -147,9 +147,16 @@ def run_task(backend, reg: ToolRegistry, mode: str, policy: str, seed: int) -> d
     for step in range(max_steps + 1):
         choice = "none" if step == max_steps else (PLAN[step] if policy == "forced" else "auto")
         msgs, tspecs = render(mode, history, tools, step, rng)
-        c = backend.complete(ChatRequest(messages=msgs, tools=tspecs, tool_choice=choice, max_tokens=96,
-                                         temperature=0.0))
+        request = ChatRequest(messages=msgs, tools=tspecs, tool_choice=choice, max_tokens=96, temperature=0.0)
+        c = backend.complete(request)
         u = c.usage
+        if log is not None:  # the request body and an OpenAI-shaped usage, for `ctxwright audit`
+            details = {"cached_tokens": u.cached_tokens} if u.cached_tokens is not None else None
+            log.write(json.dumps({"mode": mode, "request": request.to_wire(backend.model),
+                                  "response": {"usage": {"prompt_tokens": u.prompt_tokens,
+                                                         "completion_tokens": u.completion_tokens,
+                                                         "prompt_tokens_details": details}}},
+                                 ensure_ascii=False) + "\n")
         prefill.append(u.prefill_ms if u.prefill_ms is not None else u.raw.get("latency_ms"))
         prompt += u.prompt_tokens or 0
         if u.cached_tokens is None:
@@ -180,19 +187,23 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--policy", choices=["forced", "auto"], help="default: forced on embedded, auto on a server")
+    p.add_argument("--log", metavar="PATH", help="also write every request + usage as JSONL (input for ctxwright audit)")
     args = p.parse_args()
     backend = make_backend(args)
     policy = args.policy or ("auto" if args.base_url else "forced")
     modes = [m for m in args.modes.split(",") if m]
     reg = build_tools()
     results: dict[str, list[dict]] = {m: [] for m in modes}
+    log = open(args.log, "w", encoding="utf-8") if args.log else None
     for r in range(args.runs):
         for mode in modes:
-            res = run_task(backend, reg, mode, policy, seed=r)
+            res = run_task(backend, reg, mode, policy, seed=r, log=log)
             results[mode].append(res)
             console.print(f"[dim]run {r} {mode:20s} calls {res['calls']} prompt {res['prompt_tokens']:,} "
                           f"cached {res['cached_tokens']} median prefill {median(res['prefill_ms'])} ms "
                           f"correct {res['correct']}  answer: {res['answer'][:70]!r}[/]")
+    if log is not None:
+        log.close()
     out = []
     for mode in modes:
         rs = results[mode]

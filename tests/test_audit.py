@@ -424,12 +424,13 @@ def test_session_export_one_request_per_call_with_markers(tmp_path):
     assert reqs[0].system == "你是助手" and reqs[0].tools == [tool("get_time")]
     assert [r.prompt_tokens for r in reqs] == [100, 200, 300, 400, 500]
     assert [r.cached_tokens for r in reqs] == [0, 64, None, 256, 384]
-    assert [r.marker for r in reqs] == [None, None, "compaction", "status_replaced", None]
+    # the only status event in replace mode is the first status: nothing was replaced yet
+    assert [r.marker for r in reqs] == [None, None, "compaction", None, None]
     rows, _ = audit(path)
-    assert causes(rows) == ["first", "append", "compaction", "status_replaced", "append"]
+    assert causes(rows) == ["first", "append", "compaction", "append", "append"]
     # without the recorded compaction the same requests are plain appends
     path.write_text(json.dumps(hand_built_export(with_compaction=False), ensure_ascii=False, indent=1))
-    assert causes(audit(path)[0]) == ["first", "append", "append", "status_replaced", "append"]
+    assert causes(audit(path)[0]) == ["first", "append", "append", "append", "append"]
 
 
 def test_compaction_that_rewrote_history_is_compaction_not_history_edited():

@@ -21,7 +21,9 @@ def _no_proxy(monkeypatch):
 
 
 def _run(db, url, *extra):
-    return main(["--db", str(db), "run", "--backend", "openai", "--base-url", url, "--model", "fake", *extra])
+    # append-mode status: every request is an exact extension of the previous one
+    return main(["--db", str(db), "run", "--backend", "openai", "--base-url", url, "--model", "fake",
+                 "--status-mode", "append", *extra])
 
 
 def test_run_show_sessions_and_resume(tmp_path, capsys):
@@ -56,7 +58,8 @@ def test_run_show_sessions_and_resume(tmp_path, capsys):
         end_of_history = raw2.index(b'}],"tools"') + 1  # the closing brace of the last message
         assert raw3[:end_of_history] == raw2[:end_of_history]
         assert third["tools"] == first["tools"]
-        assert third["messages"][-1] == {"role": "user", "content": "thanks!"}
+        assert third["messages"][-2] == {"role": "user", "content": "thanks!"}
+        assert third["messages"][-1]["content"].startswith("<agent_status>")
 
 
 def test_show_json_export_has_tool_calls(tmp_path, capsys):
@@ -68,8 +71,9 @@ def test_show_json_export_has_tool_calls(tmp_path, capsys):
     assert main(["--db", str(db), "show", sid, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     kinds = [e["kind"] for e in data["events"]]
-    assert kinds == ["user", "assistant", "tool", "assistant"]
-    assert data["events"][2]["message"]["content"] == "42"
+    assert kinds == ["user", "status", "assistant", "tool", "status", "assistant"]
+    assert data["events"][3]["message"]["content"] == "42"
+    assert data["events"][4]["message"]["content"].startswith("<agent_status>")
 
 
 def test_unreachable_base_url_is_one_clear_message_and_keeps_events(tmp_path, capsys):
@@ -84,7 +88,7 @@ def test_unreachable_base_url_is_one_clear_message_and_keeps_events(tmp_path, ca
     err = capsys.readouterr().err
     assert f"127.0.0.1:{port}" in err and "--resume" in err
     sid = Store(db).list_sessions()[0]["id"]
-    assert [e.kind for e in Store(db).events(sid)] == ["user"]
+    assert [e.kind for e in Store(db).events(sid)] == ["user", "status"]
 
 
 def test_unknown_resume_id_is_clear(tmp_path, capsys):

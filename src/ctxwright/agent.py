@@ -26,6 +26,7 @@ from .errors import BackendError
 from .messages import Message, ToolCall
 from .session import Session
 from .tokens import Ledger, TokenCounter, build_ledger
+from .status import StatusBar, status_view
 from .tools.registry import ToolOutcome, ToolRegistry, error_outcome
 
 StopReason = Literal["final_answer", "max_iterations", "backend_error"]
@@ -49,6 +50,8 @@ class AgentConfig:
     tool_choice_first: ToolChoice = "auto"
     max_tokens: int | None = 512
     temperature: float | None = 0.0
+    #: side-channel timestamps: "[YYYY-MM-DD HH:MM:SS] " before user and tool contents
+    timestamps: bool = False
 
 
 @dataclass
@@ -82,8 +85,12 @@ class Agent:
 
     def __init__(self, session: Session, backend: Backend, tools: ToolRegistry,
                  config: AgentConfig | None = None, *, on_event: EventSink | None = None,
-                 counter: TokenCounter | None = None) -> None:
+                 counter: TokenCounter | None = None, status: StatusBar | None = None) -> None:
         self.session = session
+        self.status = status
+        if status is not None and status_view not in session.view_transforms:
+            session.view_transforms.append(status_view)
+        self.tokens_used = 0
         self.backend = backend
         self.tools = tools
         self.config = config or AgentConfig()
@@ -94,8 +101,17 @@ class Agent:
             self.auditor.add(past)
 
     # -- one model call ----------------------------------------------------------------
-    def _call_model(self, tool_choice: ToolChoice) -> tuple[Completion, CallReport]:
+    def _stamp(self, text: str) -> str:
+        if not self.config.timestamps:
+            return text
+        return time.strftime("[%Y-%m-%d %H:%M:%S] ", time.localtime()) + text
+
+    def _call_model(self, tool_choice: ToolChoice, iteration: int = 1) -> tuple[Completion, CallReport]:
         s = self.session
+        if self.status is not None:
+            status_msg = self.status.record(s, iteration=iteration, tokens_used=self.tokens_used,
+                                            count=self.counter.count)
+            self.on_event("status", {"content": status_msg.content})
         request = s.build_request(tool_choice=tool_choice, max_tokens=self.config.max_tokens,
                                   temperature=self.config.temperature)
         ledger = build_ledger(self.counter, s.prefix.canonical(), list(request.messages[1:]))
@@ -106,6 +122,7 @@ class Agent:
             s.record_call(request, None, ledger=ledger.to_dict(), error=f"{type(exc).__name__}: {exc}")
             raise
         u = completion.usage
+        self.tokens_used += (u.prompt_tokens or 0) + (u.completion_tokens or 0)
         row = self.auditor.add(audit_request(request, u, marker=s.marker_since_last_call()))
         audit = audit_record(row)
         idx = s.record_call(request, u, ledger=ledger.to_dict(), audit=audit)
@@ -161,7 +178,7 @@ class Agent:
     def run(self, user_input: str | None = None) -> RunResult:
         s = self.session
         if user_input is not None:
-            s.add_user(user_input)
+            s.add_user(self._stamp(user_input))
             self.on_event("user", {"content": user_input})
         reports: list[CallReport] = []
         rounds = 0
@@ -170,7 +187,7 @@ class Agent:
             if self.config.max_tool_rounds is not None and rounds >= self.config.max_tool_rounds:
                 choice = "none"
             try:
-                completion, report = self._call_model(choice)
+                completion, report = self._call_model(choice, it)
             except BackendError as exc:
                 self.on_event("error", {"error": f"{type(exc).__name__}: {exc}"})
                 return RunResult(None, "backend_error", it, reports, error=f"{type(exc).__name__}: {exc}")
@@ -182,7 +199,7 @@ class Agent:
             rounds += 1
             outcomes = self._run_tools(msg.tool_calls)
             for call, out in zip(msg.tool_calls, outcomes):
-                content = self._cap(out.content)
+                content = self._stamp(self._cap(out.content))
                 s.add_tool_result(call.id, content, tool_name=call.name, ok=out.ok,
                                   elapsed_ms=round(out.elapsed_ms, 3), error_type=out.error_type)
                 self.on_event("tool", {"call": call, "content": content, "ok": out.ok,

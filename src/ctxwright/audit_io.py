@@ -306,6 +306,7 @@ def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest 
     calls = {c.get("call_index"): c for c in export.get("calls") or () if isinstance(c, dict)}
     messages: list[dict[str, Any]] = []
     marker: str | None = None
+    last_status: int | None = None
     produced = 0
     for i, ev in enumerate(events):
         if not isinstance(ev, dict):
@@ -320,9 +321,15 @@ def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest 
             marker = None
         elif kind == "compaction":
             marker = "compaction"
-        elif kind == "status" and ev.get("mode") == "replace":
+        elif kind == "status" and ev.get("mode") == "replace" and last_status is not None:
             marker = marker or "status_replaced"
-        if kind in MESSAGE_KINDS:
+        if kind == "status" and isinstance(ev.get("message"), dict):
+            # the status view: a status recorded in replace mode hides the previous one
+            if ev.get("mode") == "replace" and last_status is not None:
+                del messages[last_status]
+            last_status = len(messages)
+            messages.append(ev["message"])
+        elif kind in MESSAGE_KINDS:
             if isinstance(ev.get("message"), dict):
                 messages.append(ev["message"])
             else:

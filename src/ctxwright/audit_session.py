@@ -42,24 +42,19 @@ def audit_record(row: AuditRow) -> dict[str, Any]:
 
 
 def past_requests(session: Session) -> Iterator[AuditRequest]:
-    """The requests a resumed session already sent, rebuilt from its events.
+    """The requests a resumed session already sent, rebuilt from its stored events.
 
-    Every ``assistant`` event answered the request made of the prefix plus every message
-    event before it; rebuilding them lets the audit of the next call compare against the
-    best earlier request, as if the session had never stopped.
+    Rebuilding them lets the audit of the next call compare against the best earlier
+    request, as if the session had never stopped. Same replay as ``ctxwright audit`` of a
+    session export (children excluded: they are audited in their own sessions).
     """
-    from .messages import Message
-
-    if not session.events:
+    if not session.events or session.store is None:
         return
-    calls = {c["call_index"]: c for c in session.store.calls(session.id)} if session.store else {}
-    system = session.prefix.system_message()
-    msgs: list[Message] = []
-    for ev in session.events:
-        if ev.kind == "assistant" and "call_index" in ev.payload:
-            c = calls.get(ev.payload["call_index"], {})
-            req = ChatRequest(messages=(system, *msgs), tools=session.prefix.tools)
-            yield audit_request(req, Usage(prompt_tokens=c.get("prompt_tokens"),
-                                           cached_tokens=c.get("cached_tokens")))
-        if ev.kind in ("user", "assistant", "tool"):
-            msgs.append(Message.from_wire(ev.payload["message"]))
+    from .audit_io import requests_from_export
+    from .show import session_export
+
+    export = session_export(session.store, session.id)
+    export["children"] = []
+    for req, _problem in requests_from_export(export):
+        if req is not None:
+            yield req

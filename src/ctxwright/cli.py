@@ -77,6 +77,9 @@ def _print_event(kind: str, data: dict[str, Any]) -> None:
         short = content if len(content) <= 300 else content[:300] + f"… ({len(content):,} chars)"
         tag = "result" if data["ok"] else "[red]error[/]"
         console.print(f"[bold]{tag}[/] {data['call'].name} [dim]{data['elapsed_ms']:.0f} ms[/]  {short}")
+    elif kind == "status":
+        body = data["content"].replace("<agent_status>\n", "").replace("\n</agent_status>", "")
+        console.print("[dim]status  " + body.replace("\n", " · ") + "[/]")
     elif kind == "error":
         err_console.print(f"[red]error[/] {data['error']}")
     elif kind == "stop":
@@ -103,10 +106,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .session import Session
     from .tools.builtin import default_tools
 
+    from .status import OPERATING_MANUAL, StatusBar, StatusConfig
+    from .todo import TodoList
+
     store = _store(args)
     # File tools only when a workspace is named: fewer tools, less for a small model to confuse.
     workspace = Path(args.workspace).resolve() if args.workspace else None
     tools = default_tools(workspace)
+    use_todo = args.todo if args.todo is not None else args.backend != "embedded"
+    todo = TodoList()
+    if use_todo:
+        for t in todo.tools():
+            tools.register(t)
     if args.resume:
         session = Session.resume(store, args.resume)
         missing = [n for n in session.prefix.tool_names() if n not in tools]
@@ -114,7 +125,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise CtxwrightError(f"session {session.id} uses tools this build lacks: {', '.join(missing)}")
         console.print(f"[dim]resumed session {session.id} ({len(session.events)} events)[/]")
     else:
-        prefix = Prefix.build(SYSTEM_PROMPT, tools.specs())
+        system = SYSTEM_PROMPT + ("\n\n" + OPERATING_MANUAL if not args.no_status else "")
+        prefix = Prefix.build(system, tools.specs())
     backend = make_backend(args)
     if not args.resume:
         session = Session.start(prefix, store=store, backend=backend.name, model=backend.model,
@@ -130,8 +142,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         tool_rounds = 1  # the 135M model never decides on its own that it has enough facts
     config = AgentConfig(max_iterations=args.max_iterations, tool_timeout_s=args.tool_timeout,
                          tool_choice_first=first_choice, max_tool_rounds=tool_rounds,
-                         max_tokens=args.max_tokens)
-    agent = Agent(session, backend, tools, config, on_event=_print_event)
+                         max_tokens=args.max_tokens, timestamps=args.timestamps)
+    if use_todo:  # bind the list to the session: its changes are events, rebuilt on resume
+        rebuilt = TodoList(session)
+        todo.session, todo.items, todo._next_id = session, rebuilt.items, rebuilt._next_id
+    status = None
+    if not args.no_status:
+        status = StatusBar(StatusConfig(mode=args.status_mode, max_iterations=args.max_iterations,
+                                        alpha=0.0 if backend.name == "embedded" else args.cache_price_ratio),
+                           todo=todo if use_todo else None, cwd=str(workspace or Path.cwd()))
+    agent = Agent(session, backend, tools, config, on_event=_print_event, status=status)
     prompt = args.prompt or (None if args.resume else DEFAULT_PROMPT)
     if args.resume and not prompt:
         raise CtxwrightError("--resume needs a follow-up message: ctxwright run --resume ID \"follow-up\"")
@@ -202,6 +222,17 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-iterations", type=int, default=20)
     r.add_argument("--max-tool-rounds", type=int,
                    help="rounds of tool calls before an answer is required (embedded default: 1)")
+    r.add_argument("--no-status", action="store_true", help="no <agent_status> message before each call")
+    r.add_argument("--status-mode", choices=["auto", "replace", "append"], default="auto",
+                   help="how status messages are updated (auto: the cost model)")
+    r.add_argument("--cache-price-ratio", type=float, default=0.1,
+                   help="cached ÷ uncached input price of the backend, for --status-mode auto")
+    todo_group = r.add_mutually_exclusive_group()
+    todo_group.add_argument("--todo", dest="todo", action="store_true", default=None,
+                            help="give the agent the TODO tools (default: on, except on the embedded model)")
+    todo_group.add_argument("--no-todo", dest="todo", action="store_false")
+    r.add_argument("--timestamps", action="store_true",
+                   help="prefix user and tool contents with [YYYY-MM-DD HH:MM:SS]")
     r.add_argument("--reasoning", choices=["strip", "keep", "must_send_back", "qwen3"],
                    help="how earlier reasoning is sent back (default: by model family; fixed per session)")
     r.add_argument("--max-tokens", type=int, default=256, help="cap on each reply's tokens")

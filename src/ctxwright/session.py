@@ -11,6 +11,7 @@ store the moment it is appended, so a crash loses nothing already recorded.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -21,8 +22,9 @@ from .messages import Message, Usage, sha256_text
 from .prefix import Prefix
 from .store import Store
 
-#: Event kinds that carry one chat message in ``payload["message"]``.
-MESSAGE_KINDS = frozenset({"user", "assistant", "tool"})
+#: Event kinds that carry one chat message in ``payload["message"]``. A ``status`` event
+#: is the status bar's user message; the status view decides which of them are shown.
+MESSAGE_KINDS = frozenset({"user", "assistant", "tool", "status"})
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class Session:
         self.events: list[Event] = list(events)
         self.view_transforms: list[ViewTransform] = []
         self.call_count = 0
+        self._append_lock = threading.Lock()
         self._message_cache: list[Message] = []
         self._cached_upto = 0
 
@@ -111,10 +114,11 @@ class Session:
     # -- appending ---------------------------------------------------------------------
     def append(self, kind: str, payload: dict[str, Any]) -> Event:
         """Append one event and persist it immediately."""
-        ev = Event(seq=len(self.events), kind=kind, payload=payload)
-        if self.store is not None:
-            self.store.append_event(self.id, ev.seq, ev.kind, ev.payload, ev.created_at)
-        self.events.append(ev)
+        with self._append_lock:  # tools running in parallel threads may record events too
+            ev = Event(seq=len(self.events), kind=kind, payload=payload)
+            if self.store is not None:
+                self.store.append_event(self.id, ev.seq, ev.kind, ev.payload, ev.created_at)
+            self.events.append(ev)
         return ev
 
     def add_user(self, text: str, **extra: Any) -> Event:
@@ -159,12 +163,14 @@ class Session:
         """``compaction`` or ``status_replaced`` if such an event was recorded since the last
         model reply: the audit then reports the change as intended, not as an edit."""
         marker = None
-        for ev in reversed(self.events):
+        for j in range(len(self.events) - 1, -1, -1):
+            ev = self.events[j]
             if ev.kind == "assistant":
                 break
             if ev.kind == "compaction":
                 return "compaction"
-            if ev.kind == "status" and ev.payload.get("mode") == "replace":
+            if (ev.kind == "status" and ev.payload.get("mode") == "replace"
+                    and any(e.kind == "status" for e in self.events[:j])):
                 marker = marker or "status_replaced"
         return marker
 

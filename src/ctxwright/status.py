@@ -1,0 +1,268 @@
+"""The agent status bar: state computed by code, shown at the end of every request.
+
+Why (seeds, "Agent 狀態列"): in-context learning retrieves well but does not count or
+summarize. Asked "how many times have I called this merchant?", a model must re-read and
+count its whole trajectory, and weak models get it wrong. So the harness computes the
+state -- counters, TODO list, time, timings, the last error, environment, budget -- and
+shows it as ``key: value`` lines inside ``<agent_status>`` in a user-role message placed
+last before each model call. Never in the system prompt: it changes every call and would
+break the prefix cache (see ``prefix.py``).
+
+Two update modes, and a chooser
+-------------------------------
+``replace`` drops the previous status message and appends the new one: one status in
+context, but removing the old one invalidates the cache from its position on, so the R
+tokens added since the last update are prefilled again at full price.
+``append`` keeps every status message: nothing is invalidated, but stale statuses stay
+in the context and are paid for (at the cached price) on every later call.
+
+Cost per update, in units of the uncached price, with S the status size in tokens, R
+the suffix added between two updates, N the number of updates in the session and α the
+backend's cached-token price ratio (cached price ÷ uncached price):
+
+* append: the k-th call carries k earlier statuses at price α -> over N calls
+  α·S·(0+1+…+(N−1)) ≈ α·S·N²/2, i.e. α·S·N/2 per update;
+* replace: each update re-prefills the R tokens after the old status, which would have
+  been cached: (1−α)·R per update.
+
+So append wins when α·S·N/2 < (1−α)·R (seed 003) -- small statuses, fast-growing
+suffixes. ``auto`` measures S and R in the session and decides before each update.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+from .messages import Message, ToolCall
+
+if TYPE_CHECKING:
+    from .session import Session
+    from .todo import TodoList
+
+Mode = Literal["replace", "append", "auto"]
+ITEMS = ("counters", "todo", "time", "timing", "error", "env", "budget")
+STATUS_OPEN, STATUS_CLOSE = "<agent_status>", "</agent_status>"
+
+#: Fixed text for the system prompt (part of the stable prefix): what to do with the readings.
+OPERATING_MANUAL = """# Reading <agent_status>
+The last message before each of your turns is an <agent_status> block written by the harness, not by the user. Its values are exact; trust them over your own counting.
+- A counter shows "limit reached": do not call that tool (or that tool with that key) again; stop and report.
+- A call took far longer than expected: diagnose (check the arguments, the target) before retrying.
+- The same error twice: change your approach instead of repeating the call.
+- Little time, iterations or tokens left: deliver what you have now.
+- Keep the TODO list current: one item in_progress at a time."""
+
+
+def choose_mode(S: float, R: float, N: float, alpha: float) -> Literal["append", "replace"]:
+    """The seed's rule: append when α·S·N/2 < (1−α)·R, else replace."""
+    return "append" if alpha * S * N / 2 < (1 - alpha) * R else "replace"
+
+
+@dataclass
+class StatusConfig:
+    """What the status bar shows and how it is updated."""
+
+    items: tuple[str, ...] = ITEMS
+    mode: Mode = "auto"
+    #: per-tool limits; key ``"tool"`` or ``"tool[key value]"``
+    limits: dict[str, int] = field(default_factory=dict)
+    #: tool name -> the argument that names what it acts on (counted per value)
+    key_args: dict[str, str] = field(default_factory=dict)
+    #: tool name -> expected milliseconds
+    expected_ms: dict[str, float] = field(default_factory=dict)
+    max_iterations: int | None = None
+    token_budget: int | None = None
+    wall_budget_s: float | None = None
+    #: cached-token price ÷ uncached price of the backend (OpenAI 0.5/0.25/0.1, Anthropic 0.1, local 0)
+    alpha: float = 0.1
+    #: expected number of updates in a session, for the chooser (defaults to max_iterations or 20)
+    expected_updates: int | None = None
+    last_timings: int = 3
+
+
+def _git_branch(cwd: str) -> str | None:
+    if not shutil.which("git"):
+        return None
+    try:
+        out = subprocess.run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=cwd, capture_output=True,
+                             text=True, timeout=2)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _key_value(call: ToolCall, arg: str | None) -> str | None:
+    if not arg:
+        return None
+    try:
+        v = call.parsed_arguments().get(arg)
+    except ValueError:
+        return None
+    return None if v is None else str(v)
+
+
+class StatusBar:
+    """Computes the status from the session's events and records it before each call."""
+
+    def __init__(self, config: StatusConfig | None = None, todo: "TodoList | None" = None,
+                 clock: Callable[[], float] = time.time, cwd: str | None = None) -> None:
+        self.config = config or StatusConfig()
+        self.todo = todo
+        self.clock = clock
+        self.cwd = cwd or os.getcwd()
+        self._env: dict[str, str] | None = None
+
+    # -- the state -----------------------------------------------------------------------
+    def counters(self, session: "Session") -> dict[str, str]:
+        """Calls per tool and per (tool, key argument), with limits where configured."""
+        per_tool: dict[str, int] = {}
+        per_key: dict[tuple[str, str], int] = {}
+        for ev in session.events:
+            if ev.kind != "assistant":
+                continue
+            for tc in (ev.message.tool_calls if ev.message else ()):
+                per_tool[tc.name] = per_tool.get(tc.name, 0) + 1
+                kv = _key_value(tc, self.config.key_args.get(tc.name))
+                if kv is not None:
+                    per_key[(tc.name, kv)] = per_key.get((tc.name, kv), 0) + 1
+        out: dict[str, str] = {}
+        for name, n in per_tool.items():
+            out[name] = self._with_limit(name, n)
+        for (name, kv), n in per_key.items():
+            out[f"{name}[{kv}]"] = self._with_limit(f"{name}[{kv}]", n)
+        return out
+
+    def _with_limit(self, key: str, n: int) -> str:
+        limit = self.config.limits.get(key)
+        if limit is None:
+            return f"{n} call{'s' if n != 1 else ''}"
+        return f"{n}/{limit}" + (" limit reached" if n >= limit else f" ({limit - n} left)")
+
+    def timings(self, session: "Session") -> list[str]:
+        out = []
+        tool_events = [ev for ev in session.events if ev.kind == "tool" and ev.payload.get("elapsed_ms") is not None]
+        for ev in tool_events[-self.config.last_timings:]:
+            name = ev.payload.get("tool_name", "tool")
+            ms = ev.payload["elapsed_ms"]
+            exp = self.config.expected_ms.get(name)
+            out.append(f"{name}: {ms:.0f} ms" + (f", expected ~{exp:.0f} ms" if exp is not None else ""))
+        return out
+
+    def last_error(self, session: "Session") -> str | None:
+        import json
+
+        for ev in reversed(session.events):
+            if ev.kind == "tool" and ev.payload.get("ok") is False:
+                try:
+                    err = json.loads(ev.message.content or "{}").get("error", {}) if ev.message else {}
+                except json.JSONDecodeError:
+                    err = {}
+                return f"{ev.payload.get('tool_name')}: {err.get('type', 'error')}: {err.get('message', '')}"[:200]
+        return None
+
+    def environment(self) -> dict[str, str]:
+        if self._env is None:  # fixed for the session: computed once
+            env = {"cwd": self.cwd, "os": f"{platform.system()} {platform.release()}",
+                   "shell": os.environ.get("SHELL", "unknown"), "python": platform.python_version()}
+            branch = _git_branch(self.cwd)
+            if branch:
+                env["git_branch"] = branch
+            self._env = env
+        return self._env
+
+    def values(self, session: "Session", *, iteration: int | None = None,
+               tokens_used: int | None = None) -> dict[str, str]:
+        """The status as ordered ``key: value`` pairs (only the configured items)."""
+        c, items, v = self.config, self.config.items, {}
+        now = self.clock()
+        started = session.events[0].created_at if session.events else now
+        if "counters" in items:
+            for k, val in self.counters(session).items():
+                v[f"calls.{k}"] = val
+        if "todo" in items and self.todo is not None:
+            v["todo"] = self.todo.render()
+        if "time" in items:
+            v["time_now"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+            v["elapsed"] = f"{now - started:.0f} s since the session started"
+        if "timing" in items:
+            t = self.timings(session)
+            if t:
+                v["last_calls"] = "; ".join(t)
+        if "error" in items:
+            e = self.last_error(session)
+            v["last_error"] = e or "none"
+        if "env" in items:
+            for k, val in self.environment().items():
+                v[k] = val
+        if "budget" in items:
+            if c.max_iterations is not None and iteration is not None:
+                v["iterations_left"] = str(max(0, c.max_iterations - iteration + 1))
+            if c.token_budget is not None and tokens_used is not None:
+                v["tokens_left"] = f"{max(0, c.token_budget - tokens_used):,}"
+            if c.wall_budget_s is not None:
+                v["time_left"] = f"{max(0.0, c.wall_budget_s - (now - started)):.0f} s"
+        return v
+
+    @staticmethod
+    def render(values: dict[str, Any]) -> str:
+        return "\n".join([STATUS_OPEN, *(f"{k}: {val}" for k, val in values.items()), STATUS_CLOSE])
+
+    # -- the update ----------------------------------------------------------------------
+    def decide_mode(self, session: "Session", status_tokens: int, count: Callable[[str], int]) -> str:
+        """``replace`` or ``append``: the configured one, or the cost model on measured sizes."""
+        if self.config.mode != "auto":
+            return self.config.mode
+        # R: tokens added between consecutive status updates, measured on this session
+        gaps: list[int] = []
+        acc = 0
+        seen = False
+        for ev in session.events:
+            if ev.kind == "status":
+                if seen:
+                    gaps.append(acc)
+                acc, seen = 0, True
+            elif ev.message is not None:
+                acc += count(ev.message.content or "") + sum(count(tc.arguments) for tc in ev.message.tool_calls)
+        if seen:
+            gaps.append(acc)
+        R = statistics.median(gaps) if gaps else acc
+        N = self.config.expected_updates or self.config.max_iterations or 20
+        return choose_mode(status_tokens, R, N, self.config.alpha)
+
+    def record(self, session: "Session", *, iteration: int | None = None, tokens_used: int | None = None,
+               count: Callable[[str], int] = lambda t: len(t) // 4) -> Message:
+        """Compute the status, choose the mode, append it as a ``status`` event."""
+        text = self.render(self.values(session, iteration=iteration, tokens_used=tokens_used))
+        mode = self.decide_mode(session, count(text), count)
+        msg = Message(role="user", content=text)
+        session.append("status", {"message": msg.to_wire(), "mode": mode})
+        return msg
+
+
+def status_view(session: "Session", messages: list[Message]) -> list[Message]:
+    """The view transform: status messages recorded in ``replace`` mode are shown only while
+    they are the newest status; ``append``-mode ones stay where they were recorded."""
+    replaced: set[int] = set()
+    statuses = [ev for ev in session.events if ev.kind == "status"]
+    for i, ev in enumerate(statuses[:-1]):
+        if statuses[i + 1].payload.get("mode") == "replace":
+            replaced.add(i)
+    if not replaced:
+        return messages
+    out: list[Message] = []
+    k = 0
+    for m in messages:
+        if m.role == "user" and (m.content or "").startswith(STATUS_OPEN):
+            drop = k in replaced
+            k += 1
+            if drop:
+                continue
+        out.append(m)
+    return out
