@@ -168,6 +168,15 @@ def adapt_messages(messages: tuple[Message, ...], tools: tuple[ToolSpec, ...]) -
     return out
 
 
+def _response_schema(request: ChatRequest) -> dict[str, Any] | None:
+    """The JSON schema of an OpenAI-style ``response_format`` in ``request.extra``, if any."""
+    rf = request.extra.get("response_format") if request.extra else None
+    if isinstance(rf, dict) and rf.get("type") == "json_schema":
+        schema = (rf.get("json_schema") or {}).get("schema")
+        return schema if isinstance(schema, dict) else None
+    return None
+
+
 def _common_prefix(a: list[int], b: list[int]) -> int:
     n = 0
     for x, y in zip(a, b):
@@ -223,7 +232,7 @@ class EmbeddedBackend:
     def _grammar(self, request: ChatRequest) -> Any:
         from llama_cpp import LlamaGrammar
 
-        schema = canonical_json(reply_schema(request.tools, request.tool_choice))
+        schema = canonical_json(_response_schema(request) or reply_schema(request.tools, request.tool_choice))
         g = self._grammars.get(schema)
         if g is None:
             g = LlamaGrammar.from_json_schema(schema, verbose=False)
@@ -271,7 +280,8 @@ class EmbeddedBackend:
         first = first or t1
         text = "".join(pieces)
         self._seen.append(list(self.llm._input_ids[: self.llm.n_tokens]))
-        message = self._parse(text)
+        # a caller-given response_format gets the raw JSON back, as a served model returns it
+        message = Message(role="assistant", content=text) if _response_schema(request) else self._parse(text)
         usage = Usage(prompt_tokens=len(tokens), completion_tokens=n_out, cached_tokens=reused,
                       prefill_ms=round((first - t0) * 1000, 3), decode_ms=round((t1 - first) * 1000, 3),
                       raw={"raw_text": text, "reusable_tokens": reusable})
