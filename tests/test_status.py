@@ -4,6 +4,8 @@ update modes and their audit classification, the chooser, and the 3-call limit s
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +17,10 @@ from ctxwright.prefix import Prefix
 from ctxwright.session import Session
 from ctxwright.status import STATUS_OPEN, StatusBar, StatusConfig, choose_mode, status_view
 from ctxwright.todo import TodoError, TodoList
-from ctxwright.tools.registry import ToolRegistry, tool
+from ctxwright.tools.registry import ToolRegistry
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import call_limit  # noqa: E402
 
 
 class Clock:
@@ -27,19 +32,8 @@ class Clock:
 
 
 def phone_registry() -> ToolRegistry:
-    reg = ToolRegistry()
-
-    @tool
-    def phone_call(merchant: str) -> str:
-        """Call a merchant's support line.
-
-        Args:
-            merchant: the merchant to call
-        """
-        return f"{merchant}: nobody answered"
-
-    reg.register(phone_call)
-    return reg
+    """The same phone tool the call_limit benchmark uses."""
+    return call_limit.registry()
 
 
 def hand_built(session: Session) -> None:
