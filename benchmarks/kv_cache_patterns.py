@@ -214,9 +214,10 @@ def main() -> None:
                     "cached_fraction": round(statistics.median(frac), 4) if frac else None,
                     "median_total_prompt_tokens": median(r["prompt_tokens"] for r in rs),
                     # Σcached ÷ Σreusable: how much of the physically reusable prefix was reused
-                    "reuse_efficiency": (round(sum(r["cached_tokens"] for r in rs) / sum(r["reusable_tokens"] for r in rs), 4)
-                                         if all(r["cached_tokens"] is not None and r["reusable_tokens"] for r in rs)
-                                         else None),
+                    "reuse_efficiency": (round(sum(r["cached_tokens"] for r in rs)
+                                               / sum(r["reusable_tokens"] or 0 for r in rs), 4)
+                                         if all(r["cached_tokens"] is not None for r in rs)
+                                         and sum(r["reusable_tokens"] or 0 for r in rs) else None),
                     "repeated_tool_calls": sum(r["repeats"] for r in rs),
                     "correct_runs": sum(r["correct"] for r in rs)})
     base = next((o for o in out if o["mode"] == "correct"), None)

@@ -1,0 +1,46 @@
+"""Run every benchmark one after another (never two at once: on 2 cores, concurrent llama.cpp
+processes slow each other down unevenly) and write their JSON to benchmarks/results/.
+
+    python benchmarks/run_all.py [--quick] [--base-url URL --model NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small versions (a few minutes in all)")
+    p.add_argument("--base-url")
+    p.add_argument("--model")
+    args = p.parse_args()
+    served = ["--base-url", args.base_url, "--model", args.model or ""] if args.base_url else []
+    out = HERE / "results"
+    runs = [
+        ["prefill_reuse.py", "--runs", "3" if args.quick else "7"],
+        ["kv_cache_patterns.py", "--runs", "1" if args.quick else "5"],
+        ["call_limit.py", "--runs", "5" if args.quick else "20"],
+        ["context_distillation.py", *(["--quick"] if args.quick else [])],
+        ["audit_speed.py", *(["--requests", "200"] if args.quick else [])],
+    ]
+    failed = []
+    for script, *extra in runs:
+        name = script.removesuffix(".py") + ("_quick" if args.quick else "")
+        cmd = [sys.executable, str(HERE / script), *extra, "--json", str(out / f"{name}.json")]
+        if script != "audit_speed.py":
+            cmd += served
+        print("$", " ".join(cmd), flush=True)
+        if subprocess.run(cmd).returncode != 0:
+            failed.append(script)
+    if failed:
+        sys.exit(f"failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()
