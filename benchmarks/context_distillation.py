@@ -182,11 +182,11 @@ def main() -> None:
     p.add_argument("--tasks", type=int, default=30)
     p.add_argument("--lengths", default=None, help="comma-separated context sizes in tokens")
     p.add_argument("--kinds", default=",".join(KINDS))
-    p.add_argument("--quick", action="store_true", help="one length (1000 tokens), 10 tasks")
+    p.add_argument("--quick", action="store_true", help="one length (400 tokens), 10 tasks")
     args = p.parse_args()
     backend = make_backend(args)
     count = (lambda t: backend.count_tokens(t) or len(t) // 4)
-    lengths = [int(x) for x in (args.lengths or ("1000" if args.quick else
+    lengths = [int(x) for x in (args.lengths or ("400" if args.quick else
                                                  ("1000,2000,6000" if not args.base_url else "2000,8000,32000"))).split(",")]
     n_tasks = 10 if args.quick else args.tasks
     kinds = [k for k in args.kinds.split(",") if k]
