@@ -114,6 +114,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     workspace = Path(args.workspace).resolve() if args.workspace else None
     tools = default_tools(workspace)
     use_todo = args.todo if args.todo is not None else args.backend != "embedded"
+    # Measured: with the status block last and the manual in the prompt, the 135M model calls
+    # get_current_time("UTC") alone and answers "10.23"; without them it calls both tools.
+    use_status = args.status if args.status is not None else args.backend != "embedded"
     todo = TodoList()
     if use_todo:
         for t in todo.tools():
@@ -125,7 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise CtxwrightError(f"session {session.id} uses tools this build lacks: {', '.join(missing)}")
         console.print(f"[dim]resumed session {session.id} ({len(session.events)} events)[/]")
     else:
-        system = SYSTEM_PROMPT + ("\n\n" + OPERATING_MANUAL if not args.no_status else "")
+        system = SYSTEM_PROMPT + ("\n\n" + OPERATING_MANUAL if use_status else "")
         prefix = Prefix.build(system, tools.specs())
     backend = make_backend(args)
     if not args.resume:
@@ -147,7 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         rebuilt = TodoList(session)
         todo.session, todo.items, todo._next_id = session, rebuilt.items, rebuilt._next_id
     status = None
-    if not args.no_status:
+    if use_status:
         status = StatusBar(StatusConfig(mode=args.status_mode, max_iterations=args.max_iterations,
                                         alpha=0.0 if backend.name == "embedded" else args.cache_price_ratio),
                            todo=todo if use_todo else None, cwd=str(workspace or Path.cwd()))
@@ -222,7 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-iterations", type=int, default=20)
     r.add_argument("--max-tool-rounds", type=int,
                    help="rounds of tool calls before an answer is required (embedded default: 1)")
-    r.add_argument("--no-status", action="store_true", help="no <agent_status> message before each call")
+    status_group = r.add_mutually_exclusive_group()
+    status_group.add_argument("--status", dest="status", action="store_true", default=None,
+                              help="an <agent_status> message before each call (default: on, except on the "
+                                   "embedded model)")
+    status_group.add_argument("--no-status", dest="status", action="store_false")
     r.add_argument("--status-mode", choices=["auto", "replace", "append"], default="auto",
                    help="how status messages are updated (auto: the cost model)")
     r.add_argument("--cache-price-ratio", type=float, default=0.1,
