@@ -220,4 +220,4 @@ def _counter_for(backend: Backend) -> TokenCounter:
     return TokenCounter()
 
 
-__all__ = ["Agent", "AgentConfig", "CallReport", "RunResult", "Message", "ChatRequest"]
+__all__ = ["Agent", "AgentConfig", "CallReport", "RunResult"]

@@ -146,9 +146,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = AgentConfig(max_iterations=args.max_iterations, tool_timeout_s=args.tool_timeout,
                          tool_choice_first=first_choice, max_tool_rounds=tool_rounds,
                          max_tokens=args.max_tokens, timestamps=args.timestamps)
-    if use_todo:  # bind the list to the session: its changes are events, rebuilt on resume
-        rebuilt = TodoList(session)
-        todo.session, todo.items, todo._next_id = session, rebuilt.items, rebuilt._next_id
+    if use_todo:  # the list's changes are events of this session, rebuilt on resume
+        todo.bind(session)
     status = None
     if use_status:
         status = StatusBar(StatusConfig(mode=args.status_mode, max_iterations=args.max_iterations,

@@ -45,10 +45,19 @@ class TodoList:
         self._next_id = 1
         self._lock = threading.Lock()
         if session is not None:
-            for ev in session.events:
-                if ev.kind == "todo":
-                    self.items = [TodoItem(**d) for d in ev.payload["items"]]
-                    self._next_id = ev.payload.get("next_id", len(self.items) + 1)
+            self.bind(session)
+
+    def bind(self, session: "Session") -> None:
+        """Record changes in ``session`` from now on, starting from the list its events hold.
+
+        Separate from construction because the tools must exist (for the prefix) before
+        the session does.
+        """
+        self.session = session
+        for ev in session.events:
+            if ev.kind == "todo":
+                self.items = [TodoItem(**d) for d in ev.payload["items"]]
+                self._next_id = ev.payload.get("next_id", len(self.items) + 1)
 
     def _record(self) -> None:
         if self.session is not None:
