@@ -134,35 +134,31 @@ class Agent:
         return completion, report
 
     # -- tools ---------------------------------------------------------------------------
-    def _run_one(self, call: ToolCall) -> ToolOutcome:
-        """Run one call in a daemon thread so a hung tool can be abandoned at its timeout."""
+    def _timeout_for(self, call: ToolCall) -> float:
         tool = self.tools.get(call.name) if call.name in self.tools else None
-        timeout = (tool.timeout_s if tool is not None and tool.timeout_s else None) or self.config.tool_timeout_s
-        box: list[ToolOutcome] = []
-        t0 = time.perf_counter()
-        th = threading.Thread(target=lambda: box.append(self.tools.execute(call)), daemon=True,
-                              name=f"tool-{call.name}")
-        th.start()
-        th.join(timeout)
-        if box:
-            return box[0]
-        return error_outcome(
-            call, "timeout", f"{call.name} did not finish within {timeout:g} s and was abandoned",
-            "the tool may be hung or the input too large; try a smaller request or another approach",
-            elapsed_ms=(time.perf_counter() - t0) * 1000)
+        return (tool.timeout_s if tool is not None and tool.timeout_s else None) or self.config.tool_timeout_s
 
     def _run_tools(self, calls: tuple[ToolCall, ...]) -> list[ToolOutcome]:
-        results: list[ToolOutcome | None] = [None] * len(calls)
-
-        def work(i: int) -> None:
-            results[i] = self._run_one(calls[i])
-
-        threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(calls))]
-        for th in threads:
+        """Run one reply's calls concurrently, each in a daemon thread with its own deadline
+        from the start of the batch; a call still running then is abandoned (a thread cannot
+        be killed) and answered with a timeout error, so one hung tool never stalls the loop."""
+        t0 = time.perf_counter()
+        boxes: list[list[ToolOutcome]] = [[] for _ in calls]
+        threads = []
+        for call, box in zip(calls, boxes):
+            th = threading.Thread(target=lambda c=call, b=box: b.append(self.tools.execute(c)), daemon=True,
+                                  name=f"tool-{call.name}")
             th.start()
-        for th in threads:
-            th.join()
-        return [r for r in results if r is not None]
+            threads.append(th)
+        outcomes = []
+        for call, th, box in zip(calls, threads, boxes):
+            timeout = self._timeout_for(call)
+            th.join(max(0.0, t0 + timeout - time.perf_counter()))
+            outcomes.append(box[0] if box else error_outcome(
+                call, "timeout", f"{call.name} did not finish within {timeout:g} s and was abandoned",
+                "the tool may be hung or the input too large; try a smaller request or another approach",
+                elapsed_ms=(time.perf_counter() - t0) * 1000))
+        return outcomes
 
     def _cap(self, content: str) -> str:
         """Hard cap on one result's characters, so one huge output cannot fill the window."""
