@@ -21,9 +21,9 @@ from typing import Any, Callable, Literal
 
 from .audit import Auditor
 from .audit_session import audit_record, audit_request, past_requests
-from .backends.base import Backend, ChatRequest, Completion, ToolChoice
+from .backends.base import Backend, Completion, ToolChoice
 from .errors import BackendError
-from .messages import Message, ToolCall
+from .messages import ToolCall
 from .session import Session
 from .tokens import Ledger, TokenCounter, build_ledger
 from .status import StatusBar, status_view

@@ -25,7 +25,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from .messages import canonical_json
 from .tokens import TokenCounter
@@ -312,6 +312,12 @@ class Auditor:
         return summarize(self.rows, prices)
 
 
+def cache_ratios(cached: int, prompt: int, reusable: int) -> tuple[float | None, float | None]:
+    """(hit ratio, efficiency) = (Σcached ÷ Σprompt, Σcached ÷ Σreusable), over the requests
+    whose cached count is known; ``None`` where the divisor is 0."""
+    return (round(cached / prompt, 4) if prompt else None, round(cached / reusable, 4) if reusable else None)
+
+
 def summarize(rows: Sequence[AuditRow], prices: Prices | None = None) -> AuditSummary:
     """Session totals. Hit ratio = Σcached ÷ Σprompt; efficiency = Σcached ÷ Σreusable.
 
@@ -327,10 +333,8 @@ def summarize(rows: Sequence[AuditRow], prices: Prices | None = None) -> AuditSu
         s.causes[r.cause] = s.causes.get(r.cause, 0) + 1
     if known:
         s.cached_tokens = sum(r.cached_tokens or 0 for r in known)
-        p = sum(r.prompt_tokens for r in known)
-        q = sum(r.reusable_prefix_tokens for r in known)
-        s.hit_ratio = round(s.cached_tokens / p, 4) if p else None
-        s.efficiency = round(s.cached_tokens / q, 4) if q else None
+        s.hit_ratio, s.efficiency = cache_ratios(s.cached_tokens, sum(r.prompt_tokens for r in known),
+                                                 sum(r.reusable_prefix_tokens for r in known))
     if prices is not None:
         pc = prices.cached if prices.cached is not None else prices.input
 
@@ -346,10 +350,3 @@ def summarize(rows: Sequence[AuditRow], prices: Prices | None = None) -> AuditSu
             stable += cost(r.prompt_tokens, prev_prompt, r.completion_tokens)
         s.est_cost_if_stable = round(stable, 6)
     return s
-
-
-def audit_requests(requests: Iterable[AuditRequest], counter: TokenCounter | None = None) -> Auditor:
-    a = Auditor(counter)
-    for r in requests:
-        a.add(r)
-    return a

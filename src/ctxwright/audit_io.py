@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .audit import AuditRequest
-from .usage import first_int, read_usage
+from .usage import as_object, first_int, read_usage
 
 #: Event kinds of a session export that carry one chat message in ``message``.
 MESSAGE_KINDS = frozenset({"user", "assistant", "tool"})
@@ -344,8 +344,8 @@ def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest 
 def _export_request(system: str, tools: list[Any], messages: list[dict[str, Any]], call: dict[str, Any],
                     marker: str | None) -> AuditRequest:
     """The request of one call; exact reusable tokens if the backend recorded them."""
-    usage = call.get("usage") if isinstance(call.get("usage"), dict) else {}
-    raw = usage.get("raw") if isinstance(usage.get("raw"), dict) else {}
+    usage = as_object(call.get("usage"))
+    raw = as_object(usage.get("raw"))
     return AuditRequest(system=system, tools=tools, messages=list(messages),
                         cached_tokens=first_int(call.get("cached_tokens")),
                         prompt_tokens=first_int(call.get("prompt_tokens")),

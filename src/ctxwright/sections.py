@@ -25,7 +25,6 @@ from typing import Literal, Mapping
 from .errors import CtxwrightError
 
 Scope = Literal["global", "session", "dynamic"]
-_ORDER = {"global": 0, "session": 1}
 
 
 class DynamicSectionInPrefix(CtxwrightError):

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .audit import cache_ratios
 from .store import Store
 
 
@@ -81,11 +82,10 @@ def render_session(store: Store, session_id: str, console: Console, *, as_json: 
                               f"…{ctx['before']}[red]|[/]{ctx['after']}…")
         known = [c for c in data["calls"] if c["cached_tokens"] is not None and c["prompt_tokens"]]
         if known:
-            cached = sum(c["cached_tokens"] for c in known)
-            prompt = sum(c["prompt_tokens"] for c in known)
-            reusable = sum((c.get("audit") or {}).get("reusable_prefix_tokens") or 0 for c in known)
-            eff = f"{cached / reusable:.1%}" if reusable else "n/a (nothing reusable)"
-            console.print(f"{indent}hit ratio {cached / prompt:.1%} (Σcached ÷ Σprompt) · efficiency {eff} "
+            hit, eff = cache_ratios(sum(c["cached_tokens"] for c in known), sum(c["prompt_tokens"] for c in known),
+                                    sum((c.get("audit") or {}).get("reusable_prefix_tokens") or 0 for c in known))
+            eff_text = f"{eff:.1%}" if eff is not None else "n/a (nothing reusable)"
+            console.print(f"{indent}hit ratio {hit:.1%} (Σcached ÷ Σprompt) · efficiency {eff_text} "
                           "(Σcached ÷ Σreusable)")
     for child in data["children"]:
         render_session(store, child["id"], console, indent=indent + "    ")

@@ -16,7 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .errors import SessionNotFound
 from .messages import canonical_json
@@ -207,11 +207,6 @@ class Store:
         with self._lock:
             return [r[0] for r in self._db.execute(
                 "SELECT id FROM sessions WHERE parent_id=? ORDER BY created_at", (session_id,)).fetchall()]
-
-    def iter_all_sessions(self) -> Iterator[str]:
-        with self._lock:
-            ids = [r[0] for r in self._db.execute("SELECT id FROM sessions ORDER BY created_at")]
-        yield from ids
 
     def close(self) -> None:
         with self._lock:

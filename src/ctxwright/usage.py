@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def _obj(value: Any) -> dict[str, Any]:
+def as_object(value: Any) -> dict[str, Any]:
     """``value`` if it is a JSON object, else empty: absent and null fields read alike."""
     return value if isinstance(value, dict) else {}
 
@@ -35,9 +35,9 @@ def read_usage(body: dict[str, Any]) -> dict[str, int | None]:
     Anthropic ``cache_read_input_tokens``, llama.cpp server ``timings.cache_n``.
     Anthropic's ``input_tokens`` excludes cache reads and writes, so its prompt is the sum.
     """
-    usage = _obj(body.get("usage"))
-    timings = _obj(body.get("timings"))
-    details = _obj(usage.get("prompt_tokens_details")) or _obj(usage.get("input_tokens_details"))
+    usage = as_object(body.get("usage"))
+    timings = as_object(body.get("timings"))
+    details = as_object(usage.get("prompt_tokens_details")) or as_object(usage.get("input_tokens_details"))
     cached = first_int(details.get("cached_tokens"), usage.get("prompt_cache_hit_tokens"),
                        usage.get("cache_read_input_tokens"), timings.get("cache_n"))
     prompt = first_int(usage.get("prompt_tokens"))

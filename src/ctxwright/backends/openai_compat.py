@@ -21,7 +21,7 @@ import openai
 
 from ..errors import BackendError, BackendUnavailable, ContextWindowExceeded, MalformedResponse
 from ..messages import Message, Usage
-from ..usage import read_usage
+from ..usage import as_object, read_usage
 from .base import ChatRequest, Completion
 
 _PLACEHOLDER_KEY = "not-needed"
@@ -197,8 +197,8 @@ def _usage(data: dict[str, Any], latency_ms: float) -> Usage:
     """Token counts and cache hits from whichever provider's fields are present
     (:func:`ctxwright.usage.read_usage`), plus llama.cpp server timings when given."""
     counts = read_usage(data)
-    usage = _obj(data.get("usage"))
-    timings = _obj(data.get("timings"))
+    usage = as_object(data.get("usage"))
+    timings = as_object(data.get("timings"))
     raw: dict[str, Any] = {"usage": usage, "latency_ms": latency_ms}
     if timings:
         raw["timings"] = timings
@@ -210,11 +210,6 @@ def _usage(data: dict[str, Any], latency_ms: float) -> Usage:
         decode_ms=_first_float(timings.get("predicted_ms")),
         raw=raw,
     )
-
-
-def _obj(value: Any) -> dict[str, Any]:
-    """``value`` if it is a JSON object, else empty: absent and null fields read alike."""
-    return value if isinstance(value, dict) else {}
 
 
 def _first_float(value: Any) -> float | None:
