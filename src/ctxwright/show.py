@@ -32,12 +32,16 @@ def _n(v: Any) -> str:
     return f"{v:,.0f}" if isinstance(v, float) else f"{v:,}"
 
 
-def render_session(store: Store, session_id: str, console: Console, *, as_json: bool = False,
-                   indent: str = "") -> None:
+def render_session(store: Store, session_id: str, console: Console, *, as_json: bool = False) -> None:
     data = session_export(store, session_id)
     if as_json:
         print(json.dumps(data, ensure_ascii=False, indent=1))
-        return
+    else:
+        _render(data, console, "")
+
+
+def _render(data: dict[str, Any], console: Console, indent: str) -> None:
+    """One exported session, then its children (already in the export) indented below it."""
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(data["created_at"]))
     console.print(f"{indent}[bold]session {data['id']}[/] · {when} · {data['backend']} · {data['model']}"
                   + (f" · child of {data['parent_id']}" if data["parent_id"] else ""))
@@ -88,4 +92,4 @@ def render_session(store: Store, session_id: str, console: Console, *, as_json: 
             console.print(f"{indent}hit ratio {hit:.1%} (Σcached ÷ Σprompt) · efficiency {eff_text} "
                           "(Σcached ÷ Σreusable)")
     for child in data["children"]:
-        render_session(store, child["id"], console, indent=indent + "    ")
+        _render(child, console, indent + "    ")
