@@ -19,9 +19,11 @@ Each task is asked in four arms, identical except for the last message:
 
 Answers are constrained to a JSON schema (an integer, one of the locations, yes/no) and
 scored exactly. The log comes first and the status last, so on one backend object the
-four arms of a task share the prefilled log (llama.cpp reuses it).
+four arms of a task share the prefilled log (llama.cpp reuses it); ``--questions-per-log``
+(default 5) tasks share one log too, so 30 tasks cost 6 log prefills, not 30.
 
     python benchmarks/context_distillation.py [--quick] [--tasks 30] [--lengths 1000,2000,6000]
+                                              [--questions-per-log 5]
                                               [--json PATH] [--base-url URL --model NAME]
 """
 
@@ -78,23 +80,27 @@ def _noisy(values: dict[str, int | str], rng: random.Random, choices: list | Non
     return out
 
 
-def counting(rng: random.Random, n: int) -> Task:
+def counting(rng: random.Random, n: int, q: int) -> list[Task]:
     recs = [(rng.choice(SIZES), rng.choice(COLORS), rng.choice(ANIMALS)) for _ in range(n)]
     log = "\n".join(f"cage {i + 1}: {s} {c} {a}" for i, (s, c, a) in enumerate(recs))
-    q = rng.choice(recs)
     triples: dict[str, int] = {}
     pairs: dict[str, int] = {}
     for s, c, a in recs:
         triples[f"count.{s}_{c}_{a}"] = triples.get(f"count.{s}_{c}_{a}", 0) + 1
         pairs[f"count.{c}_{a}"] = pairs.get(f"count.{c}_{a}", 0) + 1
-    ans = sum(1 for r in recs if r == q)
-    noisy = _noisy(triples, rng)
-    return Task("counting", log, f"How many {q[0]} {q[1]} {q[2]}s are in the cages? Reply {{\"answer\": N}}.",
-                ans, {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]},
-                {k: str(v) for k, v in triples.items()}, {k: str(v) for k, v in pairs.items()}, noisy)
+    present = sorted(set(recs))
+    tasks = []
+    for qt in _pick(rng, present, q):
+        ans = sum(1 for r in recs if r == qt)
+        tasks.append(Task("counting", log, f"How many {qt[0]} {qt[1]} {qt[2]}s are in the cages? "
+                          "Reply {\"answer\": N}.", ans,
+                          {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]},
+                          {k: str(v) for k, v in triples.items()}, {k: str(v) for k, v in pairs.items()},
+                          _noisy(triples, rng)))
+    return tasks
 
 
-def state_tracking(rng: random.Random, n: int) -> Task:
+def state_tracking(rng: random.Random, n: int, q: int) -> list[Task]:
     where = {it: rng.choice(PLACES) for it in ITEMS}
     moves = {it: 0 for it in ITEMS}
     lines = [f"start: the {it} is in the {p}" for it, p in where.items()]
@@ -103,52 +109,71 @@ def state_tracking(rng: random.Random, n: int) -> Task:
         dst = rng.choice([p for p in PLACES if p != where[it]])
         lines.append(f"step {i + 1}: the {it} moved from the {where[it]} to the {dst}")
         where[it], moves[it] = dst, moves[it] + 1
-    q = rng.choice(ITEMS)
     loc = {f"location.{it.replace(' ', '_')}": p for it, p in where.items()}
-    return Task("state_tracking", "\n".join(lines), f"Where is the {q} now? Reply {{\"answer\": PLACE}}.",
-                where[q], {"type": "object", "properties": {"answer": {"enum": PLACES}}, "required": ["answer"]},
-                loc, {f"moves.{it.replace(' ', '_')}": str(m) for it, m in moves.items()},
-                _noisy(loc, rng, PLACES))
+    return [Task("state_tracking", "\n".join(lines), f"Where is the {qi} now? Reply {{\"answer\": PLACE}}.",
+                 where[qi], {"type": "object", "properties": {"answer": {"enum": PLACES}}, "required": ["answer"]},
+                 loc, {f"moves.{it.replace(' ', '_')}": str(m) for it, m in moves.items()},
+                 _noisy(loc, rng, PLACES))
+            for qi in _pick(rng, ITEMS, q)]
 
 
-def limit_rule(rng: random.Random, n: int) -> Task:
-    """The asked (merchant, department) gets 1-4 calls (so "yes" and "no" are balanced); the
-    other calls of the log go to the other pairs."""
-    qm, qd = rng.choice(MERCHANTS), rng.choice(DEPTS)
-    k = rng.choice([1, 2, 3, 4])
-    others = [(m, d) for m in MERCHANTS for d in DEPTS if (m, d) != (qm, qd)]
-    calls = [(qm, qd)] * k + [rng.choice(others) for _ in range(max(0, n - k))]
+def limit_rule(rng: random.Random, n: int, q: int) -> list[Task]:
+    """Each asked (merchant, department) gets 1-4 calls (so "yes" and "no" are balanced); the
+    other calls of the log go to pairs nobody asks about."""
+    pairs = [(m, d) for m in MERCHANTS for d in DEPTS]
+    asked = _pick(rng, pairs, q)
+    ks = {pd: rng.choice([1, 2, 3, 4]) for pd in asked}
+    others = [pd for pd in pairs if pd not in ks]
+    calls = [pd for pd, k in ks.items() for _ in range(k)]
+    calls += [rng.choice(others) for _ in range(max(0, n - len(calls)))]
     rng.shuffle(calls)
     log = "\n".join(f"call {i + 1}: phoned {m} {d}, nobody answered" for i, (m, d) in enumerate(calls))
-    per: dict[str, int] = {f"calls.{m}_{d}": 0 for m in MERCHANTS for d in DEPTS}
+    per: dict[str, int] = {f"calls.{m}_{d}": 0 for m, d in pairs}
     tot: dict[str, int] = {f"calls.{m}": 0 for m in MERCHANTS}
     for m, d in calls:
         per[f"calls.{m}_{d}"] += 1
         tot[f"calls.{m}"] += 1
     fmt = (lambda v: f"{v}/{LIMIT} limit reached" if v >= LIMIT else f"{v}/{LIMIT}")
-    noisy_counts = _noisy(per, rng)
-    return Task("limit_rule", log,
-                f"The limit is {LIMIT} calls per merchant and department. May I call {qm} {qd} again? "
-                "Reply {\"answer\": \"yes\"} or {\"answer\": \"no\"}.",
-                "yes" if k < LIMIT else "no",
-                {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"]},
-                {k2: fmt(v) for k2, v in per.items()}, {k2: str(v) for k2, v in tot.items()},
-                {k2: fmt(int(v)) for k2, v in noisy_counts.items()})
+    tasks = []
+    for qm, qd in asked:
+        noisy_counts = _noisy(per, rng)
+        tasks.append(Task("limit_rule", log,
+                          f"The limit is {LIMIT} calls per merchant and department. May I call {qm} {qd} again? "
+                          "Reply {\"answer\": \"yes\"} or {\"answer\": \"no\"}.",
+                          "yes" if ks[(qm, qd)] < LIMIT else "no",
+                          {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"]},
+                          {k2: fmt(v) for k2, v in per.items()}, {k2: str(v) for k2, v in tot.items()},
+                          {k2: fmt(int(v)) for k2, v in noisy_counts.items()}))
+    return tasks
+
+
+def _pick(rng: random.Random, pool: list, q: int) -> list:
+    """``q`` questions over one log: distinct while the pool lasts, then repeats."""
+    out = rng.sample(pool, min(q, len(pool)))
+    return out + [rng.choice(pool) for _ in range(q - len(out))]
 
 
 MAKERS = {"counting": counting, "state_tracking": state_tracking, "limit_rule": limit_rule}
 
 
-def make_task(kind: str, seed: int, target_tokens: int, count) -> Task:
-    """Grow the log until it reaches about ``target_tokens`` (same seed: same task family)."""
+def make_tasks(kind: str, seed: int, target_tokens: int, count, questions: int = 1) -> list[Task]:
+    """One log of about ``target_tokens`` and ``questions`` tasks over it.
+
+    Several questions share a log so that the log is prefilled once for all of them (and
+    all four arms): prefill, not generation, is what a long grid costs on a small CPU.
+    The log grows until it is within 10% of the target (same seed: same task family)."""
     n = max(4, target_tokens // 12)
     for _ in range(12):
-        task = MAKERS[kind](random.Random(seed), n)
-        size = count(task.log)
+        tasks = MAKERS[kind](random.Random(seed), n, questions)
+        size = count(tasks[0].log)
         if abs(size - target_tokens) <= target_tokens * 0.1:
             break
         n = max(4, int(n * target_tokens / max(size, 1)))
-    return task
+    return tasks
+
+
+def make_task(kind: str, seed: int, target_tokens: int, count) -> Task:
+    return make_tasks(kind, seed, target_tokens, count, 1)[0]
 
 
 def ask(backend, task: Task, arm: str) -> dict:
@@ -182,24 +207,29 @@ def main() -> None:
     p.add_argument("--tasks", type=int, default=30)
     p.add_argument("--lengths", default=None, help="comma-separated context sizes in tokens")
     p.add_argument("--kinds", default=",".join(KINDS))
-    p.add_argument("--quick", action="store_true", help="one length (400 tokens), 10 tasks")
+    p.add_argument("--questions-per-log", type=int, default=5,
+                   help="tasks that share one generated log (prefilled once); default 5")
+    p.add_argument("--quick", action="store_true",
+                   help="counting only, one length (1,000 tokens), 10 tasks over 2 logs: under two minutes")
     args = p.parse_args()
     backend = make_backend(args)
     count = (lambda t: backend.count_tokens(t) or len(t) // 4)
-    lengths = [int(x) for x in (args.lengths or ("400" if args.quick else
+    lengths = [int(x) for x in (args.lengths or ("1000" if args.quick else
                                                  ("1000,2000,6000" if not args.base_url else "2000,8000,32000"))).split(",")]
     n_tasks = 10 if args.quick else args.tasks
-    kinds = [k for k in args.kinds.split(",") if k]
+    kinds = ["counting"] if args.quick else [k for k in args.kinds.split(",") if k]
+    per_log = max(1, args.questions_per_log)
+    t_start = time.perf_counter()
     cells = []
     for kind in kinds:
         for length in lengths:
             res: dict[str, list[dict]] = {a: [] for a in ARMS}
             ctx_tokens = []
-            for i in range(n_tasks):
-                task = make_task(kind, 1000 * length + i, length, count)
-                ctx_tokens.append(count(task.log))
-                for arm in ARMS:
-                    res[arm].append(ask(backend, task, arm))
+            for g in range(0, n_tasks, per_log):
+                for task in make_tasks(kind, 1000 * length + g, length, count, min(per_log, n_tasks - g)):
+                    ctx_tokens.append(count(task.log))
+                    for arm in ARMS:
+                        res[arm].append(ask(backend, task, arm))
             for arm in ARMS:
                 rs = res[arm]
                 cells.append({"task": kind, "context_tokens": int(statistics.median(ctx_tokens)), "arm": arm,
@@ -209,12 +239,15 @@ def main() -> None:
                               "median_latency_ms": median(r["latency_ms"] for r in rs)})
             acc = {c["arm"]: c["accuracy"] for c in cells[-4:]}
             console.print(f"[dim]{kind} @ ~{length} tokens: " + " · ".join(f"{a} {acc[a]:.0%}" for a in ARMS) + "[/]")
-    console.print(table(f"context_distillation · {backend.name} · {backend.model} · {n_tasks} tasks per cell",
+    wall = time.perf_counter() - t_start
+    console.print(table(f"context_distillation · {backend.name} · {backend.model} · {n_tasks} tasks per cell "
+                        f"({per_log} per log) · {wall:.0f} s",
                         ["task", "context tok", "arm", "n", "accuracy", "median prompt tok", "median out tok",
                          "median latency ms"],
                         [[c["task"], c["context_tokens"], c["arm"], c["n"], c["accuracy"], c["median_prompt_tokens"],
                           c["median_output_tokens"], c["median_latency_ms"]] for c in cells]))
-    save(args, {"backend": backend.name, "model": backend.model, "tasks_per_cell": n_tasks, "cells": cells,
+    save(args, {"backend": backend.name, "model": backend.model, "tasks_per_cell": n_tasks,
+                "questions_per_log": per_log, "wall_s": round(wall, 1), "cells": cells,
                 "machine": machine()})
 
 

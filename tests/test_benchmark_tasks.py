@@ -80,3 +80,21 @@ def test_kv_modes_render_as_described():
 
     assert reg.execute(call("get_customer", {"customer_id": "C-77812"})).ok
     assert not reg.execute(call("get_customer", {"customer_id": "C-1"})).ok
+
+
+@pytest.mark.parametrize("kind", cd.KINDS)
+def test_questions_share_one_log_and_stay_right(kind):
+    tasks = cd.make_tasks(kind, 3, 1000, est, questions=5)
+    assert len(tasks) == 5 and len({t.log for t in tasks}) == 1
+    assert len({t.question for t in tasks}) == 5          # distinct questions over one log
+    for t in tasks:
+        if kind == "limit_rule":
+            m, d = re.search(r"May I call (\w+) (\w+) again", t.question).groups()
+            n = t.log.count(f"phoned {m} {d},")
+            assert t.answer == ("yes" if n < cd.LIMIT else "no") and 1 <= n <= 4
+        elif kind == "counting":
+            size, color, animal = re.match(r"How many (\w+) (\w+) (\w+)s", t.question).groups()
+            assert t.status[f"count.{size}_{color}_{animal}"] == str(t.answer)
+        else:
+            item = re.match(r"Where is the (.+) now", t.question).group(1)
+            assert t.status[f"location.{item.replace(' ', '_')}"] == t.answer

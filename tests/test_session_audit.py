@@ -54,11 +54,11 @@ def test_recorded_compaction_is_reported_as_compaction_not_edit(store):
     s = Session.start(Prefix.build("sys"), store=store)
     a = Agent(s, ScriptedBackend(["a", "b"]), default_tools(), AgentConfig())
     a.run("q1")
-    s.append("compaction", {"layer": "test", "note": "older part shown differently from here"})
-    # simulate the view change a compaction causes: the earlier user turn is rewritten
-    s.view_transforms.append(lambda sess, msgs: [Message(role="user", content="[summary] q1"), *msgs[1:]])
+    first_user = next(ev.seq for ev in s.events if ev.kind == "user")
+    s.add_compaction("test", replace={first_user: "[summary] q1"})
     r = a.run("q2")
     assert r.calls[-1].cause == "compaction"
+    assert r.calls[-1].reusable_tokens is not None
 
 
 def test_edit_without_a_compaction_event_is_history_edited(store):

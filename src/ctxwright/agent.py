@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from .audit import Auditor
+from .compaction import CompactionReport, CompressionConfig, ContextManager
+from .compaction.retrieval import ResultReader
 from .audit_session import audit_record, audit_request, past_requests
 from .backends.base import Backend, Completion, ToolChoice
 from .errors import BackendError
@@ -52,6 +54,9 @@ class AgentConfig:
     temperature: float | None = 0.0
     #: side-channel timestamps: "[YYYY-MM-DD HH:MM:SS] " before user and tool contents
     timestamps: bool = False
+    #: the compression layers (budget, noise, clearing, trim); ``None`` or ``enabled=False``
+    #: sends the trajectory as recorded, with only the plain ``max_result_chars`` cap
+    compression: CompressionConfig | None = field(default_factory=CompressionConfig)
 
 
 @dataclass
@@ -69,6 +74,9 @@ class CallReport:
     reusable_tokens: int | None = None
     cause: str | None = None
     divergence: str | None = None
+    #: ctxwright's own time for this turn (status, layers, render, count, audit, store), not the model's
+    overhead_ms: float | None = None
+    compactions: list[CompactionReport] = field(default_factory=list)
 
 
 @dataclass
@@ -99,6 +107,15 @@ class Agent:
         self.auditor = Auditor(self.counter)
         for past in past_requests(session):  # a resumed session: audit against what it sent before
             self.auditor.add(past)
+        self.context: ContextManager | None = None
+        cfg = self.config.compression
+        if cfg is not None and cfg.enabled:
+            self.context = ContextManager.for_backend(cfg, self.counter, backend)
+            reader = _reader_in(tools)
+            if reader is not None:  # the registry's read_result tool pages this session's results
+                self.context.reader = reader
+            self.context.bind(session)
+        self._carry_ms = 0.0  # overhead spent on tool results, charged to the next call
 
     # -- one model call ----------------------------------------------------------------
     def _stamp(self, text: str) -> str:
@@ -108,19 +125,27 @@ class Agent:
 
     def _call_model(self, tool_choice: ToolChoice, iteration: int = 1) -> tuple[Completion, CallReport]:
         s = self.session
+        t0 = time.perf_counter()
         if self.status is not None:
             status_msg = self.status.record(s, iteration=iteration, tokens_used=self.tokens_used,
                                             count=self.counter.count)
             self.on_event("status", {"content": status_msg.content})
+        compactions: list[CompactionReport] = []
+        if self.context is not None:  # may raise ContextWindowExceeded: nothing fits, nothing sent
+            compactions = self.context.before_call(s, s.call_count)
+            for c in compactions:
+                self.on_event("compaction", {"report": c})
         request = s.build_request(tool_choice=tool_choice, max_tokens=self.config.max_tokens,
                                   temperature=self.config.temperature)
         ledger = build_ledger(self.counter, s.prefix.canonical(), list(request.messages[1:]))
         self.on_event("request", {"index": s.call_count, "messages": len(request.messages)})
+        pre_ms = (time.perf_counter() - t0) * 1000
         try:
             completion = self.backend.complete(request)
         except BackendError as exc:
             s.record_call(request, None, ledger=ledger.to_dict(), error=f"{type(exc).__name__}: {exc}")
             raise
+        t1 = time.perf_counter()
         u = completion.usage
         self.tokens_used += (u.prompt_tokens or 0) + (u.completion_tokens or 0)
         row = self.auditor.add(audit_request(request, u, marker=s.marker_since_last_call()))
@@ -129,8 +154,10 @@ class Agent:
         report = CallReport(idx, u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.prefill_ms,
                             u.decode_ms, ledger, len(completion.message.tool_calls),
                             reusable_tokens=row.reusable_prefix_tokens, cause=row.cause,
-                            divergence=audit.get("where"))
+                            divergence=audit.get("where"), compactions=compactions)
         s.add_assistant(completion.message, u, call_index=idx, finish_reason=completion.finish_reason)
+        report.overhead_ms = round(pre_ms + (time.perf_counter() - t1) * 1000 + self._carry_ms, 3)
+        self._carry_ms = 0.0
         return completion, report
 
     # -- tools ---------------------------------------------------------------------------
@@ -194,14 +221,29 @@ class Agent:
                 return RunResult(msg.content or "", "final_answer", it, reports)
             rounds += 1
             outcomes = self._run_tools(msg.tool_calls)
+            t_res = time.perf_counter()
             for call, out in zip(msg.tool_calls, outcomes):
-                content = self._stamp(self._cap(out.content))
+                extra: dict[str, Any] = {}
+                if self.context is not None:  # layer 1 (budget, offload) and repeats, decided once
+                    body, extra = self.context.process_result(call.name, call.id, out.content, out.ok)
+                else:
+                    body = self._cap(out.content)
+                content = self._stamp(body)
                 s.add_tool_result(call.id, content, tool_name=call.name, ok=out.ok,
-                                  elapsed_ms=round(out.elapsed_ms, 3), error_type=out.error_type)
+                                  elapsed_ms=round(out.elapsed_ms, 3), error_type=out.error_type, **extra)
                 self.on_event("tool", {"call": call, "content": content, "ok": out.ok,
                                        "elapsed_ms": out.elapsed_ms})
+            del outcomes, out  # the tools' full outputs: offloaded or recorded by now, not kept twice
+            self._carry_ms += (time.perf_counter() - t_res) * 1000
         self.on_event("stop", {"reason": "max_iterations"})
         return RunResult(None, "max_iterations", self.config.max_iterations, reports)
+
+
+def _reader_in(tools: ToolRegistry) -> ResultReader | None:
+    if "read_result" not in tools:
+        return None
+    owner = getattr(tools.get("read_result").func, "__self__", None)
+    return owner if isinstance(owner, ResultReader) else None
 
 
 def _counter_for(backend: Backend) -> TokenCounter:

@@ -67,6 +67,7 @@ class Session:
         self.call_count = 0
         self._append_lock = threading.Lock()
         self._message_cache: list[Message] = []
+        self._message_seqs: list[int] = []
         self._cached_upto = 0
 
     # The prefix has no setter: replacing it mid-session is the cache-breaking mistake.
@@ -138,12 +139,34 @@ class Session:
 
     # -- rendering ---------------------------------------------------------------------
     def base_messages(self) -> list[Message]:
-        """The trajectory as recorded (no transforms), decoded once per event."""
-        for ev in self.events[self._cached_upto:]:
-            if ev.kind in MESSAGE_KINDS:
-                self._message_cache.append(Message.from_wire(ev.payload["message"]))
+        """The trajectory as recorded, with every recorded ``compaction`` event applied.
+
+        A compaction event never edits an earlier event; it says how the view shows them
+        from now on: ``replace`` (event seq -> new content), ``drop`` (event seqs removed
+        whole) and ``note`` (a user message inserted where the dropped span began). Applying
+        the same stored events always gives the same bytes, so a resumed session renders
+        exactly what it sent before. Decoded incrementally; a compaction rebuilds the view.
+        """
+        new = self.events[self._cached_upto:]
+        if any(ev.kind == "compaction" for ev in new):
+            self._message_cache, self._message_seqs = _render_events(self.events)
+        else:
+            for ev in new:
+                if ev.kind in MESSAGE_KINDS:
+                    self._message_cache.append(Message.from_wire(ev.payload["message"]))
+                    self._message_seqs.append(ev.seq)
         self._cached_upto = len(self.events)
         return list(self._message_cache)
+
+    def base_entries(self) -> list[tuple[int | None, Message]]:
+        """``(event seq, message)`` pairs of :meth:`base_messages`; ``None`` for an inserted note."""
+        msgs = self.base_messages()
+        return list(zip(self._message_seqs, msgs))
+
+    def recorded_messages(self) -> list[tuple[int, Message]]:
+        """Every message event as recorded, no compaction applied: what the store keeps."""
+        return [(ev.seq, Message.from_wire(ev.payload["message"])) for ev in self.events
+                if ev.kind in MESSAGE_KINDS]
 
     def trajectory(self) -> list[Message]:
         """The trajectory as it will be sent: base messages with every view transform applied."""
@@ -174,6 +197,16 @@ class Session:
                 marker = marker or "status_replaced"
         return marker
 
+    def add_compaction(self, layer: str, *, replace: dict[int, str] | None = None,
+                       drop: Iterable[int] = (), note: tuple[int, str] | None = None,
+                       **info: Any) -> Event:
+        """Record one compaction: how the view shows earlier events from now on."""
+        payload: dict[str, Any] = {"layer": layer, "replace": {str(k): v for k, v in (replace or {}).items()},
+                                   "drop": sorted(drop), **info}
+        if note is not None:
+            payload["note"] = {"before_seq": note[0], "text": note[1]}
+        return self.append("compaction", payload)
+
     # -- calls -------------------------------------------------------------------------
     def record_call(self, request: ChatRequest, usage: Usage | None, *, ledger: dict[str, Any] | None = None,
                     audit: dict[str, Any] | None = None, error: str | None = None) -> int:
@@ -190,3 +223,40 @@ class Session:
                 "prefill_ms": u.prefill_ms, "decode_ms": u.decode_ms, "usage": u.to_dict(),
                 "ledger": ledger, "audit": audit, "error": error})
         return idx
+
+
+def _render_events(events: list[Event]) -> tuple[list[Message], list[int | None]]:
+    """Message events with every compaction applied, in order (later compactions win)."""
+    replace: dict[int, str] = {}
+    drop: set[int] = set()
+    notes: dict[int, str] = {}
+    for ev in events:
+        if ev.kind == "compaction":
+            replace.update({int(k): v for k, v in (ev.payload.get("replace") or {}).items()})
+            drop.update(ev.payload.get("drop") or ())
+            note = ev.payload.get("note")
+            if note:  # one note stands for every removal so far: the newest replaces the others
+                notes = {int(note["before_seq"]): note["text"]}
+    msgs: list[Message] = []
+    seqs: list[int | None] = []
+    for ev in events:
+        if ev.kind not in MESSAGE_KINDS:
+            continue
+        if ev.seq in notes:
+            msgs.append(Message(role="user", content=notes[ev.seq]))
+            seqs.append(None)
+        if ev.seq in drop:
+            continue
+        m = Message.from_wire(ev.payload["message"])
+        if ev.seq in replace:
+            m = replace_content(m, replace[ev.seq])
+        msgs.append(m)
+        seqs.append(ev.seq)
+    return msgs, seqs
+
+
+def replace_content(m: Message, content: str) -> Message:
+    """``m`` with new content; every pairing field (role, ids, tool calls) kept."""
+    from dataclasses import replace as dc_replace
+
+    return dc_replace(m, content=content)

@@ -324,6 +324,11 @@ class EmbeddedBackend:
             return Message(role="assistant", content=str(data["answer"]))
         return Message(role="assistant", content=text)
 
+    @property
+    def context_window(self) -> int:
+        """The window the compression layers plan for: the ``n_ctx`` this model was loaded with."""
+        return self.n_ctx
+
     def reset_cache(self) -> None:
         """Forget the KV state and the reuse history: the next call starts cold."""
         self.llm.reset()

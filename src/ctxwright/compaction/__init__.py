@@ -1,0 +1,21 @@
+"""Compression without an LLM, cheapest layer first, and the invariants every layer keeps.
+
+One module per rule or layer:
+
+* invariants -- :mod:`.pairing`, :mod:`.batches`, :mod:`.reasoning_loops`, :mod:`.pinned`,
+  combined in :mod:`.cutpoints` (where a span may be cut) and :mod:`.check` (what a view
+  must satisfy);
+* layer 1 -- :mod:`.budget` (a cap per tool result) with :mod:`.offload` (the full text on
+  disk) and :mod:`.retrieval` (the ``read_result`` tool that pages it back);
+* layer 2 -- :mod:`.noise` (repeated and unused results become one-line markers);
+* layer 3 -- :mod:`.clearing` (old results beyond the newest K become placeholders);
+* last resort -- :mod:`.trim` (drop the oldest whole units when nothing else fits);
+* :mod:`.manager` runs them in order before each model call, by :class:`CompressionConfig`.
+
+Every layer records a ``compaction`` event; nothing already stored is ever edited.
+"""
+
+from .config import CompressionConfig
+from .manager import CompactionReport, ContextManager
+
+__all__ = ["CompressionConfig", "ContextManager", "CompactionReport"]

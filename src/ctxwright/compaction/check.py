@@ -1,0 +1,14 @@
+"""Every invariant at once, for tests, benchmarks and a debug assertion before each call."""
+
+from __future__ import annotations
+
+from ..messages import Message
+from .pairing import pairing_violations
+from .pinned import pinned_violations
+from .reasoning_loops import reasoning_violations
+
+
+def violations(recorded: list[Message], view: list[Message]) -> list[str]:
+    """What is wrong with ``view`` (the trajectory to send, system message excluded) given
+    the ``recorded`` trajectory it was rendered from. Empty: the request is valid."""
+    return [*pairing_violations(view), *reasoning_violations(view), *pinned_violations(recorded, view)]

@@ -1,0 +1,41 @@
+"""Layer 3, clearing: old tool results beyond the newest K become placeholders.
+
+Why: a result's value decays fast -- the model used it in the next step or two -- while
+its tokens stay in every later request (context rot). Clearing keeps the system prompt,
+the first user message, every assistant turn and the newest K results, and replaces the
+older results' contents only (so every tool call stays answered). It runs in batches at a
+trigger share of the window (manager.py), never every turn: each clearing rewrites bytes
+the provider has cached, and the audit counts that cost as a ``compaction``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from ..messages import Message
+
+
+def placeholder(tool_name: str, result_id: str, tokens: int) -> str:
+    return (f"[ctxwright: an older {tool_name} result ({tokens:,} tokens) was cleared to free context; "
+            f"read_result(result_id=\"{result_id}\") shows it again]")
+
+
+def clear_old_results(entries: Iterable[tuple[int | None, Message]], meta: dict[int, dict], keep_recent: int,
+                      min_tokens: int, count: Callable[[str], int], already: set[int]) -> dict[int, str]:
+    """Event seq -> placeholder for every result older than the newest ``keep_recent``."""
+    results = [(seq, m) for seq, m in entries if m.role == "tool" and seq is not None]
+    old = results[:max(0, len(results) - keep_recent)]
+    out: dict[int, str] = {}
+    for seq, m in old:
+        if seq in already:
+            continue
+        content = m.content or ""
+        if len(content) < min_tokens:  # cheap pre-check: shorter in chars than the floor in tokens
+            continue
+        tokens = count(content)
+        if tokens < min_tokens:
+            continue
+        info = meta.get(seq) or {}
+        out[seq] = placeholder(info.get("tool_name") or "tool", info.get("result_id") or m.tool_call_id or str(seq),
+                               tokens)
+    return out

@@ -1,0 +1,59 @@
+"""The one config object of the compression layers; every default is documented here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class CompressionConfig:
+    """Settings of the layers that need no LLM.
+
+    Token counts are the session's counter's (the backend's tokenizer when it has one).
+    """
+
+    #: Master switch; off means the loop sends the trajectory as recorded (still refusing a
+    #: request that cannot fit, with a clear error).
+    enabled: bool = True
+    #: The model's context window in tokens; ``None``: the backend's own (``n_ctx`` on the
+    #: embedded model) or 128,000 for a served model that does not say.
+    window_tokens: int | None = None
+    #: Tokens kept free for the reply; the *effective* window is window - reserve.
+    reserve_output_tokens: int = 512
+
+    # -- layer 1: tool-result budget ---------------------------------------------------
+    #: Cap per tool result in tokens (seeds: 25,000). Per tool overrides in ``per_tool_cap``.
+    result_cap_tokens: int = 25_000
+    per_tool_cap: dict[str, int] = field(default_factory=dict)
+    #: A single result may never take more than this share of the effective window, whatever
+    #: the cap says -- on an 8K model a 25K cap would let one result overflow the window.
+    max_result_share: float = 0.25
+    #: Characters of the head and of the tail shown in an offloaded result's preview.
+    preview_head_chars: int = 1_200
+    preview_tail_chars: int = 400
+    #: Where offloaded results go: ``<results_dir>/<session id>/``. ``None``: a
+    #: ``ctxwright-results`` folder next to the database (a temporary one without a store).
+    results_dir: Path | None = None
+
+    # -- layer 2: noise ----------------------------------------------------------------
+    #: A new result identical to an earlier one of the same tool becomes a one-line pointer.
+    dedupe: bool = True
+    #: At a trigger, results that no later step used become one-line markers (rule in noise.py).
+    drop_unused: bool = True
+    #: A result counts as unused only after this many later assistant turns ignored it.
+    unused_after_turns: int = 3
+
+    # -- layer 3: clearing ------------------------------------------------------------
+    #: Run the layers when the request passes this share of the effective window (seeds: 0.55).
+    trigger_ratio: float = 0.55
+    #: Clearing keeps the newest K tool results as they are.
+    keep_recent_results: int = 4
+    #: Results shorter than this (in tokens) are not worth a placeholder.
+    min_clear_tokens: int = 64
+    #: At least this many model calls between two compactions: batches, never every turn.
+    min_calls_between: int = 3
+
+    def cap_for(self, tool_name: str, effective_window: int) -> int:
+        cap = self.per_tool_cap.get(tool_name, self.result_cap_tokens)
+        return max(64, min(cap, int(effective_window * self.max_result_share)))

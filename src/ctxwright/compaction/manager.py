@@ -1,0 +1,224 @@
+"""Runs the layers, cheapest first, before each model call.
+
+Order and why:
+
+1. the tool-result budget and repeat markers apply when a result is *recorded* (never
+   sent yet, so free for the cache);
+2. when the request passes ``trigger_ratio`` of the effective window: unused-result
+   markers (noise), then -- if still over -- clearing of old results; one ``compaction``
+   event per layer that changed something, at most once every ``min_calls_between`` calls;
+3. if the request is still over the effective window itself: trim (drop the oldest whole
+   units), whatever the spacing;
+4. if it cannot fit at all (the system prompt and first user message alone are too big):
+   :class:`~ctxwright.errors.ContextWindowExceeded` with what to do, before any request.
+
+The newest user message, pending tool results and the status bar are never touched: the
+layers only rewrite what the model has already seen.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ContextWindowExceeded
+from ..messages import Message, canonical_json
+from ..tokens import TokenCounter
+from .budget import apply_budget, text_sha256
+from .check import violations
+from .clearing import clear_old_results
+from .config import CompressionConfig
+from .noise import repeat_marker, unused_results
+from .offload import ResultFiles
+from .retrieval import ResultReader
+from .trim import note_text, plan_trim
+
+if TYPE_CHECKING:
+    from ..session import Session
+
+#: Per-message framing tokens a chat template adds (role markers); an upper estimate.
+PER_MESSAGE_OVERHEAD = 4
+DEFAULT_SERVED_WINDOW = 128_000
+
+
+@dataclass
+class CompactionReport:
+    """One layer's effect before one call: what it changed and what the request shrank by."""
+
+    layer: str
+    messages_changed: int
+    tokens_before: int
+    tokens_after: int
+    event_seq: int
+
+
+@dataclass
+class ContextManager:
+    """The layers of one session, configured by :class:`CompressionConfig`."""
+
+    config: CompressionConfig
+    counter: TokenCounter
+    window_tokens: int
+    reader: ResultReader = field(default_factory=ResultReader)
+    files: ResultFiles | None = None
+    _session: "Session | None" = None
+    _seen: dict[str, str] = field(default_factory=dict)    # (tool, sha256) -> result_id
+    _ids: set[str] = field(default_factory=set)
+    _last_compaction_call: int = -10**9
+    _msg_tokens: dict[Message, int] = field(default_factory=dict)
+
+    @classmethod
+    def for_backend(cls, config: CompressionConfig, counter: TokenCounter, backend: Any) -> "ContextManager":
+        window = config.window_tokens or getattr(backend, "context_window", None) or DEFAULT_SERVED_WINDOW
+        return cls(config, counter, int(window))
+
+    @property
+    def effective_window(self) -> int:
+        return max(256, self.window_tokens - self.config.reserve_output_tokens)
+
+    # -- binding -------------------------------------------------------------------------
+    def bind(self, session: "Session") -> None:
+        """Attach to a session (new or resumed): its offload folder and what it recorded."""
+        self._session = session
+        base = self.config.results_dir
+        if base is None:
+            store_path = getattr(getattr(session, "store", None), "path", None)
+            if store_path is not None and str(store_path) != ":memory:":
+                base = Path(store_path).parent / "ctxwright-results"
+            else:
+                base = Path(tempfile.gettempdir()) / "ctxwright-results"
+        self.files = ResultFiles(Path(base) / session.id)
+        self.reader.bind(session, self.files)
+        for ev in session.events:
+            if ev.kind == "tool":
+                rid = ev.payload.get("result_id")
+                if rid:
+                    self._ids.add(rid)
+                    if ev.payload.get("sha256"):
+                        self._seen.setdefault(f"{ev.payload.get('tool_name')}:{ev.payload['sha256']}", rid)
+            elif ev.kind == "compaction" and ev.payload.get("layer") in ("noise", "clearing"):
+                self._last_compaction_call = int(ev.payload.get("call_index", self._last_compaction_call))
+
+    # -- layer 1 and repeats, at record time ------------------------------------------------
+    def _new_id(self, tool_call_id: str) -> str:
+        rid = tool_call_id or "result"
+        k = 1
+        while rid in self._ids:
+            k += 1
+            rid = f"{tool_call_id}~{k}"
+        self._ids.add(rid)
+        return rid
+
+    def process_result(self, tool_name: str, tool_call_id: str, text: str, ok: bool) -> tuple[str, dict[str, Any]]:
+        """The content to record for one result, and the payload fields that describe it."""
+        assert self.files is not None, "bind() the manager to a session first"
+        rid = self._new_id(tool_call_id)
+        cap = self.config.cap_for(tool_name, self.effective_window)
+        res = apply_budget(text, tool_name=tool_name, result_id=rid, cap_tokens=cap, count=self.counter.count,
+                           files=self.files, head_chars=self.config.preview_head_chars,
+                           tail_chars=self.config.preview_tail_chars)
+        if self.config.dedupe and ok and len(text) >= 200:
+            digest = res.info.get("sha256") or text_sha256(text)
+            res.info["sha256"] = digest
+            key = f"{tool_name}:{digest}"
+            earlier = self._seen.get(key)
+            if earlier is not None:
+                res.info["repeat_of"] = earlier
+                return repeat_marker(tool_name, earlier), res.info
+            self._seen[key] = rid
+        return res.content, res.info
+
+    # -- measuring --------------------------------------------------------------------------
+    def _tokens_of(self, m: Message) -> int:
+        n = self._msg_tokens.get(m)
+        if n is None:
+            n = self.counter.count(canonical_json(m.to_wire())) + PER_MESSAGE_OVERHEAD
+            if len(self._msg_tokens) > 50_000:
+                self._msg_tokens.clear()
+            self._msg_tokens[m] = n
+        return n
+
+    def request_tokens(self, session: "Session") -> int:
+        return (self.counter.count(session.prefix.canonical())
+                + sum(self._tokens_of(m) for m in session.trajectory()))
+
+    # -- before each call -----------------------------------------------------------------
+    def before_call(self, session: "Session", call_index: int) -> list[CompactionReport]:
+        """Apply whatever layers the request's size calls for; returns what each did."""
+        if not self.config.enabled:
+            return []
+        reports: list[CompactionReport] = []
+        tokens = self.request_tokens(session)
+        spaced = call_index - self._last_compaction_call >= self.config.min_calls_between
+        if tokens > self.config.trigger_ratio * self.effective_window and spaced:
+            meta = {ev.seq: ev.payload for ev in session.events if ev.kind == "tool"}
+            protected = self._protected(session)
+            if self.config.drop_unused:
+                tokens = self._layer(session, "noise", call_index, tokens, reports, lambda entries, done: unused_results(
+                    entries, meta, self.config.unused_after_turns, done | protected))
+            if tokens > self.config.trigger_ratio * self.effective_window:
+                tokens = self._layer(session, "clearing", call_index, tokens, reports,
+                                     lambda entries, done: clear_old_results(
+                                         entries, meta, self.config.keep_recent_results, self.config.min_clear_tokens,
+                                         self.counter.count, done | protected))
+        if tokens > self.effective_window:
+            tokens = self._trim(session, call_index, tokens, reports)
+        if tokens > self.effective_window:
+            raise ContextWindowExceeded(
+                f"the request needs about {tokens:,} tokens but the effective window is {self.effective_window:,} "
+                f"({self.window_tokens:,} minus {self.config.reserve_output_tokens:,} for the reply), and nothing "
+                "more can be removed: the system prompt, tool definitions, first user message and newest turn "
+                "alone are too big. Shorten the task message, use fewer tools, or a model with a larger window. "
+                "Every event so far is saved.")
+        return reports
+
+    def _protected(self, session: "Session") -> set[int]:
+        """Results the model has not answered yet (after the last assistant turn) stay as they are."""
+        out: set[int] = set()
+        for ev in reversed(session.events):
+            if ev.kind == "assistant":
+                break
+            if ev.kind == "tool":
+                out.add(ev.seq)
+        return out
+
+    def _replaced_already(self, session: "Session") -> set[int]:
+        done: set[int] = set()
+        for ev in session.events:
+            if ev.kind == "compaction":
+                done.update(int(k) for k in (ev.payload.get("replace") or {}))
+        return done
+
+    def _layer(self, session: "Session", name: str, call_index: int, tokens: int,
+               reports: list[CompactionReport], plan) -> int:
+        replace = plan(session.base_entries(), self._replaced_already(session))
+        if not replace:
+            return tokens
+        ev = session.add_compaction(name, replace=replace, call_index=call_index, tokens_before=tokens)
+        after = self.request_tokens(session)
+        reports.append(CompactionReport(name, len(replace), tokens, after, ev.seq))
+        self._last_compaction_call = call_index
+        self._check(session)
+        return after
+
+    def _trim(self, session: "Session", call_index: int, tokens: int, reports: list[CompactionReport]) -> int:
+        entries = session.base_entries()
+        kinds = {ev.seq: ev.kind for ev in session.events}
+        drop, first = plan_trim(entries, self._tokens_of, tokens - self.effective_window, kinds)
+        if not drop or first is None:
+            return tokens
+        total = len(drop) + sum(len(ev.payload.get("drop") or ()) for ev in session.events if ev.kind == "compaction")
+        ev = session.add_compaction("trim", drop=drop, note=(first, note_text(total)), call_index=call_index,
+                                    tokens_before=tokens)
+        after = self.request_tokens(session)
+        reports.append(CompactionReport("trim", len(drop), tokens, after, ev.seq))
+        self._check(session)
+        return after
+
+    def _check(self, session: "Session") -> None:
+        """A layer that broke an invariant is a bug in ctxwright; fail before sending."""
+        bad = violations([m for _, m in session.recorded_messages()], session.trajectory())
+        if bad:
+            raise AssertionError("ctxwright compaction produced an invalid context: " + "; ".join(bad))
