@@ -101,3 +101,33 @@ def test_unknown_resume_id_is_clear(tmp_path, capsys):
 def test_openai_backend_needs_model(tmp_path, capsys):
     assert main(["--db", str(tmp_path / "c.db"), "run", "--backend", "openai", "hi"]) == 2
     assert "--model" in capsys.readouterr().err
+
+
+def test_run_offloads_a_big_file_and_pages_it_back(tmp_path, capsys):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "big.log").write_text("".join(f"event {i:05d} ok\n" for i in range(20_000)))
+    db = tmp_path / "c.db"
+    with F([F.reply_tool_calls([("r1", "read_file", '{"path":"big.log"}')]),
+            F.reply_tool_calls([("p1", "read_result", '{"result_id":"r1","offset":1200,"limit":32}')]),
+            F.reply_text("The log has 20,000 events.")]) as srv:
+        assert _run(db, srv.url, "--workspace", str(ws), "--window", "8192", "--no-delegate",
+                    "How many events are in big.log?") == 0
+        out = capsys.readouterr().out
+        assert "final_answer" in out
+        second, third = srv.requests[1], srv.requests[2]
+    preview = next(m for m in second["messages"] if m["role"] == "tool")["content"]
+    assert 'saved in full as result_id "r1"' in preview and len(preview) < 3000
+    page = next(m for m in third["messages"] if m.get("tool_call_id") == "p1")["content"]
+    assert page.startswith("[result r1: characters 1,200-1,232 of ") and "event 00" in page
+    assert "read_result" in [t["function"]["name"] for t in srv.requests[0]["tools"]]
+    sid = Store(db).list_sessions()[0]["id"]
+    assert (db.parent / "ctxwright-results" / sid / "r1.txt").exists()
+
+
+def test_no_compression_switch_keeps_results_whole(tmp_path, capsys):
+    db = tmp_path / "c.db"
+    with F([F.reply_text("hi")]) as srv:
+        assert _run(db, srv.url, "--no-compression", "--no-delegate", "hello") == 0
+        names = [t["function"]["name"] for t in srv.requests[0]["tools"]]
+    assert "read_result" not in names and "delegate" not in names

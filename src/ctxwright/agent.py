@@ -21,6 +21,7 @@ from typing import Any, Callable, Literal
 
 from .audit import Auditor
 from .compaction import CompactionReport, CompressionConfig, ContextManager
+from .compaction.budget import sanitize
 from .compaction.retrieval import ResultReader
 from .audit_session import audit_record, audit_request, past_requests
 from .backends.base import Backend, Completion, ToolChoice
@@ -226,8 +227,8 @@ class Agent:
                 extra: dict[str, Any] = {}
                 if self.context is not None:  # layer 1 (budget, offload) and repeats, decided once
                     body, extra = self.context.process_result(call.name, call.id, out.content, out.ok)
-                else:
-                    body = self._cap(out.content)
+                else:  # still never record text that is not valid UTF-8 (no provider accepts it)
+                    body = self._cap(sanitize(out.content)[0])
                 content = self._stamp(body)
                 s.add_tool_result(call.id, content, tool_name=call.name, ok=out.ok,
                                   elapsed_ms=round(out.elapsed_ms, 3), error_type=out.error_type, **extra)

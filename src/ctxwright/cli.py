@@ -50,7 +50,8 @@ def make_backend(args: argparse.Namespace):
 
         if not args.model:
             raise CtxwrightError("--backend openai needs --model NAME (the served model's name)")
-        return OpenAIBackend(model=args.model, base_url=args.base_url, api_key_env=args.api_key_env)
+        return OpenAIBackend(model=args.model, base_url=args.base_url, api_key_env=args.api_key_env,
+                             context_window=args.window)
     raise CtxwrightError(f"unknown backend {args.backend!r}: use embedded or openai")
 
 
@@ -76,6 +77,10 @@ def _print_event(kind: str, data: dict[str, Any]) -> None:
         short = content if len(content) <= 300 else content[:300] + f"… ({len(content):,} chars)"
         tag = "result" if data["ok"] else "[red]error[/]"
         console.print(f"[bold]{tag}[/] {data['call'].name} [dim]{data['elapsed_ms']:.0f} ms[/]  {short}")
+    elif kind == "compaction":
+        c = data["report"]
+        console.print(f"[bold blue]compaction[/] {c.layer}: {c.messages_changed} message(s) · request "
+                      f"{c.tokens_before:,} → {c.tokens_after:,} tokens [dim](event #{c.event_seq})[/]")
     elif kind == "status":
         body = data["content"].replace("<agent_status>\n", "").replace("\n</agent_status>", "")
         console.print("[dim]status  " + body.replace("\n", " · ") + "[/]")
@@ -105,6 +110,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .session import Session
     from .tools.builtin import default_tools
 
+    from .compaction import CompressionConfig
+    from .compaction.retrieval import ResultReader
+    from .delegate import Delegator
     from .status import OPERATING_MANUAL, StatusBar, StatusConfig
     from .todo import TodoList
 
@@ -120,6 +128,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if use_todo:
         for t in todo.tools():
             tools.register(t)
+    compression = None if args.no_compression else CompressionConfig(
+        window_tokens=args.window, result_cap_tokens=args.result_cap, trigger_ratio=args.clear_at,
+        keep_recent_results=args.keep_results)
+    if compression is not None:  # offloaded and cleared results are paged back with read_result
+        tools.register(ResultReader().tool())
+    use_delegate = args.delegate if args.delegate is not None else args.backend != "embedded"
+    delegator = None
+    if use_delegate:
+        delegator = Delegator(on_event=lambda kind, data: _print_event(kind, data) if kind in ("tool", "assistant")
+                              else None)
+        tools.register(delegator.tool())
     if args.resume:
         session = Session.resume(store, args.resume)
         missing = [n for n in session.prefix.tool_names() if n not in tools]
@@ -144,7 +163,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         tool_rounds = 1  # the 135M model never decides on its own that it has enough facts
     config = AgentConfig(max_iterations=args.max_iterations, tool_timeout_s=args.tool_timeout,
                          tool_choice_first=first_choice, max_tool_rounds=tool_rounds,
-                         max_tokens=args.max_tokens, timestamps=args.timestamps)
+                         max_tokens=args.max_tokens, timestamps=args.timestamps, compression=compression)
     if use_todo:  # the list's changes are events of this session, rebuilt on resume
         todo.bind(session)
     status = None
@@ -153,6 +172,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                                         alpha=0.0 if backend.name == "embedded" else args.cache_price_ratio),
                            todo=todo if use_todo else None, cwd=str(workspace or Path.cwd()))
     agent = Agent(session, backend, tools, config, on_event=_print_event, status=status)
+    if delegator is not None:
+        delegator.bind(agent)
     prompt = args.prompt or (None if args.resume else DEFAULT_PROMPT)
     if args.resume and not prompt:
         raise CtxwrightError("--resume needs a follow-up message: ctxwright run --resume ID \"follow-up\"")
@@ -245,6 +266,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--tool-choice-first", choices=["auto", "required", "none"],
                    help="tool_choice of the first call (embedded default: required)")
     r.add_argument("--workspace", help="give the agent read_file/list_dir confined to this folder")
+    comp = r.add_argument_group("compression (layers without an LLM; see CompressionConfig)")
+    comp.add_argument("--no-compression", action="store_true",
+                      help="send the trajectory as recorded (a plain character cap per result only)")
+    comp.add_argument("--window", type=int, help="the model's context window in tokens (default: the embedded "
+                                                 "model's n_ctx; 128,000 for a served model)")
+    comp.add_argument("--result-cap", type=int, default=25_000,
+                      help="tokens per tool result before it is offloaded to disk (also at most 1/4 of the window)")
+    comp.add_argument("--clear-at", type=float, default=0.55,
+                      help="share of the window at which noise and clearing run (default 0.55)")
+    comp.add_argument("--keep-results", type=int, default=4, help="newest tool results clearing keeps")
+    dg = r.add_mutually_exclusive_group()
+    dg.add_argument("--delegate", dest="delegate", action="store_true", default=None,
+                    help="give the agent the delegate(task) sub-agent tool (default: on, except on the embedded "
+                         "model)")
+    dg.add_argument("--no-delegate", dest="delegate", action="store_false")
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("sessions", help="list stored sessions")

@@ -56,8 +56,12 @@ class OpenAIBackend:
         api_key_env: str = "OPENAI_API_KEY",
         timeout: float = 120.0,
         max_retries: int = 3,
+        context_window: int | None = None,
     ) -> None:
         self.model = model
+        #: the served model's window in tokens, if known (the API does not say); the
+        #: compression layers plan for it, else for 128,000
+        self.context_window = context_window
         self.timeout = timeout
         self.max_retries = max_retries
         self.api_key_env = api_key_env

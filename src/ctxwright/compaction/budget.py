@@ -35,16 +35,19 @@ class BudgetedResult:
 
 
 def sanitize(text: str) -> tuple[str, int]:
-    """Replace lone surrogates by U+FFFD; returns the text and how many were replaced."""
-    try:
-        text.encode("utf-8")
+    """Replace lone surrogates by U+FFFD; returns the text and how many were replaced.
+
+    Checked slice by slice so a valid 50 MB text is never encoded whole (no second copy)."""
+    for start in range(0, len(text), SLICE):
+        try:
+            text[start:start + SLICE].encode("utf-8")
+        except UnicodeEncodeError:
+            break
+    else:
         return text, 0
-    except UnicodeEncodeError:
-        pass
     bad = sum(1 for ch in text if 0xD800 <= ord(ch) <= 0xDFFF)
-    fixed = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace") \
-        if all(0xDC80 <= ord(ch) <= 0xDCFF for ch in text if 0xD800 <= ord(ch) <= 0xDFFF) \
-        else "".join("\ufffd" if 0xD800 <= ord(ch) <= 0xDFFF else ch for ch in text)
+    # bytes decoded with surrogateescape come back as U+DC80..U+DCFF: decode them properly
+    fixed = "".join("\ufffd" if 0xD800 <= ord(ch) <= 0xDFFF else ch for ch in text)
     return fixed, bad
 
 

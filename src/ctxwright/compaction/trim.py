@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..messages import Message
+from .batches import units
 from .cutpoints import removable_spans
 
 
@@ -33,7 +34,7 @@ def plan_trim(entries: list[tuple[int | None, Message]], tokens_of: Callable[[Me
     last_user = max((i for i, (seq, m) in enumerate(entries)
                      if m.role == "user" and seq is not None and kinds.get(seq) == "user"), default=0)
     last_batch = max((i for i, m in enumerate(msgs) if m.role == "assistant" and m.tool_calls), default=len(msgs))
-    keep_from = min(last_batch, len(msgs))
+    keep_from = min(last_batch, units(msgs)[-1][0] if msgs else 0)  # the newest unit always stays
     spans = [(a, b) for a, b in removable_spans(msgs) if b <= keep_from]
     older = [(a, b) for a, b in spans if b <= last_user]
     current = [(a, b) for a, b in spans if a > last_user]

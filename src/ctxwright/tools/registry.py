@@ -371,9 +371,12 @@ def _safe_str(value: object) -> str:
 
 
 def render_result(value: Any) -> str:
-    """Text for a tool's return value: str as is, else canonical JSON, else ``str()``."""
+    """Text for a tool's return value: str as is, bytes as UTF-8 (invalid bytes kept as
+    surrogate escapes for the budget layer to report), else canonical JSON, else ``str()``."""
     if isinstance(value, str):
         return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "surrogateescape")
     try:
         return canonical_json(value)
     except (TypeError, ValueError):

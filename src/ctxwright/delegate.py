@@ -1,0 +1,121 @@
+"""Sub-agent isolation: the ``delegate(task)`` tool runs a child agent and returns only its
+conclusion.
+
+Why isolation beats compression (seeds, 子 Agent): a side task's searches and dead ends
+would otherwise stay in the parent's context for the rest of the session. The child works
+in its own session and the parent sees one bounded tool result.
+
+Cache rule protected: the child's requests start with the parent's *exact* prefix bytes
+(same system prompt, same tool list, same order), so a provider's prefix cache serves the
+child from the parent's entry. The child therefore has the same tools in its prefix; it
+may not delegate again (that call gets a clear error), which bounds the depth at one.
+
+On the embedded backend the child runs on a second model object (``backend.fork()``) so
+the parent's llama.cpp KV state -- its prefilled prefix and trajectory -- survives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Callable
+
+from .session import Session
+from .tools.registry import Tool, ToolRegistry
+
+if TYPE_CHECKING:
+    from .agent import Agent, RunResult
+
+CHILD_TASK = ("You are a sub-agent working for another agent, which will see only your final reply. Do the task "
+              "below on your own with the tools you have. Then reply with a conclusion of at most {limit} "
+              "characters: the facts you found (with where they came from), and what you could not do.\n\n"
+              "Task: {task}")
+
+
+class Delegator:
+    """Owns the ``delegate`` tool; :meth:`bind` it to the parent agent once that exists."""
+
+    def __init__(self, *, max_conclusion_chars: int = 1_500, max_iterations: int = 8,
+                 timeout_s: float = 900.0, on_event: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+        self.max_conclusion_chars = max_conclusion_chars
+        self.max_iterations = max_iterations
+        self.timeout_s = timeout_s
+        self.on_event = on_event
+        self.parent: "Agent | None" = None
+        self._child_backend: Any = None
+        self.children: list[str] = []
+
+    def bind(self, parent: "Agent") -> None:
+        self.parent = parent
+
+    def _backend(self) -> Any:
+        assert self.parent is not None
+        if self._child_backend is None:
+            fork = getattr(self.parent.backend, "fork", None)
+            self._child_backend = fork() if callable(fork) else self.parent.backend
+        return self._child_backend
+
+    def _child_tools(self) -> ToolRegistry:
+        """The parent's tools, except that ``delegate`` refuses and ``read_result`` reads the
+        child's own results."""
+        from .compaction.retrieval import ResultReader
+
+        assert self.parent is not None
+        reg = ToolRegistry()
+        for t in self.parent.tools:
+            if t.name == "delegate":
+                reg.register(Tool.from_function(_refuse_nested, name="delegate", description=t.description))
+            elif t.name == "read_result":
+                reg.register(ResultReader().tool())
+            else:
+                reg.register(t)
+        return reg
+
+    def delegate(self, task: str) -> str:
+        """Hand a self-contained side task to a sub-agent; you get back only its short conclusion.
+
+        Args:
+            task: the whole task, with every detail the sub-agent needs (it sees nothing else)
+        """
+        from .agent import Agent
+
+        if self.parent is None:
+            raise RuntimeError("delegate is not bound to a parent agent")
+        if not task.strip():
+            raise ValueError("the task is empty; describe the whole side task in one message")
+        parent = self.parent
+        ps = parent.session
+        child = Session.start(ps.prefix, store=ps.store, backend=ps.backend, model=ps.model, parent_id=ps.id,
+                              meta={"delegated_task": task})
+        self.children.append(child.id)
+        cfg = replace(parent.config, max_iterations=self.max_iterations)
+        sink = self.on_event or (lambda kind, data: None)
+        agent = Agent(child, self._backend(), self._child_tools(), cfg, counter=parent.counter,
+                      on_event=lambda kind, data: sink(kind, {**data, "child": child.id}))
+        try:
+            result: "RunResult" = agent.run(CHILD_TASK.format(limit=self.max_conclusion_chars, task=task))
+        except Exception as exc:
+            raise RuntimeError(f"the sub-agent (session {child.id}) failed: {type(exc).__name__}: {exc}. "
+                               f"Its events are stored: ctxwright show {child.id}") from exc
+        if result.stop_reason != "final_answer":
+            raise RuntimeError(
+                f"the sub-agent (session {child.id}) stopped without a conclusion: {result.stop_reason} after "
+                f"{result.iterations} iteration(s){': ' + result.error if result.error else ''}. Do the task "
+                f"yourself or split it into smaller tasks; its events are stored: ctxwright show {child.id}")
+        text = (result.final_answer or "").strip()
+        if len(text) > self.max_conclusion_chars:
+            text = text[:self.max_conclusion_chars] + f" [... cut at {self.max_conclusion_chars:,} characters]"
+        return f"[sub-agent {child.id}, {result.iterations} step(s)] {text}"
+
+    def tool(self) -> Tool:
+        return Tool.from_function(self.delegate, name="delegate", timeout_s=self.timeout_s,
+                                  description="Hand a self-contained side task to a sub-agent that works in its "
+                                              "own context; only its short conclusion comes back.")
+
+
+def _refuse_nested(task: str) -> str:
+    """Not available inside a sub-agent.
+
+    Args:
+        task: ignored
+    """
+    raise RuntimeError("delegate is not available inside a sub-agent: do this part of the task yourself")
