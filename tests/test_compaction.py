@@ -286,8 +286,8 @@ def test_clearing_keeps_newest_and_runs_in_batches(store, tmp_path):
     assert all(b - a >= cfg.min_calls_between for a, b in zip(idx, idx[1:]))  # batches, not every turn
     assert len(comps) < len(replies) // 3
     tools = [m for m in s.trajectory() if m.role == "tool"]
-    assert all(not t.content.startswith("[ctxwright: an older") for t in tools[-3:])
-    cleared = [t for t in tools if t.content.startswith("[ctxwright: an older fetch result")]
+    assert all(not t.content.startswith("[cleared") for t in tools[-1:])
+    cleared = [t for t in tools if t.content.startswith("[cleared fetch result")]
     assert cleared and 'read_result(result_id="p0")' in cleared[0].content
     assert "Fact0-149" in reader.read("p0", 0, 8000)  # restorable: nothing lost
     assert max(c.prompt_tokens or 0 for c in r.calls) <= 4096
@@ -332,7 +332,7 @@ def test_nothing_fits_is_a_clear_error_and_loses_nothing(store, tmp_path):
 
 def test_compaction_config_caps_one_result_to_a_share_of_the_window():
     cfg = CompressionConfig()
-    assert cfg.cap_for("x", 7680) == 1920 and cfg.cap_for("x", 1_000_000) == 25_000
+    assert cfg.cap_for("x", 7680) == 1152 and cfg.cap_for("x", 1_000_000) == 25_000
     cfg.per_tool_cap["x"] = 500
     assert cfg.cap_for("x", 1_000_000) == 500
 
@@ -343,3 +343,16 @@ def test_event_payload_is_json(tmp_path):
     m.bind(s)
     _, info = m.process_result("t", "c1", "y" * 100_000, True)
     json.dumps(info)
+
+
+def test_clearing_keeps_newest_by_count_and_by_token_share():
+    c = [ToolCall(f"c{i}", "fetch", "{}") for i in range(6)]
+    msgs = [U("q")]
+    for i, cc in enumerate(c):
+        msgs += [A(cc), T(cc.id, f"r{i} " + "w " * 400)]  # ~200 tokens each
+    s = _session(msgs)
+    meta = {ev.seq: ev.payload for ev in s.events if ev.kind == "tool"}
+    by_count = clear_old_results(s.base_entries(), meta, 4, 10, estimate_tokens, set())
+    by_share = clear_old_results(s.base_entries(), meta, 4, 10, estimate_tokens, set(), keep_tokens=450)
+    assert len(by_count) == 2 and len(by_share) == 4  # 450 tokens hold the newest two only
+    assert all("read_result" in v for v in by_share.values())

@@ -50,6 +50,9 @@ class AuditRequest:
     marker: str | None = None
     #: exact reusable tokens when the backend can say (llama.cpp knows its token lists)
     reusable_tokens_hint: int | None = None
+    #: the canonical bytes of each message, when the caller has them already (a live session
+    #: caches them per message); must equal ``canonical_json(m)`` of ``messages``
+    message_bytes: Sequence[bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -268,7 +271,10 @@ def segments_of(req: AuditRequest) -> list[bytes]:
     segs = [req.system.encode("utf-8")]
     if req.tools:
         segs.append(canonical_json(list(req.tools)).encode("utf-8"))
-    segs.extend(canonical_json(m).encode("utf-8") for m in req.messages)
+    if req.message_bytes is not None:
+        segs.extend(req.message_bytes)
+    else:
+        segs.extend(canonical_json(m).encode("utf-8") for m in req.messages)
     return segs
 
 
@@ -280,9 +286,16 @@ class Auditor:
         self.index = PrefixIndex()
         self.prev: AuditRequest | None = None
         self.rows: list[AuditRow] = []
+        self._seg_tokens: dict[bytes, int] = {}
 
     def _tokens(self, seg: bytes) -> int:
-        return self.counter.count(seg.decode("utf-8", "ignore"))
+        n = self._seg_tokens.get(seg)  # bytes cache their hash: a repeated segment costs one lookup
+        if n is None:
+            n = self.counter.count(seg.decode("utf-8", "ignore"))
+            if len(self._seg_tokens) > 20_000:
+                self._seg_tokens.clear()
+            self._seg_tokens[seg] = n
+        return n
 
     def add(self, req: AuditRequest) -> AuditRow:
         segs = segments_of(req)

@@ -26,7 +26,8 @@ def audit_request(request: ChatRequest, usage: Usage | None, marker: str | None 
     return AuditRequest(system=system, tools=[t.to_wire() for t in request.tools],
                         messages=[m.to_wire() for m in rest], cached_tokens=u.cached_tokens,
                         prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens, marker=marker,
-                        reusable_tokens_hint=hint if isinstance(hint, int) else None)
+                        reusable_tokens_hint=hint if isinstance(hint, int) else None,
+                        message_bytes=[m.canonical_utf8 for m in rest])
 
 
 def audit_record(row: AuditRow) -> dict[str, Any]:

@@ -184,6 +184,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"cache: hit ratio {summ.hit_ratio:.1%} (Σcached ÷ Σprompt) · efficiency "
                       f"{summ.efficiency if summ.efficiency is None else format(summ.efficiency, '.1%')} "
                       f"(Σcached ÷ Σreusable) over {summ.requests} call(s) of this session")
+    comp = [r for r in result.calls if r.cause == "compaction"]
+    if comp:
+        cost = sum((r.prompt_tokens or 0) - (r.reusable_tokens or 0) for r in comp)
+        console.print(f"compaction: {sum(len(r.compactions) for r in result.calls)} layer run(s) before "
+                      f"{len(comp)} call(s); their cache cost: {cost:,} prompt tokens prefilled again")
     console.print(f"stop reason: [bold]{result.stop_reason}[/] after {result.iterations} iteration(s) · "
                   f"session {session.id} · tokens counted by {agent.counter.source}")
     backend.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -119,7 +120,17 @@ class Message:
         )
 
     def canonical(self) -> str:
+        return self._canonical
+
+    @cached_property
+    def _canonical(self) -> str:
+        """Computed once per message object: a frozen message's bytes never change, and a long
+        session renders, counts and audits every earlier message again on every call."""
         return canonical_json(self.to_wire())
+
+    @cached_property
+    def canonical_utf8(self) -> bytes:
+        return self._canonical.encode("utf-8", "surrogatepass")
 
 
 def system(text: str) -> Message:

@@ -60,8 +60,17 @@ def _render(data: dict[str, Any], console: Console, indent: str) -> None:
         elif kind == "tool":
             c = msg.get("content") or ""
             short = c if len(c) <= 200 else c[:200] + f"… ({len(c):,} chars)"
+            off = ev.get("offload")
+            where = f" [dim](full {off['chars']:,} chars offloaded to {off['path']})[/]" if off else ""
             console.print(f"{indent}  #{ev['seq']} [magenta]tool[/] {ev.get('tool_name')} "
-                          f"[dim]{msg.get('tool_call_id')}[/] {short}")
+                          f"[dim]{msg.get('tool_call_id')}[/] {short}{where}")
+        elif kind == "compaction":
+            n = len(ev.get("replace") or {}) + len(ev.get("drop") or [])
+            how = "replaced" if ev.get("replace") else "removed"
+            before = ev.get("tokens_before")
+            console.print(f"{indent}  #{ev['seq']} [blue]compaction[/] {ev.get('layer')}: {n} message(s) {how}"
+                          + (f" before call {ev['call_index']}" if "call_index" in ev else "")
+                          + (f", request was {before:,} tokens" if isinstance(before, int) else ""))
         elif kind == "user":
             console.print(f"{indent}  #{ev['seq']} [cyan]user[/] {msg.get('content')}")
         else:

@@ -79,7 +79,7 @@ class TokenCounter:
 
     def count_message(self, message: Message) -> int:
         """Tokens of a message's wire JSON (content, tool calls and ids all cost tokens)."""
-        return self.count(canonical_json(message.to_wire()))
+        return self.count(message.canonical())
 
     def count_messages(self, messages: Iterable[Message]) -> int:
         return sum(self.count_message(m) for m in messages)

@@ -16,15 +16,27 @@ from ..messages import Message
 
 
 def placeholder(tool_name: str, result_id: str, tokens: int) -> str:
-    return (f"[ctxwright: an older {tool_name} result ({tokens:,} tokens) was cleared to free context; "
-            f"read_result(result_id=\"{result_id}\") shows it again]")
+    """Short on purpose: in a long session hundreds of these stay in the context."""
+    return f"[cleared {tool_name} result, {tokens:,} tokens; read_result(result_id=\"{result_id}\") restores it]"
 
 
 def clear_old_results(entries: Iterable[tuple[int | None, Message]], meta: dict[int, dict], keep_recent: int,
-                      min_tokens: int, count: Callable[[str], int], already: set[int]) -> dict[int, str]:
-    """Event seq -> placeholder for every result older than the newest ``keep_recent``."""
+                      min_tokens: int, count: Callable[[str], int], already: set[int],
+                      keep_tokens: int | None = None) -> dict[int, str]:
+    """Event seq -> placeholder for every result older than the newest ``keep_recent``, or
+    older than the newest results that fit in ``keep_tokens`` together (whichever is fewer)."""
     results = [(seq, m) for seq, m in entries if m.role == "tool" and seq is not None]
-    old = results[:max(0, len(results) - keep_recent)]
+    kept = 0
+    used = 0
+    for seq, m in reversed(results):
+        if kept >= keep_recent:
+            break
+        n = count(m.content or "")
+        if keep_tokens is not None and kept and used + n > keep_tokens:
+            break
+        kept += 1
+        used += n
+    old = results[:len(results) - kept]
     out: dict[int, str] = {}
     for seq, m in old:
         if seq in already:

@@ -28,7 +28,7 @@ class CompressionConfig:
     per_tool_cap: dict[str, int] = field(default_factory=dict)
     #: A single result may never take more than this share of the effective window, whatever
     #: the cap says -- on an 8K model a 25K cap would let one result overflow the window.
-    max_result_share: float = 0.25
+    max_result_share: float = 0.15
     #: Characters of the head and of the tail shown in an offloaded result's preview.
     preview_head_chars: int = 1_200
     preview_tail_chars: int = 400
@@ -47,12 +47,20 @@ class CompressionConfig:
     # -- layer 3: clearing ------------------------------------------------------------
     #: Run the layers when the request passes this share of the effective window (seeds: 0.55).
     trigger_ratio: float = 0.55
-    #: Clearing keeps the newest K tool results as they are.
+    #: Clearing keeps the newest K tool results as they are ...
     keep_recent_results: int = 4
+    #: ... as long as together they stay under this share of the effective window: on a small
+    #: window four capped results would fill it, and clearing would then run every few turns.
+    keep_recent_share: float = 0.2
     #: Results shorter than this (in tokens) are not worth a placeholder.
     min_clear_tokens: int = 64
     #: At least this many model calls between two compactions: batches, never every turn.
+    #: (A request over the window itself is compacted whatever the spacing.)
     min_calls_between: int = 3
+    #: When noise and clearing are not enough, trim drops the oldest turns until the request
+    #: is under this share of the effective window -- well under the trigger, so that the
+    #: next compaction is many turns away.
+    trim_target_ratio: float = 0.4
 
     def cap_for(self, tool_name: str, effective_window: int) -> int:
         cap = self.per_tool_cap.get(tool_name, self.result_cap_tokens)

@@ -4,12 +4,12 @@ Order and why:
 
 1. the tool-result budget and repeat markers apply when a result is *recorded* (never
    sent yet, so free for the cache);
-2. when the request passes ``trigger_ratio`` of the effective window: unused-result
-   markers (noise), then -- if still over -- clearing of old results; one ``compaction``
-   event per layer that changed something, at most once every ``min_calls_between`` calls;
-3. if the request is still over the effective window itself: trim (drop the oldest whole
-   units), whatever the spacing;
-4. if it cannot fit at all (the system prompt and first user message alone are too big):
+2. when the request passes ``trigger_ratio`` of the effective window (at most once every
+   ``min_calls_between`` calls, unless it is over the window itself): unused-result
+   markers (noise); if still over the trigger, clearing of old results; if still over,
+   trim (drop the oldest whole turns) down to ``trim_target_ratio`` -- one ``compaction``
+   event per layer that changed something;
+3. if it cannot fit at all (the system prompt and first user message alone are too big):
    :class:`~ctxwright.errors.ContextWindowExceeded` with what to do, before any request.
 
 The newest user message, pending tool results and the status bar are never touched: the
@@ -98,7 +98,7 @@ class ContextManager:
                     self._ids.add(rid)
                     if ev.payload.get("sha256"):
                         self._seen.setdefault(f"{ev.payload.get('tool_name')}:{ev.payload['sha256']}", rid)
-            elif ev.kind == "compaction" and ev.payload.get("layer") in ("noise", "clearing"):
+            elif ev.kind == "compaction" and "call_index" in ev.payload:
                 self._last_compaction_call = int(ev.payload.get("call_index", self._last_compaction_call))
 
     # -- layer 1 and repeats, at record time ------------------------------------------------
@@ -149,26 +149,31 @@ class ContextManager:
         """Apply whatever layers the request's size calls for; returns what each did."""
         if not self.config.enabled:
             return []
+        cfg = self.config
         reports: list[CompactionReport] = []
         tokens = self.request_tokens(session)
-        spaced = call_index - self._last_compaction_call >= self.config.min_calls_between
-        if tokens > self.config.trigger_ratio * self.effective_window and spaced:
+        trigger = cfg.trigger_ratio * self.effective_window
+        spaced = call_index - self._last_compaction_call >= cfg.min_calls_between
+        over = tokens > self.effective_window
+        if (tokens > trigger and spaced) or over:
             meta = {ev.seq: ev.payload for ev in session.events if ev.kind == "tool"}
             protected = self._protected(session)
-            if self.config.drop_unused:
+            if cfg.drop_unused:
                 tokens = self._layer(session, "noise", call_index, tokens, reports, lambda entries, done: unused_results(
-                    entries, meta, self.config.unused_after_turns, done | protected))
-            if tokens > self.config.trigger_ratio * self.effective_window:
+                    entries, meta, cfg.unused_after_turns, done | protected))
+            if tokens > trigger:
                 tokens = self._layer(session, "clearing", call_index, tokens, reports,
                                      lambda entries, done: clear_old_results(
-                                         entries, meta, self.config.keep_recent_results, self.config.min_clear_tokens,
-                                         self.counter.count, done | protected))
-        if tokens > self.effective_window:
-            tokens = self._trim(session, call_index, tokens, reports)
+                                         entries, meta, cfg.keep_recent_results, cfg.min_clear_tokens,
+                                         self.counter.count, done | protected,
+                                         int(cfg.keep_recent_share * self.effective_window)))
+            if tokens > trigger:  # what is left is turns themselves: drop the oldest, well below the trigger
+                tokens = self._trim(session, call_index, tokens, reports,
+                                    target=int(cfg.trim_target_ratio * self.effective_window))
         if tokens > self.effective_window:
             raise ContextWindowExceeded(
                 f"the request needs about {tokens:,} tokens but the effective window is {self.effective_window:,} "
-                f"({self.window_tokens:,} minus {self.config.reserve_output_tokens:,} for the reply), and nothing "
+                f"({self.window_tokens:,} minus {cfg.reserve_output_tokens:,} for the reply), and nothing "
                 "more can be removed: the system prompt, tool definitions, first user message and newest turn "
                 "alone are too big. Shorten the task message, use fewer tools, or a model with a larger window. "
                 "Every event so far is saved.")
@@ -203,10 +208,11 @@ class ContextManager:
         self._check(session)
         return after
 
-    def _trim(self, session: "Session", call_index: int, tokens: int, reports: list[CompactionReport]) -> int:
+    def _trim(self, session: "Session", call_index: int, tokens: int, reports: list[CompactionReport],
+              target: int) -> int:
         entries = session.base_entries()
         kinds = {ev.seq: ev.kind for ev in session.events}
-        drop, first = plan_trim(entries, self._tokens_of, tokens - self.effective_window, kinds)
+        drop, first = plan_trim(entries, self._tokens_of, tokens - target, kinds)
         if not drop or first is None:
             return tokens
         total = len(drop) + sum(len(ev.payload.get("drop") or ()) for ev in session.events if ev.kind == "compaction")
@@ -214,6 +220,7 @@ class ContextManager:
                                     tokens_before=tokens)
         after = self.request_tokens(session)
         reports.append(CompactionReport("trim", len(drop), tokens, after, ev.seq))
+        self._last_compaction_call = call_index
         self._check(session)
         return after
 
