@@ -111,3 +111,31 @@ def test_reply_cut_inside_the_answer_keeps_the_text():
     assert m.content == "It is 8 °C and rai [cut at max_tokens]" and not m.tool_calls
     m = EmbeddedBackend._parse('{"tool_calls": {"get_weather": {"city": "Oslo"}}}')
     assert m.tool_calls[0].name == "get_weather" and m.tool_calls[0].arguments == '{"city":"Oslo"}'
+
+
+def test_delegate_runs_on_a_fork_and_keeps_the_parents_kv_cache(backend, store):
+    """Parent call, a sub-agent on the forked model, then the parent's next call: the parent's
+    llama.cpp state still holds its prefix and trajectory (cached tokens cover the first call)."""
+    from ctxwright.backends.scripted import call
+    from ctxwright.compaction.retrieval import ResultReader
+    from ctxwright.delegate import Delegator
+
+    reg = default_tools()
+    reg.register(ResultReader().tool())
+    d = Delegator(max_iterations=2)
+    reg.register(d.tool())
+    session = Session.start(Prefix.build(SYSTEM, reg.specs()), store=store, backend="embedded", model=backend.model)
+
+    agent = Agent(session, backend, reg, AgentConfig(tool_choice_first="none", max_tokens=24))
+    d.bind(agent)
+    first = agent.run("Say hello.").calls[0]
+    # the parent now delegates (scripted tool call, real child run on the fork)
+    tc = call("delegate", {"task": "What is the weather in Oslo? Use get_weather."}, "d1")
+    session.add_assistant(Message(role="assistant", tool_calls=(tc,)))
+    out = reg.execute(tc)
+    session.add_tool_result(tc.id, out.content, tool_name="delegate", ok=out.ok)
+    assert d._child_backend is not backend and d.children
+    assert store.get_session(d.children[0]).parent_id == session.id
+    second = agent._call_model("none")[1]
+    assert second.cached_tokens is not None and second.cached_tokens >= first.prompt_tokens - 8
+    d._child_backend.close()

@@ -94,7 +94,8 @@ class Agent:
 
     def __init__(self, session: Session, backend: Backend, tools: ToolRegistry,
                  config: AgentConfig | None = None, *, on_event: EventSink | None = None,
-                 counter: TokenCounter | None = None, status: StatusBar | None = None) -> None:
+                 counter: TokenCounter | None = None, status: StatusBar | None = None,
+                 summary_backend: Backend | None = None) -> None:
         self.session = session
         self.status = status
         if status is not None and status_view not in session.view_transforms:
@@ -111,7 +112,7 @@ class Agent:
         self.context: ContextManager | None = None
         cfg = self.config.compression
         if cfg is not None and cfg.enabled:
-            self.context = ContextManager.for_backend(cfg, self.counter, backend)
+            self.context = ContextManager.for_backend(cfg, self.counter, backend, summary_backend)
             reader = _reader_in(tools)
             if reader is not None:  # the registry's read_result tool pages this session's results
                 self.context.reader = reader
@@ -223,12 +224,12 @@ class Agent:
             rounds += 1
             outcomes = self._run_tools(msg.tool_calls)
             t_res = time.perf_counter()
-            for call, out in zip(msg.tool_calls, outcomes):
-                extra: dict[str, Any] = {}
-                if self.context is not None:  # layer 1 (budget, offload) and repeats, decided once
-                    body, extra = self.context.process_result(call.name, call.id, out.content, out.ok)
-                else:  # still never record text that is not valid UTF-8 (no provider accepts it)
-                    body = self._cap(sanitize(out.content)[0])
+            if self.context is not None:  # layer 1, repeats and the record-time strategy, decided once
+                bodies = self.context.process_batch(s, [(c.name, c.id, o.content, o.ok)
+                                                        for c, o in zip(msg.tool_calls, outcomes)])
+            else:  # still never record text that is not valid UTF-8 (no provider accepts it)
+                bodies = [(self._cap(sanitize(o.content)[0]), {}) for o in outcomes]
+            for call, out, (body, extra) in zip(msg.tool_calls, outcomes, bodies):
                 content = self._stamp(body)
                 s.add_tool_result(call.id, content, tool_name=call.name, ok=out.ok,
                                   elapsed_ms=round(out.elapsed_ms, 3), error_type=out.error_type, **extra)

@@ -199,12 +199,14 @@ class Session:
 
     def add_compaction(self, layer: str, *, replace: dict[int, str] | None = None,
                        drop: Iterable[int] = (), note: tuple[int, str] | None = None,
-                       **info: Any) -> Event:
+                       note_replaces_all: bool = False, **info: Any) -> Event:
         """Record one compaction: how the view shows earlier events from now on."""
         payload: dict[str, Any] = {"layer": layer, "replace": {str(k): v for k, v in (replace or {}).items()},
                                    "drop": sorted(drop), **info}
         if note is not None:
             payload["note"] = {"before_seq": note[0], "text": note[1]}
+            if note_replaces_all:
+                payload["note"]["replaces"] = "all"
         return self.append("compaction", payload)
 
     # -- calls -------------------------------------------------------------------------
@@ -229,21 +231,28 @@ def _render_events(events: list[Event]) -> tuple[list[Message], list[int | None]
     """Message events with every compaction applied, in order (later compactions win)."""
     replace: dict[int, str] = {}
     drop: set[int] = set()
-    notes: dict[int, str] = {}
+    notes: dict[int, tuple[str, str]] = {}  # before_seq -> (layer, text)
     for ev in events:
         if ev.kind == "compaction":
             replace.update({int(k): v for k, v in (ev.payload.get("replace") or {}).items()})
             drop.update(ev.payload.get("drop") or ())
             note = ev.payload.get("note")
-            if note:  # one note stands for every removal so far: the newest replaces the others
-                notes = {int(note["before_seq"]): note["text"]}
+            if note:
+                # A summary covers everything before it, earlier notes included, so it replaces
+                # them all; a trim note replaces the earlier trim notes (it counts all removals).
+                layer = ev.payload.get("layer", "")
+                if note.get("replaces") == "all":
+                    notes = {}
+                else:
+                    notes = {k: v for k, v in notes.items() if v[0] != layer}
+                notes[int(note["before_seq"])] = (layer, note["text"])
     msgs: list[Message] = []
     seqs: list[int | None] = []
     for ev in events:
         if ev.kind not in MESSAGE_KINDS:
             continue
         if ev.seq in notes:
-            msgs.append(Message(role="user", content=notes[ev.seq]))
+            msgs.append(Message(role="user", content=notes[ev.seq][1]))
             seqs.append(None)
         if ev.seq in drop:
             continue

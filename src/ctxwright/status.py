@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from .todo import TodoList
 
 Mode = Literal["replace", "append", "auto"]
-ITEMS = ("counters", "todo", "time", "timing", "error", "env", "budget")
+ITEMS = ("counters", "todo", "time", "timing", "error", "env", "budget", "compaction")
 STATUS_OPEN, STATUS_CLOSE = "<agent_status>", "</agent_status>"
 
 #: Fixed text for the system prompt (part of the stable prefix): what to do with the readings.
@@ -201,6 +201,10 @@ class StatusBar:
         if "env" in items:
             for k, val in self.environment().items():
                 v[k] = val
+        if "compaction" in items:
+            line = compaction_line(session)
+            if line:
+                v["compaction"] = line
         if "budget" in items:
             if c.max_iterations is not None and iteration is not None:
                 v["iterations_left"] = str(max(0, c.max_iterations - iteration + 1))
@@ -244,6 +248,16 @@ class StatusBar:
         msg = Message(role="user", content=text)
         session.append("status", {"message": msg.to_wire(), "mode": mode})
         return msg
+
+
+def compaction_line(session: "Session") -> str | None:
+    """While the LLM-compaction breaker is open (its last ``breaker`` event): say so."""
+    last = next((ev for ev in reversed(session.events) if ev.kind == "breaker"), None)
+    if last is None or last.payload.get("state") != "open":
+        return None
+    p = last.payload
+    return (f"LLM summaries paused after {p.get('failures')} failures ({p.get('reason')}); using clearing and trim; "
+            f"next try at call {p.get('retry_at_call')}")
 
 
 def status_view(session: "Session", messages: list[Message]) -> list[Message]:

@@ -62,6 +62,32 @@ class CompressionConfig:
     #: next compaction is many turns away.
     trim_target_ratio: float = 0.4
 
+    # -- LLM layers (issue 6) -------------------------------------------------------------
+    #: Result-compression strategy of experiment 2-9 (strategies.py): none, per_result,
+    #: combined, context_aware, context_aware_cited, adaptive, extractive.
+    strategy: str = "none"
+    #: ``adaptive`` compresses every uncompressed result once the request passes this share.
+    adaptive_ratio: float = 0.8
+    #: Layer 4: old tool rounds get one LLM summary each (instead of a bare placeholder).
+    archival_summaries: bool = False
+    #: Layer 5: two-stage LLM compaction of the older trajectory before trimming.
+    full_compaction: bool = False
+    #: The summarizer's own budget: input tokens (longer inputs are cut first), reply tokens,
+    #: and seconds before a summary counts as failed.
+    summary_input_tokens: int = 3_000
+    summary_max_tokens: int = 256
+    summary_timeout_s: float = 120.0
+    #: Circuit breaker (breaker.py): open after this many failures in a row, try again after
+    #: this many model calls.
+    breaker_threshold: int = 3
+    breaker_cooldown_calls: int = 10
+
+    @property
+    def uses_llm(self) -> bool:
+        from .strategies import LLM_STRATEGIES
+
+        return self.strategy in LLM_STRATEGIES or self.archival_summaries or self.full_compaction
+
     def cap_for(self, tool_name: str, effective_window: int) -> int:
         cap = self.per_tool_cap.get(tool_name, self.result_cap_tokens)
         return max(64, min(cap, int(effective_window * self.max_result_share)))

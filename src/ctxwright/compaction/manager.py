@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ContextWindowExceeded
 from ..messages import Message, canonical_json
 from ..tokens import TokenCounter
+from . import archival, full
+from .breaker import CircuitBreaker
 from .budget import apply_budget, text_sha256
 from .check import violations
 from .clearing import clear_old_results
@@ -33,6 +35,8 @@ from .config import CompressionConfig
 from .noise import repeat_marker, unused_results
 from .offload import ResultFiles
 from .retrieval import ResultReader
+from .strategies import COMPRESSED, SCAN_CHARS, NewResult, StrategyContext, compress_batch, compress_one
+from .summarizer import Summarizer, SummaryFailed
 from .trim import note_text, plan_trim
 
 if TYPE_CHECKING:
@@ -68,11 +72,30 @@ class ContextManager:
     _ids: set[str] = field(default_factory=set)
     _last_compaction_call: int = -10**9
     _msg_tokens: dict[Message, int] = field(default_factory=dict)
+    #: the LLM layers' summarizer (its own model object / requests); None: no LLM layers
+    summarizer: Summarizer | None = None
+    breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
+    _known: list[str] = field(default_factory=list)
+    _call_index: int = 0
+    llm_summaries: int = 0
+    llm_failures: int = 0
 
     @classmethod
-    def for_backend(cls, config: CompressionConfig, counter: TokenCounter, backend: Any) -> "ContextManager":
+    def for_backend(cls, config: CompressionConfig, counter: TokenCounter, backend: Any,
+                    summary_backend: Any = None) -> "ContextManager":
+        """``summary_backend``: where LLM summaries run; default a fork of ``backend`` when it
+        has one (the embedded model: its own KV state), else ``backend`` itself (a served
+        model: a separate request does not disturb the session's cached prefix)."""
         window = config.window_tokens or getattr(backend, "context_window", None) or DEFAULT_SERVED_WINDOW
-        return cls(config, counter, int(window))
+        m = cls(config, counter, int(window))
+        m.breaker = CircuitBreaker(config.breaker_threshold, config.breaker_cooldown_calls)
+        if config.uses_llm:
+            if summary_backend is None:
+                fork = getattr(backend, "fork", None)
+                summary_backend = fork() if callable(fork) else backend
+            m.summarizer = Summarizer(summary_backend, counter, input_budget_tokens=config.summary_input_tokens,
+                                      max_output_tokens=config.summary_max_tokens, timeout_s=config.summary_timeout_s)
+        return m
 
     @property
     def effective_window(self) -> int:
@@ -100,6 +123,9 @@ class ContextManager:
                         self._seen.setdefault(f"{ev.payload.get('tool_name')}:{ev.payload['sha256']}", rid)
             elif ev.kind == "compaction" and "call_index" in ev.payload:
                 self._last_compaction_call = int(ev.payload.get("call_index", self._last_compaction_call))
+        self._known = [(ev.payload.get("message") or {}).get("content") or "" for ev in session.events
+                       if ev.kind == "tool" and ev.payload.get("compressed")]
+        self.breaker.restore(session)
 
     # -- layer 1 and repeats, at record time ------------------------------------------------
     def _new_id(self, tool_call_id: str) -> str:
@@ -130,6 +156,56 @@ class ContextManager:
             self._seen[key] = rid
         return res.content, res.info
 
+    def query(self, session: "Session") -> str:
+        """What the task is: the first user message, and the latest one if it differs."""
+        users = [ev.payload["message"].get("content") or "" for ev in session.events if ev.kind == "user"]
+        if not users:
+            return ""
+        return users[0] if len(users) == 1 or users[-1] == users[0] else f"{users[0]}\n{users[-1]}"
+
+    def _strategy_ctx(self, session: "Session", call_index: int) -> StrategyContext:
+        def failed(exc: SummaryFailed) -> None:
+            self.llm_failures += 1
+            session.append("summary_failed", {"reason": exc.reason, "detail": str(exc), "call_index": call_index})
+            self.breaker.failure(exc.reason, session, call_index)
+
+        return StrategyContext(query=self.query(session), known=self._known, summarizer=self.summarizer,
+                               breaker=self.breaker, count=self.counter.count, call_index=call_index,
+                               on_failure=failed)
+
+    def process_batch(self, session: "Session", items: list[tuple[str, str, str, bool]]) -> list[tuple[str, dict[str, Any]]]:
+        """One round's results ``(tool name, call id, text, ok)``: layer 1 and repeats for each,
+        then the record-time strategy over the round."""
+        out = [self.process_result(name, cid, text, ok) for name, cid, text, ok in items]
+        strategy = self.config.strategy
+        if strategy in ("none", "adaptive"):
+            return out
+        todo = [(i, NewResult(items[i][0], info["result_id"], items[i][2], content, items[i][3]))
+                for i, (content, info) in enumerate(out) if "repeat_of" not in info]
+        ctx = self._strategy_ctx(session, self._call_index)
+        new = compress_batch(strategy, [r for _, r in todo], ctx)
+        self.llm_summaries += ctx.summaries
+        for (i, r), content in zip(todo, new):
+            if content is None:
+                continue
+            info = out[i][1]
+            if "offload" not in info:  # the original stays restorable
+                assert self.files is not None
+                saved = self.files.save(r.result_id, r.text)
+                info["offload"] = {"path": saved.path, "chars": saved.chars, "bytes": saved.bytes}
+            info["compressed"] = strategy
+            self._known.append(content)
+            out[i] = (content, info)
+        return out
+
+    def _original(self, session: "Session", seq: int) -> str:
+        """A recorded result's full text: its offload file, else its recorded content."""
+        p = session.events[seq].payload
+        rid = p.get("result_id")
+        if rid and self.files is not None and self.files.exists(rid):
+            return self.files.read(rid, 0, SCAN_CHARS)[0]
+        return (p.get("message") or {}).get("content") or ""
+
     # -- measuring --------------------------------------------------------------------------
     def _tokens_of(self, m: Message) -> int:
         n = self._msg_tokens.get(m)
@@ -151,22 +227,36 @@ class ContextManager:
             return []
         cfg = self.config
         reports: list[CompactionReport] = []
+        self._call_index = call_index
         tokens = self.request_tokens(session)
         trigger = cfg.trigger_ratio * self.effective_window
         spaced = call_index - self._last_compaction_call >= cfg.min_calls_between
         over = tokens > self.effective_window
-        if (tokens > trigger and spaced) or over:
+        llm_ok = self.summarizer is not None and self.breaker.allow(call_index)
+        if cfg.strategy == "adaptive" and llm_ok and tokens > cfg.adaptive_ratio * self.effective_window:
+            tokens = self._layer(session, "adaptive", call_index, tokens, reports,
+                                 lambda entries, done: self._adaptive(session, entries, done, call_index))
+        if (tokens > trigger and spaced) or tokens > self.effective_window:
             meta = {ev.seq: ev.payload for ev in session.events if ev.kind == "tool"}
             protected = self._protected(session)
             if cfg.drop_unused:
                 tokens = self._layer(session, "noise", call_index, tokens, reports, lambda entries, done: unused_results(
                     entries, meta, cfg.unused_after_turns, done | protected))
+            if tokens > trigger and cfg.archival_summaries and self.summarizer is not None \
+                    and self.breaker.allow(call_index):
+                tokens = self._layer(session, "archival", call_index, tokens, reports,
+                                     lambda entries, done: self._archive(session, entries, done | protected,
+                                                                         call_index))
             if tokens > trigger:
                 tokens = self._layer(session, "clearing", call_index, tokens, reports,
                                      lambda entries, done: clear_old_results(
                                          entries, meta, cfg.keep_recent_results, cfg.min_clear_tokens,
                                          self.counter.count, done | protected,
                                          int(cfg.keep_recent_share * self.effective_window)))
+            for stage in (1, 2):  # layer 5: LLM compaction of the older trajectory, older half first
+                if tokens > trigger and cfg.full_compaction and self.summarizer is not None \
+                        and self.breaker.allow(call_index):
+                    tokens = self._full(session, call_index, tokens, reports, stage)
             if tokens > trigger:  # what is left is turns themselves: drop the oldest, well below the trigger
                 tokens = self._trim(session, call_index, tokens, reports,
                                     target=int(cfg.trim_target_ratio * self.effective_window))
@@ -178,6 +268,69 @@ class ContextManager:
                 "alone are too big. Shorten the task message, use fewer tools, or a model with a larger window. "
                 "Every event so far is saved.")
         return reports
+
+    def _summarize(self, session: "Session", call_index: int, text: str, instruction: str,
+                   max_chars: int) -> str | None:
+        assert self.summarizer is not None
+        if not self.breaker.allow(call_index):
+            return None
+        try:
+            out = self.summarizer.summarize(text, instruction, max_chars=max_chars).text
+        except SummaryFailed as exc:
+            self.llm_failures += 1
+            session.append("summary_failed", {"reason": exc.reason, "detail": str(exc), "call_index": call_index})
+            self.breaker.failure(exc.reason, session, call_index)
+            return None
+        self.llm_summaries += 1
+        self.breaker.success(session, call_index)
+        return out
+
+    def _adaptive(self, session: "Session", entries, done: set[int], call_index: int) -> dict[int, str]:
+        """Every result not compressed yet, each compressed once and marked [COMPRESSED]."""
+        ctx = self._strategy_ctx(session, call_index)
+        out: dict[int, str] = {}
+        for seq, m in entries:
+            if m.role != "tool" or seq is None or seq in done or (m.content or "").startswith(COMPRESSED):
+                continue
+            p = session.events[seq].payload
+            r = NewResult(p.get("tool_name") or "tool", p.get("result_id") or m.tool_call_id or str(seq),
+                          self._original(session, seq), m.content or "", bool(p.get("ok", True)))
+            new = compress_one("adaptive", r, ctx)
+            if new is not None:
+                out[seq] = new
+                self._known.append(new)
+            elif self.summarizer is None or not self.breaker.allow(call_index):
+                break
+        self.llm_summaries += ctx.summaries
+        return out
+
+    def _archive(self, session: "Session", entries, done: set[int], call_index: int) -> dict[int, str]:
+        replace, _failed = archival.archive(
+            entries, self.config.keep_recent_results, done,
+            lambda text: self._summarize(session, call_index, text, archival.INSTRUCTION, 600))
+        return replace
+
+    def _full(self, session: "Session", call_index: int, tokens: int, reports: list[CompactionReport],
+              stage: int) -> int:
+        entries = session.base_entries()
+        idx = full.plan_span(entries, stage, self._tokens_of)
+        seqs = [entries[i][0] for i in idx if entries[i][0] is not None]
+        if not seqs:
+            return tokens
+        text = full.render([entries[i][1] for i in idx])
+        summary = self._summarize(session, call_index, text, full.INSTRUCTION, 2_000)
+        if summary is None:
+            return tokens
+        ev = session.add_compaction("full", drop=seqs, note=(min(seqs), full.note(summary, len(idx), stage)),
+                                    note_replaces_all=True, call_index=call_index, tokens_before=tokens, stage=stage)
+        after = self.request_tokens(session)
+        reports.append(CompactionReport(f"full_stage{stage}", len(idx), tokens, after, ev.seq))
+        self._last_compaction_call = call_index
+        self._check(session)
+        return after
+
+    def status_line(self) -> str | None:
+        return self.breaker.status_line(self._call_index)
 
     def _protected(self, session: "Session") -> set[int]:
         """Results the model has not answered yet (after the last assistant turn) stay as they are."""

@@ -1,0 +1,55 @@
+"""Identifiers that a summary must keep verbatim.
+
+Why: one wrong character in a PR number, commit hash or port makes every later tool call
+fail, and summarizers drop or "round" exactly these first (they look re-fetchable). So
+identifiers are extracted from the text *before* summarizing, checked in the summary
+*after*, and any missing one is re-attached verbatim.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Order matters: URLs first so their paths and hosts are not also reported piecemeal.
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("url", re.compile(r"\bhttps?://[^\s<>\"')\]]+")),
+    ("uuid", re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")),
+    ("ip", re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5})?\b")),
+    ("hash", re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b")),
+    ("path", re.compile(r"(?<![\w/])(?:~|\.{1,2})?/(?:[\w.@-]+/)*[\w.@-]+")),
+    ("file", re.compile(r"\b[\w-]+(?:/[\w.-]+)*\.(?:py|js|ts|tsx|go|rs|java|c|h|cpp|md|json|ya?ml|toml|txt|log|sql|sh|cfg|ini)\b")),
+    ("port", re.compile(r"\b(?:port|localhost:|:)\s?(\d{2,5})\b")),
+    ("ticket", re.compile(r"\b[A-Z][A-Z0-9]{1,9}-\d{1,7}\b|(?<!\w)#\d{2,7}\b")),
+]
+
+
+def extract(text: str, limit: int = 200) -> list[str]:
+    """Identifiers in ``text``, in order of first appearance, without repeats."""
+    found: list[tuple[int, str]] = []
+    taken: list[tuple[int, int]] = []
+    for _kind, pat in _PATTERNS:
+        for m in pat.finditer(text):
+            a, b = m.span()
+            if any(a < y and x < b for x, y in taken):  # inside a longer identifier already found
+                continue
+            value = (m.group(1) if pat.groups else m.group(0)).rstrip(".,;:")
+            taken.append((a, b))
+            found.append((a, value))
+    out: list[str] = []
+    for _, v in sorted(found):
+        if v not in out:
+            out.append(v)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def missing(identifiers: list[str], summary: str) -> list[str]:
+    return [i for i in identifiers if i not in summary]
+
+
+def reattach(summary: str, lost: list[str]) -> str:
+    """The summary with every lost identifier appended verbatim on one line."""
+    if not lost:
+        return summary
+    return summary.rstrip() + "\nIdentifiers (verbatim from the original): " + ", ".join(lost)
