@@ -131,3 +131,21 @@ def test_no_compression_switch_keeps_results_whole(tmp_path, capsys):
         assert _run(db, srv.url, "--no-compression", "--no-delegate", "hello") == 0
         names = [t["function"]["name"] for t in srv.requests[0]["tools"]]
     assert "read_result" not in names and "delegate" not in names
+
+
+def test_compaction_strategy_summaries_go_to_their_own_requests(tmp_path, capsys):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("Alice Varga joined Helix Robotics in 2021 (ticket NL-4521). " * 60)
+    db = tmp_path / "c.db"
+    with F([F.reply_tool_calls([("r1", "read_file", '{"path":"notes.txt"}')]),
+            F.reply_text("Alice Varga joined Helix Robotics in 2021."),   # the summarizer's request
+            F.reply_text("Alice works at Helix Robotics.")]) as srv:
+        assert _run(db, srv.url, "--workspace", str(ws), "--no-delegate", "--compaction", "context_aware",
+                    "Where does Alice work?") == 0
+        first, summary_req, last = srv.requests
+    assert summary_req["messages"][0]["content"].startswith("You compress text") and "tools" not in summary_req
+    assert "Given the search query: Where does Alice work?" in summary_req["messages"][1]["content"]
+    assert last["messages"][0] == first["messages"][0] and last["tools"] == first["tools"]  # prefix untouched
+    tool_msg = next(m for m in last["messages"] if m["role"] == "tool")["content"]
+    assert tool_msg.startswith("[task-aware summary of the read_file result r1") and "NL-4521" in tool_msg

@@ -128,9 +128,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if use_todo:
         for t in todo.tools():
             tools.register(t)
+    # LLM summaries (archival rounds, full compaction) by default on served models only: the
+    # embedded 135M model summarizes poorly (benchmarks/compression.py measures it).
+    summaries = args.summaries if args.summaries is not None else args.backend != "embedded"
     compression = None if args.no_compression else CompressionConfig(
         window_tokens=args.window, result_cap_tokens=args.result_cap, trigger_ratio=args.clear_at,
-        keep_recent_results=args.keep_results)
+        keep_recent_results=args.keep_results, strategy=args.compaction, archival_summaries=summaries,
+        full_compaction=summaries)
     if compression is not None:  # offloaded and cleared results are paged back with read_result
         tools.register(ResultReader().tool())
     use_delegate = args.delegate if args.delegate is not None else args.backend != "embedded"
@@ -235,6 +239,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .compaction.strategies import STRATEGIES
+
     p = argparse.ArgumentParser(prog="ctxwright", description="Context engineering for LLM agents.")
     p.add_argument("--db", help="SQLite database (default: $CTXWRIGHT_DB or the user data dir)")
     sub = p.add_subparsers(dest="command", required=True)
@@ -281,6 +287,13 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--clear-at", type=float, default=0.55,
                       help="share of the window at which noise and clearing run (default 0.55)")
     comp.add_argument("--keep-results", type=int, default=4, help="newest tool results clearing keeps")
+    comp.add_argument("--compaction", choices=STRATEGIES, default="none",
+                      help="how new tool results are compressed (experiment 2-9; see compaction/strategies.py)")
+    sm = comp.add_mutually_exclusive_group()
+    sm.add_argument("--summaries", dest="summaries", action="store_true", default=None,
+                    help="LLM layers: per-round archival summaries and two-stage full compaction, with a circuit "
+                         "breaker (default: on, except on the embedded model)")
+    sm.add_argument("--no-summaries", dest="summaries", action="store_false")
     dg = r.add_mutually_exclusive_group()
     dg.add_argument("--delegate", dest="delegate", action="store_true", default=None,
                     help="give the agent the delegate(task) sub-agent tool (default: on, except on the embedded "
