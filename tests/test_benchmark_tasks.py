@@ -98,3 +98,36 @@ def test_questions_share_one_log_and_stay_right(kind):
         else:
             item = re.match(r"Where is the (.+) now", t.question).group(1)
             assert t.status[f"location.{item.replace(' ', '_')}"] == t.answer
+
+
+def test_compression_corpus_facts_and_a_scripted_run():
+    import argparse
+    import json as _json
+
+    import compression as cb
+
+    from ctxwright.backends.scripted import ScriptedBackend
+    from ctxwright.tokens import TokenCounter, estimate_tokens
+
+    corpus = cb.make_corpus(1, 3, (5_000, 8_000))
+    assert len(corpus["people"]) == 3 and all(5_000 <= len(p["text"]) <= 9_000 for p in corpus["pages"].values())
+    for person, prof, news in corpus["plan"]:
+        f = corpus["facts"][person]
+        assert f"joined {f['company']} as {f['role']}" in corpus["pages"][prof]["text"]
+        assert str(f["year"]) in corpus["pages"][news]["text"]
+
+    def model(req):
+        q = req.messages[-1].content or ""
+        if q.startswith("Where does"):
+            who = q[len("Where does "):q.index(" work now")]
+            return _json.dumps({"answer": corpus["facts"][who]["company"]})
+        return "summary"
+
+    args = argparse.Namespace(window=8192, summary_input=500, summary_tokens=80, summary_timeout=30)
+    count = TokenCounter(estimate_tokens, "estimate")
+    backend = ScriptedBackend([model])
+    ext = cb.run_one("extractive", corpus, backend, args, count)
+    assert ext["fact_retention"] == 1.0 and ext["answer_accuracy"] == 1.0 and ext["llm_calls"] == 0
+    assert ext["compressions"] >= 6
+    base = cb.run_one("none", corpus, backend, args, count, unlimited=True)
+    assert base["prompt_tokens"] > 2 * ext["prompt_tokens"]
