@@ -89,8 +89,10 @@ class Delegator:
         self.children.append(child.id)
         cfg = replace(parent.config, max_iterations=self.max_iterations)
         sink = self.on_event or (lambda kind, data: None)
+        summ = parent.context.summarizer if parent.context is not None else None
         agent = Agent(child, self._backend(), self._child_tools(), cfg, counter=parent.counter,
-                      on_event=lambda kind, data: sink(kind, {**data, "child": child.id}))
+                      on_event=lambda kind, data: sink(kind, {**data, "child": child.id}),
+                      summary_backend=summ.backend if summ is not None else None)  # no third model object
         try:
             result: "RunResult" = agent.run(CHILD_TASK.format(limit=self.max_conclusion_chars, task=task))
         except Exception as exc:

@@ -163,15 +163,17 @@ class ContextManager:
             return ""
         return users[0] if len(users) == 1 or users[-1] == users[0] else f"{users[0]}\n{users[-1]}"
 
-    def _strategy_ctx(self, session: "Session", call_index: int) -> StrategyContext:
-        def failed(exc: SummaryFailed) -> None:
-            self.llm_failures += 1
-            session.append("summary_failed", {"reason": exc.reason, "detail": str(exc), "call_index": call_index})
-            self.breaker.failure(exc.reason, session, call_index)
+    def _failed(self, session: "Session", exc: SummaryFailed, call_index: int) -> None:
+        """A summary that could not be used: an event (nothing is lost) and a breaker count."""
+        self.llm_failures += 1
+        session.append("summary_failed", {"reason": exc.reason, "detail": str(exc), "call_index": call_index})
+        self.breaker.failure(exc.reason, session, call_index)
 
+    def _strategy_ctx(self, session: "Session", call_index: int) -> StrategyContext:
         return StrategyContext(query=self.query(session), known=self._known, summarizer=self.summarizer,
                                breaker=self.breaker, count=self.counter.count, call_index=call_index,
-                               on_failure=failed)
+                               on_failure=lambda exc: self._failed(session, exc, call_index),
+                               on_success=lambda: self.breaker.success(session, call_index))
 
     def process_batch(self, session: "Session", items: list[tuple[str, str, str, bool]]) -> list[tuple[str, dict[str, Any]]]:
         """One round's results ``(tool name, call id, text, ok)``: layer 1 and repeats for each,
@@ -277,9 +279,7 @@ class ContextManager:
         try:
             out = self.summarizer.summarize(text, instruction, max_chars=max_chars).text
         except SummaryFailed as exc:
-            self.llm_failures += 1
-            session.append("summary_failed", {"reason": exc.reason, "detail": str(exc), "call_index": call_index})
-            self.breaker.failure(exc.reason, session, call_index)
+            self._failed(session, exc, call_index)
             return None
         self.llm_summaries += 1
         self.breaker.success(session, call_index)

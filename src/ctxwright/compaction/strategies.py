@@ -55,6 +55,8 @@ class StrategyContext:
     count: Callable[[str], int] = len
     call_index: int = 0
     on_failure: Callable[[SummaryFailed], None] | None = None
+    #: called after a usable summary (closes a half-open breaker, recording the event)
+    on_success: Callable[[], None] | None = None
     #: result texts shorter than this are left alone: nothing to gain
     min_chars: int = 1_500
     max_summary_chars: int = 1_200
@@ -89,7 +91,9 @@ def _llm(ctx: StrategyContext, text: str, instruction: str, query: str | None) -
             ctx.on_failure(exc)
         return None
     ctx.summaries += 1
-    if ctx.breaker is not None:
+    if ctx.on_success is not None:
+        ctx.on_success()
+    elif ctx.breaker is not None:
         ctx.breaker.success()
     return s.text
 
