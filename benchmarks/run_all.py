@@ -28,12 +28,15 @@ def main() -> None:
         ["call_limit.py", "--runs", "5" if args.quick else "20"],
         ["context_distillation.py", *(["--quick"] if args.quick else [])],
         ["audit_speed.py", *(["--requests", "200"] if args.quick else [])],
+        ["long_session.py"],
+        ["compression.py", *(["--quick"] if args.quick else [])],
     ]
+    no_model = {"audit_speed.py", "long_session.py"}  # offline: no backend arguments
     failed = []
     for script, *extra in runs:
         name = script.removesuffix(".py") + ("_quick" if args.quick else "")
         cmd = [sys.executable, str(HERE / script), *extra, "--json", str(out / f"{name}.json")]
-        if script != "audit_speed.py":
+        if script not in no_model:
             cmd += served
         print("$", " ".join(cmd), flush=True)
         if subprocess.run(cmd).returncode != 0:
