@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import tracemalloc
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +23,6 @@ from ctxwright.compaction.pairing import pairing_violations
 from ctxwright.compaction.reasoning_loops import reasoning_violations
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.trim import plan_trim
-from ctxwright.errors import ContextWindowExceeded
 from ctxwright.messages import Message, ToolCall
 from ctxwright.prefix import Prefix
 from ctxwright.session import Session

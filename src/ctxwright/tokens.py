@@ -16,7 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from .messages import Message, canonical_json
+from .messages import Message
 
 
 _CJK = re.compile("[\u4e00-\u9fff]")

@@ -233,7 +233,6 @@ class ContextManager:
         tokens = self.request_tokens(session)
         trigger = cfg.trigger_ratio * self.effective_window
         spaced = call_index - self._last_compaction_call >= cfg.min_calls_between
-        over = tokens > self.effective_window
         llm_ok = self.summarizer is not None and self.breaker.allow(call_index)
         if cfg.strategy == "adaptive" and llm_ok and tokens > cfg.adaptive_ratio * self.effective_window:
             tokens = self._layer(session, "adaptive", call_index, tokens, reports,
