@@ -135,7 +135,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         window_tokens=args.window, result_cap_tokens=args.result_cap, trigger_ratio=args.clear_at,
         keep_recent_results=args.keep_results, strategy=args.compaction, archival_summaries=summaries,
         full_compaction=summaries)
-    if compression is not None:  # offloaded and cleared results are paged back with read_result
+    # Measured: with read_result in its tool list the 135M model calls it with invented ids in the
+    # demo and answers about the error; so on the embedded model it is off unless asked for.
+    use_reader = args.read_result if args.read_result is not None else args.backend != "embedded"
+    if compression is not None and use_reader:  # offloaded and cleared results are paged back
         tools.register(ResultReader().tool())
     use_delegate = args.delegate if args.delegate is not None else args.backend != "embedded"
     delegator = None
@@ -294,6 +297,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="LLM layers: per-round archival summaries and two-stage full compaction, with a circuit "
                          "breaker (default: on, except on the embedded model)")
     sm.add_argument("--no-summaries", dest="summaries", action="store_false")
+    rr = comp.add_mutually_exclusive_group()
+    rr.add_argument("--read-result", dest="read_result", action="store_true", default=None,
+                    help="give the agent read_result(result_id, offset, limit) to page back offloaded and cleared "
+                         "results (default: on, except on the embedded model)")
+    rr.add_argument("--no-read-result", dest="read_result", action="store_false")
     dg = r.add_mutually_exclusive_group()
     dg.add_argument("--delegate", dest="delegate", action="store_true", default=None,
                     help="give the agent the delegate(task) sub-agent tool (default: on, except on the embedded "
