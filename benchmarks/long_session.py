@@ -34,6 +34,7 @@ import random
 import statistics
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 from common import console, machine, save, table
@@ -76,7 +77,7 @@ def build_tools() -> ToolRegistry:
         Args:
             query: what to look for
         """
-        seed = abs(hash(query)) % 10_000
+        seed = zlib.crc32(query.encode()) % 10_000  # not hash(): salted per process
         return "\n".join(f"result {i}: page P{seed + i} about {query}" for i in range(30))
 
     @tool
