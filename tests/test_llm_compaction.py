@@ -121,8 +121,9 @@ def test_strategy_names():
 
 def test_per_result_combined_and_context_aware():
     s, b = summarizer(lambda req: "Alice founded Nordlys Labs in 2015.")
-    ctx = StrategyContext(query="Where does Alice work now?", known=["Bob joined Acme in 2020."], summarizer=s,
-                          count=COUNT.count)
+    ctx = StrategyContext(query="Where does Alice work now?", known=["Bob joined Acme in 2020."],
+                          summarize=lambda text, instr, max_chars, query: s.summarize(
+                              text, instr, max_chars=max_chars, query=query).text, count=COUNT.count)
     per = compress_batch("per_result", _results(), ctx)
     assert len(b.requests) == 3 and all(p and "read_result(result_id=\"r" in p for p in per)
     b.requests.clear()

@@ -67,7 +67,6 @@ class ContextManager:
     window_tokens: int
     reader: ResultReader = field(default_factory=ResultReader)
     files: ResultFiles | None = None
-    _session: "Session | None" = None
     _seen: dict[str, str] = field(default_factory=dict)    # (tool, sha256) -> result_id
     _ids: set[str] = field(default_factory=set)
     _last_compaction_call: int = -10**9
@@ -104,7 +103,6 @@ class ContextManager:
     # -- binding -------------------------------------------------------------------------
     def bind(self, session: "Session") -> None:
         """Attach to a session (new or resumed): its offload folder and what it recorded."""
-        self._session = session
         base = self.config.results_dir
         if base is None:
             store_path = getattr(getattr(session, "store", None), "path", None)
@@ -163,17 +161,10 @@ class ContextManager:
             return ""
         return users[0] if len(users) == 1 or users[-1] == users[0] else f"{users[0]}\n{users[-1]}"
 
-    def _failed(self, session: "Session", exc: SummaryFailed, call_index: int) -> None:
-        """A summary that could not be used: an event (nothing is lost) and a breaker count."""
-        self.llm_failures += 1
-        session.append("summary_failed", {"reason": exc.reason, "detail": str(exc), "call_index": call_index})
-        self.breaker.failure(exc.reason, session, call_index)
-
     def _strategy_ctx(self, session: "Session", call_index: int) -> StrategyContext:
-        return StrategyContext(query=self.query(session), known=self._known, summarizer=self.summarizer,
-                               breaker=self.breaker, count=self.counter.count, call_index=call_index,
-                               on_failure=lambda exc: self._failed(session, exc, call_index),
-                               on_success=lambda: self.breaker.success(session, call_index))
+        return StrategyContext(query=self.query(session), known=self._known, count=self.counter.count,
+                               summarize=lambda text, instruction, max_chars, query: self._summarize(
+                                   session, call_index, text, instruction, max_chars, query))
 
     def process_batch(self, session: "Session", items: list[tuple[str, str, str, bool]]) -> list[tuple[str, dict[str, Any]]]:
         """One round's results ``(tool name, call id, text, ok)``: layer 1 and repeats for each,
@@ -186,7 +177,6 @@ class ContextManager:
                 for i, (content, info) in enumerate(out) if "repeat_of" not in info]
         ctx = self._strategy_ctx(session, self._call_index)
         new = compress_batch(strategy, [r for _, r in todo], ctx)
-        self.llm_summaries += ctx.summaries
         for (i, r), content in zip(todo, new):
             if content is None:
                 continue
@@ -271,14 +261,18 @@ class ContextManager:
         return reports
 
     def _summarize(self, session: "Session", call_index: int, text: str, instruction: str,
-                   max_chars: int) -> str | None:
-        assert self.summarizer is not None
-        if not self.breaker.allow(call_index):
+                   max_chars: int, query: str | None = None) -> str | None:
+        """One checked LLM summary, or None: no summarizer, the breaker open, or a failure
+        (recorded as an event and counted by the breaker). Every LLM layer and strategy
+        comes through here."""
+        if self.summarizer is None or not self.breaker.allow(call_index):
             return None
         try:
-            out = self.summarizer.summarize(text, instruction, max_chars=max_chars).text
-        except SummaryFailed as exc:
-            self._failed(session, exc, call_index)
+            out = self.summarizer.summarize(text, instruction, max_chars=max_chars, query=query).text
+        except SummaryFailed as exc:  # an event (nothing is lost) and a breaker count
+            self.llm_failures += 1
+            session.append("summary_failed", {"reason": exc.reason, "detail": str(exc), "call_index": call_index})
+            self.breaker.failure(exc.reason, session, call_index)
             return None
         self.llm_summaries += 1
         self.breaker.success(session, call_index)
@@ -300,7 +294,6 @@ class ContextManager:
                 self._known.append(new)
             elif self.summarizer is None or not self.breaker.allow(call_index):
                 break
-        self.llm_summaries += ctx.summaries
         return out
 
     def _archive(self, session: "Session", entries, done: set[int], call_index: int) -> dict[int, str]:

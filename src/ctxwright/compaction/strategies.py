@@ -22,13 +22,9 @@ restores it: the compression is lossy in the context and lossless on disk.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from .extractive import select_sentences
-from .summarizer import Summarizer, SummaryFailed
-
-if TYPE_CHECKING:
-    from .breaker import CircuitBreaker
 
 STRATEGIES = ("none", "per_result", "combined", "context_aware", "context_aware_cited", "adaptive", "extractive")
 LLM_STRATEGIES = frozenset({"per_result", "combined", "context_aware", "context_aware_cited", "adaptive"})
@@ -46,22 +42,21 @@ class NewResult:
     ok: bool = True
 
 
+#: ``summarize(text, instruction, max_chars, query)``: one checked LLM summary, or None when it
+#: failed or the circuit breaker is open. The manager provides it (``ContextManager._summarize``),
+#: so failures, events and the breaker are handled in one place for strategies and layers alike.
+Summarize = Callable[[str, str, int, "str | None"], "str | None"]
+
+
 @dataclass
 class StrategyContext:
     query: str
     known: list[str] = field(default_factory=list)   # earlier compressed results, newest last
-    summarizer: Summarizer | None = None
-    breaker: "CircuitBreaker | None" = None
+    summarize: Summarize | None = None
     count: Callable[[str], int] = len
-    call_index: int = 0
-    on_failure: Callable[[SummaryFailed], None] | None = None
-    #: called after a usable summary (closes a half-open breaker, recording the event)
-    on_success: Callable[[], None] | None = None
     #: result texts shorter than this are left alone: nothing to gain
     min_chars: int = 1_500
     max_summary_chars: int = 1_200
-    summaries: int = 0
-    failures: int = 0
 
     def known_text(self, limit_chars: int = 1_500) -> str:
         out: list[str] = []
@@ -80,22 +75,10 @@ def _header(kind: str, r: NewResult) -> str:
 
 
 def _llm(ctx: StrategyContext, text: str, instruction: str, query: str | None) -> str | None:
-    """One summary, or None (failure counted; the breaker may open)."""
-    if ctx.summarizer is None or (ctx.breaker is not None and not ctx.breaker.allow(ctx.call_index)):
+    """One summary, or None (no summarizer, a failure, or the breaker open)."""
+    if ctx.summarize is None:
         return None
-    try:
-        s = ctx.summarizer.summarize(text[:SCAN_CHARS], instruction, max_chars=ctx.max_summary_chars, query=query)
-    except SummaryFailed as exc:
-        ctx.failures += 1
-        if ctx.on_failure is not None:
-            ctx.on_failure(exc)
-        return None
-    ctx.summaries += 1
-    if ctx.on_success is not None:
-        ctx.on_success()
-    elif ctx.breaker is not None:
-        ctx.breaker.success()
-    return s.text
+    return ctx.summarize(text[:SCAN_CHARS], instruction, ctx.max_summary_chars, query)
 
 
 def aware_instruction(ctx: StrategyContext, cite: str | None) -> str:
