@@ -58,9 +58,9 @@ def old_rounds(entries: list[tuple[int | None, Message]], keep_recent_results: i
 
 
 def archive(entries: Iterable[tuple[int | None, Message]], keep_recent_results: int, done: set[int],
-            summarize: Callable[[str], str | None], min_chars: int = 400) -> tuple[dict[int, str], int]:
-    """Event seq -> new content for the rounds summarized; and how many rounds failed (the
-    first failure stops the pass: the breaker decides about the next one)."""
+            summarize: Callable[[str], str | None], min_chars: int = 400) -> dict[int, str]:
+    """Event seq -> new content for the rounds summarized. The first failed summary ends the
+    pass (the breaker decides about the next one); clearing handles the rounds left."""
     replace: dict[int, str] = {}
     for k, m, res in old_rounds(list(entries), keep_recent_results, done):
         text = round_text(m, [r for _, r in res])
@@ -68,11 +68,11 @@ def archive(entries: Iterable[tuple[int | None, Message]], keep_recent_results: 
             continue
         summary = summarize(text)
         if summary is None:
-            return replace, 1
+            return replace
         ids = ", ".join(r.tool_call_id or "" for _, r in res)
         first = res[0][0]
         replace[first] = (f"[round {k} summary of results {ids}; read_result(result_id=...) restores each]\n"
                           f"{summary}")
         for seq, r in res[1:]:
             replace[seq] = f"[in the round {k} summary above]"
-    return replace, 0
+    return replace

@@ -297,10 +297,8 @@ class ContextManager:
         return out
 
     def _archive(self, session: "Session", entries, done: set[int], call_index: int) -> dict[int, str]:
-        replace, _failed = archival.archive(
-            entries, self.config.keep_recent_results, done,
-            lambda text: self._summarize(session, call_index, text, archival.INSTRUCTION, 600))
-        return replace
+        return archival.archive(entries, self.config.keep_recent_results, done,
+                                lambda text: self._summarize(session, call_index, text, archival.INSTRUCTION, 600))
 
     def _full(self, session: "Session", call_index: int, tokens: int, reports: list[CompactionReport],
               stage: int) -> int:

@@ -66,8 +66,7 @@ class Summarizer:
 
     def fit_input(self, text: str, query: str | None) -> tuple[str, bool]:
         """``text`` cut to the input budget; True if it was cut."""
-        if self.counter.count(text[: self.input_budget_tokens * 8]) <= self.input_budget_tokens and \
-                len(text) <= self.input_budget_tokens * 8:
+        if len(text) <= self.input_budget_tokens * 8 and self.counter.count(text) <= self.input_budget_tokens:
             return text, False
         if query:
             return select_sentences(text, query, self.input_budget_tokens, self.counter.count), True
@@ -99,10 +98,9 @@ class Summarizer:
             finally:
                 self._busy.release()
 
-        threading.Thread(target=work, daemon=True, name="ctxwright-summary").start()
-        deadline = t0 + self.timeout_s
-        while not box and time.perf_counter() < deadline:
-            time.sleep(0.01)
+        worker = threading.Thread(target=work, daemon=True, name="ctxwright-summary")
+        worker.start()
+        worker.join(self.timeout_s)  # a hung call is abandoned; _busy stays held until it ends
         self.calls += 1
         if not box:
             raise SummaryFailed("timeout", f"no summary within {self.timeout_s:g} s")
