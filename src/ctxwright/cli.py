@@ -120,27 +120,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     # File tools only when a workspace is named: fewer tools, less for a small model to confuse.
     workspace = Path(args.workspace).resolve() if args.workspace else None
     tools = default_tools(workspace)
-    use_todo = args.todo if args.todo is not None else args.backend != "embedded"
+    use_todo = _switched_on(args, "todo")
     # Measured: with the status block last and the manual in the prompt, the 135M model calls
     # get_current_time("UTC") alone and answers "10.23"; without them it calls both tools.
-    use_status = args.status if args.status is not None else args.backend != "embedded"
+    use_status = _switched_on(args, "status")
     todo = TodoList()
     if use_todo:
         for t in todo.tools():
             tools.register(t)
     # LLM summaries (archival rounds, full compaction) by default on served models only: the
     # embedded 135M model summarizes poorly (benchmarks/compression.py measures it).
-    summaries = args.summaries if args.summaries is not None else args.backend != "embedded"
+    summaries = _switched_on(args, "summaries")
     compression = None if args.no_compression else CompressionConfig(
         window_tokens=args.window, result_cap_tokens=args.result_cap, trigger_ratio=args.clear_at,
         keep_recent_results=args.keep_results, strategy=args.compaction, archival_summaries=summaries,
         full_compaction=summaries)
     # Measured: with read_result in its tool list the 135M model calls it with invented ids in the
     # demo and answers about the error; so on the embedded model it is off unless asked for.
-    use_reader = args.read_result if args.read_result is not None else args.backend != "embedded"
+    use_reader = _switched_on(args, "read_result")
     if compression is not None and use_reader:  # offloaded and cleared results are paged back
         tools.register(ResultReader().tool())
-    use_delegate = args.delegate if args.delegate is not None else args.backend != "embedded"
+    use_delegate = _switched_on(args, "delegate")
     delegator = None
     if use_delegate:
         delegator = Delegator(on_event=lambda kind, data: _print_event(kind, data) if kind in ("tool", "assistant")
@@ -241,6 +241,22 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return run_audit(args.file, as_json=args.json, prices=prices, console=console)
 
 
+def _add_switch(parser: Any, name: str, help_text: str) -> None:
+    """``--name`` / ``--no-name``; left unset (None), :func:`_switched_on` decides by backend."""
+    group = parser.add_mutually_exclusive_group()
+    flag = name.replace("_", "-")
+    group.add_argument(f"--{flag}", dest=name, action="store_true", default=None,
+                       help=f"{help_text} (default: on, except on the embedded model)")
+    group.add_argument(f"--no-{flag}", dest=name, action="store_false")
+
+
+def _switched_on(args: argparse.Namespace, name: str) -> bool:
+    """An explicit switch wins; otherwise on for served models and off on the embedded one, whose
+    135M model was measured to do worse with these features (see the README)."""
+    value = getattr(args, name)
+    return value if value is not None else args.backend != "embedded"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .compaction.strategies import STRATEGIES
 
@@ -258,19 +274,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-iterations", type=int, default=20)
     r.add_argument("--max-tool-rounds", type=int,
                    help="rounds of tool calls before an answer is required (embedded default: 1)")
-    status_group = r.add_mutually_exclusive_group()
-    status_group.add_argument("--status", dest="status", action="store_true", default=None,
-                              help="an <agent_status> message before each call (default: on, except on the "
-                                   "embedded model)")
-    status_group.add_argument("--no-status", dest="status", action="store_false")
+    _add_switch(r, "status", "an <agent_status> message before each call")
     r.add_argument("--status-mode", choices=["auto", "replace", "append"], default="auto",
                    help="how status messages are updated (auto: the cost model)")
     r.add_argument("--cache-price-ratio", type=float, default=0.1,
                    help="cached ÷ uncached input price of the backend, for --status-mode auto")
-    todo_group = r.add_mutually_exclusive_group()
-    todo_group.add_argument("--todo", dest="todo", action="store_true", default=None,
-                            help="give the agent the TODO tools (default: on, except on the embedded model)")
-    todo_group.add_argument("--no-todo", dest="todo", action="store_false")
+    _add_switch(r, "todo", "give the agent the TODO tools")
     r.add_argument("--timestamps", action="store_true",
                    help="prefix user and tool contents with [YYYY-MM-DD HH:MM:SS]")
     r.add_argument("--reasoning", choices=["strip", "keep", "must_send_back", "qwen3"],
@@ -292,21 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--keep-results", type=int, default=4, help="newest tool results clearing keeps")
     comp.add_argument("--compaction", choices=STRATEGIES, default="none",
                       help="how new tool results are compressed (experiment 2-9; see compaction/strategies.py)")
-    sm = comp.add_mutually_exclusive_group()
-    sm.add_argument("--summaries", dest="summaries", action="store_true", default=None,
-                    help="LLM layers: per-round archival summaries and two-stage full compaction, with a circuit "
-                         "breaker (default: on, except on the embedded model)")
-    sm.add_argument("--no-summaries", dest="summaries", action="store_false")
-    rr = comp.add_mutually_exclusive_group()
-    rr.add_argument("--read-result", dest="read_result", action="store_true", default=None,
-                    help="give the agent read_result(result_id, offset, limit) to page back offloaded and cleared "
-                         "results (default: on, except on the embedded model)")
-    rr.add_argument("--no-read-result", dest="read_result", action="store_false")
-    dg = r.add_mutually_exclusive_group()
-    dg.add_argument("--delegate", dest="delegate", action="store_true", default=None,
-                    help="give the agent the delegate(task) sub-agent tool (default: on, except on the embedded "
-                         "model)")
-    dg.add_argument("--no-delegate", dest="delegate", action="store_false")
+    _add_switch(comp, "summaries", "LLM layers: per-round archival summaries and two-stage full compaction, "
+                                   "with a circuit breaker")
+    _add_switch(comp, "read_result", "give the agent read_result(result_id, offset, limit) to page back offloaded "
+                                     "and cleared results")
+    _add_switch(r, "delegate", "give the agent the delegate(task) sub-agent tool")
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("sessions", help="list stored sessions")
