@@ -354,3 +354,33 @@ def test_clearing_keeps_newest_by_count_and_by_token_share():
     by_share = clear_old_results(s.base_entries(), meta, 4, 10, estimate_tokens, set(), keep_tokens=450)
     assert len(by_count) == 2 and len(by_share) == 4  # 450 tokens hold the newest two only
     assert all("read_result" in v for v in by_share.values())
+
+
+def test_offline_audit_of_an_export_rebuilds_the_compacted_requests_that_were_sent(store, tmp_path):
+    from ctxwright.audit_io import requests_from_export
+    from ctxwright.show import session_export
+
+    reg = ToolRegistry()
+
+    @tool
+    def fetch(page: int) -> str:
+        """Fetch a page.
+
+        Args:
+            page: page number
+        """
+        return f"Page {page}: " + " ".join(f"Fact{page}-{i}" for i in range(150))
+
+    reg.register(fetch)
+    replies = [A(call("fetch", {"page": i}, f"p{i}")) for i in range(14)] + ["done"]
+    s = Session.start(Prefix.build("sys", reg.specs()), store=store)
+    backend = ScriptedBackend(replies)
+    Agent(s, backend, reg, AgentConfig(compression=CompressionConfig(results_dir=tmp_path, window_tokens=2048,
+                                                                     keep_recent_results=2)),
+          counter=TokenCounter(estimate_tokens, "estimate")).run("read the pages")
+    assert any(ev.kind == "compaction" for ev in s.events)
+    rebuilt = [req for req, problem in requests_from_export(session_export(store, s.id)) if req is not None]
+    sent = [[m.to_wire() for m in r.messages[1:]] for r in backend.requests]
+    assert [list(r.messages) for r in rebuilt] == sent
+    compacted_calls = {ev.payload["call_index"] for ev in s.events if ev.kind == "compaction"}
+    assert [r.marker for r in rebuilt].count("compaction") == len(compacted_calls)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .audit import AuditRequest
+from .compaction.view import CompactionView
 from .usage import as_object, first_int, read_usage
 
 #: Event kinds of a session export that carry one chat message in ``message``.
@@ -290,9 +291,10 @@ def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest 
     """One request per model call of a session export (and of its child sessions).
 
     Replays the events in order: the ``assistant`` event with ``call_index`` k answered
-    the request made of the prefix plus every message event before it. A ``compaction``
-    event, or a ``status`` event in ``replace`` mode, since the previous reply marks the
-    next request, so the audit reports the change as intended rather than as an edit.
+    the request made of the prefix plus every message event before it, shown with the
+    compactions recorded so far (``compaction/view.py``, the rule the live session uses). A
+    ``compaction`` event, or a ``status`` event in ``replace`` mode, since the previous reply
+    marks the next request, so the audit reports the change as intended rather than as an edit.
     Yields ``(request, None)`` or ``(None, problem)``.
     """
     sid = export.get("id") or "?"
@@ -304,7 +306,8 @@ def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest 
     system = text_of(prefix.get("system"))
     tools = prefix.get("tools") if isinstance(prefix.get("tools"), list) else []
     calls = {c.get("call_index"): c for c in export.get("calls") or () if isinstance(c, dict)}
-    messages: list[dict[str, Any]] = []
+    entries: list[tuple[int, dict[str, Any]]] = []  # (event seq, message) as recorded
+    view = CompactionView()  # what the recorded compactions change, as the live session applies it
     marker: str | None = None
     last_status: int | None = None
     produced = 0
@@ -313,25 +316,30 @@ def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest 
             yield None, f"session {sid}: event {i} is not an object; skipped"
             continue
         kind = ev.get("kind")
+        seq = first_int(ev.get("seq"))
+        seq = i if seq is None else seq
         if kind == "assistant":
             k = first_int(ev.get("call_index"))
             if k is not None:
-                yield _export_request(system, tools, messages, calls.get(k) or {}, marker), None
+                shown = [m for _, m in view.apply(entries, lambda text: {"role": "user", "content": text},
+                                                  lambda m, text: {**m, "content": text})]
+                yield _export_request(system, tools, shown, calls.get(k) or {}, marker), None
                 produced += 1
             marker = None
         elif kind == "compaction":
             marker = "compaction"
+            view.add(ev)
         elif kind == "status" and ev.get("mode") == "replace" and last_status is not None:
             marker = marker or "status_replaced"
         if kind == "status" and isinstance(ev.get("message"), dict):
             # the status view: a status recorded in replace mode hides the previous one
             if ev.get("mode") == "replace" and last_status is not None:
-                del messages[last_status]
-            last_status = len(messages)
-            messages.append(ev["message"])
+                del entries[last_status]
+            last_status = len(entries)
+            entries.append((seq, ev["message"]))
         elif kind in MESSAGE_KINDS:
             if isinstance(ev.get("message"), dict):
-                messages.append(ev["message"])
+                entries.append((seq, ev["message"]))
             else:
                 yield None, f"session {sid}: {kind} event {ev.get('seq', i)} has no message; skipped"
     if not produced:

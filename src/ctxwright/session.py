@@ -228,40 +228,17 @@ class Session:
 
 
 def _render_events(events: list[Event]) -> tuple[list[Message], list[int | None]]:
-    """Message events with every compaction applied, in order (later compactions win)."""
-    replace: dict[int, str] = {}
-    drop: set[int] = set()
-    notes: dict[int, tuple[str, str]] = {}  # before_seq -> (layer, text)
+    """Message events with every compaction applied, in order (the rule: ``compaction/view.py``)."""
+    from .compaction.view import CompactionView
+
+    view = CompactionView()
     for ev in events:
         if ev.kind == "compaction":
-            replace.update({int(k): v for k, v in (ev.payload.get("replace") or {}).items()})
-            drop.update(ev.payload.get("drop") or ())
-            note = ev.payload.get("note")
-            if note:
-                # A summary covers everything before it, earlier notes included, so it replaces
-                # them all; a trim note replaces the earlier trim notes (it counts all removals).
-                layer = ev.payload.get("layer", "")
-                if note.get("replaces") == "all":
-                    notes = {}
-                else:
-                    notes = {k: v for k, v in notes.items() if v[0] != layer}
-                notes[int(note["before_seq"])] = (layer, note["text"])
-    msgs: list[Message] = []
-    seqs: list[int | None] = []
-    for ev in events:
-        if ev.kind not in MESSAGE_KINDS:
-            continue
-        if ev.seq in notes:
-            msgs.append(Message(role="user", content=notes[ev.seq][1]))
-            seqs.append(None)
-        if ev.seq in drop:
-            continue
-        m = Message.from_wire(ev.payload["message"])
-        if ev.seq in replace:
-            m = replace_content(m, replace[ev.seq])
-        msgs.append(m)
-        seqs.append(ev.seq)
-    return msgs, seqs
+            view.add(ev.payload)
+    shown = view.apply(((ev.seq, Message.from_wire(ev.payload["message"])) for ev in events
+                        if ev.kind in MESSAGE_KINDS),
+                       lambda text: Message(role="user", content=text), replace_content)
+    return [m for _, m in shown], [seq for seq, _ in shown]
 
 
 def replace_content(m: Message, content: str) -> Message:
