@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
-from .audit import AuditRequest
+from .audit import AuditRequest, next_marker
 from .compaction.view import CompactionView
 from .usage import as_object, first_int, read_usage
 
@@ -326,11 +326,10 @@ def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest 
                 yield _export_request(system, tools, shown, calls.get(k) or {}, marker), None
                 produced += 1
             marker = None
-        elif kind == "compaction":
-            marker = "compaction"
-            view.add(ev)
-        elif kind == "status" and ev.get("mode") == "replace" and last_status is not None:
-            marker = marker or "status_replaced"
+        else:
+            marker = next_marker(marker, str(kind), ev, last_status is not None)
+            if kind == "compaction":
+                view.add(ev)
         if kind == "status" and isinstance(ev.get("message"), dict):
             # the status view: a status recorded in replace mode hides the previous one
             if ev.get("mode") == "replace" and last_status is not None:

@@ -184,17 +184,15 @@ class Session:
 
     def marker_since_last_call(self) -> str | None:
         """``compaction`` or ``status_replaced`` if such an event was recorded since the last
-        model reply: the audit then reports the change as intended, not as an edit."""
+        model reply (the rule: ``audit.next_marker``)."""
+        from .audit import next_marker
+
+        start = next((j + 1 for j in range(len(self.events) - 1, -1, -1) if self.events[j].kind == "assistant"), 0)
+        status_before = any(ev.kind == "status" for ev in self.events[:start])
         marker = None
-        for j in range(len(self.events) - 1, -1, -1):
-            ev = self.events[j]
-            if ev.kind == "assistant":
-                break
-            if ev.kind == "compaction":
-                return "compaction"
-            if (ev.kind == "status" and ev.payload.get("mode") == "replace"
-                    and any(e.kind == "status" for e in self.events[:j])):
-                marker = marker or "status_replaced"
+        for ev in self.events[start:]:
+            marker = next_marker(marker, ev.kind, ev.payload, status_before)
+            status_before = status_before or ev.kind == "status"
         return marker
 
     def add_compaction(self, layer: str, *, replace: dict[int, str] | None = None,
