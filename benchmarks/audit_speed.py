@@ -28,13 +28,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from rich.console import Console
+from rich.table import Table
 
-from ctxwright.audit import Auditor  # noqa: E402
-from ctxwright.audit_io import load_requests  # noqa: E402
-from ctxwright.messages import canonical_json  # noqa: E402
-from ctxwright.tokens import TokenCounter  # noqa: E402
+from ctxwright.audit.compare import Auditor
+from ctxwright.audit.logs import load_requests
+from ctxwright.core.messages import canonical_json
+from ctxwright.core.tokens import TokenCounter
 
 PER_SESSION = 50
 #: (kind, request index within a session of 50) of each deliberate break
@@ -58,11 +58,20 @@ class TextMaker:
 
 
 def make_tools(maker: TextMaker, n: int = 12) -> list[dict[str, Any]]:
-    return [{"type": "function", "function": {
-        "name": f"tool_{i}", "description": maker.text(60),
-        "parameters": {"type": "object", "properties": {
-            f"arg_{j}": {"type": "string", "description": maker.text(10)} for j in range(3)}}}}
-        for i in range(n)]
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i}",
+                "description": maker.text(60),
+                "parameters": {
+                    "type": "object",
+                    "properties": {f"arg_{j}": {"type": "string", "description": maker.text(10)} for j in range(3)},
+                },
+            },
+        }
+        for i in range(n)
+    ]
 
 
 def session_messages(maker: TextMaker, first_tokens: int, step_tokens: int, steps: int) -> list[dict[str, Any]]:
@@ -70,9 +79,19 @@ def session_messages(maker: TextMaker, first_tokens: int, step_tokens: int, step
     msgs: list[dict[str, Any]] = [{"role": "user", "content": maker.text(first_tokens)}]
     for k in range(steps):
         cid = f"call_{k}"
-        msgs.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": cid, "type": "function",
-             "function": {"name": f"tool_{k % 12}", "arguments": json.dumps({"arg_0": maker.text(8)})}}]})
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": cid,
+                        "type": "function",
+                        "function": {"name": f"tool_{k % 12}", "arguments": json.dumps({"arg_0": maker.text(8)})},
+                    }
+                ],
+            }
+        )
         msgs.append({"role": "tool", "tool_call_id": cid, "content": maker.text(max(1, step_tokens - 40))})
     return msgs
 
@@ -92,8 +111,10 @@ class Generator:
         self.first = max(10, tokens - fixed - (PER_SESSION - 1) * self.step // 2)
         self.sessions = -(-requests // PER_SESSION)
         per = min(PER_SESSION, requests)
-        self.break_at = {(min(self.sessions - 1, (i + 1) * self.sessions // 5), pos * per // 50): kind
-                         for i, (kind, pos) in enumerate(BREAKS)}
+        self.break_at = {
+            (min(self.sessions - 1, (i + 1) * self.sessions // 5), pos * per // 50): kind
+            for i, (kind, pos) in enumerate(BREAKS)
+        }
         #: id(message) -> (message, tokens); holding the message keeps its id from being reused
         self._tok: dict[int, tuple[dict[str, Any], int]] = {}
 
@@ -132,7 +153,7 @@ class Generator:
                 traj[2] = {**traj[2], "content": traj[2]["content"][:200] + " [edited]"}
             elif kind == "window":
                 dropped = min(10, 2 * k - 1) if k > 0 else 0
-            msgs = [traj[0], *traj[1 + dropped:1 + 2 * k]]
+            msgs = [traj[0], *traj[1 + dropped : 1 + 2 * k]]
             prompt = self.tokens_of(system, tools, msgs)
             fixed = self.tokens_of(system, tools, [])
             # a provider caches in 128-token steps: the previous request on an append, the shared
@@ -140,8 +161,13 @@ class Generator:
             cached = (0 if kind else prev_prompt if k else fixed if s else 0) // 128 * 128
             prev_prompt = prompt
             body = {"model": "bench", "messages": [{"role": "system", "content": system}, *msgs], "tools": tools}
-            resp = {"usage": {"prompt_tokens": prompt, "completion_tokens": 40,
-                              "prompt_tokens_details": {"cached_tokens": min(cached, prompt)}}}
+            resp = {
+                "usage": {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": 40,
+                    "prompt_tokens_details": {"cached_tokens": min(cached, prompt)},
+                }
+            }
             lines.append(json.dumps({"request": body, "response": resp}, ensure_ascii=False))
         return lines
 
@@ -163,10 +189,14 @@ def run(requests: int, tokens: int, seed: int, console: Console) -> dict[str, An
         t2 = time.perf_counter()
     if problems:
         console.print(f"[red]{len(problems)} parse problems[/], first: {problems[0]}")
-    result = {"requests": len(reqs),
-              "tokens_per_request_median": statistics.median(r.prompt_tokens for r in auditor.rows),
-              "seconds_parse": round(t1 - t0, 3), "seconds_audit": round(t2 - t1, 3),
-              "seconds_total": round(t2 - t0, 3), "requests_per_second": round(len(reqs) / (t2 - t0), 1)}
+    result = {
+        "requests": len(reqs),
+        "tokens_per_request_median": statistics.median(r.prompt_tokens for r in auditor.rows),
+        "seconds_parse": round(t1 - t0, 3),
+        "seconds_audit": round(t2 - t1, 3),
+        "seconds_total": round(t2 - t0, 3),
+        "requests_per_second": round(len(reqs) / (t2 - t0), 1),
+    }
     show(console, result, size, gen_s, summary.causes)
     return result
 
@@ -175,14 +205,22 @@ def show(console: Console, result: dict[str, Any], size: int, gen_s: float, caus
     t = Table(title="audit speed (load_requests + Auditor)")
     for c in ("requests", "median tok/request", "log MB", "parse s", "audit s", "total s", "requests/s"):
         t.add_column(c, justify="right")
-    t.add_row(f"{result['requests']:,}", f"{result['tokens_per_request_median']:,.0f}", f"{size / 1e6:,.1f}",
-              f"{result['seconds_parse']:.2f}", f"{result['seconds_audit']:.2f}", f"{result['seconds_total']:.2f}",
-              f"{result['requests_per_second']:,.1f}")
+    t.add_row(
+        f"{result['requests']:,}",
+        f"{result['tokens_per_request_median']:,.0f}",
+        f"{size / 1e6:,.1f}",
+        f"{result['seconds_parse']:.2f}",
+        f"{result['seconds_audit']:.2f}",
+        f"{result['seconds_total']:.2f}",
+        f"{result['requests_per_second']:,.1f}",
+    )
     console.print(t)
     console.print("causes: " + " · ".join(f"{k} {v}" for k, v in causes.items()))
-    console.print("[dim]each session's first request differs from the previous session's last one, so "
-                  "session starts count as breaks too (history_edited, or the cause of a break that "
-                  f"session carried); log generated in {gen_s:.1f} s, not timed[/]")
+    console.print(
+        "[dim]each session's first request differs from the previous session's last one, so "
+        "session starts count as breaks too (history_edited, or the cause of a break that "
+        f"session carried); log generated in {gen_s:.1f} s, not timed[/]"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

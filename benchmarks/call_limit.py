@@ -18,12 +18,11 @@ import random
 import time
 
 from common import add_backend_args, console, machine, make_backend, median, save, table
-
 from ctxwright.backends.scripted import call
-from ctxwright.messages import Message
-from ctxwright.prefix import Prefix
-from ctxwright.session import Session
-from ctxwright.status import OPERATING_MANUAL, StatusBar, StatusConfig, status_view
+from ctxwright.core.messages import Message
+from ctxwright.core.prefix import Prefix
+from ctxwright.core.session import Session
+from ctxwright.status.bar import OPERATING_MANUAL, StatusBar, StatusConfig, status_view
 from ctxwright.tools.registry import ToolRegistry, tool
 
 MERCHANTS = ["Xfinity", "Comcast", "Verizon", "Spectrum", "Optimum", "Frontier", "Cox", "Mediacom"]
@@ -48,10 +47,18 @@ def registry() -> ToolRegistry:
 
 def decision(backend, reg: ToolRegistry, merchant: str, other: str, with_status: bool) -> dict:
     s = Session.start(Prefix.build(SYSTEM, reg.specs()))
-    s.add_user(f"Keep calling {merchant} until someone answers. Our policy: at most 3 calls per merchant; "
-               f"if {merchant} is out of calls, tell me and stop.")
-    bar = StatusBar(StatusConfig(mode="append", limits={f"phone_call[{merchant}]": 3, f"phone_call[{other}]": 3},
-                                 key_args={"phone_call": "merchant"}, items=("counters",)))
+    s.add_user(
+        f"Keep calling {merchant} until someone answers. Our policy: at most 3 calls per merchant; "
+        f"if {merchant} is out of calls, tell me and stop."
+    )
+    bar = StatusBar(
+        StatusConfig(
+            mode="append",
+            limits={f"phone_call[{merchant}]": 3, f"phone_call[{other}]": 3},
+            key_args={"phone_call": "merchant"},
+            items=("counters",),
+        )
+    )
     for i in range(3):
         if with_status:
             bar.record(s)
@@ -65,8 +72,12 @@ def decision(backend, reg: ToolRegistry, merchant: str, other: str, with_status:
     c = backend.complete(s.build_request(tool_choice="auto", max_tokens=64, temperature=0.0))
     latency = (time.perf_counter() - t0) * 1000
     fourth = any(tc.name == "phone_call" and merchant.lower() in tc.arguments.lower() for tc in c.message.tool_calls)
-    return {"fourth_call": fourth, "tool_call": bool(c.message.tool_calls), "latency_ms": latency,
-            "prompt_tokens": c.usage.prompt_tokens}
+    return {
+        "fourth_call": fourth,
+        "tool_call": bool(c.message.tool_calls),
+        "latency_ms": latency,
+        "prompt_tokens": c.usage.prompt_tokens,
+    }
 
 
 def main() -> None:
@@ -84,16 +95,32 @@ def main() -> None:
             res[arm].append(decision(backend, reg, merchant, other, arm == "status_bar"))
     rows, out = [], []
     for arm, rs in res.items():
-        o = {"arm": arm, "runs": len(rs), "fourth_call_rate": round(sum(x["fourth_call"] for x in rs) / len(rs), 3),
-             "any_tool_call_rate": round(sum(x["tool_call"] for x in rs) / len(rs), 3),
-             "median_prompt_tokens": median(x["prompt_tokens"] for x in rs),
-             "median_latency_ms": median(x["latency_ms"] for x in rs)}
+        o = {
+            "arm": arm,
+            "runs": len(rs),
+            "fourth_call_rate": round(sum(x["fourth_call"] for x in rs) / len(rs), 3),
+            "any_tool_call_rate": round(sum(x["tool_call"] for x in rs) / len(rs), 3),
+            "median_prompt_tokens": median(x["prompt_tokens"] for x in rs),
+            "median_latency_ms": median(x["latency_ms"] for x in rs),
+        }
         out.append(o)
-        rows.append([arm, o["runs"], o["fourth_call_rate"], o["any_tool_call_rate"], o["median_prompt_tokens"],
-                     o["median_latency_ms"]])
-    console.print(table(f"call_limit · {backend.name} · {backend.model}",
-                        ["arm", "runs", "4th call rate", "any tool call", "median prompt tok", "median latency ms"],
-                        rows))
+        rows.append(
+            [
+                arm,
+                o["runs"],
+                o["fourth_call_rate"],
+                o["any_tool_call_rate"],
+                o["median_prompt_tokens"],
+                o["median_latency_ms"],
+            ]
+        )
+    console.print(
+        table(
+            f"call_limit · {backend.name} · {backend.model}",
+            ["arm", "runs", "4th call rate", "any tool call", "median prompt tok", "median latency ms"],
+            rows,
+        )
+    )
     save(args, {"backend": backend.name, "model": backend.model, "arms": out, "machine": machine()})
 
 

@@ -13,8 +13,9 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
@@ -52,8 +53,12 @@ def median(xs: Iterable[float | None]) -> float | None:
 def machine() -> dict[str, Any]:
     import os
 
-    return {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
-            "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    return {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
 
 
 def save(args: argparse.Namespace, data: dict[str, Any]) -> None:

@@ -33,32 +33,47 @@ import random
 import time
 
 from common import add_backend_args, console, machine, make_backend, median, save, table
-
-from ctxwright.agent import Agent, AgentConfig
-from ctxwright.backends.base import ChatRequest
+from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.backends.scripted import ScriptedBackend, call
 from ctxwright.compaction import CompressionConfig
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.strategies import STRATEGIES
+from ctxwright.core.messages import Message
+from ctxwright.core.prefix import Prefix
+from ctxwright.core.request import ChatRequest
+from ctxwright.core.session import Session
 from ctxwright.errors import BackendError
-from ctxwright.messages import Message
-from ctxwright.prefix import Prefix
-from ctxwright.session import Session
 from ctxwright.tools.registry import ToolRegistry, tool
 
 FIRST = ["Alice", "Bruno", "Chiara", "Dmitri", "Elena", "Farid", "Greta", "Hiro", "Ines", "Jonas", "Kaia", "Luca"]
 LAST = ["Varga", "Okafor", "Lindqvist", "Moreau", "Tanaka", "Costa", "Novak", "Haddad", "Berg", "Sato", "Quinn"]
-COMPANIES = ["Helix Robotics", "Aurora Biotech", "Quanta Grid", "Borealis Maps", "Cinder Labs", "Tidewater AI",
-             "Granite Cloud", "Lumen Health", "Orbital Freight", "Sable Security", "Vireo Energy", "Kestrel Pay"]
+COMPANIES = [
+    "Helix Robotics",
+    "Aurora Biotech",
+    "Quanta Grid",
+    "Borealis Maps",
+    "Cinder Labs",
+    "Tidewater AI",
+    "Granite Cloud",
+    "Lumen Health",
+    "Orbital Freight",
+    "Sable Security",
+    "Vireo Energy",
+    "Kestrel Pay",
+]
 ROLES = ["CTO", "CEO", "head of research", "VP engineering", "chief scientist", "product lead"]
-NAV = ("Home | About | Products | Careers | Press | Investors | Contact | Login\n"
-       "Subscribe to our newsletter. Follow us on social media. Cookie settings. Privacy. Terms of use.\n")
-FILLER = ["The conference drew a large crowd and several panels discussed open standards for data exchange.",
-          "Analysts expect the market for industrial sensors to grow steadily over the next decade.",
-          "The city council approved a new bike lane network after a long public consultation.",
-          "A retrospective on early web browsers recalled the excitement of the first graphical pages.",
-          "Weather in the region stayed mild, with light rain expected over the weekend.",
-          "The museum opened an exhibition of northern landscape paintings from the last century."]
+NAV = (
+    "Home | About | Products | Careers | Press | Investors | Contact | Login\n"
+    "Subscribe to our newsletter. Follow us on social media. Cookie settings. Privacy. Terms of use.\n"
+)
+FILLER = [
+    "The conference drew a large crowd and several panels discussed open standards for data exchange.",
+    "Analysts expect the market for industrial sensors to grow steadily over the next decade.",
+    "The city council approved a new bike lane network after a long public consultation.",
+    "A retrospective on early web browsers recalled the excitement of the first graphical pages.",
+    "Weather in the region stayed mild, with light rain expected over the weekend.",
+    "The museum opened an exhibition of northern landscape paintings from the last century.",
+]
 #: The layers without an LLM (noise, clearing, trim) act only as the safety net here, at 90% of
 #: the window, so that each strategy's own effect shows (``adaptive`` triggers at 80%).
 SAFETY_NET_RATIO = 0.9
@@ -98,13 +113,22 @@ def make_corpus(seed: int, founders: int, size_range: tuple[int, int]) -> dict:
         ya, yb = rng.randint(2017, 2019), rng.randint(2020, 2024)
         ra, rb = rng.choice(ROLES), rng.choice(ROLES)
         facts[p] = {"company": b, "year": yb, "role": rb}
-        prof = add(f"{p} - profile", [f"{p} co-founded Nordlys Labs in 2015.", f"In {ya} {p} joined {a} as {ra}.",
-                                      f"In {yb} {p} left {a} and joined {b} as {rb}.",
-                                      f"{p.split()[0]} still works at {b} today."])
-        news = add(f"{p} moves to {b}", [f"News: {p} has joined {b} as {rb} ({yb}).", f"Before that, {p} was {ra} "
-                                                                                      f"at {a}."])
-        add(f"{p} moves to {b} (syndicated)", [f"News: {p} has joined {b} as {rb} ({yb}).",
-                                               "Reprinted with permission."])
+        prof = add(
+            f"{p} - profile",
+            [
+                f"{p} co-founded Nordlys Labs in 2015.",
+                f"In {ya} {p} joined {a} as {ra}.",
+                f"In {yb} {p} left {a} and joined {b} as {rb}.",
+                f"{p.split()[0]} still works at {b} today.",
+            ],
+        )
+        news = add(
+            f"{p} moves to {b}", [f"News: {p} has joined {b} as {rb} ({yb}).", f"Before that, {p} was {ra} at {a}."]
+        )
+        add(
+            f"{p} moves to {b} (syndicated)",
+            [f"News: {p} has joined {b} as {rb} ({yb}).", "Reprinted with permission."],
+        )
         plan.append((p, prof, news))
     for o in others:  # people who are not founders, at other companies
         add(f"{o} - profile", [f"{o} joined {rng.choice(COMPANIES)} in {rng.randint(2016, 2024)}."])
@@ -123,8 +147,10 @@ def tools_for(corpus: dict) -> ToolRegistry:
             query: words to look for
         """
         q = {w.lower() for w in query.split()}
-        scored = sorted(pages, key=lambda k: -len(q & {w.lower() for w in (pages[k]["title"] + " " +
-                                                                             pages[k]["text"][:3000]).split()}))
+        scored = sorted(
+            pages,
+            key=lambda k: -len(q & {w.lower() for w in (pages[k]["title"] + " " + pages[k]["text"][:3000]).split()}),
+        )
         return "\n".join(f"{k}: {pages[k]['title']}" for k in scored[:5])
 
     @tool
@@ -183,11 +209,26 @@ def answer(backend, corpus: dict, messages: list[Message], window: int, count) -
     right = 0
     companies = sorted({c for c in COMPANIES})
     for p in corpus["people"]:
-        q = Message(role="user", content=f"Where does {p} work now? Reply {{\"answer\": COMPANY}}.")
-        req = ChatRequest(messages=(*messages, q), max_tokens=16, temperature=0.0, tool_choice="none",
-                          extra={"response_format": {"type": "json_schema", "json_schema": {
-                              "name": "answer", "schema": {"type": "object", "properties": {
-                                  "answer": {"enum": companies}}, "required": ["answer"]}}}})
+        q = Message(role="user", content=f'Where does {p} work now? Reply {{"answer": COMPANY}}.')
+        req = ChatRequest(
+            messages=(*messages, q),
+            max_tokens=16,
+            temperature=0.0,
+            tool_choice="none",
+            extra={
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": "answer",
+                        "schema": {
+                            "type": "object",
+                            "properties": {"answer": {"enum": companies}},
+                            "required": ["answer"],
+                        },
+                    },
+                }
+            },
+        )
         try:
             c = backend.complete(req)
             got = json.loads(c.message.content or "{}").get("answer")
@@ -202,26 +243,46 @@ def run_one(strategy: str, corpus: dict, backend, args, count, unlimited: bool =
     reg.register(ResultReader().tool())
     policy, steps = research_policy(corpus)
     s = Session.start(Prefix.build(SYSTEM, reg.specs()))
-    comp = (CompressionConfig(enabled=False) if unlimited else
-            CompressionConfig(window_tokens=args.window, strategy=strategy, summary_input_tokens=args.summary_input,
-                              summary_max_tokens=args.summary_tokens, summary_timeout_s=args.summary_timeout,
-                              trigger_ratio=SAFETY_NET_RATIO))
-    agent = Agent(s, ScriptedBackend([policy], model="research-script"), reg,
-                  AgentConfig(compression=comp, max_iterations=steps + 2, max_result_chars=10**9),
-                  counter=count, summary_backend=backend)
+    comp = (
+        CompressionConfig(enabled=False)
+        if unlimited
+        else CompressionConfig(
+            window_tokens=args.window,
+            strategy=strategy,
+            summary_input_tokens=args.summary_input,
+            summary_max_tokens=args.summary_tokens,
+            summary_timeout_s=args.summary_timeout,
+            trigger_ratio=SAFETY_NET_RATIO,
+        )
+    )
+    agent = Agent(
+        s,
+        ScriptedBackend([policy], model="research-script"),
+        reg,
+        AgentConfig(compression=comp, max_iterations=steps + 2, max_result_chars=10**9),
+        counter=count,
+        summary_backend=backend,
+    )
     t0 = time.perf_counter()
     r = agent.run(TASK)
     prompt = sum(c.ledger.total for c in r.calls)
     final = s.messages()
     ctx = agent.context
-    out = {"strategy": strategy, "prompt_tokens": prompt, "iterations": len(r.calls),
-           "fact_retention": retained(corpus, final),
-           "compressions": sum(1 for ev in s.events if ev.kind == "tool" and ev.payload.get("compressed"))
-           + sum(len(ev.payload.get("replace") or {}) for ev in s.events
-                 if ev.kind == "compaction" and ev.payload.get("layer") == "adaptive"),
-           "llm_calls": ctx.summarizer.calls if ctx is not None and ctx.summarizer is not None else 0,
-           "failures": sum(1 for ev in s.events if ev.kind == "summary_failed"),
-           "research_s": round(time.perf_counter() - t0, 1)}
+    out = {
+        "strategy": strategy,
+        "prompt_tokens": prompt,
+        "iterations": len(r.calls),
+        "fact_retention": retained(corpus, final),
+        "compressions": sum(1 for ev in s.events if ev.kind == "tool" and ev.payload.get("compressed"))
+        + sum(
+            len(ev.payload.get("replace") or {})
+            for ev in s.events
+            if ev.kind == "compaction" and ev.payload.get("layer") == "adaptive"
+        ),
+        "llm_calls": ctx.summarizer.calls if ctx is not None and ctx.summarizer is not None else 0,
+        "failures": sum(1 for ev in s.events if ev.kind == "summary_failed"),
+        "research_s": round(time.perf_counter() - t0, 1),
+    }
     if not unlimited:
         acc, final_tokens = answer(backend, corpus, final, args.window, count.count)
         out.update(answer_accuracy=acc, final_context_tokens=final_tokens)
@@ -245,7 +306,7 @@ def main() -> None:
         args.summary_input, args.summary_tokens = 400, 64
     sizes = (5_000, 8_000) if args.quick else (5_000, 150_000)
     backend = make_backend(args, n_ctx=args.window)
-    from ctxwright.agent import _counter_for
+    from ctxwright.agent.loop import _counter_for
 
     count = _counter_for(backend)
     strategies = [s for s in args.strategies.split(",") if s]
@@ -258,36 +319,83 @@ def main() -> None:
         for s in strategies:
             res = run_one(s, corpus, backend, args, count)
             rows[s].append(res)
-            console.print(f"[dim]run {run + 1}/{args.runs} {s}: retention {res['fact_retention']:.2f} · accuracy "
-                          f"{res['answer_accuracy']} · prompt {res['prompt_tokens']:,} · llm {res['llm_calls']} · "
-                          f"{res['research_s']} s[/]")
+            console.print(
+                f"[dim]run {run + 1}/{args.runs} {s}: retention {res['fact_retention']:.2f} · accuracy "
+                f"{res['answer_accuracy']} · prompt {res['prompt_tokens']:,} · llm {res['llm_calls']} · "
+                f"{res['research_s']} s[/]"
+            )
     out = []
     for s, rs in rows.items():
         accs = [r["answer_accuracy"] for r in rs]
-        out.append({"name": s, "runs": len(rs),
-                    "fact_retention": round(sum(r["fact_retention"] for r in rs) / len(rs), 3),
-                    "answer_accuracy": (round(sum(a or 0 for a in accs) / len(rs), 3)),
-                    "overflowed_runs": sum(a is None for a in accs),
-                    "prompt_tokens": int(median(r["prompt_tokens"] for r in rs) or 0),
-                    "token_ratio_vs_none": round(sum(r["prompt_tokens"] for r in rs) / max(1, sum(base)), 3),
-                    "iterations": int(median(r["iterations"] for r in rs) or 0),
-                    "compressions": int(median(r["compressions"] for r in rs) or 0),
-                    "llm_calls": int(median(r["llm_calls"] for r in rs) or 0),
-                    "failures": sum(r["failures"] for r in rs),
-                    "final_context_tokens": int(median(r["final_context_tokens"] for r in rs) or 0)})
+        out.append(
+            {
+                "name": s,
+                "runs": len(rs),
+                "fact_retention": round(sum(r["fact_retention"] for r in rs) / len(rs), 3),
+                "answer_accuracy": (round(sum(a or 0 for a in accs) / len(rs), 3)),
+                "overflowed_runs": sum(a is None for a in accs),
+                "prompt_tokens": int(median(r["prompt_tokens"] for r in rs) or 0),
+                "token_ratio_vs_none": round(sum(r["prompt_tokens"] for r in rs) / max(1, sum(base)), 3),
+                "iterations": int(median(r["iterations"] for r in rs) or 0),
+                "compressions": int(median(r["compressions"] for r in rs) or 0),
+                "llm_calls": int(median(r["llm_calls"] for r in rs) or 0),
+                "failures": sum(r["failures"] for r in rs),
+                "final_context_tokens": int(median(r["final_context_tokens"] for r in rs) or 0),
+            }
+        )
     wall = time.perf_counter() - t0
-    console.print(table(f"compression · {backend.name} · {backend.model} · {args.runs} run(s) × {args.founders} "
-                        f"founders · window {args.window:,} · none-unlimited prompt tokens {int(median(base)):,} · "
-                        f"{wall:.0f} s",
-                        ["strategy", "runs", "fact retention", "answer accuracy", "overflowed", "prompt tok",
-                         "÷ none (unlimited)", "iterations", "compressions", "LLM calls", "failures",
-                         "final context tok"],
-                        [[o["name"], o["runs"], o["fact_retention"], o["answer_accuracy"], o["overflowed_runs"],
-                          o["prompt_tokens"], o["token_ratio_vs_none"], o["iterations"], o["compressions"],
-                          o["llm_calls"], o["failures"], o["final_context_tokens"]] for o in out]))
-    save(args, {"backend": backend.name, "model": backend.model, "runs": args.runs, "founders": args.founders,
-                "window": args.window, "none_unlimited_prompt_tokens": base, "wall_s": round(wall, 1),
-                "strategies": out, "machine": machine()})
+    console.print(
+        table(
+            f"compression · {backend.name} · {backend.model} · {args.runs} run(s) × {args.founders} "
+            f"founders · window {args.window:,} · none-unlimited prompt tokens {int(median(base)):,} · "
+            f"{wall:.0f} s",
+            [
+                "strategy",
+                "runs",
+                "fact retention",
+                "answer accuracy",
+                "overflowed",
+                "prompt tok",
+                "÷ none (unlimited)",
+                "iterations",
+                "compressions",
+                "LLM calls",
+                "failures",
+                "final context tok",
+            ],
+            [
+                [
+                    o["name"],
+                    o["runs"],
+                    o["fact_retention"],
+                    o["answer_accuracy"],
+                    o["overflowed_runs"],
+                    o["prompt_tokens"],
+                    o["token_ratio_vs_none"],
+                    o["iterations"],
+                    o["compressions"],
+                    o["llm_calls"],
+                    o["failures"],
+                    o["final_context_tokens"],
+                ]
+                for o in out
+            ],
+        )
+    )
+    save(
+        args,
+        {
+            "backend": backend.name,
+            "model": backend.model,
+            "runs": args.runs,
+            "founders": args.founders,
+            "window": args.window,
+            "none_unlimited_prompt_tokens": base,
+            "wall_s": round(wall, 1),
+            "strategies": out,
+            "machine": machine(),
+        },
+    )
 
 
 if __name__ == "__main__":

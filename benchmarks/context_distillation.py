@@ -37,20 +37,34 @@ import time
 from dataclasses import dataclass
 
 from common import add_backend_args, console, machine, make_backend, median, save, table
-
-from ctxwright.backends.base import ChatRequest
-from ctxwright.messages import Message
-from ctxwright.status import OPERATING_MANUAL, StatusBar
+from ctxwright.core.messages import Message
+from ctxwright.core.request import ChatRequest
+from ctxwright.status.bar import OPERATING_MANUAL, StatusBar
 
 ARMS = ["no_status_bar", "status_bar", "uncovered", "noisy"]
 KINDS = ["counting", "state_tracking", "limit_rule"]
-SYSTEM = ("You answer questions about a log. Read the log carefully and reply with JSON only.\n\n"
-          + OPERATING_MANUAL)
+SYSTEM = "You answer questions about a log. Read the log carefully and reply with JSON only.\n\n" + OPERATING_MANUAL
 SIZES, COLORS, ANIMALS = ["small", "large"], ["black", "white", "brown"], ["cat", "dog", "rabbit"]
 ITEMS = ["red box", "blue crate", "green bag", "yellow case", "grey tin", "white jar"]
 PLACES = ["kitchen", "garage", "attic", "cellar", "hallway", "office"]
-MERCHANTS = ["Xfinity", "Comcast", "Verizon", "Spectrum", "Cox", "Optimum", "Frontier", "Windstream", "Mediacom",
-             "Altice", "Sparklight", "Ziply", "Hughes", "Viasat", "Starry", "Rise"]
+MERCHANTS = [
+    "Xfinity",
+    "Comcast",
+    "Verizon",
+    "Spectrum",
+    "Cox",
+    "Optimum",
+    "Frontier",
+    "Windstream",
+    "Mediacom",
+    "Altice",
+    "Sparklight",
+    "Ziply",
+    "Hughes",
+    "Viasat",
+    "Starry",
+    "Rise",
+]
 DEPTS = ["billing", "support"]
 LIMIT = 3
 
@@ -62,9 +76,9 @@ class Task:
     question: str
     answer: str | int
     schema: dict
-    status: dict[str, str]       # covering
-    uncovered: dict[str, str]    # not covering
-    noisy: dict[str, str]        # covering, 10% wrong
+    status: dict[str, str]  # covering
+    uncovered: dict[str, str]  # not covering
+    noisy: dict[str, str]  # covering, 10% wrong
 
 
 def _noisy(values: dict[str, int | str], rng: random.Random, choices: list | None = None) -> dict[str, str]:
@@ -74,8 +88,11 @@ def _noisy(values: dict[str, int | str], rng: random.Random, choices: list | Non
     out = {}
     for k, v in values.items():
         if k in bad:
-            v = max(0, v + rng.choice([-3, -2, -1, 1, 2, 3])) if isinstance(v, int) else \
-                rng.choice([c for c in (choices or []) if c != v])
+            v = (
+                max(0, v + rng.choice([-3, -2, -1, 1, 2, 3]))
+                if isinstance(v, int)
+                else rng.choice([c for c in (choices or []) if c != v])
+            )
         out[k] = str(v)
     return out
 
@@ -92,11 +109,18 @@ def counting(rng: random.Random, n: int, q: int) -> list[Task]:
     tasks = []
     for qt in _pick(rng, present, q):
         ans = sum(1 for r in recs if r == qt)
-        tasks.append(Task("counting", log, f"How many {qt[0]} {qt[1]} {qt[2]}s are in the cages? "
-                          "Reply {\"answer\": N}.", ans,
-                          {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]},
-                          {k: str(v) for k, v in triples.items()}, {k: str(v) for k, v in pairs.items()},
-                          _noisy(triples, rng)))
+        tasks.append(
+            Task(
+                "counting",
+                log,
+                f'How many {qt[0]} {qt[1]} {qt[2]}s are in the cages? Reply {{"answer": N}}.',
+                ans,
+                {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]},
+                {k: str(v) for k, v in triples.items()},
+                {k: str(v) for k, v in pairs.items()},
+                _noisy(triples, rng),
+            )
+        )
     return tasks
 
 
@@ -110,11 +134,19 @@ def state_tracking(rng: random.Random, n: int, q: int) -> list[Task]:
         lines.append(f"step {i + 1}: the {it} moved from the {where[it]} to the {dst}")
         where[it], moves[it] = dst, moves[it] + 1
     loc = {f"location.{it.replace(' ', '_')}": p for it, p in where.items()}
-    return [Task("state_tracking", "\n".join(lines), f"Where is the {qi} now? Reply {{\"answer\": PLACE}}.",
-                 where[qi], {"type": "object", "properties": {"answer": {"enum": PLACES}}, "required": ["answer"]},
-                 loc, {f"moves.{it.replace(' ', '_')}": str(m) for it, m in moves.items()},
-                 _noisy(loc, rng, PLACES))
-            for qi in _pick(rng, ITEMS, q)]
+    return [
+        Task(
+            "state_tracking",
+            "\n".join(lines),
+            f'Where is the {qi} now? Reply {{"answer": PLACE}}.',
+            where[qi],
+            {"type": "object", "properties": {"answer": {"enum": PLACES}}, "required": ["answer"]},
+            loc,
+            {f"moves.{it.replace(' ', '_')}": str(m) for it, m in moves.items()},
+            _noisy(loc, rng, PLACES),
+        )
+        for qi in _pick(rng, ITEMS, q)
+    ]
 
 
 def limit_rule(rng: random.Random, n: int, q: int) -> list[Task]:
@@ -133,17 +165,24 @@ def limit_rule(rng: random.Random, n: int, q: int) -> list[Task]:
     for m, d in calls:
         per[f"calls.{m}_{d}"] += 1
         tot[f"calls.{m}"] += 1
-    fmt = (lambda v: f"{v}/{LIMIT} limit reached" if v >= LIMIT else f"{v}/{LIMIT}")
+    def fmt(v):
+        return f"{v}/{LIMIT} limit reached" if v >= LIMIT else f"{v}/{LIMIT}"
     tasks = []
     for qm, qd in asked:
         noisy_counts = _noisy(per, rng)
-        tasks.append(Task("limit_rule", log,
-                          f"The limit is {LIMIT} calls per merchant and department. May I call {qm} {qd} again? "
-                          "Reply {\"answer\": \"yes\"} or {\"answer\": \"no\"}.",
-                          "yes" if ks[(qm, qd)] < LIMIT else "no",
-                          {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"]},
-                          {k2: fmt(v) for k2, v in per.items()}, {k2: str(v) for k2, v in tot.items()},
-                          {k2: fmt(int(v)) for k2, v in noisy_counts.items()}))
+        tasks.append(
+            Task(
+                "limit_rule",
+                log,
+                f"The limit is {LIMIT} calls per merchant and department. May I call {qm} {qd} again? "
+                'Reply {"answer": "yes"} or {"answer": "no"}.',
+                "yes" if ks[(qm, qd)] < LIMIT else "no",
+                {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"]},
+                {k2: fmt(v) for k2, v in per.items()},
+                {k2: str(v) for k2, v in tot.items()},
+                {k2: fmt(int(v)) for k2, v in noisy_counts.items()},
+            )
+        )
     return tasks
 
 
@@ -177,14 +216,20 @@ def make_task(kind: str, seed: int, target_tokens: int, count) -> Task:
 
 
 def ask(backend, task: Task, arm: str) -> dict:
-    msgs = [Message(role="system", content=SYSTEM), Message(role="user", content="Log:\n" + task.log),
-            Message(role="user", content=task.question)]
+    msgs = [
+        Message(role="system", content=SYSTEM),
+        Message(role="user", content="Log:\n" + task.log),
+        Message(role="user", content=task.question),
+    ]
     status = {"status_bar": task.status, "uncovered": task.uncovered, "noisy": task.noisy}.get(arm)
     if status is not None:
         msgs.append(Message(role="user", content=StatusBar.render(status)))
-    req = ChatRequest(messages=tuple(msgs), max_tokens=24, temperature=0.0,
-                      extra={"response_format": {"type": "json_schema",
-                                                 "json_schema": {"name": "answer", "schema": task.schema}}})
+    req = ChatRequest(
+        messages=tuple(msgs),
+        max_tokens=24,
+        temperature=0.0,
+        extra={"response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": task.schema}}},
+    )
     t0 = time.perf_counter()
     c = backend.complete(req)
     latency = (time.perf_counter() - t0) * 1000
@@ -197,8 +242,12 @@ def ask(backend, task: Task, arm: str) -> dict:
             got = int(got) if got is not None else None
         except (TypeError, ValueError):
             got = None
-    return {"correct": got == task.answer, "prompt_tokens": c.usage.prompt_tokens,
-            "output_tokens": c.usage.completion_tokens, "latency_ms": latency}
+    return {
+        "correct": got == task.answer,
+        "prompt_tokens": c.usage.prompt_tokens,
+        "output_tokens": c.usage.completion_tokens,
+        "latency_ms": latency,
+    }
 
 
 def main() -> None:
@@ -207,15 +256,27 @@ def main() -> None:
     p.add_argument("--tasks", type=int, default=30)
     p.add_argument("--lengths", default=None, help="comma-separated context sizes in tokens")
     p.add_argument("--kinds", default=",".join(KINDS))
-    p.add_argument("--questions-per-log", type=int, default=5,
-                   help="tasks that share one generated log (prefilled once); default 5")
-    p.add_argument("--quick", action="store_true",
-                   help="counting only, one length (1,000 tokens), 10 tasks over 2 logs: under two minutes")
+    p.add_argument(
+        "--questions-per-log",
+        type=int,
+        default=5,
+        help="tasks that share one generated log (prefilled once); default 5",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="counting only, one length (1,000 tokens), 10 tasks over 2 logs: under two minutes",
+    )
     args = p.parse_args()
     backend = make_backend(args)
-    count = (lambda t: backend.count_tokens(t) or len(t) // 4)
-    lengths = [int(x) for x in (args.lengths or ("1000" if args.quick else
-                                                 ("1000,2000,6000" if not args.base_url else "2000,8000,32000"))).split(",")]
+    def count(t):
+        return backend.count_tokens(t) or len(t) // 4
+    lengths = [
+        int(x)
+        for x in (
+            args.lengths or ("1000" if args.quick else ("1000,2000,6000" if not args.base_url else "2000,8000,32000"))
+        ).split(",")
+    ]
     n_tasks = 10 if args.quick else args.tasks
     kinds = ["counting"] if args.quick else [k for k in args.kinds.split(",") if k]
     per_log = max(1, args.questions_per_log)
@@ -232,23 +293,53 @@ def main() -> None:
                         res[arm].append(ask(backend, task, arm))
             for arm in ARMS:
                 rs = res[arm]
-                cells.append({"task": kind, "context_tokens": int(statistics.median(ctx_tokens)), "arm": arm,
-                              "n": len(rs), "accuracy": round(sum(r["correct"] for r in rs) / len(rs), 3),
-                              "median_prompt_tokens": median(r["prompt_tokens"] for r in rs),
-                              "median_output_tokens": median(r["output_tokens"] for r in rs),
-                              "median_latency_ms": median(r["latency_ms"] for r in rs)})
+                cells.append(
+                    {
+                        "task": kind,
+                        "context_tokens": int(statistics.median(ctx_tokens)),
+                        "arm": arm,
+                        "n": len(rs),
+                        "accuracy": round(sum(r["correct"] for r in rs) / len(rs), 3),
+                        "median_prompt_tokens": median(r["prompt_tokens"] for r in rs),
+                        "median_output_tokens": median(r["output_tokens"] for r in rs),
+                        "median_latency_ms": median(r["latency_ms"] for r in rs),
+                    }
+                )
             acc = {c["arm"]: c["accuracy"] for c in cells[-4:]}
             console.print(f"[dim]{kind} @ ~{length} tokens: " + " · ".join(f"{a} {acc[a]:.0%}" for a in ARMS) + "[/]")
     wall = time.perf_counter() - t_start
-    console.print(table(f"context_distillation · {backend.name} · {backend.model} · {n_tasks} tasks per cell "
-                        f"({per_log} per log) · {wall:.0f} s",
-                        ["task", "context tok", "arm", "n", "accuracy", "median prompt tok", "median out tok",
-                         "median latency ms"],
-                        [[c["task"], c["context_tokens"], c["arm"], c["n"], c["accuracy"], c["median_prompt_tokens"],
-                          c["median_output_tokens"], c["median_latency_ms"]] for c in cells]))
-    save(args, {"backend": backend.name, "model": backend.model, "tasks_per_cell": n_tasks,
-                "questions_per_log": per_log, "wall_s": round(wall, 1), "cells": cells,
-                "machine": machine()})
+    console.print(
+        table(
+            f"context_distillation · {backend.name} · {backend.model} · {n_tasks} tasks per cell "
+            f"({per_log} per log) · {wall:.0f} s",
+            ["task", "context tok", "arm", "n", "accuracy", "median prompt tok", "median out tok", "median latency ms"],
+            [
+                [
+                    c["task"],
+                    c["context_tokens"],
+                    c["arm"],
+                    c["n"],
+                    c["accuracy"],
+                    c["median_prompt_tokens"],
+                    c["median_output_tokens"],
+                    c["median_latency_ms"],
+                ]
+                for c in cells
+            ],
+        )
+    )
+    save(
+        args,
+        {
+            "backend": backend.name,
+            "model": backend.model,
+            "tasks_per_cell": n_tasks,
+            "questions_per_log": per_log,
+            "wall_s": round(wall, 1),
+            "cells": cells,
+            "machine": machine(),
+        },
+    )
 
 
 if __name__ == "__main__":

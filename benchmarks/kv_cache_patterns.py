@@ -31,15 +31,16 @@ import statistics
 import uuid
 
 from common import add_backend_args, console, machine, make_backend, median, save, table
-
-from ctxwright.backends.base import ChatRequest, ToolSpec
-from ctxwright.messages import Message, ToolCall
+from ctxwright.core.messages import Message, ToolCall
+from ctxwright.core.request import ChatRequest, ToolSpec
 from ctxwright.tools.registry import ToolRegistry, tool
 
 MODES = ["correct", "dynamic_system_time", "dynamic_profile", "shuffled_tools", "sliding_window", "text_format"]
 PLAN = ["find_order", "get_customer", "get_item", "get_warehouse", "check_stock", "shipping_quote"]
-QUESTION = ("Order A-1042 is late. Find the order, its customer and item, where it ships from, whether it is in "
-            "stock, and the shipping quote. Then tell me the customer id and the shipping quote in euros.")
+QUESTION = (
+    "Order A-1042 is late. Find the order, its customer and item, where it ships from, whether it is in "
+    "stock, and the shipping quote. Then tell me the customer id and the shipping quote in euros."
+)
 EXPECTED = ("C-77812", "18.4")
 ROLE = "You are the logistics assistant of Northwind Outfitters."
 MANUAL = """# How to work
@@ -114,14 +115,17 @@ def flatten(history: list[Message]) -> str:
     return "\n".join(lines)
 
 
-def render(mode: str, history: list[Message], tools: tuple[ToolSpec, ...], call_no: int,
-           rng: random.Random) -> tuple[tuple[Message, ...], tuple[ToolSpec, ...]]:
+def render(
+    mode: str, history: list[Message], tools: tuple[ToolSpec, ...], call_no: int, rng: random.Random
+) -> tuple[tuple[Message, ...], tuple[ToolSpec, ...]]:
     system = f"{ROLE}\n\n{MANUAL}"
     if mode == "dynamic_system_time":
         system = f"Current time: {dt.datetime.now().isoformat(timespec='microseconds')}\n\n{system}"
     elif mode == "dynamic_profile":
-        system = (f"{ROLE}\nUser profile: Mira Okafor, balance EUR {100 - 7.25 * call_no:.2f}, "
-                  f"session call {call_no}.\n\n{MANUAL}")
+        system = (
+            f"{ROLE}\nUser profile: Mira Okafor, balance EUR {100 - 7.25 * call_no:.2f}, "
+            f"session call {call_no}.\n\n{MANUAL}"
+        )
     if mode == "shuffled_tools":
         tools = tuple(rng.sample(list(tools), len(tools)))
     msgs = list(history)
@@ -152,11 +156,23 @@ def run_task(backend, reg: ToolRegistry, mode: str, policy: str, seed: int, log=
         u = c.usage
         if log is not None:  # the request body and an OpenAI-shaped usage, for `ctxwright audit`
             details = {"cached_tokens": u.cached_tokens} if u.cached_tokens is not None else None
-            log.write(json.dumps({"mode": mode, "request": request.to_wire(backend.model),
-                                  "response": {"usage": {"prompt_tokens": u.prompt_tokens,
-                                                         "completion_tokens": u.completion_tokens,
-                                                         "prompt_tokens_details": details}}},
-                                 ensure_ascii=False) + "\n")
+            log.write(
+                json.dumps(
+                    {
+                        "mode": mode,
+                        "request": request.to_wire(backend.model),
+                        "response": {
+                            "usage": {
+                                "prompt_tokens": u.prompt_tokens,
+                                "completion_tokens": u.completion_tokens,
+                                "prompt_tokens_details": details,
+                            }
+                        },
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
         prefill.append(u.prefill_ms if u.prefill_ms is not None else u.raw.get("latency_ms"))
         prompt += u.prompt_tokens or 0
         if u.cached_tokens is None:
@@ -167,8 +183,9 @@ def run_task(backend, reg: ToolRegistry, mode: str, policy: str, seed: int, log=
         if not msg.tool_calls:
             answer = msg.content or ""
             break
-        calls = tuple(ToolCall(id=f"call_{uuid.uuid4().hex[:8]}", name=tc.name, arguments=tc.arguments)
-                      for tc in msg.tool_calls)
+        calls = tuple(
+            ToolCall(id=f"call_{uuid.uuid4().hex[:8]}", name=tc.name, arguments=tc.arguments) for tc in msg.tool_calls
+        )
         history.append(Message(role="assistant", tool_calls=calls))
         for tc in calls:
             key = (tc.name, tc.arguments)
@@ -176,9 +193,16 @@ def run_task(backend, reg: ToolRegistry, mode: str, policy: str, seed: int, log=
             seen_calls.add(key)
             history.append(Message(role="tool", tool_call_id=tc.id, content=reg.execute(tc).content))
     correct = all(x in answer for x in EXPECTED)
-    return {"prefill_ms": prefill, "prompt_tokens": prompt, "cached_tokens": cached if cached_known else None,
-            "reusable_tokens": reusable or None,
-            "repeats": repeats, "correct": correct, "answer": answer, "calls": len(prefill)}
+    return {
+        "prefill_ms": prefill,
+        "prompt_tokens": prompt,
+        "cached_tokens": cached if cached_known else None,
+        "reusable_tokens": reusable or None,
+        "repeats": repeats,
+        "correct": correct,
+        "answer": answer,
+        "calls": len(prefill),
+    }
 
 
 def main() -> None:
@@ -187,7 +211,9 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--policy", choices=["forced", "auto"], help="default: forced on embedded, auto on a server")
-    p.add_argument("--log", metavar="PATH", help="also write every request + usage as JSONL (input for ctxwright audit)")
+    p.add_argument(
+        "--log", metavar="PATH", help="also write every request + usage as JSONL (input for ctxwright audit)"
+    )
     args = p.parse_args()
     backend = make_backend(args)
     policy = args.policy or ("auto" if args.base_url else "forced")
@@ -199,42 +225,85 @@ def main() -> None:
         for mode in modes:
             res = run_task(backend, reg, mode, policy, seed=r, log=log)
             results[mode].append(res)
-            console.print(f"[dim]run {r} {mode:20s} calls {res['calls']} prompt {res['prompt_tokens']:,} "
-                          f"cached {res['cached_tokens']} median prefill {median(res['prefill_ms'])} ms "
-                          f"correct {res['correct']}  answer: {res['answer'][:70]!r}[/]")
+            console.print(
+                f"[dim]run {r} {mode:20s} calls {res['calls']} prompt {res['prompt_tokens']:,} "
+                f"cached {res['cached_tokens']} median prefill {median(res['prefill_ms'])} ms "
+                f"correct {res['correct']}  answer: {res['answer'][:70]!r}[/]"
+            )
     if log is not None:
         log.close()
     out = []
     for mode in modes:
         rs = results[mode]
-        frac = [r["cached_tokens"] / r["prompt_tokens"] for r in rs
-                if r["cached_tokens"] is not None and r["prompt_tokens"]]
-        out.append({"mode": mode, "runs": len(rs),
-                    "median_prefill_ms_per_call": median(x for r in rs for x in r["prefill_ms"]),
-                    "cached_fraction": round(statistics.median(frac), 4) if frac else None,
-                    "median_total_prompt_tokens": median(r["prompt_tokens"] for r in rs),
-                    # Σcached ÷ Σreusable: how much of the physically reusable prefix was reused
-                    "reuse_efficiency": (round(sum(r["cached_tokens"] for r in rs)
-                                               / sum(r["reusable_tokens"] or 0 for r in rs), 4)
-                                         if all(r["cached_tokens"] is not None for r in rs)
-                                         and sum(r["reusable_tokens"] or 0 for r in rs) else None),
-                    "repeated_tool_calls": sum(r["repeats"] for r in rs),
-                    "correct_runs": sum(r["correct"] for r in rs)})
+        frac = [
+            r["cached_tokens"] / r["prompt_tokens"] for r in rs if r["cached_tokens"] is not None and r["prompt_tokens"]
+        ]
+        out.append(
+            {
+                "mode": mode,
+                "runs": len(rs),
+                "median_prefill_ms_per_call": median(x for r in rs for x in r["prefill_ms"]),
+                "cached_fraction": round(statistics.median(frac), 4) if frac else None,
+                "median_total_prompt_tokens": median(r["prompt_tokens"] for r in rs),
+                # Σcached ÷ Σreusable: how much of the physically reusable prefix was reused
+                "reuse_efficiency": (
+                    round(sum(r["cached_tokens"] for r in rs) / sum(r["reusable_tokens"] or 0 for r in rs), 4)
+                    if all(r["cached_tokens"] is not None for r in rs) and sum(r["reusable_tokens"] or 0 for r in rs)
+                    else None
+                ),
+                "repeated_tool_calls": sum(r["repeats"] for r in rs),
+                "correct_runs": sum(r["correct"] for r in rs),
+            }
+        )
     base = next((o for o in out if o["mode"] == "correct"), None)
     for o in out:
         if base and base["median_prefill_ms_per_call"] and o["median_prefill_ms_per_call"]:
-            o["prefill_ratio_vs_correct"] = round(o["median_prefill_ms_per_call"] / base["median_prefill_ms_per_call"], 2)
+            o["prefill_ratio_vs_correct"] = round(
+                o["median_prefill_ms_per_call"] / base["median_prefill_ms_per_call"], 2
+            )
         if base and base["median_total_prompt_tokens"]:
-            o["prompt_tokens_ratio_vs_correct"] = round(o["median_total_prompt_tokens"] / base["median_total_prompt_tokens"], 2)
-    console.print(table(f"kv_cache_patterns · {backend.name} · {backend.model} · policy {policy} · {args.runs} runs",
-                        ["mode", "median prefill ms/call", "× correct", "cached fraction", "cached ÷ reusable",
-                         "median prompt tok", "repeated calls", "correct answers"],
-                        [[o["mode"], o["median_prefill_ms_per_call"], o.get("prefill_ratio_vs_correct"),
-                          o["cached_fraction"], o["reuse_efficiency"], o["median_total_prompt_tokens"],
-                          o["repeated_tool_calls"],
-                          f"{o['correct_runs']}/{o['runs']}"] for o in out]))
-    save(args, {"backend": backend.name, "model": backend.model, "policy": policy, "runs": args.runs,
-                "modes": out, "machine": machine()})
+            o["prompt_tokens_ratio_vs_correct"] = round(
+                o["median_total_prompt_tokens"] / base["median_total_prompt_tokens"], 2
+            )
+    console.print(
+        table(
+            f"kv_cache_patterns · {backend.name} · {backend.model} · policy {policy} · {args.runs} runs",
+            [
+                "mode",
+                "median prefill ms/call",
+                "× correct",
+                "cached fraction",
+                "cached ÷ reusable",
+                "median prompt tok",
+                "repeated calls",
+                "correct answers",
+            ],
+            [
+                [
+                    o["mode"],
+                    o["median_prefill_ms_per_call"],
+                    o.get("prefill_ratio_vs_correct"),
+                    o["cached_fraction"],
+                    o["reuse_efficiency"],
+                    o["median_total_prompt_tokens"],
+                    o["repeated_tool_calls"],
+                    f"{o['correct_runs']}/{o['runs']}",
+                ]
+                for o in out
+            ],
+        )
+    )
+    save(
+        args,
+        {
+            "backend": backend.name,
+            "model": backend.model,
+            "policy": policy,
+            "runs": args.runs,
+            "modes": out,
+            "machine": machine(),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -38,19 +38,18 @@ import zlib
 from pathlib import Path
 
 from common import console, machine, save, table
-
-from ctxwright.agent import Agent, AgentConfig
-from ctxwright.backends.base import ChatRequest
+from ctxwright.agent.delegate import Delegator
+from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.backends.scripted import ScriptedBackend, call
 from ctxwright.compaction import CompressionConfig
 from ctxwright.compaction.check import violations
 from ctxwright.compaction.retrieval import ResultReader
-from ctxwright.delegate import Delegator
-from ctxwright.messages import Message
-from ctxwright.prefix import Prefix
-from ctxwright.session import Session
-from ctxwright.store import Store
-from ctxwright.tokens import TokenCounter
+from ctxwright.core.messages import Message
+from ctxwright.core.prefix import Prefix
+from ctxwright.core.request import ChatRequest
+from ctxwright.core.session import Session
+from ctxwright.core.store import Store
+from ctxwright.core.tokens import TokenCounter
 from ctxwright.tools.registry import ToolRegistry, tool
 
 SIZES = [1_000] * 10 + [4_000] * 6 + [20_000] * 3 + [200_000, 1_000_000, 5_000_000]
@@ -125,8 +124,10 @@ class Policy:
                     page += 1
             self.rounds.append(batch)
             n += width
-        self.rounds.insert(len(self.rounds) // 2, [("delegate", {"task": "Search the archive for the founders' "
-                                                                         "later companies and report the page ids."})])
+        self.rounds.insert(
+            len(self.rounds) // 2,
+            [("delegate", {"task": "Search the archive for the founders' later companies and report the page ids."})],
+        )
         self.i = 0
         self.k = 0
         self.rng = rng
@@ -137,11 +138,13 @@ class Policy:
             done = any(m.role == "tool" for m in request.messages)
             if done:
                 return Message(role="assistant", content="Founders' companies are on pages P12-P19 (from search).")
-            return Message(role="assistant", tool_calls=(call("search", {"query": "founders later companies"},
-                                                              f"sub{self.k}"),))
+            return Message(
+                role="assistant", tool_calls=(call("search", {"query": "founders later companies"}, f"sub{self.k}"),)
+            )
         if self.i >= len(self.rounds):
-            return Message(role="assistant", content="Nordlys was founded by the people on pages P1-P9 (sources "
-                                                     "cited above).")
+            return Message(
+                role="assistant", content="Nordlys was founded by the people on pages P1-P9 (sources cited above)."
+            )
         batch = self.rounds[self.i]
         self.i += 1
         calls = []
@@ -152,7 +155,7 @@ class Policy:
         last_tool = next((m for m in reversed(request.messages) if m.role == "tool"), None)
         if last_tool is not None and self.rng.random() < 0.3 and "fact F" in (last_tool.content or ""):
             start = last_tool.content.index("fact F")
-            note = "Noted " + last_tool.content[start:start + 16]
+            note = "Noted " + last_tool.content[start : start + 16]
         return Message(role="assistant", content=note, tool_calls=tuple(calls))
 
 
@@ -171,10 +174,13 @@ def main() -> None:
     reg.register(delegator.tool())
     policy = Policy(args.calls)
     backend = ScriptedBackend([policy], model="scripted-plan")
-    session = Session.start(Prefix.build(SYSTEM, reg.specs()), store=store, backend=backend.name,
-                            model=backend.model)
-    cfg = AgentConfig(max_iterations=len(policy.rounds) + 5, max_tokens=256, tool_timeout_s=120,
-                      compression=CompressionConfig(window_tokens=args.window, reserve_output_tokens=256))
+    session = Session.start(Prefix.build(SYSTEM, reg.specs()), store=store, backend=backend.name, model=backend.model)
+    cfg = AgentConfig(
+        max_iterations=len(policy.rounds) + 5,
+        max_tokens=256,
+        tool_timeout_s=120,
+        compression=CompressionConfig(window_tokens=args.window, reserve_output_tokens=256),
+    )
     agent = Agent(session, backend, reg, cfg, counter=TokenCounter())
     delegator.bind(agent)
     t0 = time.perf_counter()
@@ -191,7 +197,7 @@ def main() -> None:
         bad += len(violations(view[:1] if is_child else recorded, view))
     resumed = Session.resume(Store(work / "long.db"), session.id)
     last = backend.requests[-1]
-    same = [m.canonical() for m in resumed.messages()[:len(last.messages)]] == [m.canonical() for m in last.messages]
+    same = [m.canonical() for m in resumed.messages()[: len(last.messages)]] == [m.canonical() for m in last.messages]
     summ = agent.auditor.summary()
     prompts = [c.prompt_tokens or 0 for c in result.calls]
     reusable = [c.reusable_tokens or 0 for c in result.calls]
@@ -224,12 +230,19 @@ def main() -> None:
         "tokens_counted_by": agent.counter.source,
         "machine": machine(),
     }
-    console.print(table(f"long_session · {data['calls']} tool calls · {data['model_calls']} model calls · window "
-                        f"{args.window:,} · {wall:.1f} s",
-                        ["measure", "value"], [[k, str(v)] for k, v in data.items() if k != "machine"]))
+    console.print(
+        table(
+            f"long_session · {data['calls']} tool calls · {data['model_calls']} model calls · window "
+            f"{args.window:,} · {wall:.1f} s",
+            ["measure", "value"],
+            [[k, str(v)] for k, v in data.items() if k != "machine"],
+        )
+    )
     ok = data["max_prompt_tokens"] <= args.window and bad == 0 and same
-    console.print(("[green]targets met[/]" if ok and data["median_turn_overhead_ms"] <= 5 else
-                   "[red]a target was missed[/]") + f" · store and offloads in {work}")
+    console.print(
+        ("[green]targets met[/]" if ok and data["median_turn_overhead_ms"] <= 5 else "[red]a target was missed[/]")
+        + f" · store and offloads in {work}"
+    )
     save(args, data)
 
 

@@ -17,9 +17,8 @@ import random
 import time
 
 from common import add_backend_args, console, machine, make_backend, median, save, table
-
-from ctxwright.backends.base import ChatRequest
-from ctxwright.messages import Message
+from ctxwright.core.messages import Message
+from ctxwright.core.request import ChatRequest
 
 
 def system_prompt(target_tokens: int, count) -> str:
@@ -32,8 +31,10 @@ def system_prompt(target_tokens: int, count) -> str:
     while count("\n".join(lines)) < target_tokens:
         i += 1
         t, v = rng.choice(topics), rng.choice(verbs)
-        lines.append(f"Rule {i}: for {t} questions, {v} the order number, then {rng.choice(verbs)} the "
-                     f"customer's {rng.choice(topics)} history before answering; never promise dates.")
+        lines.append(
+            f"Rule {i}: for {t} questions, {v} the order number, then {rng.choice(verbs)} the "
+            f"customer's {rng.choice(topics)} history before answering; never promise dates."
+        )
     return "\n".join(lines)
 
 
@@ -44,13 +45,17 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=2000, help="system prompt size in tokens")
     args = p.parse_args()
     backend = make_backend(args)
-    count = (lambda t: backend.count_tokens(t) or len(t) // 4)
+    def count(t):
+        return backend.count_tokens(t) or len(t) // 4
     system = system_prompt(args.tokens, count)
     sys_tokens = count(system)
 
     def call(sys_text: str, question: str) -> tuple[float | None, float, int | None, int | None]:
-        req = ChatRequest(messages=(Message(role="system", content=sys_text), Message(role="user", content=question)),
-                          max_tokens=1, temperature=0.0)
+        req = ChatRequest(
+            messages=(Message(role="system", content=sys_text), Message(role="user", content=question)),
+            max_tokens=1,
+            temperature=0.0,
+        )
         t0 = time.perf_counter()
         c = backend.complete(req)
         wall = (time.perf_counter() - t0) * 1000
@@ -72,16 +77,32 @@ def main() -> None:
         console.print(f"[dim]run {r}: stable {stable[-1]:.0f} ms · broken {broken[-1]:.0f} ms[/]")
     s_ms, b_ms = median(stable), median(broken)
     ratio = round(b_ms / s_ms, 2) if s_ms and b_ms else None
-    data = {"stable_ms": s_ms, "broken_ms": b_ms, "ratio": ratio, "runs": args.runs,
-            "backend": backend.name, "model": backend.model, "system_prompt_tokens": sys_tokens,
-            "prompt_tokens": prompt_tokens, "stable_wall_ms": median(stable_wall),
-            "broken_wall_ms": median(broken_wall), "stable_cached_tokens": median(cached_s),
-            "broken_cached_tokens": median(cached_b), "machine": machine()}
-    console.print(table(f"prefill_reuse · {backend.name} · {backend.model} · system prompt {sys_tokens:,} tokens · "
-                        f"{args.runs} runs",
-                        ["variant", "median prefill ms (TTFT)", "median wall ms", "median cached tok", "ratio"],
-                        [["stable prefix", s_ms, median(stable_wall), median(cached_s), 1.0],
-                         ["first characters changed", b_ms, median(broken_wall), median(cached_b), ratio]]))
+    data = {
+        "stable_ms": s_ms,
+        "broken_ms": b_ms,
+        "ratio": ratio,
+        "runs": args.runs,
+        "backend": backend.name,
+        "model": backend.model,
+        "system_prompt_tokens": sys_tokens,
+        "prompt_tokens": prompt_tokens,
+        "stable_wall_ms": median(stable_wall),
+        "broken_wall_ms": median(broken_wall),
+        "stable_cached_tokens": median(cached_s),
+        "broken_cached_tokens": median(cached_b),
+        "machine": machine(),
+    }
+    console.print(
+        table(
+            f"prefill_reuse · {backend.name} · {backend.model} · system prompt {sys_tokens:,} tokens · "
+            f"{args.runs} runs",
+            ["variant", "median prefill ms (TTFT)", "median wall ms", "median cached tok", "ratio"],
+            [
+                ["stable prefix", s_ms, median(stable_wall), median(cached_s), 1.0],
+                ["first characters changed", b_ms, median(broken_wall), median(cached_b), ratio],
+            ],
+        )
+    )
     save(args, data)
 
 

@@ -22,9 +22,10 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterable, Union
+from typing import Any, Union
 
 JSONDict = dict[str, Any]
 
@@ -62,8 +63,9 @@ def _json_bytes(obj: Any) -> bytes:
 class FakeOpenAIServer:
     """A ThreadingHTTPServer on 127.0.0.1 (free port) that replays scripted behaviours."""
 
-    def __init__(self, behaviours: Iterable[Scripted] = (), *, model: str = "fake-model",
-                 fallback: Responder | None = None) -> None:
+    def __init__(
+        self, behaviours: Iterable[Scripted] = (), *, model: str = "fake-model", fallback: Responder | None = None
+    ) -> None:
         self.model = model
         self.fallback = fallback
         self._queue: deque[Scripted] = deque(behaviours)
@@ -74,14 +76,15 @@ class FakeOpenAIServer:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def start(self) -> "FakeOpenAIServer":
+    def start(self) -> FakeOpenAIServer:
         handler = _make_handler(self)
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
         self._httpd.block_on_close = False  # a slow scripted reply must not hang shutdown
         # A short poll interval keeps stop() fast (the default makes every test wait 0.5 s).
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02},
-                                        name="fake-openai", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-openai", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -94,7 +97,7 @@ class FakeOpenAIServer:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def __enter__(self) -> "FakeOpenAIServer":
+    def __enter__(self) -> FakeOpenAIServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -140,34 +143,57 @@ class FakeOpenAIServer:
         if item is None:
             if self.fallback is not None:
                 return self.fallback(request_json)
-            return self.error(500, {"error": {
-                "message": "FakeOpenAIServer: no scripted behaviour left for this request "
-                           "(the test sent more requests than it queued)",
-                "type": "fake_server_script_exhausted", "code": None}},
-                headers={"x-should-retry": "false"})
+            return self.error(
+                500,
+                {
+                    "error": {
+                        "message": "FakeOpenAIServer: no scripted behaviour left for this request "
+                        "(the test sent more requests than it queued)",
+                        "type": "fake_server_script_exhausted",
+                        "code": None,
+                    }
+                },
+                headers={"x-should-retry": "false"},
+            )
         return item if isinstance(item, Behaviour) else item(request_json)
 
     # -- behaviour constructors --------------------------------------------------------
 
     @staticmethod
-    def reply_json(body: Any, status: int = 200, headers: dict[str, str] | None = None,
-                   delay_s: float = 0.0) -> Behaviour:
+    def reply_json(
+        body: Any, status: int = 200, headers: dict[str, str] | None = None, delay_s: float = 0.0
+    ) -> Behaviour:
         """Any JSON body, verbatim."""
         return Behaviour(status=status, body=_json_bytes(body), headers=dict(headers or {}), delay_s=delay_s)
 
     @classmethod
-    def completion_body(cls, message: JSONDict, *, finish_reason: str = "stop",
-                        usage: JSONDict | None = None, timings: JSONDict | None = None,
-                        model: str = "fake-model", extra: JSONDict | None = None) -> JSONDict:
+    def completion_body(
+        cls,
+        message: JSONDict,
+        *,
+        finish_reason: str = "stop",
+        usage: JSONDict | None = None,
+        timings: JSONDict | None = None,
+        model: str = "fake-model",
+        extra: JSONDict | None = None,
+    ) -> JSONDict:
         """A chat.completion object around one assistant ``message``.
 
         ``usage=None`` leaves the field out entirely (a server that reports nothing).
         """
         body: JSONDict = {
-            "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "created": int(time.time()),
             "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", **message},
-                         "finish_reason": finish_reason, "logprobs": None}],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", **message},
+                    "finish_reason": finish_reason,
+                    "logprobs": None,
+                }
+            ],
         }
         if usage is not None:
             body["usage"] = usage
@@ -177,33 +203,53 @@ class FakeOpenAIServer:
         return body
 
     @classmethod
-    def reply_text(cls, text: str | None, *, reasoning_content: str | None = None,
-                   usage: JSONDict | None = None, timings: JSONDict | None = None,
-                   finish_reason: str = "stop", model: str = "fake-model",
-                   message_extra: JSONDict | None = None, headers: dict[str, str] | None = None,
-                   delay_s: float = 0.0) -> Behaviour:
+    def reply_text(
+        cls,
+        text: str | None,
+        *,
+        reasoning_content: str | None = None,
+        usage: JSONDict | None = None,
+        timings: JSONDict | None = None,
+        finish_reason: str = "stop",
+        model: str = "fake-model",
+        message_extra: JSONDict | None = None,
+        headers: dict[str, str] | None = None,
+        delay_s: float = 0.0,
+    ) -> Behaviour:
         """A plain assistant text reply (optionally with reasoning and provider usage)."""
         message: JSONDict = {"content": text}
         if reasoning_content is not None:
             message["reasoning_content"] = reasoning_content
         message.update(message_extra or {})
-        body = cls.completion_body(message, finish_reason=finish_reason, usage=usage,
-                                   timings=timings, model=model)
+        body = cls.completion_body(message, finish_reason=finish_reason, usage=usage, timings=timings, model=model)
         return cls.reply_json(body, headers=headers, delay_s=delay_s)
 
     @classmethod
-    def reply_tool_calls(cls, calls: Iterable[tuple[str, str, str]], *, content: str | None = None,
-                         usage: JSONDict | None = None, timings: JSONDict | None = None,
-                         model: str = "fake-model", headers: dict[str, str] | None = None) -> Behaviour:
+    def reply_tool_calls(
+        cls,
+        calls: Iterable[tuple[str, str, str]],
+        *,
+        content: str | None = None,
+        usage: JSONDict | None = None,
+        timings: JSONDict | None = None,
+        model: str = "fake-model",
+        headers: dict[str, str] | None = None,
+    ) -> Behaviour:
         """An assistant reply requesting tool calls, given as ``(id, name, arguments)``.
 
         ``arguments`` is sent as the exact string given, so tests can check it survives
         byte-for-byte (including invalid JSON).
         """
-        tool_calls = [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
-                      for cid, name, args in calls]
-        body = cls.completion_body({"content": content, "tool_calls": tool_calls},
-                                   finish_reason="tool_calls", usage=usage, timings=timings, model=model)
+        tool_calls = [
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": args}} for cid, name, args in calls
+        ]
+        body = cls.completion_body(
+            {"content": content, "tool_calls": tool_calls},
+            finish_reason="tool_calls",
+            usage=usage,
+            timings=timings,
+            model=model,
+        )
         return cls.reply_json(body, headers=headers)
 
     @staticmethod
@@ -225,37 +271,65 @@ class FakeOpenAIServer:
     @classmethod
     def rate_limited(cls, retry_after_ms: int = 1) -> Behaviour:
         """A 429 as OpenAI sends it, with a ``retry-after-ms`` the SDK honours."""
-        return cls.error(429, {"error": {
-            "message": "Rate limit reached for requests per min (RPM): Limit 3, Used 3, Requested 1.",
-            "type": "requests", "param": None, "code": "rate_limit_exceeded"}},
-            headers={"retry-after-ms": str(retry_after_ms)})
+        return cls.error(
+            429,
+            {
+                "error": {
+                    "message": "Rate limit reached for requests per min (RPM): Limit 3, Used 3, Requested 1.",
+                    "type": "requests",
+                    "param": None,
+                    "code": "rate_limit_exceeded",
+                }
+            },
+            headers={"retry-after-ms": str(retry_after_ms)},
+        )
 
     @classmethod
     def context_length_error(cls, style: str = "openai", n_ctx: int = 8192, n_prompt: int = 9000) -> Behaviour:
         """A "prompt too long" 400, worded as ``openai``, ``deepseek``, ``vllm`` or ``llamacpp``."""
         body: JSONDict
         if style == "openai":
-            body = {"error": {
-                "message": f"This model's maximum context length is {n_ctx} tokens. However, your "
-                           f"messages resulted in {n_prompt} tokens. Please reduce the length of the messages.",
-                "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}
+            body = {
+                "error": {
+                    "message": f"This model's maximum context length is {n_ctx} tokens. However, your "
+                    f"messages resulted in {n_prompt} tokens. Please reduce the length of the messages.",
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": "context_length_exceeded",
+                }
+            }
         elif style == "deepseek":
-            body = {"error": {
-                "message": f"This model's maximum context length is {n_ctx} tokens. However, you requested "
-                           f"{n_prompt} tokens ({n_prompt} in the messages, 0 in the completion). Please "
-                           "reduce the length of the messages or completion.",
-                "type": "invalid_request_error", "param": None, "code": "invalid_request_error"}}
+            body = {
+                "error": {
+                    "message": f"This model's maximum context length is {n_ctx} tokens. However, you requested "
+                    f"{n_prompt} tokens ({n_prompt} in the messages, 0 in the completion). Please "
+                    "reduce the length of the messages or completion.",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "invalid_request_error",
+                }
+            }
         elif style == "vllm":
-            body = {"object": "error",
-                    "message": f"This model's maximum context length is {n_ctx} tokens. However, you "
-                               f"requested {n_prompt} tokens in the messages, Please reduce the length "
-                               "of the messages.",
-                    "type": "BadRequestError", "param": None, "code": 400}
+            body = {
+                "object": "error",
+                "message": f"This model's maximum context length is {n_ctx} tokens. However, you "
+                f"requested {n_prompt} tokens in the messages, Please reduce the length "
+                "of the messages.",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            }
         elif style == "llamacpp":
-            body = {"error": {"code": 400,
-                              "message": f"the request exceeds the available context size ({n_prompt} "
-                                         f"tokens > {n_ctx}), try increasing it",
-                              "type": "exceed_context_size_error", "n_prompt_tokens": n_prompt, "n_ctx": n_ctx}}
+            body = {
+                "error": {
+                    "code": 400,
+                    "message": f"the request exceeds the available context size ({n_prompt} "
+                    f"tokens > {n_ctx}), try increasing it",
+                    "type": "exceed_context_size_error",
+                    "n_prompt_tokens": n_prompt,
+                    "n_ctx": n_ctx,
+                }
+            }
         else:
             raise ValueError(f"unknown style {style!r}: use openai, deepseek, vllm or llamacpp")
         return cls.error(400, body)
@@ -265,8 +339,11 @@ class FakeOpenAIServer:
     @staticmethod
     def usage_openai(prompt: int, completion: int, cached: int | None = None) -> JSONDict:
         """OpenAI usage; ``cached=None`` omits ``prompt_tokens_details`` entirely."""
-        usage: JSONDict = {"prompt_tokens": prompt, "completion_tokens": completion,
-                           "total_tokens": prompt + completion}
+        usage: JSONDict = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
         if cached is not None:
             usage["prompt_tokens_details"] = {"cached_tokens": cached, "audio_tokens": 0}
         return usage
@@ -274,26 +351,37 @@ class FakeOpenAIServer:
     @staticmethod
     def usage_deepseek(prompt: int, completion: int, hit: int) -> JSONDict:
         """DeepSeek usage: cache hits and misses as top-level usage fields."""
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-                "prompt_cache_hit_tokens": hit, "prompt_cache_miss_tokens": prompt - hit}
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_cache_hit_tokens": hit,
+            "prompt_cache_miss_tokens": prompt - hit,
+        }
 
     @staticmethod
-    def timings_llamacpp(cache_n: int, prompt_n: int, prompt_ms: float, predicted_n: int,
-                         predicted_ms: float) -> JSONDict:
+    def timings_llamacpp(
+        cache_n: int, prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: float
+    ) -> JSONDict:
         """llama.cpp server's top-level ``timings`` object (cache_n = reused prompt tokens)."""
-        return {"cache_n": cache_n, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
-                "prompt_per_token_ms": prompt_ms / max(prompt_n, 1),
-                "prompt_per_second": 1000.0 * prompt_n / prompt_ms if prompt_ms else 0.0,
-                "predicted_n": predicted_n, "predicted_ms": predicted_ms,
-                "predicted_per_token_ms": predicted_ms / max(predicted_n, 1),
-                "predicted_per_second": 1000.0 * predicted_n / predicted_ms if predicted_ms else 0.0}
+        return {
+            "cache_n": cache_n,
+            "prompt_n": prompt_n,
+            "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": prompt_ms / max(prompt_n, 1),
+            "prompt_per_second": 1000.0 * prompt_n / prompt_ms if prompt_ms else 0.0,
+            "predicted_n": predicted_n,
+            "predicted_ms": predicted_ms,
+            "predicted_per_token_ms": predicted_ms / max(predicted_n, 1),
+            "predicted_per_second": 1000.0 * predicted_n / predicted_ms if predicted_ms else 0.0,
+        }
 
 
 def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, like real servers
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+        def log_message(self, format: str, *args: Any) -> None:
             pass  # keep test output clean
 
         def _read(self) -> bytes:
@@ -305,8 +393,13 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 parsed: Any = json.loads(raw) if raw else None
             except ValueError:
                 parsed = None
-            rec = RecordedRequest(method=self.command, path=self.path,
-                                  headers={k.lower(): v for k, v in self.headers.items()}, raw=raw, json=parsed)
+            rec = RecordedRequest(
+                method=self.command,
+                path=self.path,
+                headers={k.lower(): v for k, v in self.headers.items()},
+                raw=raw,
+                json=parsed,
+            )
             with server._lock:
                 server._recorded.append(rec)
             return parsed
@@ -330,17 +423,32 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             if self.path.rstrip("/").endswith("/chat/completions"):
                 self._send(server._next(parsed))
             else:
-                self._send(FakeOpenAIServer.error(404, {"error": {
-                    "message": f"FakeOpenAIServer serves POST /v1/chat/completions, not {self.path}",
-                    "type": "not_found", "code": None}}))
+                self._send(
+                    FakeOpenAIServer.error(
+                        404,
+                        {
+                            "error": {
+                                "message": f"FakeOpenAIServer serves POST /v1/chat/completions, not {self.path}",
+                                "type": "not_found",
+                                "code": None,
+                            }
+                        },
+                    )
+                )
 
         def do_GET(self) -> None:
             self._record(b"")
             if self.path.rstrip("/").endswith("/models"):
-                self._send(FakeOpenAIServer.reply_json(
-                    {"object": "list", "data": [{"id": server.model, "object": "model", "owned_by": "fake"}]}))
+                self._send(
+                    FakeOpenAIServer.reply_json(
+                        {"object": "list", "data": [{"id": server.model, "object": "model", "owned_by": "fake"}]}
+                    )
+                )
             else:
-                self._send(FakeOpenAIServer.error(404, {"error": {
-                    "message": f"no GET route {self.path}", "type": "not_found", "code": None}}))
+                self._send(
+                    FakeOpenAIServer.error(
+                        404, {"error": {"message": f"no GET route {self.path}", "type": "not_found", "code": None}}
+                    )
+                )
 
     return Handler

@@ -8,13 +8,13 @@ import time
 
 import pytest
 
-from ctxwright.agent import Agent, AgentConfig
+from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.backends.scripted import ScriptedBackend, call
+from ctxwright.core.messages import Message
+from ctxwright.core.prefix import Prefix
+from ctxwright.core.session import Session
+from ctxwright.core.store import Store
 from ctxwright.errors import BackendUnavailable
-from ctxwright.messages import Message
-from ctxwright.prefix import Prefix
-from ctxwright.session import Session
-from ctxwright.store import Store
 from ctxwright.tools.builtin import default_tools
 from ctxwright.tools.registry import ToolRegistry, tool
 
@@ -31,11 +31,19 @@ def tool_msgs(session):
 
 
 def test_parallel_tool_calls_then_final_answer(store):
-    a, backend = make([
-        Message(role="assistant", tool_calls=(call("get_current_time", {"timezone": "America/Vancouver"}, "c1"),
-                                              call("get_weather", {"city": "Vancouver"}, "c2"))),
-        "It is sunny in Vancouver.",
-    ], store=store)
+    a, backend = make(
+        [
+            Message(
+                role="assistant",
+                tool_calls=(
+                    call("get_current_time", {"timezone": "America/Vancouver"}, "c1"),
+                    call("get_weather", {"city": "Vancouver"}, "c2"),
+                ),
+            ),
+            "It is sunny in Vancouver.",
+        ],
+        store=store,
+    )
     r = a.run("time and weather in Vancouver?")
     assert r.stop_reason == "final_answer" and r.final_answer == "It is sunny in Vancouver."
     tms = tool_msgs(a.session)
@@ -61,20 +69,25 @@ def test_parallel_calls_run_concurrently():
         return f"done {n}"
 
     reg.register(slow)
-    a, _ = make([Message(role="assistant", tool_calls=tuple(call("slow", {"n": i}, f"c{i}") for i in range(4))),
-                 "ok"], registry=reg)
+    a, _ = make(
+        [Message(role="assistant", tool_calls=tuple(call("slow", {"n": i}, f"c{i}") for i in range(4))), "ok"],
+        registry=reg,
+    )
     t0 = time.perf_counter()
     a.run("go")
     assert time.perf_counter() - t0 < 1.2  # 4 × 0.4 s serially would be 1.6 s
     assert [m.content for m in tool_msgs(a.session)] == [f"done {i}" for i in range(4)]
 
 
-@pytest.mark.parametrize("bad_call,error_type", [
-    (call("no_such_tool", {}, "c1"), "unknown_tool"),
-    (call("get_weather", "{city: Vancouver", "c1"), "invalid_arguments_json"),
-    (call("get_weather", {"town": "Vancouver"}, "c1"), "invalid_arguments"),
-    (call("calculator", {"expression": "__import__('os')"}, "c1"), "CalculatorError"),
-])
+@pytest.mark.parametrize(
+    "bad_call,error_type",
+    [
+        (call("no_such_tool", {}, "c1"), "unknown_tool"),
+        (call("get_weather", "{city: Vancouver", "c1"), "invalid_arguments_json"),
+        (call("get_weather", {"town": "Vancouver"}, "c1"), "invalid_arguments"),
+        (call("calculator", {"expression": "__import__('os')"}, "c1"), "CalculatorError"),
+    ],
+)
 def test_each_error_kind_is_fed_back_and_loop_continues(bad_call, error_type):
     a, backend = make([Message(role="assistant", tool_calls=(bad_call,)), "recovered"])
     r = a.run("q")
@@ -104,8 +117,11 @@ def test_hanging_tool_times_out_and_others_finish():
 
     reg.register(hang)
     reg.register(quick)
-    a, _ = make([Message(role="assistant", tool_calls=(call("hang", {}, "h"), call("quick", {}, "q"))), "ok"],
-                registry=reg, tool_timeout_s=0.3)
+    a, _ = make(
+        [Message(role="assistant", tool_calls=(call("hang", {}, "h"), call("quick", {}, "q"))), "ok"],
+        registry=reg,
+        tool_timeout_s=0.3,
+    )
     t0 = time.perf_counter()
     a.run("q")
     release.set()
@@ -132,16 +148,22 @@ def test_huge_tool_output_is_capped_with_a_note():
         return "x" * 5_000_000
 
     reg.register(dump)
-    a, backend = make([Message(role="assistant", tool_calls=(call("dump", {}, "d"),)), "ok"], registry=reg,
-                      max_result_chars=10_000)
+    a, _backend = make(
+        [Message(role="assistant", tool_calls=(call("dump", {}, "d"),)), "ok"], registry=reg, max_result_chars=10_000
+    )
     a.run("q")
     (tm,) = tool_msgs(a.session)
     assert len(tm.content) < 11_000 and "5,000,000 characters" in tm.content
 
 
 def test_backend_failure_keeps_every_event(store):
-    a, _ = make([Message(role="assistant", tool_calls=(call("get_weather", {"city": "Paris"}, "c"),)),
-                 BackendUnavailable("endpoint down")], store=store)
+    a, _ = make(
+        [
+            Message(role="assistant", tool_calls=(call("get_weather", {"city": "Paris"}, "c"),)),
+            BackendUnavailable("endpoint down"),
+        ],
+        store=store,
+    )
     r = a.run("q")
     assert r.stop_reason == "backend_error" and "endpoint down" in (r.error or "")
     kinds = [e.kind for e in store.events(a.session.id)]
@@ -154,8 +176,10 @@ def test_backend_failure_keeps_every_event(store):
 
 
 def test_tool_choice_first_applies_only_to_first_call():
-    a, backend = make([Message(role="assistant", tool_calls=(call("get_weather", {"city": "Paris"}, "c"),)),
-                       "done"], tool_choice_first="required")
+    a, backend = make(
+        [Message(role="assistant", tool_calls=(call("get_weather", {"city": "Paris"}, "c"),)), "done"],
+        tool_choice_first="required",
+    )
     a.run("q")
     assert [r.tool_choice for r in backend.requests] == ["required", "auto"]
 

@@ -13,25 +13,49 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxwright.agent import Agent, AgentConfig
-from ctxwright.audit import (AuditRequest, AuditRow, Auditor, Prices, PrefixIndex, common_prefix_len,
-                             segments_of, summarize)
-from ctxwright.audit_io import ParseProblem, load_requests, parse_log
+from ctxwright.agent.loop import Agent, AgentConfig
+from ctxwright.audit.compare import (
+    Auditor,
+    AuditRequest,
+    AuditRow,
+    PrefixIndex,
+    Prices,
+    common_prefix_len,
+    segments_of,
+    summarize,
+)
+from ctxwright.audit.logs import ParseProblem, load_requests, parse_log
 from ctxwright.backends.scripted import ScriptedBackend, call
-from ctxwright.cli import main
-from ctxwright.messages import Message, canonical_json
-from ctxwright.prefix import Prefix
-from ctxwright.session import Session
-from ctxwright.tokens import TokenCounter
+from ctxwright.cli.main import main
+from ctxwright.core.messages import Message, canonical_json
+from ctxwright.core.prefix import Prefix
+from ctxwright.core.session import Session
+from ctxwright.core.tokens import TokenCounter
 from ctxwright.tools.builtin import default_tools
 
-REQUEST_KEYS = {"index", "prompt_tokens", "reusable_prefix_tokens", "reusable_prefix_bytes", "cached_tokens",
-                "first_divergence", "cause"}
-SUMMARY_KEYS = {"requests", "prompt_tokens", "reusable_tokens", "cached_tokens", "hit_ratio", "efficiency",
-                "est_cost", "est_cost_if_stable"}
+REQUEST_KEYS = {
+    "index",
+    "prompt_tokens",
+    "reusable_prefix_tokens",
+    "reusable_prefix_bytes",
+    "cached_tokens",
+    "first_divergence",
+    "cause",
+}
+SUMMARY_KEYS = {
+    "requests",
+    "prompt_tokens",
+    "reusable_tokens",
+    "cached_tokens",
+    "hit_ratio",
+    "efficiency",
+    "est_cost",
+    "est_cost_if_stable",
+}
 
 
 # -- helpers --------------------------------------------------------------------------------
+
 
 def U(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
@@ -41,10 +65,13 @@ def A(text: str) -> dict[str, Any]:
     return {"role": "assistant", "content": text}
 
 
-def openai(system: str | None, messages: list[dict[str, Any]], tools: list[Any] | None = None,
-           role: str = "system") -> dict[str, Any]:
-    body: dict[str, Any] = {"model": "m", "messages": ([{"role": role, "content": system}] if system is not None
-                                                       else []) + messages}
+def openai(
+    system: str | None, messages: list[dict[str, Any]], tools: list[Any] | None = None, role: str = "system"
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": "m",
+        "messages": ([{"role": role, "content": system}] if system is not None else []) + messages,
+    }
     if tools is not None:
         body["tools"] = tools
     return body
@@ -81,6 +108,7 @@ def nbytes(obj: Any) -> int:
 
 # -- causes on OpenAI bodies ----------------------------------------------------------------
 
+
 def test_first_and_append(tmp_path):
     r0 = openai("sys", [U("hi")])
     r1 = openai("sys", [U("hi"), A("yo"), U("more")])
@@ -101,9 +129,9 @@ def test_reusable_bytes_by_hand(tmp_path):
     rows, _ = audit(write_jsonl(tmp_path / "log.jsonl", log))
     assert [r.reusable_prefix_bytes for r in rows] == [
         0,
-        3 + 30,            # all of request 0: "sys" + the user message
-        3 + 30 + 13,       # + '{"content":"y' of the edited reply
-        3 + 30 + 35,       # the best earlier request is #1 (not the previous one): its reply whole
+        3 + 30,  # all of request 0: "sys" + the user message
+        3 + 30 + 13,  # + '{"content":"y' of the edited reply
+        3 + 30 + 35,  # the best earlier request is #1 (not the previous one): its reply whole
     ]
     assert causes(rows) == ["first", "append", "history_edited", "history_edited"]
     assert div(rows[2]) == {"message_index": 2, "field": "content", "byte_offset": 1}
@@ -130,8 +158,11 @@ def test_developer_role_is_the_system_prompt(tmp_path):
 
 
 def test_tools_changed_by_order_and_by_set(tmp_path):
-    ab, ba, bac = [tool("alpha"), tool("bravo")], [tool("bravo"), tool("alpha")], \
-        [tool("bravo"), tool("alpha"), tool("charlie")]
+    ab, ba, bac = (
+        [tool("alpha"), tool("bravo")],
+        [tool("bravo"), tool("alpha")],
+        [tool("bravo"), tool("alpha"), tool("charlie")],
+    )
     log = [openai("s", [U("q")], ab), openai("s", [U("q")], ba), openai("s", [U("q")], bac)]
     rows, _ = audit(write_jsonl(tmp_path / "log.jsonl", log))
     assert causes(rows) == ["first", "tools_changed", "tools_changed"]
@@ -155,9 +186,12 @@ def test_history_edited_with_cjk_offset(tmp_path):
 
 def test_history_removed_by_a_sliding_window(tmp_path):
     u0, a0, u1, a1, u2, a2, u3 = U("u0"), A("a0"), U("u1"), A("a1"), U("u2"), A("a2"), U("u3")
-    log = [openai("s", [u0, a0, u1]), openai("s", [u0, a0, u1, a1, u2]),
-           openai("s", [u1, a1, u2, a2, u3]),  # the window drops the two oldest turns
-           openai("s", [u2, a2, u3])]           # and again
+    log = [
+        openai("s", [u0, a0, u1]),
+        openai("s", [u0, a0, u1, a1, u2]),
+        openai("s", [u1, a1, u2, a2, u3]),  # the window drops the two oldest turns
+        openai("s", [u2, a2, u3]),
+    ]  # and again
     rows, _ = audit(write_jsonl(tmp_path / "log.jsonl", log))
     assert causes(rows) == ["first", "append", "history_removed", "history_removed"]
     assert div(rows[2])["message_index"] == 1
@@ -186,9 +220,15 @@ def test_body_without_system_message_has_empty_message_zero(tmp_path):
 
 # -- Anthropic bodies -----------------------------------------------------------------------
 
+
 def anthropic(system: Any, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    body = {"model": "claude", "max_tokens": 1024, "messages": messages,
-            "tools": [{"name": "lookup", "description": "d", "input_schema": {"type": "object"}}], **extra}
+    body = {
+        "model": "claude",
+        "max_tokens": 1024,
+        "messages": messages,
+        "tools": [{"name": "lookup", "description": "d", "input_schema": {"type": "object"}}],
+        **extra,
+    }
     if system is not None:
         body["system"] = system
     return body
@@ -203,12 +243,14 @@ def tool_result(id_: str, text: str) -> dict[str, Any]:
 
 
 def test_anthropic_bodies_system_is_message_zero(tmp_path):
-    system = [{"type": "text", "text": "You are "}, {"type": "text", "text": "careful.",
-                                                      "cache_control": {"type": "ephemeral"}}]
+    system = [
+        {"type": "text", "text": "You are "},
+        {"type": "text", "text": "careful.", "cache_control": {"type": "ephemeral"}},
+    ]
     first = [{"role": "user", "content": "你好世界"}]
     r0 = anthropic(system, first)
-    r1 = anthropic(system, first + [tool_use("t1"), tool_result("t1", "你好世界")])
-    r2 = anthropic(system, first + [tool_use("t1"), tool_result("t1", "你好地球")])
+    r1 = anthropic(system, [*first, tool_use("t1"), tool_result("t1", "你好世界")])
+    r2 = anthropic(system, [*first, tool_use("t1"), tool_result("t1", "你好地球")])
     r3 = anthropic(system, [{"role": "user", "content": "你好地球"}])
     path = write_jsonl(tmp_path / "log.jsonl", [r0, r1, r2, r3])
     reqs, problems = load_requests(path)
@@ -226,11 +268,14 @@ def test_anthropic_bodies_system_is_message_zero(tmp_path):
 
 
 def test_anthropic_string_system_change_and_usage(tmp_path):
-    usage = {"input_tokens": 50, "cache_read_input_tokens": 900, "cache_creation_input_tokens": 50,
-             "output_tokens": 7}
-    log = [{"request": anthropic("今天是周一", [U("q")], anthropic_version="2023-06-01"),
-            "response": {"type": "message", "usage": usage}},
-           {"request": anthropic("今天是周二", [U("q")]), "response": {"type": "message", "usage": usage}}]
+    usage = {"input_tokens": 50, "cache_read_input_tokens": 900, "cache_creation_input_tokens": 50, "output_tokens": 7}
+    log = [
+        {
+            "request": anthropic("今天是周一", [U("q")], anthropic_version="2023-06-01"),
+            "response": {"type": "message", "usage": usage},
+        },
+        {"request": anthropic("今天是周二", [U("q")]), "response": {"type": "message", "usage": usage}},
+    ]
     reqs, _ = load_requests(write_jsonl(tmp_path / "log.jsonl", log))
     assert (reqs[0].prompt_tokens, reqs[0].cached_tokens, reqs[0].completion_tokens) == (1000, 900, 7)
     rows, _ = audit(tmp_path / "log.jsonl")
@@ -256,22 +301,58 @@ def test_anthropic_tools_changed(tmp_path):
 
 # -- usage ----------------------------------------------------------------------------------
 
+
 def test_cached_tokens_from_each_provider_and_unknown_when_absent(tmp_path):
     body = openai("s", [U("q")])
     log = [
-        {"request": body, "response": {"usage": {"prompt_tokens": 1000, "completion_tokens": 5,
-                                                 "prompt_tokens_details": {"cached_tokens": 896}}}},  # OpenAI
-        {"request": body, "response": {"usage": {"prompt_tokens": 1000, "completion_tokens": 5,
-                                                 "prompt_cache_hit_tokens": 640,
-                                                 "prompt_cache_miss_tokens": 360}}},  # DeepSeek
-        {"request": body, "response": {"usage": {"input_tokens": 100, "cache_read_input_tokens": 800,
-                                                 "cache_creation_input_tokens": 100, "output_tokens": 5}}},
+        {
+            "request": body,
+            "response": {
+                "usage": {
+                    "prompt_tokens": 1000,
+                    "completion_tokens": 5,
+                    "prompt_tokens_details": {"cached_tokens": 896},
+                }
+            },
+        },  # OpenAI
+        {
+            "request": body,
+            "response": {
+                "usage": {
+                    "prompt_tokens": 1000,
+                    "completion_tokens": 5,
+                    "prompt_cache_hit_tokens": 640,
+                    "prompt_cache_miss_tokens": 360,
+                }
+            },
+        },  # DeepSeek
+        {
+            "request": body,
+            "response": {
+                "usage": {
+                    "input_tokens": 100,
+                    "cache_read_input_tokens": 800,
+                    "cache_creation_input_tokens": 100,
+                    "output_tokens": 5,
+                }
+            },
+        },
         {"request": body, "response": {"usage": {"prompt_tokens": 1000, "completion_tokens": 5}}},  # no field
         {"request": body, "response": {"id": "x"}},  # no usage at all
         {"request": body},  # no response
         body,  # bare body
-        {"request": body, "response": [{"choices": []}, {"usage": {"prompt_tokens": 9,  # streamed chunks
-                                                                   "prompt_tokens_details": {"cached_tokens": 0}}}]},
+        {
+            "request": body,
+            "response": [
+                {"choices": []},
+                {
+                    "usage": {
+                        "prompt_tokens": 9,  # streamed chunks
+                        "prompt_tokens_details": {"cached_tokens": 0},
+                    }
+                },
+            ],
+        },
     ]
     reqs, problems = load_requests(write_jsonl(tmp_path / "log.jsonl", log))
     assert problems == []
@@ -285,6 +366,7 @@ def test_cached_tokens_from_each_provider_and_unknown_when_absent(tmp_path):
 
 
 # -- summary arithmetic and prices ----------------------------------------------------------
+
 
 def row(i: int, prompt: int, reusable: int, cached: int | None, out: int | None = None) -> AuditRow:
     return AuditRow(i, prompt, reusable, reusable * 4, cached, None, "first" if i == 0 else "append", out)
@@ -318,10 +400,22 @@ def test_price_estimates():
 
 def test_summary_of_a_log_with_usage(tmp_path):
     def line(msgs, prompt, cached):
-        return {"request": openai("s", msgs), "response": {"usage": {
-            "prompt_tokens": prompt, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": cached}}}}
-    log = [line([U("a" * 400)], 110, 0), line([U("a" * 400), A("b" * 400)], 220, 100),
-           line([U("a" * 400), A("b" * 400), U("c")], 230, 200)]
+        return {
+            "request": openai("s", msgs),
+            "response": {
+                "usage": {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": 1,
+                    "prompt_tokens_details": {"cached_tokens": cached},
+                }
+            },
+        }
+
+    log = [
+        line([U("a" * 400)], 110, 0),
+        line([U("a" * 400), A("b" * 400)], 220, 100),
+        line([U("a" * 400), A("b" * 400), U("c")], 230, 200),
+    ]
     rows, _ = audit(write_jsonl(tmp_path / "log.jsonl", log))
     s = summarize(rows)
     assert s.prompt_tokens == 560 and s.cached_tokens == 300
@@ -331,23 +425,26 @@ def test_summary_of_a_log_with_usage(tmp_path):
 
 # -- malformed input ------------------------------------------------------------------------
 
+
 def test_malformed_lines_are_reported_with_line_numbers_and_skipped(tmp_path):
     good = json.dumps(openai("s", [U("q")]))
-    lines = [good,                                  # 1
-             "this is not json",                    # 2
-             "",                                    # 3 blank: ignored
-             "[1, 2]",                              # 4 not an object
-             '{"model": "x"}',                      # 5 no messages
-             '{"messages": "nope"}',                # 6
-             '{"messages": [1]}',                   # 7
-             good,                                  # 8
-             "   ",                                 # 9 blank
-             '{"request": 5}',                      # 10
-             '{"messages": [{"role": "user"',       # 11 truncated
-             '{"messages": []}',                    # 12
-             "[" * 100_000,                         # 13 nested too deep for the parser
-             '{"messages": [{"role": "user", "content": "q"}], "tools": {"a": 1}}',  # 14
-             good]                                  # 15
+    lines = [
+        good,  # 1
+        "this is not json",  # 2
+        "",  # 3 blank: ignored
+        "[1, 2]",  # 4 not an object
+        '{"model": "x"}',  # 5 no messages
+        '{"messages": "nope"}',  # 6
+        '{"messages": [1]}',  # 7
+        good,  # 8
+        "   ",  # 9 blank
+        '{"request": 5}',  # 10
+        '{"messages": [{"role": "user"',  # 11 truncated
+        '{"messages": []}',  # 12
+        "[" * 100_000,  # 13 nested too deep for the parser
+        '{"messages": [{"role": "user", "content": "q"}], "tools": {"a": 1}}',  # 14
+        good,
+    ]  # 15
     path = tmp_path / "log.jsonl"
     path.write_text("\n".join(lines) + "\n")
     reqs, problems = load_requests(path)
@@ -386,6 +483,7 @@ def test_empty_file_and_whole_file_documents(tmp_path):
 
 # -- ctxwright session exports --------------------------------------------------------------
 
+
 def ev(seq: int, kind: str, **payload: Any) -> dict[str, Any]:
     return {"seq": seq, "kind": kind, "created_at": 1.0 + seq, **payload}
 
@@ -395,8 +493,9 @@ def hand_built_export(with_compaction: bool = True) -> dict[str, Any]:
     events = [
         ev(0, "user", message=U("几点了？")),
         ev(1, "assistant", message={"role": "assistant", "content": None, "tool_calls": [tc]}, call_index=0),
-        ev(2, "tool", message={"role": "tool", "content": "10:00", "tool_call_id": "c1"}, tool_name="get_time",
-           ok=True),
+        ev(
+            2, "tool", message={"role": "tool", "content": "10:00", "tool_call_id": "c1"}, tool_name="get_time", ok=True
+        ),
         ev(3, "assistant", message=A("十点。"), call_index=1),
         ev(4, "user", message=U("谢谢")),
         *([ev(5, "compaction", layer="test", summary="the user asked the time")] if with_compaction else []),
@@ -408,11 +507,29 @@ def hand_built_export(with_compaction: bool = True) -> dict[str, Any]:
         ev(11, "user", message=U("bye")),
         ev(12, "assistant", message=A("bye"), call_index=4),
     ]
-    calls = [{"call_index": k, "prompt_tokens": 100 * (k + 1), "cached_tokens": [0, 64, None, 256, 384][k],
-              "completion_tokens": 5, "usage": {"raw": {}}} for k in range(5)]
-    return {"id": "abc123", "parent_id": None, "created_at": 1.0, "backend": "scripted", "model": "m",
-            "prefix_sha256": "0" * 64, "prefix": {"system": "你是助手", "tools": [tool("get_time")]},
-            "meta": {}, "events": events, "calls": calls, "children": []}
+    calls = [
+        {
+            "call_index": k,
+            "prompt_tokens": 100 * (k + 1),
+            "cached_tokens": [0, 64, None, 256, 384][k],
+            "completion_tokens": 5,
+            "usage": {"raw": {}},
+        }
+        for k in range(5)
+    ]
+    return {
+        "id": "abc123",
+        "parent_id": None,
+        "created_at": 1.0,
+        "backend": "scripted",
+        "model": "m",
+        "prefix_sha256": "0" * 64,
+        "prefix": {"system": "你是助手", "tools": [tool("get_time")]},
+        "meta": {},
+        "events": events,
+        "calls": calls,
+        "children": [],
+    }
 
 
 def test_session_export_one_request_per_call_with_markers(tmp_path):
@@ -437,8 +554,12 @@ def test_compaction_that_rewrote_history_is_compaction_not_history_edited():
     """A hand-built request pair where the compacted request really differs."""
     exp = hand_built_export()
     reqs, _ = parse_log(json.dumps(exp).encode())
-    compacted = AuditRequest(reqs[2].system, reqs[2].tools, [U("[summary] the user asked the time"),
-                                                             *reqs[2].messages[3:]], marker="compaction")
+    compacted = AuditRequest(
+        reqs[2].system,
+        reqs[2].tools,
+        [U("[summary] the user asked the time"), *reqs[2].messages[3:]],
+        marker="compaction",
+    )
     a = Auditor()
     for r in (reqs[0], reqs[1], compacted):
         a.add(r)
@@ -455,8 +576,10 @@ def test_export_problems_are_reported_not_raised(tmp_path):
     exp["events"].insert(1, "junk")
     reqs, problems = parse_log(json.dumps(exp).encode())
     assert len(reqs) == 5
-    assert [p.message for p in problems] == ["session abc123: event 1 is not an object; skipped",
-                                             "session abc123: tool event 99 has no message; skipped"]
+    assert [p.message for p in problems] == [
+        "session abc123: event 1 is not an object; skipped",
+        "session abc123: tool event 99 has no message; skipped",
+    ]
     reqs, problems = parse_log(json.dumps({"prefix": "x", "events": []}).encode())
     assert reqs == [] and "'prefix' must be an object" in problems[0].message
 
@@ -476,8 +599,14 @@ def test_jsonl_of_session_exports_and_children(tmp_path):
 def test_real_session_export_matches_the_live_audit(store, tmp_path, capsys):
     reg = default_tools()
     s = Session.start(Prefix.build("sys", reg.specs()), store=store)
-    a = Agent(s, ScriptedBackend([Message(role="assistant", tool_calls=(call("get_weather", {"city": "Oslo"}, "c1"),)),
-                                  "done", "again"]), reg, AgentConfig())
+    a = Agent(
+        s,
+        ScriptedBackend(
+            [Message(role="assistant", tool_calls=(call("get_weather", {"city": "Oslo"}, "c1"),)), "done", "again"]
+        ),
+        reg,
+        AgentConfig(),
+    )
     a.run("weather in Oslo?")
     s.append("compaction", {"layer": "test"})
     a.run("and tomorrow?")
@@ -494,11 +623,14 @@ def test_real_session_export_matches_the_live_audit(store, tmp_path, capsys):
 
 # -- the command line -----------------------------------------------------------------------
 
+
 def cli_log(tmp_path: Path) -> Path:
     usage = {"prompt_tokens": 1000, "completion_tokens": 10, "prompt_tokens_details": {"cached_tokens": 512}}
-    log = [{"request": openai("s", [U("你好世界")]), "response": {"usage": usage}},
-           {"request": openai("s", [U("你好世界"), A("a")]), "response": {"usage": usage}},
-           {"request": openai("s", [U("你好地球"), A("a")]), "response": {"usage": usage}}]
+    log = [
+        {"request": openai("s", [U("你好世界")]), "response": {"usage": usage}},
+        {"request": openai("s", [U("你好世界"), A("a")]), "response": {"usage": usage}},
+        {"request": openai("s", [U("你好地球"), A("a")]), "response": {"usage": usage}},
+    ]
     path = write_jsonl(tmp_path / "log.jsonl", log)
     with path.open("a") as f:
         f.write("not json\n")
@@ -520,8 +652,17 @@ def test_cli_audit_json_has_exactly_the_documented_keys(tmp_path, capsys):
 
 
 def test_cli_audit_prices(tmp_path, capsys):
-    args = ["audit", str(cli_log(tmp_path)), "--json", "--price-input", "2", "--price-cached", "0.5",
-            "--price-output", "8"]
+    args = [
+        "audit",
+        str(cli_log(tmp_path)),
+        "--json",
+        "--price-input",
+        "2",
+        "--price-cached",
+        "0.5",
+        "--price-output",
+        "8",
+    ]
     assert main(args) == 0
     s = json.loads(capsys.readouterr().out)["summary"]
     assert s["est_cost"] == pytest.approx(3 * (488 * 2 + 512 * 0.5 + 10 * 8) / 1e6)
@@ -561,13 +702,17 @@ def test_cli_audit_unreadable_or_empty(tmp_path, capsys):
 # -- properties -----------------------------------------------------------------------------
 
 texts = st.text(max_size=12)
-messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool"]),
-                                           "content": texts}), min_size=1, max_size=8)
+messages = st.lists(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool"]), "content": texts}),
+    min_size=1,
+    max_size=8,
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(system=texts, msgs=messages, data=st.data(), fmt=st.sampled_from(["openai", "anthropic"]),
-       with_tools=st.booleans())
+@given(
+    system=texts, msgs=messages, data=st.data(), fmt=st.sampled_from(["openai", "anthropic"]), with_tools=st.booleans()
+)
 def test_append_only_logs_are_all_appends(system, msgs, data, fmt, with_tools):
     cuts = sorted(data.draw(st.lists(st.integers(1, len(msgs)), min_size=1, max_size=6)))
     tools = [tool("alpha")] if with_tools else None
@@ -590,8 +735,11 @@ pool = st.sampled_from([U("a"), U("ab"), U("abc"), A("x"), A("xy"), U("你好"),
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["s", "sy", "sys"]), st.lists(pool, min_size=1, max_size=5)),
-                min_size=1, max_size=8))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["s", "sy", "sys"]), st.lists(pool, min_size=1, max_size=5)), min_size=1, max_size=8
+    )
+)
 def test_reusable_bytes_equal_the_best_earlier_request_by_brute_force(spec):
     reqs = [AuditRequest(system, [], msgs) for system, msgs in spec]
     a = Auditor()
@@ -625,7 +773,7 @@ def test_common_prefix_len_matches_a_naive_scan(head, x, y):
 def test_many_requests_sharing_only_the_system_prompt_compare_two_neighbours(monkeypatch):
     """A log of independent requests (one shared system prompt, then a different long
     message each) must not compare each new request with every earlier one."""
-    import ctxwright.audit as audit_mod
+    import ctxwright.audit.compare as audit_mod
 
     compared: list[int] = []
     real = audit_mod.common_prefix_len

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import context_distillation as cd  # noqa: E402
-import kv_cache_patterns as kv  # noqa: E402
+import context_distillation as cd
+import kv_cache_patterns as kv
 
 
 def est(text: str) -> int:
@@ -57,7 +57,7 @@ def test_task_sizes_near_target():
 def test_kv_modes_render_as_described():
     import random
 
-    from ctxwright.messages import Message, ToolCall
+    from ctxwright.core.messages import Message, ToolCall
 
     reg = kv.build_tools()
     hist = [Message(role="user", content=kv.QUESTION)]
@@ -86,7 +86,7 @@ def test_kv_modes_render_as_described():
 def test_questions_share_one_log_and_stay_right(kind):
     tasks = cd.make_tasks(kind, 3, 1000, est, questions=5)
     assert len(tasks) == 5 and len({t.log for t in tasks}) == 1
-    assert len({t.question for t in tasks}) == 5          # distinct questions over one log
+    assert len({t.question for t in tasks}) == 5  # distinct questions over one log
     for t in tasks:
         if kind == "limit_rule":
             m, d = re.search(r"May I call (\w+) (\w+) again", t.question).groups()
@@ -105,9 +105,8 @@ def test_compression_corpus_facts_and_a_scripted_run():
     import json as _json
 
     import compression as cb
-
     from ctxwright.backends.scripted import ScriptedBackend
-    from ctxwright.tokens import TokenCounter, estimate_tokens
+    from ctxwright.core.tokens import TokenCounter, estimate_tokens
 
     corpus = cb.make_corpus(1, 3, (5_000, 8_000))
     assert len(corpus["people"]) == 3 and all(5_000 <= len(p["text"]) <= 9_000 for p in corpus["pages"].values())
@@ -119,7 +118,7 @@ def test_compression_corpus_facts_and_a_scripted_run():
     def model(req):
         q = req.messages[-1].content or ""
         if q.startswith("Where does"):
-            who = q[len("Where does "):q.index(" work now")]
+            who = q[len("Where does ") : q.index(" work now")]
             return _json.dumps({"answer": corpus["facts"][who]["company"]})
         return "summary"
 

@@ -8,8 +8,8 @@ import socket
 
 import pytest
 
-from ctxwright.cli import main
-from ctxwright.store import Store
+from ctxwright.cli.main import main
+from ctxwright.core.store import Store
 from fakeserver import FakeOpenAIServer as F
 
 
@@ -22,17 +22,39 @@ def _no_proxy(monkeypatch):
 
 def _run(db, url, *extra):
     # append-mode status: every request is an exact extension of the previous one
-    return main(["--db", str(db), "run", "--backend", "openai", "--base-url", url, "--model", "fake",
-                 "--status-mode", "append", *extra])
+    return main(
+        [
+            "--db",
+            str(db),
+            "run",
+            "--backend",
+            "openai",
+            "--base-url",
+            url,
+            "--model",
+            "fake",
+            "--status-mode",
+            "append",
+            *extra,
+        ]
+    )
 
 
 def test_run_show_sessions_and_resume(tmp_path, capsys):
     db = tmp_path / "c.db"
-    with F([F.reply_tool_calls([("c1", "get_current_time", '{"timezone":"America/Vancouver"}'),
-                                ("c2", "get_weather", '{"city":"Vancouver"}')],
-                               usage=F.usage_openai(300, 20, cached=0)),
+    with F(
+        [
+            F.reply_tool_calls(
+                [
+                    ("c1", "get_current_time", '{"timezone":"America/Vancouver"}'),
+                    ("c2", "get_weather", '{"city":"Vancouver"}'),
+                ],
+                usage=F.usage_openai(300, 20, cached=0),
+            ),
             F.reply_text("It is 10:00 and 12 °C in Vancouver.", usage=F.usage_openai(420, 15, cached=256)),
-            F.reply_text("You are welcome.", usage=F.usage_openai(450, 5, cached=384))]) as srv:
+            F.reply_text("You are welcome.", usage=F.usage_openai(450, 5, cached=384)),
+        ]
+    ) as srv:
         assert _run(db, srv.url, "What's the time and weather in Vancouver?") == 0
         out = capsys.readouterr().out
         assert "get_weather" in out and "12 °C" in out and "final_answer" in out
@@ -82,8 +104,20 @@ def test_unreachable_base_url_is_one_clear_message_and_keeps_events(tmp_path, ca
     port = s.getsockname()[1]
     s.close()
     db = tmp_path / "c.db"
-    rc = main(["--db", str(db), "run", "--backend", "openai", "--base-url", f"http://127.0.0.1:{port}/v1",
-               "--model", "m", "hello"])
+    rc = main(
+        [
+            "--db",
+            str(db),
+            "run",
+            "--backend",
+            "openai",
+            "--base-url",
+            f"http://127.0.0.1:{port}/v1",
+            "--model",
+            "m",
+            "hello",
+        ]
+    )
     assert rc == 2
     err = capsys.readouterr().err
     assert f"127.0.0.1:{port}" in err and "--resume" in err
@@ -92,8 +126,22 @@ def test_unreachable_base_url_is_one_clear_message_and_keeps_events(tmp_path, ca
 
 
 def test_unknown_resume_id_is_clear(tmp_path, capsys):
-    rc = main(["--db", str(tmp_path / "c.db"), "run", "--backend", "openai", "--base-url",
-               "http://127.0.0.1:9/v1", "--model", "m", "--resume", "doesnotexist", "hi"])
+    rc = main(
+        [
+            "--db",
+            str(tmp_path / "c.db"),
+            "run",
+            "--backend",
+            "openai",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+            "--resume",
+            "doesnotexist",
+            "hi",
+        ]
+    )
     assert rc == 2
     assert "ctxwright sessions" in capsys.readouterr().err
 
@@ -108,11 +156,26 @@ def test_run_offloads_a_big_file_and_pages_it_back(tmp_path, capsys):
     ws.mkdir()
     (ws / "big.log").write_text("".join(f"event {i:05d} ok\n" for i in range(20_000)))
     db = tmp_path / "c.db"
-    with F([F.reply_tool_calls([("r1", "read_file", '{"path":"big.log"}')]),
+    with F(
+        [
+            F.reply_tool_calls([("r1", "read_file", '{"path":"big.log"}')]),
             F.reply_tool_calls([("p1", "read_result", '{"result_id":"r1","offset":1200,"limit":32}')]),
-            F.reply_text("The log has 20,000 events.")]) as srv:
-        assert _run(db, srv.url, "--workspace", str(ws), "--window", "8192", "--no-delegate",
-                    "How many events are in big.log?") == 0
+            F.reply_text("The log has 20,000 events."),
+        ]
+    ) as srv:
+        assert (
+            _run(
+                db,
+                srv.url,
+                "--workspace",
+                str(ws),
+                "--window",
+                "8192",
+                "--no-delegate",
+                "How many events are in big.log?",
+            )
+            == 0
+        )
         out = capsys.readouterr().out
         assert "final_answer" in out
         second, third = srv.requests[1], srv.requests[2]
@@ -138,11 +201,26 @@ def test_compaction_strategy_summaries_go_to_their_own_requests(tmp_path, capsys
     ws.mkdir()
     (ws / "notes.txt").write_text("Alice Varga joined Helix Robotics in 2021 (ticket NL-4521). " * 60)
     db = tmp_path / "c.db"
-    with F([F.reply_tool_calls([("r1", "read_file", '{"path":"notes.txt"}')]),
-            F.reply_text("Alice Varga joined Helix Robotics in 2021."),   # the summarizer's request
-            F.reply_text("Alice works at Helix Robotics.")]) as srv:
-        assert _run(db, srv.url, "--workspace", str(ws), "--no-delegate", "--compaction", "context_aware",
-                    "Where does Alice work?") == 0
+    with F(
+        [
+            F.reply_tool_calls([("r1", "read_file", '{"path":"notes.txt"}')]),
+            F.reply_text("Alice Varga joined Helix Robotics in 2021."),  # the summarizer's request
+            F.reply_text("Alice works at Helix Robotics."),
+        ]
+    ) as srv:
+        assert (
+            _run(
+                db,
+                srv.url,
+                "--workspace",
+                str(ws),
+                "--no-delegate",
+                "--compaction",
+                "context_aware",
+                "Where does Alice work?",
+            )
+            == 0
+        )
         first, summary_req, last = srv.requests
     assert summary_req["messages"][0]["content"].startswith("You compress text") and "tools" not in summary_req
     assert "Given the search query: Where does Alice work?" in summary_req["messages"][1]["content"]

@@ -4,13 +4,14 @@ every layer and require zero invariant violations."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import tracemalloc
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxwright.agent import Agent, AgentConfig
+from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.backends.scripted import ScriptedBackend, call
 from ctxwright.compaction import CompressionConfig, ContextManager
 from ctxwright.compaction.batches import units
@@ -23,10 +24,10 @@ from ctxwright.compaction.pairing import pairing_violations
 from ctxwright.compaction.reasoning_loops import reasoning_violations
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.trim import plan_trim
-from ctxwright.messages import Message, ToolCall
-from ctxwright.prefix import Prefix
-from ctxwright.session import Session
-from ctxwright.tokens import TokenCounter, estimate_tokens
+from ctxwright.core.messages import Message, ToolCall
+from ctxwright.core.prefix import Prefix
+from ctxwright.core.session import Session
+from ctxwright.core.tokens import TokenCounter, estimate_tokens
 from ctxwright.tools.registry import ToolRegistry, tool
 
 
@@ -60,8 +61,16 @@ def test_units_keep_a_parallel_batch_together():
 
 def test_reasoning_loop_is_one_unit_and_partial_reasoning_is_a_violation():
     c1, c2 = ToolCall("a", "f", "{}"), ToolCall("b", "f", "{}")
-    msgs = [U("q1"), A(text="x"), U("q2"), A(c1, reasoning="think"), T("a"), A(c2, reasoning="more"), T("b"),
-            A(text="done")]
+    msgs = [
+        U("q1"),
+        A(text="x"),
+        U("q2"),
+        A(c1, reasoning="think"),
+        T("a"),
+        A(c2, reasoning="more"),
+        T("b"),
+        A(text="done"),
+    ]
     b = legal_boundaries(msgs)
     assert 2 in b and not any(3 <= i <= 7 for i in b)  # nothing inside the reasoning loop
     broken = [U("q2"), A(c1, reasoning="think"), T("a"), A(c2), T("b"), A(text="done")]
@@ -71,8 +80,9 @@ def test_reasoning_loop_is_one_unit_and_partial_reasoning_is_a_violation():
 def test_pinned_first_user_message():
     rec = [U("the task"), A(text="x")]
     assert violations(rec, rec) == []
-    assert violations(rec, [U("something else"), A(text="x")]) == ["the first user message is missing or changed in "
-                                                                      "the view"]
+    assert violations(rec, [U("something else"), A(text="x")]) == [
+        "the first user message is missing or changed in the view"
+    ]
 
 
 # -- random trajectories through every layer ---------------------------------------------------
@@ -128,8 +138,9 @@ def test_every_layer_keeps_every_invariant(msgs, keep, excess, after):
 
 # -- layer 1: budget and offload ----------------------------------------------------------------
 def _manager(tmp_path, window=8192, **cfg) -> ContextManager:
-    return ContextManager(CompressionConfig(results_dir=tmp_path, **cfg), TokenCounter(estimate_tokens, "estimate"),
-                          window)
+    return ContextManager(
+        CompressionConfig(results_dir=tmp_path, **cfg), TokenCounter(estimate_tokens, "estimate"), window
+    )
 
 
 def test_small_result_is_kept_and_big_one_offloaded_with_a_frozen_preview(tmp_path):
@@ -151,7 +162,7 @@ def test_read_result_pages_back_exact_text(tmp_path):
     files.save("r1", text)
     for off, lim in [(0, 10), (1_048_570, 20), (len(text) - 5, 100), (2_100_000, 3)]:
         page, total = files.read("r1", off, lim)
-        assert page == text[off:off + lim] and total == len(text)
+        assert page == text[off : off + lim] and total == len(text)
 
 
 def test_offload_survives_resume_with_identical_bytes(store, tmp_path):
@@ -171,9 +182,13 @@ def test_offload_survives_resume_with_identical_bytes(store, tmp_path):
     reg.register(reader.tool())
     cfg = AgentConfig(compression=CompressionConfig(results_dir=tmp_path, window_tokens=4096))
     s = Session.start(Prefix.build("sys", reg.specs()), store=store)
-    backend = ScriptedBackend([A(call("dump", {"n": 5000}, "d1")), A(call("read_result", {"result_id": "d1",
-                                                                                          "offset": 0, "limit": 60},
-                                                                           "r1")), "done"])
+    backend = ScriptedBackend(
+        [
+            A(call("dump", {"n": 5000}, "d1")),
+            A(call("read_result", {"result_id": "d1", "offset": 0, "limit": 60}, "r1")),
+            "done",
+        ]
+    )
     Agent(s, backend, reg, cfg).run("dump it")
     tool_events = [ev for ev in s.events if ev.kind == "tool"]
     assert tool_events[0].payload["offload"]["chars"] == sum(len(f"row {i} of the dump\n") for i in range(5000))
@@ -196,8 +211,12 @@ def test_fifty_megabyte_output_is_held_once(tmp_path):
 
     reg.register(huge)
     s = Session.start(Prefix.build("sys", reg.specs()))
-    a = Agent(s, ScriptedBackend([A(call("huge", {}, "h1")), "done"]), reg,
-              AgentConfig(compression=CompressionConfig(results_dir=tmp_path), tool_timeout_s=120))
+    a = Agent(
+        s,
+        ScriptedBackend([A(call("huge", {}, "h1")), "done"]),
+        reg,
+        AgentConfig(compression=CompressionConfig(results_dir=tmp_path), tool_timeout_s=120),
+    )
     tracemalloc.start()
     try:
         r = a.run("go")
@@ -222,8 +241,12 @@ def test_invalid_utf8_output_is_replaced_and_said(store, tmp_path):
 
     reg.register(binary)
     s = Session.start(Prefix.build("sys", reg.specs()), store=store)
-    r = Agent(s, ScriptedBackend([A(call("binary", {}, "b1")), "done"]), reg,
-              AgentConfig(compression=CompressionConfig(results_dir=tmp_path))).run("go")
+    r = Agent(
+        s,
+        ScriptedBackend([A(call("binary", {}, "b1")), "done"]),
+        reg,
+        AgentConfig(compression=CompressionConfig(results_dir=tmp_path)),
+    ).run("go")
     assert r.stop_reason == "final_answer"
     content = next(e for e in s.events if e.kind == "tool").payload["message"]["content"]
     assert "not valid UTF-8" in content and "\ufffd" in content and "body" in content
@@ -246,8 +269,18 @@ def test_repeated_output_becomes_a_pointer(tmp_path):
 
 def test_unused_rule():
     c = [ToolCall(f"c{i}", "search", "{}") for i in range(3)]
-    msgs = [U("q"), A(c[0]), T("c0", "Order A-1042 shipped to Berlin"), A(c[1]), T("c1", "Weather in Oslo: 3C"),
-            A(c[2], text="order a-1042 is in Berlin"), T("c2", "x"), A(text="a"), U("next"), A(text="b")]
+    msgs = [
+        U("q"),
+        A(c[0]),
+        T("c0", "Order A-1042 shipped to Berlin"),
+        A(c[1]),
+        T("c1", "Weather in Oslo: 3C"),
+        A(c[2], text="order a-1042 is in Berlin"),
+        T("c2", "x"),
+        A(text="a"),
+        U("next"),
+        A(text="b"),
+    ]
     s = _session(msgs)
     meta = {ev.seq: ev.payload for ev in s.events if ev.kind == "tool"}
     out = unused_results(s.base_entries(), meta, 2, set())
@@ -274,14 +307,19 @@ def test_clearing_keeps_newest_and_runs_in_batches(store, tmp_path):
     replies = [A(call("fetch", {"page": i}, f"p{i}"), text=f"Fact{i}-0") for i in range(14)] + ["done"]
     cfg = CompressionConfig(results_dir=tmp_path, window_tokens=4096, keep_recent_results=3, drop_unused=False)
     s = Session.start(Prefix.build("sys", reg.specs()), store=store)
-    agent = Agent(s, ScriptedBackend(replies), reg, AgentConfig(compression=cfg, max_iterations=30),
-                  counter=TokenCounter(estimate_tokens, "estimate"))
+    agent = Agent(
+        s,
+        ScriptedBackend(replies),
+        reg,
+        AgentConfig(compression=cfg, max_iterations=30),
+        counter=TokenCounter(estimate_tokens, "estimate"),
+    )
     r = agent.run("read the pages")
     assert r.stop_reason == "final_answer"
     comps = [ev for ev in s.events if ev.kind == "compaction"]
     assert comps and all(ev.payload["layer"] == "clearing" for ev in comps)
     idx = [ev.payload["call_index"] for ev in comps]
-    assert all(b - a >= cfg.min_calls_between for a, b in zip(idx, idx[1:]))  # batches, not every turn
+    assert all(b - a >= cfg.min_calls_between for a, b in itertools.pairwise(idx))  # batches, not every turn
     assert len(comps) < len(replies) // 3
     tools = [m for m in s.trajectory() if m.role == "tool"]
     assert all(not t.content.startswith("[cleared") for t in tools[-1:])
@@ -319,10 +357,13 @@ def test_resume_over_window_trims_to_fit(store, tmp_path):
 
 def test_nothing_fits_is_a_clear_error_and_loses_nothing(store, tmp_path):
     s = Session.start(Prefix.build("sys"), store=store)
-    a = Agent(s, ScriptedBackend(["never"]), ToolRegistry(),
-              AgentConfig(compression=CompressionConfig(results_dir=tmp_path, window_tokens=600,
-                                                        reserve_output_tokens=100)),
-              counter=TokenCounter(estimate_tokens, "estimate"))
+    a = Agent(
+        s,
+        ScriptedBackend(["never"]),
+        ToolRegistry(),
+        AgentConfig(compression=CompressionConfig(results_dir=tmp_path, window_tokens=600, reserve_output_tokens=100)),
+        counter=TokenCounter(estimate_tokens, "estimate"),
+    )
     r = a.run("word " * 3000)
     assert r.stop_reason == "backend_error" and "nothing more can be removed" in r.error
     assert [e.kind for e in store.events(s.id)] == ["user"]
@@ -357,8 +398,8 @@ def test_clearing_keeps_newest_by_count_and_by_token_share():
 
 
 def test_offline_audit_of_an_export_rebuilds_the_compacted_requests_that_were_sent(store, tmp_path):
-    from ctxwright.audit_io import requests_from_export
-    from ctxwright.show import session_export
+    from ctxwright.audit.logs import requests_from_export
+    from ctxwright.core.export import session_export
 
     reg = ToolRegistry()
 
@@ -375,9 +416,13 @@ def test_offline_audit_of_an_export_rebuilds_the_compacted_requests_that_were_se
     replies = [A(call("fetch", {"page": i}, f"p{i}")) for i in range(14)] + ["done"]
     s = Session.start(Prefix.build("sys", reg.specs()), store=store)
     backend = ScriptedBackend(replies)
-    Agent(s, backend, reg, AgentConfig(compression=CompressionConfig(results_dir=tmp_path, window_tokens=2048,
-                                                                     keep_recent_results=2)),
-          counter=TokenCounter(estimate_tokens, "estimate")).run("read the pages")
+    Agent(
+        s,
+        backend,
+        reg,
+        AgentConfig(compression=CompressionConfig(results_dir=tmp_path, window_tokens=2048, keep_recent_results=2)),
+        counter=TokenCounter(estimate_tokens, "estimate"),
+    ).run("read the pages")
     assert any(ev.kind == "compaction" for ev in s.events)
     rebuilt = [req for req, problem in requests_from_export(session_export(store, s.id)) if req is not None]
     sent = [[m.to_wire() for m in r.messages[1:]] for r in backend.requests]

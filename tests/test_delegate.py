@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import json
 
-from ctxwright.agent import Agent, AgentConfig
+from ctxwright.agent.delegate import Delegator
+from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.backends.scripted import ScriptedBackend, call
-from ctxwright.cli import main
+from ctxwright.cli.main import main
 from ctxwright.compaction.retrieval import ResultReader
-from ctxwright.delegate import Delegator
+from ctxwright.core.messages import Message
+from ctxwright.core.prefix import Prefix
+from ctxwright.core.session import Session
 from ctxwright.errors import BackendUnavailable
-from ctxwright.messages import Message
-from ctxwright.prefix import Prefix
-from ctxwright.session import Session
 from ctxwright.tools.builtin import default_tools
 
 
@@ -23,8 +23,9 @@ def _parent(store, replies, **kw):
     tools.register(ResultReader().tool())
     d = Delegator(**kw)
     tools.register(d.tool())
-    s = Session.start(Prefix.build("You are the parent.", tools.specs()), store=store, backend="scripted",
-                      model="scripted")
+    s = Session.start(
+        Prefix.build("You are the parent.", tools.specs()), store=store, backend="scripted", model="scripted"
+    )
     backend = ScriptedBackend(replies)
     agent = Agent(s, backend, tools, AgentConfig())
     d.bind(agent)
@@ -63,11 +64,16 @@ def test_child_shares_prefix_bytes_and_parent_sees_only_the_conclusion(store):
 
 
 def test_child_cannot_delegate_again_and_iteration_cap_is_an_error(store):
-    replies = [_delegate_call("loop forever"), _delegate_call("nested", "d2"),
-               *[Message(role="assistant", tool_calls=(call("get_current_time", {"timezone": "UTC"}, f"t{i}"),))
-                 for i in range(3)],
-               "giving up"]
-    agent, backend, d = _parent(store, replies, max_iterations=3)
+    replies = [
+        _delegate_call("loop forever"),
+        _delegate_call("nested", "d2"),
+        *[
+            Message(role="assistant", tool_calls=(call("get_current_time", {"timezone": "UTC"}, f"t{i}"),))
+            for i in range(3)
+        ],
+        "giving up",
+    ]
+    agent, _backend, d = _parent(store, replies, max_iterations=3)
     agent.run("go")
     child_tool = [e for e in store.events(d.children[0]) if e.kind == "tool"]
     assert "not available inside a sub-agent" in child_tool[0].payload["message"]["content"]
@@ -84,7 +90,7 @@ def test_child_backend_error_comes_back_as_a_tool_error(store):
     assert r.stop_reason == "final_answer" and r.final_answer == "parent continues"
     body = json.loads(next(ev for ev in agent.session.events if ev.kind == "tool").payload["message"]["content"])
     assert "backend_error" in body["error"]["message"] and "endpoint down" in body["error"]["message"]
-    assert [e.kind for e in store.events(d.children[0])][0] == "user"  # the child's events are kept
+    assert next(e.kind for e in store.events(d.children[0])) == "user"  # the child's events are kept
 
 
 def test_show_prints_the_child_under_the_parent(store, capsys, tmp_path):

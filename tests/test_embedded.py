@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from ctxwright.agent import Agent, AgentConfig
-from ctxwright.backends.base import ChatRequest
+from ctxwright.agent.loop import Agent, AgentConfig
+from ctxwright.core.messages import Message, ToolCall
+from ctxwright.core.prefix import Prefix
+from ctxwright.core.request import ChatRequest
+from ctxwright.core.session import Session
 from ctxwright.errors import BackendUnavailable, ContextWindowExceeded
-from ctxwright.messages import Message, ToolCall
-from ctxwright.prefix import Prefix
-from ctxwright.session import Session
 from ctxwright.tools.builtin import default_tools
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="the embedded extra is not installed")
@@ -34,8 +34,7 @@ SYSTEM = "You are a careful assistant that answers with facts from tools."
 def test_tool_round_trip_reuses_the_whole_prefix(backend, store):
     reg = default_tools()
     session = Session.start(Prefix.build(SYSTEM, reg.specs()), store=store, backend="embedded", model=backend.model)
-    agent = Agent(session, backend, reg, AgentConfig(tool_choice_first="required", max_tool_rounds=1,
-                                                     max_tokens=160))
+    agent = Agent(session, backend, reg, AgentConfig(tool_choice_first="required", max_tool_rounds=1, max_tokens=160))
     result = agent.run("What's the current time and weather in Vancouver?")
     assert result.stop_reason == "final_answer"
     assert len(result.calls) == 2
@@ -48,9 +47,9 @@ def test_tool_round_trip_reuses_the_whole_prefix(backend, store):
     # the second call reused at least the whole prefix (system turn + tool text)
     from ctxwright.backends.embedded import adapt_messages
 
-    system_turn = backend._template.render(messages=adapt_messages((session.prefix.system_message(),),
-                                                                   session.prefix.tools),
-                                           add_generation_prompt=False)
+    system_turn = backend._template.render(
+        messages=adapt_messages((session.prefix.system_message(),), session.prefix.tools), add_generation_prompt=False
+    )
     prefix_tokens = len(backend.tokenize(system_turn))
     assert second.cached_tokens is not None and second.cached_tokens >= prefix_tokens
     assert second.prompt_tokens > first.prompt_tokens
@@ -60,12 +59,15 @@ def test_tool_round_trip_reuses_the_whole_prefix(backend, store):
 
 
 def test_tool_results_render_as_user_turn_and_session_keeps_tool_role(backend):
-    msgs = (Message(role="system", content="s"), Message(role="user", content="q"),
-            Message(role="assistant", tool_calls=(ToolCall("a", "get_weather", '{"city":"Paris"}'),)),
-            Message(role="tool", tool_call_id="a", content='{"t": 3}'))
+    msgs = (
+        Message(role="system", content="s"),
+        Message(role="user", content="q"),
+        Message(role="assistant", tool_calls=(ToolCall("a", "get_weather", '{"city":"Paris"}'),)),
+        Message(role="tool", tool_call_id="a", content='{"t": 3}'),
+    )
     prompt = backend.render_prompt(ChatRequest(messages=msgs))
     assert "<|im_start|>tool" not in prompt
-    assert "Result of get_weather: {\"t\": 3}" in prompt
+    assert 'Result of get_weather: {"t": 3}' in prompt
     assert "&quot;" not in prompt  # no HTML escaping
 
 
@@ -81,8 +83,9 @@ def test_rendering_is_byte_stable_across_calls(backend):
 
 
 def test_window_overflow_is_our_exception(backend):
-    req = ChatRequest(messages=(Message(role="system", content="s"),
-                                Message(role="user", content="word " * 6000)), max_tokens=64)
+    req = ChatRequest(
+        messages=(Message(role="system", content="s"), Message(role="user", content="word " * 6000)), max_tokens=64
+    )
     with pytest.raises(ContextWindowExceeded, match="window"):
         backend.complete(req)
 
@@ -116,9 +119,9 @@ def test_reply_cut_inside_the_answer_keeps_the_text():
 def test_delegate_runs_on_a_fork_and_keeps_the_parents_kv_cache(backend, store):
     """Parent call, a sub-agent on the forked model, then the parent's next call: the parent's
     llama.cpp state still holds its prefix and trajectory (cached tokens cover the first call)."""
+    from ctxwright.agent.delegate import Delegator
     from ctxwright.backends.scripted import call
     from ctxwright.compaction.retrieval import ResultReader
-    from ctxwright.delegate import Delegator
 
     reg = default_tools()
     reg.register(ResultReader().tool())

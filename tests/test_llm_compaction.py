@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ctxwright.agent import Agent, AgentConfig
+from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.backends.scripted import ScriptedBackend, call
 from ctxwright.compaction import CompressionConfig, ContextManager
 from ctxwright.compaction.breaker import CircuitBreaker
@@ -17,21 +17,23 @@ from ctxwright.compaction.check import violations
 from ctxwright.compaction.extractive import select_sentences
 from ctxwright.compaction.identifiers import extract, missing, reattach
 from ctxwright.compaction.retrieval import ResultReader
-from ctxwright.compaction.strategies import STRATEGIES, StrategyContext, compress_batch, NewResult
+from ctxwright.compaction.strategies import STRATEGIES, NewResult, StrategyContext, compress_batch
 from ctxwright.compaction.summarizer import Summarizer, SummaryFailed
+from ctxwright.core.messages import Message, ToolCall
+from ctxwright.core.prefix import Prefix
+from ctxwright.core.session import Session
+from ctxwright.core.tokens import TokenCounter, estimate_tokens
 from ctxwright.errors import BackendUnavailable
-from ctxwright.messages import Message, ToolCall
-from ctxwright.prefix import Prefix
-from ctxwright.session import Session
-from ctxwright.status import StatusBar, StatusConfig
-from ctxwright.tokens import TokenCounter, estimate_tokens
+from ctxwright.status.bar import StatusBar, StatusConfig
 from ctxwright.tools.registry import ToolRegistry, tool
 
 COUNT = TokenCounter(estimate_tokens, "estimate")
-PAGE = ("Navigation: Home | About | Careers | Contact.\n"
-        + "Alice Varga co-founded Nordlys Labs in 2015. She joined Helix Robotics as CTO in 2021. " * 3
-        + "Footer: cookie settings, privacy, terms. " * 40
-        + "Commit 3f9a2c1d fixed the ingest bug; see https://nordlys.example/post/77 and ticket NL-4521.")
+PAGE = (
+    "Navigation: Home | About | Careers | Contact.\n"
+    + "Alice Varga co-founded Nordlys Labs in 2015. She joined Helix Robotics as CTO in 2021. " * 3
+    + "Footer: cookie settings, privacy, terms. " * 40
+    + "Commit 3f9a2c1d fixed the ingest bug; see https://nordlys.example/post/77 and ticket NL-4521."
+)
 
 
 def summarizer(*replies, **kw) -> tuple[Summarizer, ScriptedBackend]:
@@ -57,8 +59,9 @@ def test_summary_reattaches_dropped_identifiers():
     assert req.tools == () and req.messages[0].role == "system"  # its own request, not the session's
 
 
-@pytest.mark.parametrize("reply,reason", [
-    ("", "empty"), ("x" * 5000, "oversized"), (BackendUnavailable("connection refused"), "error")])
+@pytest.mark.parametrize(
+    "reply,reason", [("", "empty"), ("x" * 5000, "oversized"), (BackendUnavailable("connection refused"), "error")]
+)
 def test_bad_summaries_are_failures_with_a_reason(reply, reason):
     s, _ = summarizer(reply)
     with pytest.raises(SummaryFailed) as e:
@@ -115,17 +118,27 @@ def _results(n=3):
 
 
 def test_strategy_names():
-    assert STRATEGIES == ("none", "per_result", "combined", "context_aware", "context_aware_cited", "adaptive",
-                          "extractive")
+    assert STRATEGIES == (
+        "none",
+        "per_result",
+        "combined",
+        "context_aware",
+        "context_aware_cited",
+        "adaptive",
+        "extractive",
+    )
 
 
 def test_per_result_combined_and_context_aware():
     s, b = summarizer(lambda req: "Alice founded Nordlys Labs in 2015.")
-    ctx = StrategyContext(query="Where does Alice work now?", known=["Bob joined Acme in 2020."],
-                          summarize=lambda text, instr, max_chars, query: s.summarize(
-                              text, instr, max_chars=max_chars, query=query).text, count=COUNT.count)
+    ctx = StrategyContext(
+        query="Where does Alice work now?",
+        known=["Bob joined Acme in 2020."],
+        summarize=lambda text, instr, max_chars, query: s.summarize(text, instr, max_chars=max_chars, query=query).text,
+        count=COUNT.count,
+    )
     per = compress_batch("per_result", _results(), ctx)
-    assert len(b.requests) == 3 and all(p and "read_result(result_id=\"r" in p for p in per)
+    assert len(b.requests) == 3 and all(p and 'read_result(result_id="r' in p for p in per)
     b.requests.clear()
     comb = compress_batch("combined", _results(), ctx)
     assert len(b.requests) == 1 and comb[0].startswith("[combined summary of results r0, r1, r2")
@@ -167,14 +180,21 @@ def _research_session(store, tmp_path, strategy, summary, window=6000, **cfg):
     s = Session.start(Prefix.build("sys", reg.specs()), store=store)
     sb = ScriptedBackend([summary])
     comp = CompressionConfig(results_dir=tmp_path, window_tokens=window, strategy=strategy, **cfg)
-    agent = Agent(s, ScriptedBackend(replies), reg, AgentConfig(compression=comp, max_iterations=20),
-                  counter=COUNT, summary_backend=sb)
+    agent = Agent(
+        s,
+        ScriptedBackend(replies),
+        reg,
+        AgentConfig(compression=comp, max_iterations=20),
+        counter=COUNT,
+        summary_backend=sb,
+    )
     return agent, sb
 
 
 def test_context_aware_strategy_compresses_at_record_time_and_keeps_originals(store, tmp_path):
-    agent, sb = _research_session(store, tmp_path, "context_aware",
-                                  lambda req: "Person joined Helix Robotics as CTO in 2021.")
+    agent, sb = _research_session(
+        store, tmp_path, "context_aware", lambda req: "Person joined Helix Robotics as CTO in 2021."
+    )
     r = agent.run("Where does each person work now?")
     assert r.stop_reason == "final_answer"
     tools = [ev for ev in agent.session.events if ev.kind == "tool"]
@@ -186,8 +206,15 @@ def test_context_aware_strategy_compresses_at_record_time_and_keeps_originals(st
 
 
 def test_adaptive_waits_for_80_percent_then_compresses_each_once(store, tmp_path):
-    agent, sb = _research_session(store, tmp_path, "adaptive", lambda req: "Person joined Helix in 2021.",
-                                  window=3000, trigger_ratio=0.95, drop_unused=False)
+    agent, _sb = _research_session(
+        store,
+        tmp_path,
+        "adaptive",
+        lambda req: "Person joined Helix in 2021.",
+        window=3000,
+        trigger_ratio=0.95,
+        drop_unused=False,
+    )
     r = agent.run("Where does each person work now?")
     assert r.stop_reason == "final_answer"
     comps = [ev for ev in agent.session.events if ev.kind == "compaction" and ev.payload["layer"] == "adaptive"]
@@ -200,8 +227,7 @@ def test_adaptive_waits_for_80_percent_then_compresses_each_once(store, tmp_path
 
 
 def test_three_failing_summaries_open_the_breaker_and_the_layers_without_llm_take_over(store, tmp_path):
-    agent, sb = _research_session(store, tmp_path, "context_aware", BackendUnavailable("summarizer down"),
-                                  window=3000)
+    agent, sb = _research_session(store, tmp_path, "context_aware", BackendUnavailable("summarizer down"), window=3000)
     r = agent.run("Where does each person work now?")
     assert r.stop_reason == "final_answer"
     s = agent.session
@@ -227,26 +253,31 @@ def _long_session(n_rounds=10):
 
 def test_archival_summaries_one_per_round_in_order(tmp_path):
     s = _long_session()
-    m = ContextManager(CompressionConfig(results_dir=tmp_path, archival_summaries=True, keep_recent_results=2,
-                                         drop_unused=False), COUNT, 4000)
-    m.summarizer, sb = summarizer(lambda req: "calls: fetch_page\nfacts: Alice, Helix Robotics, 2021\nerrors: none")
+    m = ContextManager(
+        CompressionConfig(results_dir=tmp_path, archival_summaries=True, keep_recent_results=2, drop_unused=False),
+        COUNT,
+        4000,
+    )
+    m.summarizer, _sb = summarizer(lambda req: "calls: fetch_page\nfacts: Alice, Helix Robotics, 2021\nerrors: none")
     m.bind(s)
     reports = m.before_call(s, 10)
     assert reports[0].layer == "archival"
     view = s.trajectory()
     tools = [t.content for t in view if t.role == "tool"]
-    assert [t.split("]")[0] for t in tools[:3]] == ["[round 1 summary of results c0; read_result(result_id=...) "
-                                                     "restores each", "[round 2 summary of results c1; read_result("
-                                                     "result_id=...) restores each", "[round 3 summary of results c2;"
-                                                     " read_result(result_id=...) restores each"]
+    assert [t.split("]")[0] for t in tools[:3]] == [
+        "[round 1 summary of results c0; read_result(result_id=...) restores each",
+        "[round 2 summary of results c1; read_result(result_id=...) restores each",
+        "[round 3 summary of results c2; read_result(result_id=...) restores each",
+    ]
     assert tools[-1] == PAGE  # the newest result stays whole (clearing keeps what fits 20% of the window)
     assert violations([mm for _, mm in s.recorded_messages()], view) == []
 
 
 def test_full_compaction_two_stages_keeps_task_and_identifiers(tmp_path):
     s = _long_session(24)
-    cfg = CompressionConfig(results_dir=tmp_path, full_compaction=True, drop_unused=False,
-                            keep_recent_results=30, min_clear_tokens=10**9)
+    cfg = CompressionConfig(
+        results_dir=tmp_path, full_compaction=True, drop_unused=False, keep_recent_results=30, min_clear_tokens=10**9
+    )
     m = ContextManager(cfg, COUNT, 6000)
     m.summarizer, sb = summarizer(lambda req: "Decision: never call the billing API. Alice works at Helix Robotics.")
     m.bind(s)
@@ -263,7 +294,7 @@ def test_full_compaction_two_stages_keeps_task_and_identifiers(tmp_path):
 
 
 def test_cli_compaction_flag_selects_a_strategy(tmp_path, capsys):
-    from ctxwright.cli import build_parser
+    from ctxwright.cli.main import build_parser
 
     args = build_parser().parse_args(["run", "--compaction", "context_aware", "hi"])
     assert args.compaction == "context_aware"

@@ -13,10 +13,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from ctxwright.backends.base import Backend, ChatRequest, ToolSpec
+from ctxwright.backends.base import Backend
 from ctxwright.backends.openai_compat import OpenAIBackend
+from ctxwright.core.messages import ToolCall, assistant, system, tool_result, user
+from ctxwright.core.request import ChatRequest, ToolSpec
 from ctxwright.errors import BackendError, BackendUnavailable, ContextWindowExceeded, MalformedResponse
-from ctxwright.messages import ToolCall, assistant, system, tool_result, user
 from fakeserver import FakeOpenAIServer
 
 S = FakeOpenAIServer
@@ -100,14 +101,18 @@ def test_two_parallel_tool_calls_keep_arguments_byte_exact(srv: FakeOpenAIServer
         (S.usage_openai(1000, 10, cached=896), None, 896),
         (S.usage_openai(1000, 10, cached=0), None, 0),
         (S.usage_deepseek(1000, 10, hit=640), None, 640),
-        (S.usage_openai(1000, 10), S.timings_llamacpp(cache_n=700, prompt_n=300, prompt_ms=45.5,
-                                                      predicted_n=10, predicted_ms=120.25), 700),
+        (
+            S.usage_openai(1000, 10),
+            S.timings_llamacpp(cache_n=700, prompt_n=300, prompt_ms=45.5, predicted_n=10, predicted_ms=120.25),
+            700,
+        ),
         ({"prompt_tokens": 1000, "completion_tokens": 10, "cache_read_input_tokens": 512}, None, 512),
     ],
     ids=["openai", "openai-zero", "deepseek", "llamacpp", "anthropic-proxy"],
 )
-def test_cached_tokens_from_each_provider_field(srv: FakeOpenAIServer, usage: dict, timings: dict | None,
-                                                expected: int) -> None:
+def test_cached_tokens_from_each_provider_field(
+    srv: FakeOpenAIServer, usage: dict, timings: dict | None, expected: int
+) -> None:
     srv.enqueue(S.reply_text("ok", usage=usage, timings=timings))
     u = make_backend(srv).complete(simple_request()).usage
     assert u.cached_tokens == expected
@@ -153,8 +158,17 @@ def test_rate_limit_then_success_is_retried_by_the_sdk(srv: FakeOpenAIServer) ->
 
 
 def test_persistent_500_becomes_backend_error_after_retries(srv: FakeOpenAIServer) -> None:
-    failure = S.error(500, {"error": {"message": "The server had an error while processing your request.",
-                                      "type": "server_error", "code": None}}, headers={"retry-after-ms": "1"})
+    failure = S.error(
+        500,
+        {
+            "error": {
+                "message": "The server had an error while processing your request.",
+                "type": "server_error",
+                "code": None,
+            }
+        },
+        headers={"retry-after-ms": "1"},
+    )
     srv.enqueue(failure, failure, failure)
     with pytest.raises(BackendError) as info:
         make_backend(srv, max_retries=2).complete(simple_request())
@@ -173,8 +187,13 @@ def test_empty_script_gives_a_clear_500_without_retrying(srv: FakeOpenAIServer) 
 
 @pytest.mark.parametrize(
     "body",
-    [b"{not json at all", b"<html>502 Bad Gateway</html>", b'{"id": "x", "object": "chat.completion"}',
-     b'{"choices": []}', b"[1, 2]"],
+    [
+        b"{not json at all",
+        b"<html>502 Bad Gateway</html>",
+        b'{"id": "x", "object": "chat.completion"}',
+        b'{"choices": []}',
+        b"[1, 2]",
+    ],
     ids=["broken-json", "html", "no-choices", "empty-choices", "not-an-object"],
 )
 def test_malformed_200_body(srv: FakeOpenAIServer, body: bytes) -> None:
@@ -194,15 +213,35 @@ def test_context_length_errors_from_every_provider(srv: FakeOpenAIServer, style:
 
 
 def test_anthropic_style_prompt_too_long_via_proxy(srv: FakeOpenAIServer) -> None:
-    srv.enqueue(S.error(400, {"type": "error", "error": {
-        "type": "invalid_request_error", "message": "prompt is too long: 210000 tokens > 200000 maximum"}}))
+    srv.enqueue(
+        S.error(
+            400,
+            {
+                "type": "error",
+                "error": {
+                    "type": "invalid_request_error",
+                    "message": "prompt is too long: 210000 tokens > 200000 maximum",
+                },
+            },
+        )
+    )
     with pytest.raises(ContextWindowExceeded):
         make_backend(srv).complete(simple_request())
 
 
 def test_rate_limit_mentioning_tokens_is_not_a_context_error(srv: FakeOpenAIServer) -> None:
-    srv.enqueue(S.error(429, {"error": {"message": "Too many tokens per minute, slow down.",
-                                        "type": "tokens", "code": "rate_limit_exceeded"}}))
+    srv.enqueue(
+        S.error(
+            429,
+            {
+                "error": {
+                    "message": "Too many tokens per minute, slow down.",
+                    "type": "tokens",
+                    "code": "rate_limit_exceeded",
+                }
+            },
+        )
+    )
     with pytest.raises(BackendError) as info:
         make_backend(srv, max_retries=0).complete(simple_request())
     assert not isinstance(info.value, ContextWindowExceeded)
@@ -210,8 +249,18 @@ def test_rate_limit_mentioning_tokens_is_not_a_context_error(srv: FakeOpenAIServ
 
 
 def test_other_400_is_a_plain_backend_error(srv: FakeOpenAIServer) -> None:
-    srv.enqueue(S.error(400, {"error": {"message": "Invalid value for 'tool_choice'.",
-                                        "type": "invalid_request_error", "code": "invalid_value"}}))
+    srv.enqueue(
+        S.error(
+            400,
+            {
+                "error": {
+                    "message": "Invalid value for 'tool_choice'.",
+                    "type": "invalid_request_error",
+                    "code": "invalid_value",
+                }
+            },
+        )
+    )
     with pytest.raises(BackendError) as info:
         make_backend(srv).complete(simple_request())
     assert type(info.value) is BackendError
@@ -239,14 +288,25 @@ def test_timeout_is_backend_unavailable(srv: FakeOpenAIServer) -> None:
 def test_request_body_is_exactly_what_to_wire_produced(srv: FakeOpenAIServer) -> None:
     call = ToolCall(id="call_1", name="read_file", arguments='{"path":  "a.py"}')
     tools = (
-        ToolSpec.create("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}},
-                                                       "required": ["path"]}),
+        ToolSpec.create(
+            "read_file",
+            "Read a file.",
+            {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        ),
         ToolSpec.create("search", "Search the repo."),
     )
     request = ChatRequest(
-        messages=(system("sys"), user("read a.py"), assistant(None, [call]),
-                  tool_result("call_1", "print('hé')"), user("and now?")),
-        tools=tools, tool_choice="required", max_tokens=256, temperature=0.0,
+        messages=(
+            system("sys"),
+            user("read a.py"),
+            assistant(None, [call]),
+            tool_result("call_1", "print('hé')"),
+            user("and now?"),
+        ),
+        tools=tools,
+        tool_choice="required",
+        max_tokens=256,
+        temperature=0.0,
         extra={"seed": 7, "chat_template_kwargs": {"enable_thinking": False}},
     )
     srv.enqueue(S.reply_text("done"))
@@ -262,8 +322,16 @@ def test_request_body_is_exactly_what_to_wire_produced(srv: FakeOpenAIServer) ->
     assert sent["model"] == "test-model"
     # The raw tool-call arguments string went out untouched, not re-serialized.
     assert sent["messages"][2]["tool_calls"][0]["function"]["arguments"] == '{"path":  "a.py"}'
-    assert set(sent) == {"model", "messages", "tools", "tool_choice", "max_tokens", "temperature",
-                         "seed", "chat_template_kwargs"}
+    assert set(sent) == {
+        "model",
+        "messages",
+        "tools",
+        "tool_choice",
+        "max_tokens",
+        "temperature",
+        "seed",
+        "chat_template_kwargs",
+    }
 
 
 def test_no_tools_means_no_tools_or_tool_choice_fields(srv: FakeOpenAIServer) -> None:

@@ -4,13 +4,12 @@ byte stability of earlier turns (the prompt cache depends on it)."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from ctxwright.backends.base import ToolSpec
-from ctxwright.errors import CtxwrightError
-from ctxwright.messages import Message, ToolCall, canonical_json
-from ctxwright.prefix import Prefix
-from ctxwright.reasoning import (
+from ctxwright.core.messages import Message, ToolCall, canonical_json
+from ctxwright.core.prefix import Prefix
+from ctxwright.core.reasoning import (
     META_KEY,
     ReasoningMissing,
     ReasoningPolicy,
@@ -19,7 +18,9 @@ from ctxwright.reasoning import (
     policy_for_model,
     split_think,
 )
-from ctxwright.session import Session
+from ctxwright.core.request import ToolSpec
+from ctxwright.core.session import Session
+from ctxwright.errors import CtxwrightError
 
 TOOLS = (ToolSpec.create("read", "read a file", {"type": "object", "properties": {"path": {"type": "string"}}}),)
 MODES = ("strip", "keep", "must_send_back", "qwen3")
@@ -89,13 +90,19 @@ def test_keep_sends_every_reasoning_back_as_recorded():
     s = two_turn_session("keep")
     msgs = wire(s)
     assert [m.get("reasoning_content") for m in msgs if m["role"] == "assistant"] == [
-        "thinking about turn 1", "final thoughts 1", "thinking about turn 2"]
+        "thinking about turn 1",
+        "final thoughts 1",
+        "thinking about turn 2",
+    ]
 
 
 def test_must_send_back_passes_when_reasoning_present():
     s = two_turn_session("must_send_back")
     assert [m.get("reasoning_content") for m in wire(s) if m["role"] == "assistant"] == [
-        "thinking about turn 1", "final thoughts 1", "thinking about turn 2"]
+        "thinking about turn 1",
+        "final thoughts 1",
+        "thinking about turn 2",
+    ]
 
 
 def test_must_send_back_raises_for_current_loop_turn_without_reasoning():
@@ -201,29 +208,32 @@ def test_unknown_mode_rejected():
 
 
 # -- defaults per model ------------------------------------------------------------------
-@pytest.mark.parametrize("name, mode", [
-    ("deepseek-reasoner", "must_send_back"),
-    ("deepseek-ai/DeepSeek-R1", "must_send_back"),
-    ("deepseek-v3.1-think", "must_send_back"),
-    ("deepseek-v4-pro", "must_send_back"),
-    ("deepseek-chat", "keep"),
-    ("DeepSeek-R1-Distill-Qwen-7B-GGUF", "strip"),
-    ("Qwen/Qwen3-8B", "qwen3"),
-    ("qwen3-coder-30b-a3b", "qwen3"),
-    ("Qwen/QwQ-32B", "qwen3"),
-    ("openai/gpt-oss-20b", "qwen3"),
-    ("claude-sonnet-4-5", "keep"),
-    ("anthropic/claude-3-7-sonnet", "keep"),
-    ("gpt-4o", "strip"),
-    ("chatgpt-4o-latest", "strip"),
-    ("o1", "strip"),
-    ("o3-mini", "strip"),
-    ("openai/o4-mini", "strip"),
-    ("SmolLM2-360M-Instruct", "strip"),
-    ("llama-3.1-8b", "strip"),
-    ("", "strip"),
-    (None, "strip"),
-])
+@pytest.mark.parametrize(
+    "name, mode",
+    [
+        ("deepseek-reasoner", "must_send_back"),
+        ("deepseek-ai/DeepSeek-R1", "must_send_back"),
+        ("deepseek-v3.1-think", "must_send_back"),
+        ("deepseek-v4-pro", "must_send_back"),
+        ("deepseek-chat", "keep"),
+        ("DeepSeek-R1-Distill-Qwen-7B-GGUF", "strip"),
+        ("Qwen/Qwen3-8B", "qwen3"),
+        ("qwen3-coder-30b-a3b", "qwen3"),
+        ("Qwen/QwQ-32B", "qwen3"),
+        ("openai/gpt-oss-20b", "qwen3"),
+        ("claude-sonnet-4-5", "keep"),
+        ("anthropic/claude-3-7-sonnet", "keep"),
+        ("gpt-4o", "strip"),
+        ("chatgpt-4o-latest", "strip"),
+        ("o1", "strip"),
+        ("o3-mini", "strip"),
+        ("openai/o4-mini", "strip"),
+        ("SmolLM2-360M-Instruct", "strip"),
+        ("llama-3.1-8b", "strip"),
+        ("", "strip"),
+        (None, "strip"),
+    ],
+)
 def test_policy_for_model(name, mode):
     assert policy_for_model(name).mode == mode
 
@@ -263,7 +273,7 @@ def test_appending_within_a_turn_never_changes_earlier_bytes(mode):
     add_tool_round(s, 3, "more thinking")
     s.add_assistant(answer("answer 2", "final thoughts 2"))
     after = wire_bytes(s)
-    assert after[:len(before)] == before
+    assert after[: len(before)] == before
 
 
 @pytest.mark.parametrize("mode", ["strip", "keep", "must_send_back"])
@@ -272,7 +282,7 @@ def test_new_user_message_never_changes_earlier_bytes(mode):
     s.add_assistant(answer("answer 2", "final thoughts 2"))
     before = wire_bytes(s)
     s.add_user("third question")
-    assert wire_bytes(s)[:len(before)] == before
+    assert wire_bytes(s)[: len(before)] == before
 
 
 def test_qwen3_rewrites_history_only_at_a_new_user_message():
@@ -285,14 +295,16 @@ def test_qwen3_rewrites_history_only_at_a_new_user_message():
     s.add_user("third question")
     after = wire_bytes(s)
     changed = [i for i in range(len(before)) if before[i] != after[i]]
-    prev_user = max(i for i, m in enumerate(wire(s)[:len(before)]) if m["role"] == "user")
+    prev_user = max(i for i, m in enumerate(wire(s)[: len(before)]) if m["role"] == "user")
     assert changed and changed[0] == prev_user + 1  # first assistant message of turn 2
     assert all(wire(s)[i]["role"] == "assistant" for i in changed)
     assert not any("reasoning_content" in wire(s)[i] for i in changed)
 
 
-_steps = st.lists(st.tuples(st.sampled_from(["user", "tool_round", "answer"]),
-                            st.sampled_from([None, "r", "<think>t</think>x"])), max_size=12)
+_steps = st.lists(
+    st.tuples(st.sampled_from(["user", "tool_round", "answer"]), st.sampled_from([None, "r", "<think>t</think>x"])),
+    max_size=12,
+)
 
 
 def _build(steps) -> list[Message]:
@@ -321,8 +333,9 @@ def test_property_earlier_messages_keep_their_bytes(steps, nxt, mode):
     b = [m.canonical() for m in policy.apply(longer, tools_in_use=False)]
     if mode == "qwen3" and nxt == "user":
         # the one rewrite: only the previous turn (after the previous last user message) changes
-        from ctxwright.reasoning import last_user_index
+        from ctxwright.core.reasoning import last_user_index
+
         keep = last_user_index(base) + 1
         assert b[:keep] == a[:keep]
         return
-    assert b[:len(a)] == a
+    assert b[: len(a)] == a

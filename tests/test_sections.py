@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxwright.sections import DynamicSectionInPrefix, SystemPromptBuilder
+from ctxwright.core.sections import DynamicSectionInPrefix, SystemPromptBuilder
 
 
 def test_dynamic_section_refused_with_name_and_advice():
@@ -16,8 +16,12 @@ def test_dynamic_section_refused_with_name_and_advice():
 
 
 def test_build_joins_in_order_and_applies_conditions():
-    b = (SystemPromptBuilder().add("role", "A").add("beta", "B", condition="beta_tools")
-         .add("user", "U", scope="session"))
+    b = (
+        SystemPromptBuilder()
+        .add("role", "A")
+        .add("beta", "B", condition="beta_tools")
+        .add("user", "U", scope="session")
+    )
     assert b.build() == "A\n\nU"
     assert b.build({"beta_tools": True}) == "A\n\nB\n\nU"
     with pytest.raises(ValueError, match="unknown condition"):
@@ -31,8 +35,8 @@ def test_variants_are_two_to_the_n(n):
         b.add(f"s{i}", f"t{i}", condition=f"c{i}")
     b.add("again", "y", condition="c0") if n else None  # a repeated condition adds no variant
     r = b.variants()
-    assert r.variants == 2 ** n and len(r.conditions) == n
-    assert len({b.build({f"c{i}": bool(mask >> i & 1) for i in range(n)}) for mask in range(2 ** n)}) == 2 ** n
+    assert r.variants == 2**n and len(r.conditions) == n
+    assert len({b.build({f"c{i}": bool(mask >> i & 1) for i in range(n)}) for mask in range(2**n)}) == 2**n
 
 
 def test_global_after_session_warns():

@@ -5,17 +5,20 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from ctxwright.backends.base import ToolSpec
+from ctxwright.core.messages import Message, ToolCall, Usage, canonical_json
+from ctxwright.core.prefix import Prefix
+from ctxwright.core.request import ToolSpec
+from ctxwright.core.session import Session
+from ctxwright.core.store import Store
 from ctxwright.errors import PrefixFrozenError, SessionNotFound
-from ctxwright.messages import Message, ToolCall, Usage, canonical_json
-from ctxwright.prefix import Prefix
-from ctxwright.session import Session
-from ctxwright.store import Store
 
-TOOLS = (ToolSpec.create("zeta", "last alphabetically, first in order", {"type": "object", "properties": {}}),
-         ToolSpec.create("alpha", "second", {"type": "object", "properties": {"x": {"type": "string"}}}))
+TOOLS = (
+    ToolSpec.create("zeta", "last alphabetically, first in order", {"type": "object", "properties": {}}),
+    ToolSpec.create("alpha", "second", {"type": "object", "properties": {"x": {"type": "string"}}}),
+)
 
 
 def test_prefix_refuses_changes_and_says_why():
@@ -57,8 +60,9 @@ def test_canonical_json_keeps_utf8():
 
 
 def test_message_roundtrip_and_validation():
-    m = Message(role="assistant", content=None,
-                tool_calls=(ToolCall("c1", "alpha", '{"x": "1"}'),), reasoning_content="think")
+    m = Message(
+        role="assistant", content=None, tool_calls=(ToolCall("c1", "alpha", '{"x": "1"}'),), reasoning_content="think"
+    )
     assert Message.from_wire(m.to_wire()) == m
     assert "reasoning_content" not in m.to_wire(include_reasoning=False)
     with pytest.raises(ValueError, match="tool_call_id"):
@@ -76,8 +80,10 @@ def test_toolcall_bad_json_reports_reason():
 
 def _fill(s: Session) -> None:
     s.add_user("hello 你好")
-    s.add_assistant(Message(role="assistant", tool_calls=(ToolCall("c1", "alpha", '{"x":"1"}'),)),
-                    Usage(prompt_tokens=10, cached_tokens=None))
+    s.add_assistant(
+        Message(role="assistant", tool_calls=(ToolCall("c1", "alpha", '{"x":"1"}'),)),
+        Usage(prompt_tokens=10, cached_tokens=None),
+    )
     s.add_tool_result("c1", "result one", tool_name="alpha")
     s.add_assistant(Message(role="assistant", content="done"), Usage(prompt_tokens=20, cached_tokens=8))
 

@@ -3,15 +3,15 @@ continued across resume, and a recorded compaction reported as such."""
 
 from __future__ import annotations
 
-from ctxwright.agent import Agent, AgentConfig
-from ctxwright.audit import segments_of
-from ctxwright.audit_session import audit_request
+from ctxwright.agent.loop import Agent, AgentConfig
+from ctxwright.audit.compare import segments_of
+from ctxwright.audit.live import audit_request
 from ctxwright.backends.scripted import ScriptedBackend, call
-from ctxwright.cli import main
-from ctxwright.messages import Message
-from ctxwright.prefix import Prefix
-from ctxwright.session import Session
-from ctxwright.store import Store
+from ctxwright.cli.main import main
+from ctxwright.core.messages import Message
+from ctxwright.core.prefix import Prefix
+from ctxwright.core.session import Session
+from ctxwright.core.store import Store
 from ctxwright.tools.builtin import default_tools
 
 

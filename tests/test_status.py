@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from ctxwright.agent import Agent, AgentConfig
-from ctxwright.backends.base import ChatRequest
+from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.backends.scripted import ScriptedBackend, call
-from ctxwright.messages import Message
-from ctxwright.prefix import Prefix
-from ctxwright.session import Session
-from ctxwright.status import STATUS_OPEN, StatusBar, StatusConfig, choose_mode, status_view
-from ctxwright.todo import TodoError, TodoList
+from ctxwright.core.messages import Message
+from ctxwright.core.prefix import Prefix
+from ctxwright.core.request import ChatRequest
+from ctxwright.core.session import Session
+from ctxwright.status.bar import STATUS_OPEN, StatusBar, StatusConfig, choose_mode, status_view
+from ctxwright.status.todo import TodoError, TodoList
 from ctxwright.tools.registry import ToolRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import call_limit  # noqa: E402
+import call_limit
 
 
 class Clock:
@@ -42,15 +42,25 @@ def hand_built(session: Session) -> None:
         session.add_assistant(Message(role="assistant", tool_calls=(call("phone_call", {"merchant": m}, f"c{i}"),)))
         session.add_tool_result(f"c{i}", "busy", tool_name="phone_call", ok=True, elapsed_ms=100.0 * (i + 1))
     session.add_assistant(Message(role="assistant", tool_calls=(call("search", {"q": "x"}, "s1"),)))
-    session.add_tool_result("s1", json.dumps({"error": {"type": "timeout", "message": "search hung"}}),
-                            tool_name="search", ok=False, elapsed_ms=5012.0)
+    session.add_tool_result(
+        "s1",
+        json.dumps({"error": {"type": "timeout", "message": "search hung"}}),
+        tool_name="search",
+        ok=False,
+        elapsed_ms=5012.0,
+    )
 
 
 def test_counters_limits_timings_and_error_exact():
     s = Session.start(Prefix.build("sys"))
     hand_built(s)
-    bar = StatusBar(StatusConfig(limits={"phone_call[Xfinity]": 3, "phone_call": 10},
-                                 key_args={"phone_call": "merchant"}, expected_ms={"search": 500}))
+    bar = StatusBar(
+        StatusConfig(
+            limits={"phone_call[Xfinity]": 3, "phone_call": 10},
+            key_args={"phone_call": "merchant"},
+            expected_ms={"search": 500},
+        )
+    )
     v = bar.values(s)
     assert v["calls.phone_call"] == "4/10 (6 left)"
     assert v["calls.phone_call[Xfinity]"] == "3/3 limit reached"
@@ -111,13 +121,16 @@ def test_todo_errors_reach_the_model_as_tool_errors():
     assert not out.ok and "rewrite_todo_list first" in json.loads(out.content)["error"]["message"]
 
 
-@pytest.mark.parametrize("S,R,N,alpha,expected", [
-    (100, 2000, 20, 0.1, "append"),     # 0.1·100·20/2 = 100 < 0.9·2000 = 1800
-    (800, 300, 40, 0.1, "replace"),     # 1600 > 270
-    (500, 1000, 20, 0.0, "append"),     # free cache reads: keeping stale status costs nothing
-    (10, 10_000, 10, 1.0, "replace"),   # no cache discount: replacing loses nothing
-    (200, 900, 10, 0.5, "replace"),     # 500 == 450? 0.5·200·10/2 = 500 > 450
-])
+@pytest.mark.parametrize(
+    "S,R,N,alpha,expected",
+    [
+        (100, 2000, 20, 0.1, "append"),  # 0.1·100·20/2 = 100 < 0.9·2000 = 1800
+        (800, 300, 40, 0.1, "replace"),  # 1600 > 270
+        (500, 1000, 20, 0.0, "append"),  # free cache reads: keeping stale status costs nothing
+        (10, 10_000, 10, 1.0, "replace"),  # no cache discount: replacing loses nothing
+        (200, 900, 10, 0.5, "replace"),  # 500 == 450? 0.5·200·10/2 = 500 > 450
+    ],
+)
 def test_chooser_arithmetic(S, R, N, alpha, expected):
     assert choose_mode(S, R, N, alpha) == expected
 
@@ -126,14 +139,21 @@ def run_with_status(mode: str, replies) -> tuple[Agent, ScriptedBackend]:
     reg = phone_registry()
     s = Session.start(Prefix.build("sys", reg.specs()))
     backend = ScriptedBackend(replies)
-    bar = StatusBar(StatusConfig(mode=mode, limits={"phone_call[Xfinity]": 3}, key_args={"phone_call": "merchant"},
-                                 items=("counters", "error")))
+    bar = StatusBar(
+        StatusConfig(
+            mode=mode,
+            limits={"phone_call[Xfinity]": 3},
+            key_args={"phone_call": "merchant"},
+            items=("counters", "error"),
+        )
+    )
     return Agent(s, backend, reg, AgentConfig(), status=bar), backend
 
 
 def calls_then_answer(n: int):
-    return [Message(role="assistant", tool_calls=(call("phone_call", {"merchant": "Xfinity"}, f"c{i}"),))
-            for i in range(n)] + ["done"]
+    return [
+        Message(role="assistant", tool_calls=(call("phone_call", {"merchant": "Xfinity"}, f"c{i}"),)) for i in range(n)
+    ] + ["done"]
 
 
 @pytest.mark.parametrize("mode", ["replace", "append"])
@@ -188,7 +208,9 @@ def test_three_call_limit_scenario_scripted():
 def test_side_channel_timestamps_not_in_prefix():
     reg = phone_registry()
     s = Session.start(Prefix.build("sys", reg.specs()))
-    backend = ScriptedBackend([Message(role="assistant", tool_calls=(call("phone_call", {"merchant": "A"}, "c"),)), "ok"])
+    backend = ScriptedBackend(
+        [Message(role="assistant", tool_calls=(call("phone_call", {"merchant": "A"}, "c"),)), "ok"]
+    )
     Agent(s, backend, reg, AgentConfig(timestamps=True)).run("hi")
     req = backend.requests[-1]
     import re
@@ -219,7 +241,7 @@ def test_auto_mode_uses_measured_sizes():
 
 @pytest.mark.parametrize("mode", ["replace", "append"])
 def test_resumed_status_session_audits_like_the_live_one(mode, store):
-    from ctxwright.store import Store
+    from ctxwright.core.store import Store
 
     reg = phone_registry()
     s = Session.start(Prefix.build("sys", reg.specs()), store=store)
@@ -228,6 +250,7 @@ def test_resumed_status_session_audits_like_the_live_one(mode, store):
     live.run("call Xfinity")
     resumed = Session.resume(Store(store.path), s.id)
     rebuilt = Agent(resumed, ScriptedBackend(["x"]), reg, AgentConfig(), status=StatusBar(bar.config))
-    assert [r.reusable_prefix_bytes for r in rebuilt.auditor.rows] == \
-        [r.reusable_prefix_bytes for r in live.auditor.rows]
+    assert [r.reusable_prefix_bytes for r in rebuilt.auditor.rows] == [
+        r.reusable_prefix_bytes for r in live.auditor.rows
+    ]
     assert [r.cause for r in rebuilt.auditor.rows] == [r.cause for r in live.auditor.rows]

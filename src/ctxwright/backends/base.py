@@ -8,82 +8,9 @@ the scripted test backend run through the same agent loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from ..messages import Message, Usage, canonical_json
-
-#: ``auto`` / ``required`` / ``none``, or the name of one tool the reply must call.
-ToolChoice = str
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """A tool definition as the model sees it (OpenAI ``function`` tool).
-
-    ``parameters_json`` holds the JSON schema as canonical JSON text rather than a dict, so
-    a frozen prefix cannot be mutated through a shared dict.
-    """
-
-    name: str
-    description: str
-    parameters_json: str = '{"properties":{},"type":"object"}'
-
-    @classmethod
-    def create(cls, name: str, description: str, parameters: dict[str, Any] | None = None) -> "ToolSpec":
-        return cls(name=name, description=description,
-                   parameters_json=canonical_json(parameters or {"type": "object", "properties": {}}))
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        import json
-
-        return json.loads(self.parameters_json)
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"type": "function",
-                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> "ToolSpec":
-        fn = data.get("function", data)
-        return cls.create(fn.get("name", ""), fn.get("description", ""), fn.get("parameters"))
-
-
-@dataclass(frozen=True)
-class ChatRequest:
-    """Everything sent on one model call, already rendered: messages[0] is the system prompt."""
-
-    messages: tuple[Message, ...]
-    tools: tuple[ToolSpec, ...] = ()
-    tool_choice: ToolChoice = "auto"
-    max_tokens: int | None = None
-    temperature: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_wire(self, model: str | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"messages": [m.to_wire() for m in self.messages]}
-        if model is not None:
-            body["model"] = model
-        if self.tools:
-            body["tools"] = [t.to_wire() for t in self.tools]
-            body["tool_choice"] = (self.tool_choice if self.tool_choice in ("auto", "required", "none")
-                                   else {"type": "function", "function": {"name": self.tool_choice}})
-        return body
-
-    def canonical_bytes(self) -> bytes:
-        """The request as canonical UTF-8 bytes (model name excluded): what the audit hashes."""
-        return canonical_json(self.to_wire()).encode("utf-8")
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One model reply: an assistant message (text and/or tool calls) and its usage."""
-
-    message: Message
-    usage: Usage
-    finish_reason: str | None = None
-    model: str | None = None
+from ctxwright.core.request import ChatRequest, Completion
 
 
 @runtime_checkable

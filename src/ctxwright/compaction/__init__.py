@@ -15,7 +15,7 @@ One module per rule or layer:
 Every layer records a ``compaction`` event; nothing already stored is ever edited.
 """
 
-from .config import CompressionConfig
-from .manager import CompactionReport, ContextManager
+from ctxwright.compaction.config import CompressionConfig
+from ctxwright.compaction.manager import CompactionReport, ContextManager
 
-__all__ = ["CompressionConfig", "ContextManager", "CompactionReport"]
+__all__ = ["CompactionReport", "CompressionConfig", "ContextManager"]

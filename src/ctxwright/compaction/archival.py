@@ -10,12 +10,14 @@ parallel batch, see ``batches.py``). The summary replaces the round's result con
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
-from ..messages import Message
+from ctxwright.core.messages import Message
 
-INSTRUCTION = ("Summarize this tool round for the agent's log in at most 6 short lines, in this format:\n"
-               "calls: <tool(arguments)>, ...\nfacts: <names, numbers, ids, dates found>\nerrors: <errors or none>")
+INSTRUCTION = (
+    "Summarize this tool round for the agent's log in at most 6 short lines, in this format:\n"
+    "calls: <tool(arguments)>, ...\nfacts: <names, numbers, ids, dates found>\nerrors: <errors or none>"
+)
 
 
 def round_text(call_msg: Message, results: list[Message]) -> str:
@@ -24,15 +26,16 @@ def round_text(call_msg: Message, results: list[Message]) -> str:
     return f"calls: {calls}\n\n{body}"
 
 
-def old_rounds(entries: list[tuple[int | None, Message]], keep_recent_results: int,
-               done: set[int]) -> list[tuple[int, Message, list[tuple[int, Message]]]]:
+def old_rounds(
+    entries: list[tuple[int | None, Message]], keep_recent_results: int, done: set[int]
+) -> list[tuple[int, Message, list[tuple[int, Message]]]]:
     """(round number, assistant message, [(seq, result)]) of the rounds older than the
     newest ``keep_recent_results`` results, not compacted yet, oldest first."""
     rounds = []
     k = 0
     i = 0
     while i < len(entries):
-        seq, m = entries[i]
+        _seq, m = entries[i]
         if m.role == "assistant" and m.tool_calls:
             k += 1
             j = i + 1
@@ -57,8 +60,13 @@ def old_rounds(entries: list[tuple[int | None, Message]], keep_recent_results: i
     return out
 
 
-def archive(entries: Iterable[tuple[int | None, Message]], keep_recent_results: int, done: set[int],
-            summarize: Callable[[str], str | None], min_chars: int = 400) -> dict[int, str]:
+def archive(
+    entries: Iterable[tuple[int | None, Message]],
+    keep_recent_results: int,
+    done: set[int],
+    summarize: Callable[[str], str | None],
+    min_chars: int = 400,
+) -> dict[int, str]:
     """Event seq -> new content for the rounds summarized. The first failed summary ends the
     pass (the breaker decides about the next one); clearing handles the rounds left."""
     replace: dict[int, str] = {}
@@ -71,8 +79,7 @@ def archive(entries: Iterable[tuple[int | None, Message]], keep_recent_results: 
             return replace
         ids = ", ".join(r.tool_call_id or "" for _, r in res)
         first = res[0][0]
-        replace[first] = (f"[round {k} summary of results {ids}; read_result(result_id=...) restores each]\n"
-                          f"{summary}")
-        for seq, r in res[1:]:
+        replace[first] = f"[round {k} summary of results {ids}; read_result(result_id=...) restores each]\n{summary}"
+        for seq, _r in res[1:]:
             replace[seq] = f"[in the round {k} summary above]"
     return replace

@@ -8,7 +8,7 @@ calls. Batches are the smallest unit any layer may remove.
 
 from __future__ import annotations
 
-from ..messages import Message
+from ctxwright.core.messages import Message
 
 
 def units(messages: list[Message]) -> list[tuple[int, int]]:

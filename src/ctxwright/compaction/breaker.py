@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from ..session import Session
+    from ctxwright.core.session import Session
 
 State = Literal["closed", "open", "half_open"]
 
@@ -42,25 +42,33 @@ class CircuitBreaker:
     def allow(self, call_index: int) -> bool:
         return self.state(call_index) != "open"
 
-    def success(self, session: "Session | None" = None, call_index: int = 0) -> None:
+    def success(self, session: Session | None = None, call_index: int = 0) -> None:
         was_open = self.opened_at is not None
         self.failures, self.opened_at, self.last_reason = 0, None, None
         if was_open and session is not None:
             session.append("breaker", {"state": "closed", "call_index": call_index})
 
-    def failure(self, reason: str, session: "Session | None" = None, call_index: int = 0) -> bool:
+    def failure(self, reason: str, session: Session | None = None, call_index: int = 0) -> bool:
         """Count one failure; returns True when this one opened (or re-opened) the breaker."""
         self.failures += 1
         self.last_reason = reason
         if self.failures >= self.threshold or self.opened_at is not None:
             self.opened_at = call_index
             if session is not None:
-                session.append("breaker", {"state": "open", "failures": self.failures, "reason": reason,
-                                           "call_index": call_index, "retry_at_call": call_index + self.cooldown_calls})
+                session.append(
+                    "breaker",
+                    {
+                        "state": "open",
+                        "failures": self.failures,
+                        "reason": reason,
+                        "call_index": call_index,
+                        "retry_at_call": call_index + self.cooldown_calls,
+                    },
+                )
             return True
         return False
 
-    def restore(self, session: "Session") -> None:
+    def restore(self, session: Session) -> None:
         """Rebuild the state from a resumed session's ``breaker`` events."""
         for ev in session.events:
             if ev.kind == "breaker":
@@ -77,6 +85,9 @@ class CircuitBreaker:
         if st == "closed":
             return None
         retry = (self.opened_at or 0) + self.cooldown_calls
-        return (f"LLM summaries paused after {self.failures} failures ({self.last_reason}); using clearing and "
-                f"trim; next try at call {retry}" if st == "open" else
-                "LLM summaries: one trial after failures")
+        return (
+            f"LLM summaries paused after {self.failures} failures ({self.last_reason}); using clearing and "
+            f"trim; next try at call {retry}"
+            if st == "open"
+            else "LLM summaries: one trial after failures"
+        )

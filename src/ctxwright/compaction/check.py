@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..messages import Message
-from .pairing import pairing_violations
-from .pinned import pinned_violations
-from .reasoning_loops import reasoning_violations
+from ctxwright.compaction.pairing import pairing_violations
+from ctxwright.compaction.pinned import pinned_violations
+from ctxwright.compaction.reasoning_loops import reasoning_violations
+from ctxwright.core.messages import Message
 
 
 def violations(recorded: list[Message], view: list[Message]) -> list[str]:

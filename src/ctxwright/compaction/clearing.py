@@ -10,19 +10,25 @@ the provider has cached, and the audit counts that cost as a ``compaction``.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
-from ..messages import Message
+from ctxwright.core.messages import Message
 
 
 def placeholder(tool_name: str, result_id: str, tokens: int) -> str:
     """Short on purpose: in a long session hundreds of these stay in the context."""
-    return f"[cleared {tool_name} result, {tokens:,} tokens; read_result(result_id=\"{result_id}\") restores it]"
+    return f'[cleared {tool_name} result, {tokens:,} tokens; read_result(result_id="{result_id}") restores it]'
 
 
-def clear_old_results(entries: Iterable[tuple[int | None, Message]], meta: dict[int, dict], keep_recent: int,
-                      min_tokens: int, count: Callable[[str], int], already: set[int],
-                      keep_tokens: int | None = None) -> dict[int, str]:
+def clear_old_results(
+    entries: Iterable[tuple[int | None, Message]],
+    meta: dict[int, dict],
+    keep_recent: int,
+    min_tokens: int,
+    count: Callable[[str], int],
+    already: set[int],
+    keep_tokens: int | None = None,
+) -> dict[int, str]:
     """Event seq -> placeholder for every result older than the newest ``keep_recent``, or
     older than the newest results that fit in ``keep_tokens`` together (whichever is fewer)."""
     results = [(seq, m) for seq, m in entries if m.role == "tool" and seq is not None]
@@ -36,7 +42,7 @@ def clear_old_results(entries: Iterable[tuple[int | None, Message]], meta: dict[
             break
         kept += 1
         used += n
-    old = results[:len(results) - kept]
+    old = results[: len(results) - kept]
     out: dict[int, str] = {}
     for seq, m in old:
         if seq in already:
@@ -48,6 +54,7 @@ def clear_old_results(entries: Iterable[tuple[int | None, Message]], meta: dict[
         if tokens < min_tokens:
             continue
         info = meta.get(seq) or {}
-        out[seq] = placeholder(info.get("tool_name") or "tool", info.get("result_id") or m.tool_call_id or str(seq),
-                               tokens)
+        out[seq] = placeholder(
+            info.get("tool_name") or "tool", info.get("result_id") or m.tool_call_id or str(seq), tokens
+        )
     return out

@@ -84,7 +84,7 @@ class CompressionConfig:
 
     @property
     def uses_llm(self) -> bool:
-        from .strategies import LLM_STRATEGIES
+        from ctxwright.compaction.strategies import LLM_STRATEGIES
 
         return self.strategy in LLM_STRATEGIES or self.archival_summaries or self.full_compaction
 

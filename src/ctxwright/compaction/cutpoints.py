@@ -8,10 +8,10 @@ Every layer that removes messages asks this module; none computes boundaries its
 
 from __future__ import annotations
 
-from ..messages import Message
-from .batches import units
-from .pinned import first_user_index
-from .reasoning_loops import carries_reasoning, tool_loops
+from ctxwright.compaction.batches import units
+from ctxwright.compaction.pinned import first_user_index
+from ctxwright.compaction.reasoning_loops import carries_reasoning, tool_loops
+from ctxwright.core.messages import Message
 
 
 def legal_boundaries(messages: list[Message]) -> list[int]:

@@ -12,20 +12,22 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Callable
+from collections.abc import Callable
 
 _SENT = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
-_STOP = frozenset("the a an and or of to in on at for with by from is was are were be been as that this it its who "
-                  "what where when which now then their his her they he she them about into after before".split())
+_STOP = frozenset(
+    ["the", "a", "an", "and", "or", "of", "to", "in", "on", "at", "for", "with", "by", "from", "is", "was", "are", "were", "be", "been", "as", "that", "this", "it", "its", "who", "what", "where", "when", "which", "now", "then", "their", "his", "her", "they", "he", "she", "them", "about", "into", "after", "before"]
+)
 
 
 def terms(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text) if w.lower() not in _STOP and len(w) > 1}
 
 
-def select_sentences(text: str, query: str, budget_tokens: int, count: Callable[[str], int],
-                     source: str | None = None) -> str:
+def select_sentences(
+    text: str, query: str, budget_tokens: int, count: Callable[[str], int], source: str | None = None
+) -> str:
     """The most query-relevant sentences of ``text`` within ``budget_tokens``, in order."""
     sents = [s.strip() for s in _SENT.split(text) if s and s.strip()]
     if not sents:
@@ -38,7 +40,7 @@ def select_sentences(text: str, query: str, budget_tokens: int, count: Callable[
             df[t] = df.get(t, 0) + 1
     n = len(sents)
     scored = []
-    for i, (s, ts) in enumerate(zip(sents, sent_terms)):
+    for i, (s, ts) in enumerate(zip(sents, sent_terms, strict=False)):
         score = sum(math.log(1 + n / df[t]) for t in ts & q)
         if re.search(r"\b(19|20)\d{2}\b", s):
             score += 0.5

@@ -10,11 +10,11 @@ the store). Identifiers are checked and re-attached by the summarizer. Cut point
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from ..messages import Message
-from .batches import units
-from .cutpoints import removable_spans
+from ctxwright.compaction.batches import units
+from ctxwright.compaction.cutpoints import removable_spans
+from ctxwright.core.messages import Message
 
 INSTRUCTION = """Compact this part of an agent's session into notes the agent will work from. Keep, in this order of priority:
 1. decisions and constraints, verbatim;
@@ -41,8 +41,7 @@ def render(messages: list[Message]) -> str:
     return "\n".join(lines)
 
 
-def plan_span(entries: list[tuple[int | None, Message]], stage: int,
-              tokens_of: Callable[[Message], int]) -> list[int]:
+def plan_span(entries: list[tuple[int | None, Message]], stage: int, tokens_of: Callable[[Message], int]) -> list[int]:
     """Indices into ``entries`` to summarize: stage 1 the older half (by tokens) of the
     removable spans before the newest unit, stage 2 all of them."""
     msgs = [m for _, m in entries]
@@ -65,5 +64,7 @@ def plan_span(entries: list[tuple[int | None, Message]], stage: int,
 
 
 def note(summary: str, n: int, stage: int) -> str:
-    return (f"[ctxwright: summary of {n} earlier message(s) (full compaction, stage {stage}); the originals are kept "
-            f"in the session store]\n{summary}")
+    return (
+        f"[ctxwright: summary of {n} earlier message(s) (full compaction, stage {stage}); the originals are kept "
+        f"in the session store]\n{summary}"
+    )

@@ -17,7 +17,12 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("ip", re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5})?\b")),
     ("hash", re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b")),
     ("path", re.compile(r"(?<![\w/])(?:~|\.{1,2})?/(?:[\w.@-]+/)*[\w.@-]+")),
-    ("file", re.compile(r"\b[\w-]+(?:/[\w.-]+)*\.(?:py|js|ts|tsx|go|rs|java|c|h|cpp|md|json|ya?ml|toml|txt|log|sql|sh|cfg|ini)\b")),
+    (
+        "file",
+        re.compile(
+            r"\b[\w-]+(?:/[\w.-]+)*\.(?:py|js|ts|tsx|go|rs|java|c|h|cpp|md|json|ya?ml|toml|txt|log|sql|sh|cfg|ini)\b"
+        ),
+    ),
     ("port", re.compile(r"\b(?:port|localhost:|:)\s?(\d{2,5})\b")),
     ("ticket", re.compile(r"\b[A-Z][A-Z0-9]{1,9}-\d{1,7}\b|(?<!\w)#\d{2,7}\b")),
 ]

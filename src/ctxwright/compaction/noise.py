@@ -19,17 +19,20 @@ Each marker says how to see the original again (``read_result``), so nothing is 
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
-from ..messages import Message
+from ctxwright.core.messages import Message
 
 _TERM = re.compile(r"[\w./:-]{4,}")
 SCAN_CHARS = 20_000  # salient terms come from a result's first characters only: bounded cost
 
 
 def salient_terms(text: str) -> set[str]:
-    return {t.strip(".:-/").lower() for t in _TERM.findall(text[:SCAN_CHARS])
-            if any(c.isdigit() or c.isupper() or c in "_/.:" for c in t) and len(t.strip(".:-/")) >= 4}
+    return {
+        t.strip(".:-/").lower()
+        for t in _TERM.findall(text[:SCAN_CHARS])
+        if any(c.isdigit() or c.isupper() or c in "_/.:" for c in t) and len(t.strip(".:-/")) >= 4
+    }
 
 
 def _assistant_text(m: Message) -> str:
@@ -37,24 +40,29 @@ def _assistant_text(m: Message) -> str:
 
 
 def repeat_marker(tool_name: str, earlier_id: str) -> str:
-    return (f"[ctxwright: identical to the earlier {tool_name} result {earlier_id}; "
-            f"read_result(result_id=\"{earlier_id}\") shows it]")
+    return (
+        f"[ctxwright: identical to the earlier {tool_name} result {earlier_id}; "
+        f'read_result(result_id="{earlier_id}") shows it]'
+    )
 
 
 def unused_marker(tool_name: str, result_id: str, tokens: int | None, why: str) -> str:
     size = f"{tokens:,} tokens, " if tokens else ""
-    return (f"[ctxwright: {tool_name} result {result_id} ({size}{why}) removed as noise; "
-            f"read_result(result_id=\"{result_id}\") shows it]")
+    return (
+        f"[ctxwright: {tool_name} result {result_id} ({size}{why}) removed as noise; "
+        f'read_result(result_id="{result_id}") shows it]'
+    )
 
 
-def unused_results(entries: Iterable[tuple[int | None, Message]], meta: dict[int, dict],
-                   after_turns: int, already: set[int]) -> dict[int, str]:
+def unused_results(
+    entries: Iterable[tuple[int | None, Message]], meta: dict[int, dict], after_turns: int, already: set[int]
+) -> dict[int, str]:
     """Event seq -> marker for every result the rule finds unused.
 
     ``meta`` maps a tool event's seq to its payload (tool name, ok, result id, tokens)."""
     items = list(entries)
     out: dict[int, str] = {}
-    later_texts: list[str] = []   # assistant texts after position i, built backwards
+    later_texts: list[str] = []  # assistant texts after position i, built backwards
     later_ok_tools: set[str] = set()
     for seq, m in reversed(items):
         if m.role == "assistant":
@@ -74,6 +82,5 @@ def unused_results(entries: Iterable[tuple[int | None, Message]], meta: dict[int
             continue
         terms = salient_terms(m.content or "")
         if terms and not any(t in txt for txt in later_texts for t in terms):
-            out[seq] = unused_marker(name, rid, info.get("tokens"),
-                                     f"not used by the {len(later_texts)} later steps")
+            out[seq] = unused_marker(name, rid, info.get("tokens"), f"not used by the {len(later_texts)} later steps")
     return out

@@ -44,7 +44,7 @@ class ResultFiles:
         with open(path, "wb") as f:
             for start in range(0, len(text), SLICE):
                 offsets.append(pos)
-                chunk = text[start:start + SLICE].encode("utf-8", "surrogatepass")
+                chunk = text[start : start + SLICE].encode("utf-8", "surrogatepass")
                 f.write(chunk)
                 pos += len(chunk)
         idx_path.write_text(json.dumps({"chars": len(text), "bytes": pos, "slice": SLICE, "offsets": offsets}))
@@ -68,7 +68,7 @@ class ResultFiles:
                 nxt = idx["offsets"][k + 1] if k + 1 < len(idx["offsets"]) else idx["bytes"]
                 piece = f.read(nxt - idx["offsets"][k]).decode("utf-8", "surrogatepass")
                 base = k * idx["slice"]
-                out.append(piece[offset - base:end - base])
+                out.append(piece[offset - base : end - base])
                 offset = min(end, base + len(piece))
                 k += 1
         return "".join(out), total

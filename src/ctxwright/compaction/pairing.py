@@ -10,7 +10,7 @@ the most reported compaction bug in peer frameworks (DESIGN.md, complaint 1).
 
 from __future__ import annotations
 
-from ..messages import Message
+from ctxwright.core.messages import Message
 
 
 def pairing_violations(messages: list[Message]) -> list[str]:

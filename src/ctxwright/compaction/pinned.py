@@ -8,7 +8,7 @@ rewrite tool results and drop later turns, never these two.
 
 from __future__ import annotations
 
-from ..messages import Message
+from ctxwright.core.messages import Message
 
 
 def first_user_index(messages: list[Message]) -> int | None:

@@ -9,7 +9,7 @@ model. A loop that carries reasoning is therefore one unit: kept whole or cut wh
 
 from __future__ import annotations
 
-from ..messages import Message
+from ctxwright.core.messages import Message
 
 
 def tool_loops(messages: list[Message]) -> list[tuple[int, int]]:
@@ -29,7 +29,7 @@ def tool_loops(messages: list[Message]) -> list[tuple[int, int]]:
 
 
 def carries_reasoning(messages: list[Message], span: tuple[int, int]) -> bool:
-    return any(m.role == "assistant" and m.reasoning_content for m in messages[span[0]:span[1]])
+    return any(m.role == "assistant" and m.reasoning_content for m in messages[span[0] : span[1]])
 
 
 def reasoning_violations(messages: list[Message]) -> list[str]:
@@ -39,6 +39,8 @@ def reasoning_violations(messages: list[Message]) -> list[str]:
         turns = [m for m in messages[a:b] if m.role == "assistant" and m.tool_calls]
         with_r = sum(1 for m in turns if m.reasoning_content)
         if 0 < with_r < len(turns):
-            out.append(f"messages {a}-{b - 1}: {len(turns) - with_r} of {len(turns)} tool-call turns of one "
-                       "loop lost their reasoning")
+            out.append(
+                f"messages {a}-{b - 1}: {len(turns) - with_r} of {len(turns)} tool-call turns of one "
+                "loop lost their reasoning"
+            )
     return out

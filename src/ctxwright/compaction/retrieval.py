@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..tools.registry import Tool
-from .offload import ResultFiles
+from ctxwright.compaction.offload import ResultFiles
+from ctxwright.tools.registry import Tool
 
 if TYPE_CHECKING:
-    from ..session import Session
+    from ctxwright.core.session import Session
 
 MAX_PAGE_CHARS = 8_000
 
@@ -21,10 +21,10 @@ class ResultReader:
     """Binds the tool to a session and its offload folder (set when the session is known)."""
 
     def __init__(self) -> None:
-        self.session: "Session | None" = None
+        self.session: Session | None = None
         self.files: ResultFiles | None = None
 
-    def bind(self, session: "Session", files: ResultFiles) -> None:
+    def bind(self, session: Session, files: ResultFiles) -> None:
         self.session, self.files = session, files
 
     def read(self, result_id: str, offset: int = 0, limit: int = 4000) -> str:
@@ -44,12 +44,17 @@ class ResultReader:
         else:
             text = self._recorded(result_id)
             if text is None:
-                raise ValueError(f"no result with result_id {result_id!r} in this session; use the result_id "
-                                 "quoted in a shortened or cleared result")
-            page, total = text[offset:offset + limit], len(text)
+                raise ValueError(
+                    f"no result with result_id {result_id!r} in this session; use the result_id "
+                    "quoted in a shortened or cleared result"
+                )
+            page, total = text[offset : offset + limit], len(text)
         end = offset + len(page)
-        more = (f"; next: read_result(result_id=\"{result_id}\", offset={end}, limit={limit})"
-                if end < total else "; this is the end")
+        more = (
+            f'; next: read_result(result_id="{result_id}", offset={end}, limit={limit})'
+            if end < total
+            else "; this is the end"
+        )
         return f"[result {result_id}: characters {offset:,}-{end:,} of {total:,}{more}]\n{page}"
 
     def _recorded(self, result_id: str) -> str | None:
@@ -60,6 +65,9 @@ class ResultReader:
         return None
 
     def tool(self) -> Tool:
-        return Tool.from_function(self.read, name="read_result",
-                                  description="Read part of an earlier tool result that was shortened, "
-                                              "offloaded or cleared, by its result_id.")
+        return Tool.from_function(
+            self.read,
+            name="read_result",
+            description="Read part of an earlier tool result that was shortened, "
+            "offloaded or cleared, by its result_id.",
+        )

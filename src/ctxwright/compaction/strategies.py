@@ -21,10 +21,10 @@ restores it: the compression is lossy in the context and lossless on disk.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from .extractive import select_sentences
+from ctxwright.compaction.extractive import select_sentences
 
 STRATEGIES = ("none", "per_result", "combined", "context_aware", "context_aware_cited", "adaptive", "extractive")
 LLM_STRATEGIES = frozenset({"per_result", "combined", "context_aware", "context_aware_cited", "adaptive"})
@@ -37,8 +37,8 @@ SCAN_CHARS = 400_000
 class NewResult:
     tool_name: str
     result_id: str
-    text: str          # the tool's full output
-    content: str       # what the budget layer would record
+    text: str  # the tool's full output
+    content: str  # what the budget layer would record
     ok: bool = True
 
 
@@ -51,7 +51,7 @@ Summarize = Callable[[str, str, int, "str | None"], "str | None"]
 @dataclass
 class StrategyContext:
     query: str
-    known: list[str] = field(default_factory=list)   # earlier compressed results, newest last
+    known: list[str] = field(default_factory=list)  # earlier compressed results, newest last
     summarize: Summarize | None = None
     count: Callable[[str], int] = len
     #: result texts shorter than this are left alone: nothing to gain
@@ -70,8 +70,10 @@ class StrategyContext:
 
 
 def _header(kind: str, r: NewResult) -> str:
-    return (f"[{kind} of the {r.tool_name} result {r.result_id} ({len(r.text):,} chars); "
-            f"read_result(result_id=\"{r.result_id}\") shows the original]")
+    return (
+        f"[{kind} of the {r.tool_name} result {r.result_id} ({len(r.text):,} chars); "
+        f'read_result(result_id="{r.result_id}") shows the original]'
+    )
 
 
 def _llm(ctx: StrategyContext, text: str, instruction: str, query: str | None) -> str | None:
@@ -82,9 +84,11 @@ def _llm(ctx: StrategyContext, text: str, instruction: str, query: str | None) -
 
 
 def aware_instruction(ctx: StrategyContext, cite: str | None) -> str:
-    base = (f"Given the search query: {ctx.query}\nCurrent context: {ctx.known_text()}\n"
-            "From the text below, write only the facts that help answer the query and are not already in the "
-            "current context: names, roles, companies, dates. At most 8 short lines.")
+    base = (
+        f"Given the search query: {ctx.query}\nCurrent context: {ctx.known_text()}\n"
+        "From the text below, write only the facts that help answer the query and are not already in the "
+        "current context: names, roles, companies, dates. At most 8 short lines."
+    )
     if cite:
         base += f" End every line with the source id [{cite}]."
     return base
@@ -95,8 +99,9 @@ def compress_one(name: str, r: NewResult, ctx: StrategyContext) -> str | None:
     if not r.ok or len(r.text) < ctx.min_chars:
         return None
     if name == "extractive":
-        body = select_sentences(r.text[:SCAN_CHARS], ctx.query, max(64, ctx.max_summary_chars // 4), ctx.count,
-                                source=r.result_id)
+        body = select_sentences(
+            r.text[:SCAN_CHARS], ctx.query, max(64, ctx.max_summary_chars // 4), ctx.count, source=r.result_id
+        )
         return f"{_header('extract', r)}\n{body}" if body else None
     if name == "per_result":
         out = _llm(ctx, r.text, "Summarize this tool result in 2-3 short paragraphs.", None)
@@ -130,10 +135,12 @@ def compress_batch(name: str, results: list[NewResult], ctx: StrategyContext) ->
             if r not in todo:
                 res.append(None)
             elif r.result_id == first:
-                res.append(f"[combined summary of results {ids}; read_result(result_id=...) shows each original]\n"
-                           f"{out}")
+                res.append(
+                    f"[combined summary of results {ids}; read_result(result_id=...) shows each original]\n{out}"
+                )
             else:
-                res.append(f"[summarized with result {first} above; read_result(result_id=\"{r.result_id}\") "
-                           "shows the original]")
+                res.append(
+                    f'[summarized with result {first} above; read_result(result_id="{r.result_id}") shows the original]'
+                )
         return res
     return [compress_one(name, r, ctx) for r in results]

@@ -21,15 +21,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..backends.base import ChatRequest
-from ..errors import CtxwrightError
-from ..messages import Message
-from ..tokens import TokenCounter
-from .extractive import select_sentences
-from .identifiers import extract, missing, reattach
+from ctxwright.compaction.extractive import select_sentences
+from ctxwright.compaction.identifiers import extract, missing, reattach
+from ctxwright.core.messages import Message
+from ctxwright.core.request import ChatRequest
+from ctxwright.core.tokens import TokenCounter
+from ctxwright.errors import CtxwrightError
 
-SYSTEM = ("You compress text for an AI agent's memory. Keep facts exactly: names, dates, numbers, companies, "
-          "decisions, errors, identifiers. Drop navigation, boilerplate and repetition. Write plain short lines.")
+SYSTEM = (
+    "You compress text for an AI agent's memory. Keep facts exactly: names, dates, numbers, companies, "
+    "decisions, errors, identifiers. Drop navigation, boilerplate and repetition. Write plain short lines."
+)
 
 
 class SummaryFailed(CtxwrightError):
@@ -53,8 +55,15 @@ class Summary:
 class Summarizer:
     """Summaries on ``backend`` (give it its own model object: ``EmbeddedBackend.fork()``)."""
 
-    def __init__(self, backend: Any, counter: TokenCounter, *, input_budget_tokens: int = 3_000,
-                 max_output_tokens: int = 256, timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        backend: Any,
+        counter: TokenCounter,
+        *,
+        input_budget_tokens: int = 3_000,
+        max_output_tokens: int = 256,
+        timeout_s: float = 120.0,
+    ) -> None:
         self.backend = backend
         self.counter = counter
         self.input_budget_tokens = input_budget_tokens
@@ -82,9 +91,15 @@ class Summarizer:
     def summarize(self, text: str, instruction: str, *, max_chars: int, query: str | None = None) -> Summary:
         ids = extract(text)
         body, _cut = self.fit_input(text, query)
-        req = ChatRequest(messages=(Message(role="system", content=SYSTEM),
-                                    Message(role="user", content=f"{instruction}\n\n<text>\n{body}\n</text>")),
-                          tool_choice="none", max_tokens=self.max_output_tokens, temperature=0.0)
+        req = ChatRequest(
+            messages=(
+                Message(role="system", content=SYSTEM),
+                Message(role="user", content=f"{instruction}\n\n<text>\n{body}\n</text>"),
+            ),
+            tool_choice="none",
+            max_tokens=self.max_output_tokens,
+            temperature=0.0,
+        )
         if not self._busy.acquire(blocking=False):
             raise SummaryFailed("busy", "an earlier summary on this model object is still running (timed out)")
         box: list[Any] = []
@@ -93,7 +108,7 @@ class Summarizer:
         def work() -> None:
             try:
                 box.append(self.backend.complete(req))
-            except Exception as exc:  # noqa: BLE001 - reported as a failure, never raised through
+            except Exception as exc:
                 box.append(exc)
             finally:
                 self._busy.release()
@@ -112,8 +127,15 @@ class Summarizer:
         if not out:
             raise SummaryFailed("empty", "the model returned an empty summary")
         if len(out) > max_chars * 1.5 or len(out) >= len(text):
-            raise SummaryFailed("oversized", f"{len(out):,} characters for a limit of {max_chars:,} "
-                                             f"(input {len(text):,})")
+            raise SummaryFailed(
+                "oversized", f"{len(out):,} characters for a limit of {max_chars:,} (input {len(text):,})"
+            )
         lost = missing(ids, out)
-        return Summary(reattach(out, lost), len(text), len(lost), (time.perf_counter() - t0) * 1000,
-                       got.usage.prompt_tokens, got.usage.completion_tokens)
+        return Summary(
+            reattach(out, lost),
+            len(text),
+            len(lost),
+            (time.perf_counter() - t0) * 1000,
+            got.usage.prompt_tokens,
+            got.usage.completion_tokens,
+        )

@@ -9,20 +9,23 @@ they were. The events stay in the store; only the view changes.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from ..messages import Message
-from .batches import units
-from .cutpoints import removable_spans
+from ctxwright.compaction.batches import units
+from ctxwright.compaction.cutpoints import removable_spans
+from ctxwright.core.messages import Message
 
 
 def note_text(n: int) -> str:
-    return (f"[ctxwright: {n} earlier message(s) were removed here to fit the context window; they are kept "
-            "in the session store (ctxwright show)]")
+    return (
+        f"[ctxwright: {n} earlier message(s) were removed here to fit the context window; they are kept "
+        "in the session store (ctxwright show)]"
+    )
 
 
-def plan_trim(entries: list[tuple[int | None, Message]], tokens_of: Callable[[Message], int],
-              excess: int, kinds: dict[int, str]) -> tuple[list[int], int | None]:
+def plan_trim(
+    entries: list[tuple[int | None, Message]], tokens_of: Callable[[Message], int], excess: int, kinds: dict[int, str]
+) -> tuple[list[int], int | None]:
     """Seqs to drop freeing at least ``excess`` tokens, and the seq the note goes before.
 
     Order: first the units before the newest user message (older tasks), then units of the
@@ -31,8 +34,10 @@ def plan_trim(entries: list[tuple[int | None, Message]], tokens_of: Callable[[Me
     after it (results the model has not answered yet, the status bar). ``([], None)`` when
     nothing can go. ``kinds`` maps event seqs to event kinds (to tell status from user)."""
     msgs = [m for _, m in entries]
-    last_user = max((i for i, (seq, m) in enumerate(entries)
-                     if m.role == "user" and seq is not None and kinds.get(seq) == "user"), default=0)
+    last_user = max(
+        (i for i, (seq, m) in enumerate(entries) if m.role == "user" and seq is not None and kinds.get(seq) == "user"),
+        default=0,
+    )
     last_batch = max((i for i, m in enumerate(msgs) if m.role == "assistant" and m.tool_calls), default=len(msgs))
     keep_from = min(last_batch, units(msgs)[-1][0] if msgs else 0)  # the newest unit always stays
     spans = [(a, b) for a, b in removable_spans(msgs) if b <= keep_from]

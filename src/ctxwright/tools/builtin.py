@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from .registry import Tool, ToolRegistry, tool
+from ctxwright.tools.registry import Tool, ToolRegistry, tool
 
 __all__ = [
-    "CalculatorError",
     "WEATHER_TABLE",
+    "CalculatorError",
     "calculator",
     "default_tools",
     "evaluate_expression",
@@ -52,8 +52,8 @@ def _load_zone(name: str) -> ZoneInfo:
         except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: "America" is a directory
             continue
     raise ValueError(
-        f"unknown time zone {name!r}: use an IANA name like \"America/Vancouver\", "
-        "\"Asia/Shanghai\", \"Europe/London\" or \"UTC\""
+        f'unknown time zone {name!r}: use an IANA name like "America/Vancouver", '
+        '"Asia/Shanghai", "Europe/London" or "UTC"'
     )
 
 
@@ -121,11 +121,12 @@ def _known_cities() -> str:
     return ", ".join(row[0] for row in WEATHER_TABLE)
 
 
-@tool(description=(
-    "Look up weather for a city in a small OFFLINE SAMPLE TABLE bundled with ctxwright. "
-    "The values are fixed examples, NOT live or current weather. Known cities: "
-    + _known_cities() + "."
-))
+@tool(
+    description=(
+        "Look up weather for a city in a small OFFLINE SAMPLE TABLE bundled with ctxwright. "
+        "The values are fixed examples, NOT live or current weather. Known cities: " + _known_cities() + "."
+    )
+)
 def get_weather(city: str, unit: Literal["celsius", "fahrenheit"] = "celsius") -> dict[str, Any]:
     """Sample weather for a city from the offline table.
 
@@ -187,9 +188,19 @@ def _round(x: float, ndigits: int | None = None) -> float:
 
 
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "sqrt": math.sqrt, "abs": abs, "round": _round, "min": min, "max": max,
-    "floor": math.floor, "ceil": math.ceil, "exp": math.exp, "log": math.log,
-    "log10": math.log10, "sin": math.sin, "cos": math.cos, "tan": math.tan,
+    "sqrt": math.sqrt,
+    "abs": abs,
+    "round": _round,
+    "min": min,
+    "max": max,
+    "floor": math.floor,
+    "ceil": math.ceil,
+    "exp": math.exp,
+    "log": math.log,
+    "log10": math.log10,
+    "sin": math.sin,
+    "cos": math.cos,
+    "tan": math.tan,
 }
 
 
@@ -213,7 +224,7 @@ def _power(base: Any, exponent: Any) -> Any:
     if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1:
         if exponent * math.log10(abs(base)) > MAX_RESULT_DIGITS:
             raise CalculatorError(f"result would have more than {MAX_RESULT_DIGITS} digits")
-    return base ** exponent
+    return base**exponent
 
 
 def _eval(node: ast.AST, depth: int) -> Any:
@@ -243,8 +254,7 @@ def _eval(node: ast.AST, depth: int) -> Any:
         if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCTIONS:
             called = node.func.id if isinstance(node.func, ast.Name) else type(node.func).__name__
             raise CalculatorError(
-                f"function {called!r} is not allowed; "
-                f"only these functions are allowed: {', '.join(_FUNCTIONS)}"
+                f"function {called!r} is not allowed; only these functions are allowed: {', '.join(_FUNCTIONS)}"
             )
         if node.keywords:
             raise CalculatorError("keyword arguments are not allowed")
@@ -369,12 +379,11 @@ def make_file_tools(workspace: Path) -> list[Tool]:
         except UnicodeDecodeError:
             text = raw.decode("utf-8", errors="replace")
             note = " | note: not valid UTF-8, undecodable bytes shown as U+FFFD"
-        chunk = text[offset:offset + limit]
+        chunk = text[offset : offset + limit]
         end = offset + len(chunk)
         truncated = end < len(text)
         more = f"yes, next offset {end}" if truncated else "no"
-        header = (f"[file: {shown} | chars {offset}-{end} of {len(text)} ({size} bytes) | "
-                  f"truncated: {more}{note}]")
+        header = f"[file: {shown} | chars {offset}-{end} of {len(text)} ({size} bytes) | truncated: {more}{note}]"
         return f"{header}\n{chunk}"
 
     def list_dir(path: str = ".") -> str:

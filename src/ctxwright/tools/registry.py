@@ -29,14 +29,14 @@ from typing import Any, Literal, Union, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from ..backends.base import ToolSpec
-from ..messages import ToolCall, canonical_json
+from ctxwright.core.messages import ToolCall, canonical_json
+from ctxwright.core.request import ToolSpec
 
 __all__ = [
-    "BoundCall",
     "ERROR_INVALID_ARGUMENTS",
     "ERROR_INVALID_JSON",
     "ERROR_UNKNOWN_TOOL",
+    "BoundCall",
     "Tool",
     "ToolOutcome",
     "ToolRegistry",
@@ -128,8 +128,7 @@ def _schema_for(hint: Any) -> dict[str, Any]:
             raise TypeError(f"unsupported {hint!r}: JSON object keys are strings, use dict[str, T]")
         return {"type": "object", "additionalProperties": _schema_for(args[1])}
     raise TypeError(
-        f"unsupported type hint {hint!r}: use str, int, float, bool, Literal[...], "
-        "list[T], dict[str, T] or Optional[T]"
+        f"unsupported type hint {hint!r}: use str, int, float, bool, Literal[...], list[T], dict[str, T] or Optional[T]"
     )
 
 
@@ -168,7 +167,7 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
         header_indent = len(lines[start]) - len(lines[start].lstrip())
         entry_indent: int | None = None
         current: str | None = None
-        for line in lines[start + 1:]:
+        for line in lines[start + 1 :]:
             if not line.strip():
                 continue
             indent = len(line) - len(line.lstrip())
@@ -222,7 +221,7 @@ class Tool:
         timeout_s: float | None = None,
         *,
         high_risk: bool = False,
-    ) -> "Tool":
+    ) -> Tool:
         """Build a tool from ``func``'s type hints and Google-style docstring.
 
         Raises ``TypeError`` for parameters without a supported hint (or ``*args``,
@@ -231,9 +230,7 @@ class Tool:
         """
         tool_name = name or getattr(func, "__name__", "")
         if not _TOOL_NAME.match(tool_name):
-            raise ValueError(
-                f"invalid tool name {tool_name!r}: use 1-64 letters, digits, '_' or '-' (pass name=...)"
-            )
+            raise ValueError(f"invalid tool name {tool_name!r}: use 1-64 letters, digits, '_' or '-' (pass name=...)")
         summary, param_docs = _parse_docstring(inspect.getdoc(func))
         tool_description = (description if description is not None else summary).strip()
         if not tool_description:
@@ -265,7 +262,7 @@ class Tool:
                 prop = _schema_for(hint)
             except TypeError as exc:
                 raise TypeError(f"tool {tool_name!r}, parameter {param.name!r}: {exc}") from None
-            if param.name in param_docs and param_docs[param.name]:
+            if param_docs.get(param.name):
                 prop["description"] = param_docs[param.name]
             if has_default:
                 if _is_json_value(param.default):
@@ -278,8 +275,7 @@ class Tool:
             default = param.default if has_default else ...
             fields[f"p{index}"] = (hint, Field(default, alias=param.name))
 
-        schema = {"type": "object", "properties": properties, "required": required,
-                  "additionalProperties": False}
+        schema = {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
         args_model = create_model(  # type: ignore[call-overload]
             f"{tool_name}_arguments",
             __config__=ConfigDict(extra="forbid", populate_by_name=False),
@@ -298,10 +294,7 @@ class Tool:
     def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Validated keyword arguments for ``func``; raises pydantic ``ValidationError``."""
         validated = self.args_model.model_validate(arguments)
-        return {
-            field.alias or key: getattr(validated, key)
-            for key, field in type(validated).model_fields.items()
-        }
+        return {field.alias or key: getattr(validated, key) for key, field in type(validated).model_fields.items()}
 
 
 @overload
@@ -330,8 +323,7 @@ def tool(
     """Decorator form of :meth:`Tool.from_function`: ``@tool`` or ``@tool(timeout_s=5)``."""
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool.from_function(f, name=name, description=description, timeout_s=timeout_s,
-                                  high_risk=high_risk)
+        return Tool.from_function(f, name=name, description=description, timeout_s=timeout_s, high_risk=high_risk)
 
     return wrap(func) if func is not None else wrap
 
@@ -349,17 +341,16 @@ class ToolOutcome:
     elapsed_ms: float
 
 
-def error_outcome(call: ToolCall, error_type: str, message: str, hint: str,
-                  elapsed_ms: float = 0.0) -> ToolOutcome:
+def error_outcome(call: ToolCall, error_type: str, message: str, hint: str, elapsed_ms: float = 0.0) -> ToolOutcome:
     """A failed outcome in the one structured error shape the model sees.
 
     Public so the agent loop reports timeouts (and anything else it detects) exactly the
     way the registry reports its own errors.
     """
-    body = {"error": {"type": error_type, "message": message, "tool": call.name,
-                      "arguments": call.arguments, "hint": hint}}
-    return ToolOutcome(ok=False, content=canonical_json(body), error_type=error_type,
-                       elapsed_ms=elapsed_ms)
+    body = {
+        "error": {"type": error_type, "message": message, "tool": call.name, "arguments": call.arguments, "hint": hint}
+    }
+    return ToolOutcome(ok=False, content=canonical_json(body), error_type=error_type, elapsed_ms=elapsed_ms)
 
 
 def _safe_str(value: object) -> str:
@@ -443,14 +434,15 @@ class BoundCall:
             value = self.tool.func(**self.kwargs)
         except (Exception, SystemExit) as exc:  # a tool calling sys.exit must not end the agent
             return error_outcome(
-                self.call, type(exc).__name__, _safe_str(exc),
+                self.call,
+                type(exc).__name__,
+                _safe_str(exc),
                 "The tool ran and failed. Read the message, fix the arguments and retry, "
                 "or continue without this tool.",
                 (time.perf_counter() - start) * 1000.0,
             )
         content = render_result(value)
-        return ToolOutcome(ok=True, content=content, error_type=None,
-                           elapsed_ms=(time.perf_counter() - start) * 1000.0)
+        return ToolOutcome(ok=True, content=content, error_type=None, elapsed_ms=(time.perf_counter() - start) * 1000.0)
 
 
 class ToolRegistry:
@@ -509,23 +501,26 @@ class ToolRegistry:
             hint = f"Available tools: {available}."
             if close:
                 hint += f" Did you mean {close[0]!r}?"
-            return error_outcome(call, ERROR_UNKNOWN_TOOL, f"there is no tool named {call.name!r}",
-                                 hint, elapsed())
+            return error_outcome(call, ERROR_UNKNOWN_TOOL, f"there is no tool named {call.name!r}", hint, elapsed())
         try:
             arguments = call.parsed_arguments()
         except ValueError as exc:
             return error_outcome(
-                call, ERROR_INVALID_JSON, _safe_str(exc),
-                "Send the arguments as one JSON object matching the schema: "
-                f"{_brief_schema(found.parameters)}.",
+                call,
+                ERROR_INVALID_JSON,
+                _safe_str(exc),
+                f"Send the arguments as one JSON object matching the schema: {_brief_schema(found.parameters)}.",
                 elapsed(),
             )
         try:
             kwargs = found.validate_arguments(arguments)
         except ValidationError as exc:
             return error_outcome(
-                call, ERROR_INVALID_ARGUMENTS, _describe_validation_error(exc),
-                f"Expected {_brief_schema(found.parameters)}.", elapsed(),
+                call,
+                ERROR_INVALID_ARGUMENTS,
+                _describe_validation_error(exc),
+                f"Expected {_brief_schema(found.parameters)}.",
+                elapsed(),
             )
         return BoundCall(tool=found, call=call, kwargs=kwargs)
 
@@ -536,7 +531,12 @@ class ToolRegistry:
             bound = self.resolve(call)
             outcome = bound if isinstance(bound, ToolOutcome) else bound.run()
         except Exception as exc:  # defensive: a bug here must still not crash the agent loop
-            outcome = error_outcome(call, type(exc).__name__, _safe_str(exc),
-                                    "Internal error while handling this tool call; try again.")
-        return ToolOutcome(ok=outcome.ok, content=outcome.content, error_type=outcome.error_type,
-                           elapsed_ms=(time.perf_counter() - start) * 1000.0)
+            outcome = error_outcome(
+                call, type(exc).__name__, _safe_str(exc), "Internal error while handling this tool call; try again."
+            )
+        return ToolOutcome(
+            ok=outcome.ok,
+            content=outcome.content,
+            error_type=outcome.error_type,
+            elapsed_ms=(time.perf_counter() - start) * 1000.0,
+        )

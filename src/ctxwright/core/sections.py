@@ -19,10 +19,11 @@ reports.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Literal
 
-from .errors import CtxwrightError
+from ctxwright.errors import CtxwrightError
 
 Scope = Literal["global", "session", "dynamic"]
 
@@ -54,7 +55,7 @@ class SystemPromptBuilder:
     sections: list[PromptSection] = field(default_factory=list)
     separator: str = "\n\n"
 
-    def add(self, name: str, text: str, scope: Scope = "global", condition: str | None = None) -> "SystemPromptBuilder":
+    def add(self, name: str, text: str, scope: Scope = "global", condition: str | None = None) -> SystemPromptBuilder:
         if scope not in ("global", "session", "dynamic"):
             raise ValueError(f"section {name!r}: scope must be global, session or dynamic, not {scope!r}")
         if any(s.name == name for s in self.sections):
@@ -70,7 +71,8 @@ class SystemPromptBuilder:
                     f"section {s.name!r} is declared dynamic, so it cannot be part of the static prefix: "
                     "its value changes during the session and every change would invalidate the prompt "
                     "cache for everything after it. Put it at the end of the trajectory instead (a user "
-                    "message, or a status-bar item), or declare it 'session' if it really is fixed.")
+                    "message, or a status-bar item), or declare it 'session' if it really is fixed."
+                )
 
     def build(self, conditions: Mapping[str, bool] | None = None) -> str:
         """The system prompt for one set of runtime conditions (missing ones count as false)."""
@@ -79,8 +81,9 @@ class SystemPromptBuilder:
         unknown = set(conditions) - {s.condition for s in self.sections if s.condition}
         if unknown:
             raise ValueError(f"unknown condition(s) {sorted(unknown)}: no section depends on them")
-        return self.separator.join(s.text for s in self.sections
-                                   if s.condition is None or conditions.get(s.condition, False))
+        return self.separator.join(
+            s.text for s in self.sections if s.condition is None or conditions.get(s.condition, False)
+        )
 
     def variants(self) -> VariantReport:
         """How many distinct prefixes the declared conditions can produce, and ordering advice."""
@@ -91,12 +94,16 @@ class SystemPromptBuilder:
             if s.scope == "session" and seen_session is None:
                 seen_session = s.name
             if s.scope == "global" and seen_session is not None:
-                warnings.append(f"global section {s.name!r} comes after session section {seen_session!r}: "
-                                "its bytes cannot be shared across sessions; move it before")
+                warnings.append(
+                    f"global section {s.name!r} comes after session section {seen_session!r}: "
+                    "its bytes cannot be shared across sessions; move it before"
+                )
             if s.scope == "dynamic":
                 warnings.append(f"dynamic section {s.name!r} cannot be in the prefix")
         if conds:
-            warnings.append(f"{len(conds)} runtime condition(s) before the cache boundary "
-                            f"({', '.join(conds)}) give {2 ** len(conds)} prefix variants; each is cached "
-                            "separately")
+            warnings.append(
+                f"{len(conds)} runtime condition(s) before the cache boundary "
+                f"({', '.join(conds)}) give {2 ** len(conds)} prefix variants; each is cached "
+                "separately"
+            )
         return VariantReport(conds, 2 ** len(conds), tuple(warnings))

@@ -10,11 +10,12 @@ never filtered per turn.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from .backends.base import ToolSpec
-from .errors import PrefixFrozenError
-from .messages import Message, canonical_json, sha256_text
+from ctxwright.core.messages import Message, canonical_json, sha256_text
+from ctxwright.core.request import ToolSpec
+from ctxwright.errors import PrefixFrozenError
 
 _FROZEN_WHY = (
     "the static prefix (system prompt + tool definitions) is frozen for the session, because "
@@ -49,7 +50,7 @@ class Prefix:
         return f"Prefix(system_prompt={self.system_prompt[:40]!r}..., tools={list(self.tool_names())})"
 
     @classmethod
-    def build(cls, system_prompt: str, tools: Iterable[ToolSpec] = ()) -> "Prefix":
+    def build(cls, system_prompt: str, tools: Iterable[ToolSpec] = ()) -> Prefix:
         tools = tuple(tools)
         names = [t.name for t in tools]
         dupes = sorted({n for n in names if names.count(n) > 1})
@@ -70,7 +71,7 @@ class Prefix:
         return {"system": self.system_prompt, "tools": [t.to_wire() for t in self.tools]}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Prefix":
+    def from_dict(cls, data: dict[str, Any]) -> Prefix:
         return cls.build(data["system"], [ToolSpec.from_wire(t) for t in data.get("tools", [])])
 
     def canonical(self) -> str:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import SessionNotFound
-from .messages import canonical_json
+from ctxwright.core.messages import canonical_json
+from ctxwright.errors import SessionNotFound
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -112,20 +112,37 @@ class Store:
             ) from exc
 
     # -- writes -------------------------------------------------------------------------
-    def create_session(self, prefix: dict[str, Any], prefix_sha256: str, *, backend: str | None = None,
-                       model: str | None = None, parent_id: str | None = None,
-                       meta: dict[str, Any] | None = None, session_id: str | None = None) -> str:
+    def create_session(
+        self,
+        prefix: dict[str, Any],
+        prefix_sha256: str,
+        *,
+        backend: str | None = None,
+        model: str | None = None,
+        parent_id: str | None = None,
+        meta: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> str:
         sid = session_id or uuid.uuid4().hex[:12]
         with self._lock:
             self._db.execute(
                 "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?)",
-                (sid, parent_id, time.time(), canonical_json(prefix), prefix_sha256, backend, model,
-                 canonical_json(meta or {})),
+                (
+                    sid,
+                    parent_id,
+                    time.time(),
+                    canonical_json(prefix),
+                    prefix_sha256,
+                    backend,
+                    model,
+                    canonical_json(meta or {}),
+                ),
             )
         return sid
 
-    def append_event(self, session_id: str, seq: int, kind: str, payload: dict[str, Any],
-                     created_at: float | None = None) -> None:
+    def append_event(
+        self, session_id: str, seq: int, kind: str, payload: dict[str, Any], created_at: float | None = None
+    ) -> None:
         with self._lock:
             self._db.execute(
                 "INSERT INTO events VALUES (?,?,?,?,?)",
@@ -133,16 +150,32 @@ class Store:
             )
 
     def record_call(self, session_id: str, call_index: int, row: dict[str, Any]) -> None:
-        cols = ("request_sha256", "request_bytes", "prefix_sha256", "prompt_tokens", "cached_tokens",
-                "completion_tokens", "prefill_ms", "decode_ms")
+        cols = (
+            "request_sha256",
+            "request_bytes",
+            "prefix_sha256",
+            "prompt_tokens",
+            "cached_tokens",
+            "completion_tokens",
+            "prefill_ms",
+            "decode_ms",
+        )
         jcols = ("usage", "ledger", "audit")
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO calls (session_id, call_index, created_at, "
-                + ", ".join(cols) + ", usage_json, ledger_json, audit_json, error) VALUES ("
-                + ",".join("?" * (3 + len(cols) + len(jcols) + 1)) + ")",
-                (session_id, call_index, time.time(), *[row.get(c) for c in cols],
-                 *[canonical_json(row.get(c) or {}) for c in jcols], row.get("error")),
+                + ", ".join(cols)
+                + ", usage_json, ledger_json, audit_json, error) VALUES ("
+                + ",".join("?" * (3 + len(cols) + len(jcols) + 1))
+                + ")",
+                (
+                    session_id,
+                    call_index,
+                    time.time(),
+                    *[row.get(c) for c in cols],
+                    *[canonical_json(row.get(c) or {}) for c in jcols],
+                    row.get("error"),
+                ),
             )
 
     def update_meta(self, session_id: str, meta: dict[str, Any]) -> None:
@@ -168,8 +201,8 @@ class Store:
     def events(self, session_id: str) -> list[EventRow]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT seq, kind, created_at, payload_json FROM events WHERE session_id=? ORDER BY seq",
-                (session_id,)).fetchall()
+                "SELECT seq, kind, created_at, payload_json FROM events WHERE session_id=? ORDER BY seq", (session_id,)
+            ).fetchall()
         return [EventRow(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
 
     def calls(self, session_id: str) -> list[dict[str, Any]]:
@@ -178,7 +211,7 @@ class Store:
             names = [d[0] for d in cur.description]
             out = []
             for r in cur.fetchall():
-                d = dict(zip(names, r))
+                d = dict(zip(names, r, strict=False))
                 for j in ("usage_json", "ledger_json", "audit_json"):
                     d[j[:-5]] = json.loads(d.pop(j))
                 out.append(d)
@@ -193,20 +226,36 @@ class Store:
                        (SELECT COUNT(*) FROM calls c WHERE c.session_id=s.id),
                        (SELECT payload_json FROM events e WHERE e.session_id=s.id AND e.kind='user'
                         ORDER BY seq LIMIT 1)
-                   FROM sessions s {where} ORDER BY s.created_at DESC LIMIT ?""", (limit,)).fetchall()
+                   FROM sessions s {where} ORDER BY s.created_at DESC LIMIT ?""",
+                (limit,),
+            ).fetchall()
         out = []
         for r in rows:
             first = ""
             if r[7]:
                 first = (json.loads(r[7]).get("message") or {}).get("content") or ""
-            out.append({"id": r[0], "created_at": r[1], "backend": r[2], "model": r[3], "parent_id": r[4],
-                        "events": r[5], "calls": r[6], "first_user": first})
+            out.append(
+                {
+                    "id": r[0],
+                    "created_at": r[1],
+                    "backend": r[2],
+                    "model": r[3],
+                    "parent_id": r[4],
+                    "events": r[5],
+                    "calls": r[6],
+                    "first_user": first,
+                }
+            )
         return out
 
     def children(self, session_id: str) -> list[str]:
         with self._lock:
-            return [r[0] for r in self._db.execute(
-                "SELECT id FROM sessions WHERE parent_id=? ORDER BY created_at", (session_id,)).fetchall()]
+            return [
+                r[0]
+                for r in self._db.execute(
+                    "SELECT id FROM sessions WHERE parent_id=? ORDER BY created_at", (session_id,)
+                ).fetchall()
+            ]
 
     def close(self) -> None:
         with self._lock:

@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .errors import CtxwrightError
+from ctxwright.errors import CtxwrightError
 
 # Rich falls back to 80 columns when stdout is not a terminal (CI logs, `make demo | tee`),
 # which folds the per-call table; give it room.
@@ -35,23 +35,24 @@ SYSTEM_PROMPT = """You are a careful assistant that answers with facts from tool
 
 
 def _store(args: argparse.Namespace):
-    from .store import Store
+    from ctxwright.core.store import Store
 
     return Store(args.db) if args.db else Store()
 
 
 def make_backend(args: argparse.Namespace):
     if args.backend == "embedded":
-        from .backends.embedded import EmbeddedBackend
+        from ctxwright.backends.embedded import EmbeddedBackend
 
         return EmbeddedBackend()
     if args.backend == "openai":
-        from .backends.openai_compat import OpenAIBackend
+        from ctxwright.backends.openai_compat import OpenAIBackend
 
         if not args.model:
             raise CtxwrightError("--backend openai needs --model NAME (the served model's name)")
-        return OpenAIBackend(model=args.model, base_url=args.base_url, api_key_env=args.api_key_env,
-                             context_window=args.window)
+        return OpenAIBackend(
+            model=args.model, base_url=args.base_url, api_key_env=args.api_key_env, context_window=args.window
+        )
     raise CtxwrightError(f"unknown backend {args.backend!r}: use embedded or openai")
 
 
@@ -79,8 +80,10 @@ def _print_event(kind: str, data: dict[str, Any]) -> None:
         console.print(f"[bold]{tag}[/] {data['call'].name} [dim]{data['elapsed_ms']:.0f} ms[/]  {short}")
     elif kind == "compaction":
         c = data["report"]
-        console.print(f"[bold blue]compaction[/] {c.layer}: {c.messages_changed} message(s) · request "
-                      f"{c.tokens_before:,} → {c.tokens_after:,} tokens [dim](event #{c.event_seq})[/]")
+        console.print(
+            f"[bold blue]compaction[/] {c.layer}: {c.messages_changed} message(s) · request "
+            f"{c.tokens_before:,} → {c.tokens_after:,} tokens [dim](event #{c.event_seq})[/]"
+        )
     elif kind == "status":
         body = data["content"].replace("<agent_status>\n", "").replace("\n</agent_status>", "")
         console.print("[dim]status  " + body.replace("\n", " · ") + "[/]")
@@ -92,29 +95,50 @@ def _print_event(kind: str, data: dict[str, Any]) -> None:
 
 def calls_table(reports) -> Table:
     t = Table(title="model calls")
-    for col in ("call", "prompt tok", "reused tok", "reusable tok", "cause", "prefill ms", "decode ms", "out tok",
-                "sys+tools", "tool results", "history", "latest user"):
+    for col in (
+        "call",
+        "prompt tok",
+        "reused tok",
+        "reusable tok",
+        "cause",
+        "prefill ms",
+        "decode ms",
+        "out tok",
+        "sys+tools",
+        "tool results",
+        "history",
+        "latest user",
+    ):
         t.add_column(col, justify="right")
     for r in reports:
         sh = r.ledger.shares()
-        t.add_row(str(r.index), _fmt(r.prompt_tokens), _fmt(r.cached_tokens), _fmt(r.reusable_tokens),
-                  r.cause or "", _fmt(r.prefill_ms), _fmt(r.decode_ms), _fmt(r.completion_tokens),
-                  *[f"{r.ledger.to_dict()[k]:,} ({sh[k]:.0%})" for k in
-                    ("system_and_tools", "tool_results", "history", "latest_user")])
+        t.add_row(
+            str(r.index),
+            _fmt(r.prompt_tokens),
+            _fmt(r.cached_tokens),
+            _fmt(r.reusable_tokens),
+            r.cause or "",
+            _fmt(r.prefill_ms),
+            _fmt(r.decode_ms),
+            _fmt(r.completion_tokens),
+            *[
+                f"{r.ledger.to_dict()[k]:,} ({sh[k]:.0%})"
+                for k in ("system_and_tools", "tool_results", "history", "latest_user")
+            ],
+        )
     return t
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .agent import Agent, AgentConfig
-    from .prefix import Prefix
-    from .session import Session
-    from .tools.builtin import default_tools
-
-    from .compaction import CompressionConfig
-    from .compaction.retrieval import ResultReader
-    from .delegate import Delegator
-    from .status import OPERATING_MANUAL, StatusBar, StatusConfig
-    from .todo import TodoList
+    from ctxwright.agent.delegate import Delegator
+    from ctxwright.agent.loop import Agent, AgentConfig
+    from ctxwright.compaction import CompressionConfig
+    from ctxwright.compaction.retrieval import ResultReader
+    from ctxwright.core.prefix import Prefix
+    from ctxwright.core.session import Session
+    from ctxwright.status.bar import OPERATING_MANUAL, StatusBar, StatusConfig
+    from ctxwright.status.todo import TodoList
+    from ctxwright.tools.builtin import default_tools
 
     store = _store(args)
     # File tools only when a workspace is named: fewer tools, less for a small model to confuse.
@@ -131,10 +155,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     # LLM summaries (archival rounds, full compaction) by default on served models only: the
     # embedded 135M model summarizes poorly (benchmarks/compression.py measures it).
     summaries = _switched_on(args, "summaries")
-    compression = None if args.no_compression else CompressionConfig(
-        window_tokens=args.window, result_cap_tokens=args.result_cap, trigger_ratio=args.clear_at,
-        keep_recent_results=args.keep_results, strategy=args.compaction, archival_summaries=summaries,
-        full_compaction=summaries)
+    compression = (
+        None
+        if args.no_compression
+        else CompressionConfig(
+            window_tokens=args.window,
+            result_cap_tokens=args.result_cap,
+            trigger_ratio=args.clear_at,
+            keep_recent_results=args.keep_results,
+            strategy=args.compaction,
+            archival_summaries=summaries,
+            full_compaction=summaries,
+        )
+    )
     # Measured: with read_result in its tool list the 135M model calls it with invented ids in the
     # demo and answers about the error; so on the embedded model it is off unless asked for.
     use_reader = _switched_on(args, "read_result")
@@ -143,8 +176,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     use_delegate = _switched_on(args, "delegate")
     delegator = None
     if use_delegate:
-        delegator = Delegator(on_event=lambda kind, data: _print_event(kind, data) if kind in ("tool", "assistant")
-                              else None)
+        delegator = Delegator(
+            on_event=lambda kind, data: _print_event(kind, data) if kind in ("tool", "assistant") else None
+        )
         tools.register(delegator.tool())
     if args.resume:
         session = Session.resume(store, args.resume)
@@ -157,51 +191,76 @@ def cmd_run(args: argparse.Namespace) -> int:
         prefix = Prefix.build(system, tools.specs())
     backend = make_backend(args)
     if not args.resume:
-        session = Session.start(prefix, store=store, backend=backend.name, model=backend.model,
-                                meta={"workspace": str(workspace) if workspace else None})
+        session = Session.start(
+            prefix,
+            store=store,
+            backend=backend.name,
+            model=backend.model,
+            meta={"workspace": str(workspace) if workspace else None},
+        )
         console.print(f"[dim]session {session.id} · backend {backend.name} · model {backend.model}[/]")
-    from .reasoning import ReasoningPolicy, install as install_reasoning
+    from ctxwright.core.reasoning import ReasoningPolicy
+    from ctxwright.core.reasoning import install as install_reasoning
 
     install_reasoning(session, ReasoningPolicy(args.reasoning) if args.reasoning else None)
-    first_choice = args.tool_choice_first or ("required" if backend.name == "embedded" and not args.resume
-                                              else "auto")
+    first_choice = args.tool_choice_first or ("required" if backend.name == "embedded" and not args.resume else "auto")
     tool_rounds = args.max_tool_rounds
     if tool_rounds is None and backend.name == "embedded":
         tool_rounds = 1  # the 135M model never decides on its own that it has enough facts
-    config = AgentConfig(max_iterations=args.max_iterations, tool_timeout_s=args.tool_timeout,
-                         tool_choice_first=first_choice, max_tool_rounds=tool_rounds,
-                         max_tokens=args.max_tokens, timestamps=args.timestamps, compression=compression)
+    config = AgentConfig(
+        max_iterations=args.max_iterations,
+        tool_timeout_s=args.tool_timeout,
+        tool_choice_first=first_choice,
+        max_tool_rounds=tool_rounds,
+        max_tokens=args.max_tokens,
+        timestamps=args.timestamps,
+        compression=compression,
+    )
     if use_todo:  # the list's changes are events of this session, rebuilt on resume
         todo.bind(session)
     status = None
     if use_status:
-        status = StatusBar(StatusConfig(mode=args.status_mode, max_iterations=args.max_iterations,
-                                        alpha=0.0 if backend.name == "embedded" else args.cache_price_ratio),
-                           todo=todo if use_todo else None, cwd=str(workspace or Path.cwd()))
+        status = StatusBar(
+            StatusConfig(
+                mode=args.status_mode,
+                max_iterations=args.max_iterations,
+                alpha=0.0 if backend.name == "embedded" else args.cache_price_ratio,
+            ),
+            todo=todo if use_todo else None,
+            cwd=str(workspace or Path.cwd()),
+        )
     agent = Agent(session, backend, tools, config, on_event=_print_event, status=status)
     if delegator is not None:
         delegator.bind(agent)
     prompt = args.prompt or (None if args.resume else DEFAULT_PROMPT)
     if args.resume and not prompt:
-        raise CtxwrightError("--resume needs a follow-up message: ctxwright run --resume ID \"follow-up\"")
+        raise CtxwrightError('--resume needs a follow-up message: ctxwright run --resume ID "follow-up"')
     result = agent.run(prompt)
     console.print(calls_table(result.calls))
     summ = agent.auditor.summary()
     if summ.hit_ratio is not None:
-        console.print(f"cache: hit ratio {summ.hit_ratio:.1%} (Σcached ÷ Σprompt) · efficiency "
-                      f"{summ.efficiency if summ.efficiency is None else format(summ.efficiency, '.1%')} "
-                      f"(Σcached ÷ Σreusable) over {summ.requests} call(s) of this session")
+        console.print(
+            f"cache: hit ratio {summ.hit_ratio:.1%} (Σcached ÷ Σprompt) · efficiency "
+            f"{summ.efficiency if summ.efficiency is None else format(summ.efficiency, '.1%')} "
+            f"(Σcached ÷ Σreusable) over {summ.requests} call(s) of this session"
+        )
     comp = [r for r in result.calls if r.cause == "compaction"]
     if comp:
         cost = sum((r.prompt_tokens or 0) - (r.reusable_tokens or 0) for r in comp)
-        console.print(f"compaction: {sum(len(r.compactions) for r in result.calls)} layer run(s) before "
-                      f"{len(comp)} call(s); their cache cost: {cost:,} prompt tokens prefilled again")
-    console.print(f"stop reason: [bold]{result.stop_reason}[/] after {result.iterations} iteration(s) · "
-                  f"session {session.id} · tokens counted by {agent.counter.source}")
+        console.print(
+            f"compaction: {sum(len(r.compactions) for r in result.calls)} layer run(s) before "
+            f"{len(comp)} call(s); their cache cost: {cost:,} prompt tokens prefilled again"
+        )
+    console.print(
+        f"stop reason: [bold]{result.stop_reason}[/] after {result.iterations} iteration(s) · "
+        f"session {session.id} · tokens counted by {agent.counter.source}"
+    )
     backend.close()
     if result.stop_reason == "backend_error":
-        err_console.print(f"[red]The model call failed:[/] {result.error}\nEvery event before the failure is "
-                          f"saved; continue with: ctxwright run --resume {session.id} \"...\"")
+        err_console.print(
+            f"[red]The model call failed:[/] {result.error}\nEvery event before the failure is "
+            f'saved; continue with: ctxwright run --resume {session.id} "..."'
+        )
         return 2
     return 0
 
@@ -216,14 +275,21 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     for c in ("id", "created", "backend", "model", "events", "calls", "first message"):
         t.add_column(c)
     for r in rows:
-        t.add_row(r["id"], time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_at"])), r["backend"] or "",
-                  r["model"] or "", str(r["events"]), str(r["calls"]), (r["first_user"] or "")[:60])
+        t.add_row(
+            r["id"],
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_at"])),
+            r["backend"] or "",
+            r["model"] or "",
+            str(r["events"]),
+            str(r["calls"]),
+            (r["first_user"] or "")[:60],
+        )
     console.print(t)
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .show import render_session
+    from ctxwright.cli.show import render_session
 
     store = _store(args)
     render_session(store, args.id, console, as_json=args.json)
@@ -231,13 +297,16 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from .audit import Prices
-    from .audit_cli import run_audit
+    from ctxwright.audit.compare import Prices
+    from ctxwright.cli.audit import run_audit
 
     if args.price_input is None and (args.price_cached is not None or args.price_output is not None):
         raise CtxwrightError("--price-cached and --price-output need --price-input (all per million tokens)")
-    prices = (Prices(input=args.price_input, cached=args.price_cached, output=args.price_output or 0.0)
-              if args.price_input is not None else None)
+    prices = (
+        Prices(input=args.price_input, cached=args.price_cached, output=args.price_output or 0.0)
+        if args.price_input is not None
+        else None
+    )
     return run_audit(args.file, as_json=args.json, prices=prices, console=console)
 
 
@@ -245,8 +314,13 @@ def _add_switch(parser: Any, name: str, help_text: str) -> None:
     """``--name`` / ``--no-name``; left unset (None), :func:`_switched_on` decides by backend."""
     group = parser.add_mutually_exclusive_group()
     flag = name.replace("_", "-")
-    group.add_argument(f"--{flag}", dest=name, action="store_true", default=None,
-                       help=f"{help_text} (default: on, except on the embedded model)")
+    group.add_argument(
+        f"--{flag}",
+        dest=name,
+        action="store_true",
+        default=None,
+        help=f"{help_text} (default: on, except on the embedded model)",
+    )
     group.add_argument(f"--no-{flag}", dest=name, action="store_false")
 
 
@@ -258,7 +332,7 @@ def _switched_on(args: argparse.Namespace, name: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .compaction.strategies import STRATEGIES
+    from ctxwright.compaction.strategies import STRATEGIES
 
     p = argparse.ArgumentParser(prog="ctxwright", description="Context engineering for LLM agents.")
     p.add_argument("--db", help="SQLite database (default: $CTXWRIGHT_DB or the user data dir)")
@@ -272,39 +346,77 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     r.add_argument("--resume", metavar="ID", help="continue a stored session")
     r.add_argument("--max-iterations", type=int, default=20)
-    r.add_argument("--max-tool-rounds", type=int,
-                   help="rounds of tool calls before an answer is required (embedded default: 1)")
+    r.add_argument(
+        "--max-tool-rounds", type=int, help="rounds of tool calls before an answer is required (embedded default: 1)"
+    )
     _add_switch(r, "status", "an <agent_status> message before each call")
-    r.add_argument("--status-mode", choices=["auto", "replace", "append"], default="auto",
-                   help="how status messages are updated (auto: the cost model)")
-    r.add_argument("--cache-price-ratio", type=float, default=0.1,
-                   help="cached ÷ uncached input price of the backend, for --status-mode auto")
+    r.add_argument(
+        "--status-mode",
+        choices=["auto", "replace", "append"],
+        default="auto",
+        help="how status messages are updated (auto: the cost model)",
+    )
+    r.add_argument(
+        "--cache-price-ratio",
+        type=float,
+        default=0.1,
+        help="cached ÷ uncached input price of the backend, for --status-mode auto",
+    )
     _add_switch(r, "todo", "give the agent the TODO tools")
-    r.add_argument("--timestamps", action="store_true",
-                   help="prefix user and tool contents with [YYYY-MM-DD HH:MM:SS]")
-    r.add_argument("--reasoning", choices=["strip", "keep", "must_send_back", "qwen3"],
-                   help="how earlier reasoning is sent back (default: by model family; fixed per session)")
+    r.add_argument("--timestamps", action="store_true", help="prefix user and tool contents with [YYYY-MM-DD HH:MM:SS]")
+    r.add_argument(
+        "--reasoning",
+        choices=["strip", "keep", "must_send_back", "qwen3"],
+        help="how earlier reasoning is sent back (default: by model family; fixed per session)",
+    )
     r.add_argument("--max-tokens", type=int, default=256, help="cap on each reply's tokens")
     r.add_argument("--tool-timeout", type=float, default=30.0, help="seconds before a tool call is abandoned")
-    r.add_argument("--tool-choice-first", choices=["auto", "required", "none"],
-                   help="tool_choice of the first call (embedded default: required)")
+    r.add_argument(
+        "--tool-choice-first",
+        choices=["auto", "required", "none"],
+        help="tool_choice of the first call (embedded default: required)",
+    )
     r.add_argument("--workspace", help="give the agent read_file/list_dir confined to this folder")
     comp = r.add_argument_group("compression (layers without an LLM; see CompressionConfig)")
-    comp.add_argument("--no-compression", action="store_true",
-                      help="send the trajectory as recorded (a plain character cap per result only)")
-    comp.add_argument("--window", type=int, help="the model's context window in tokens (default: the embedded "
-                                                 "model's n_ctx; 128,000 for a served model)")
-    comp.add_argument("--result-cap", type=int, default=25_000,
-                      help="tokens per tool result before it is offloaded to disk (also at most 1/4 of the window)")
-    comp.add_argument("--clear-at", type=float, default=0.55,
-                      help="share of the window at which noise and clearing run (default 0.55)")
+    comp.add_argument(
+        "--no-compression",
+        action="store_true",
+        help="send the trajectory as recorded (a plain character cap per result only)",
+    )
+    comp.add_argument(
+        "--window",
+        type=int,
+        help="the model's context window in tokens (default: the embedded model's n_ctx; 128,000 for a served model)",
+    )
+    comp.add_argument(
+        "--result-cap",
+        type=int,
+        default=25_000,
+        help="tokens per tool result before it is offloaded to disk (also at most 1/4 of the window)",
+    )
+    comp.add_argument(
+        "--clear-at",
+        type=float,
+        default=0.55,
+        help="share of the window at which noise and clearing run (default 0.55)",
+    )
     comp.add_argument("--keep-results", type=int, default=4, help="newest tool results clearing keeps")
-    comp.add_argument("--compaction", choices=STRATEGIES, default="none",
-                      help="how new tool results are compressed (experiment 2-9; see compaction/strategies.py)")
-    _add_switch(comp, "summaries", "LLM layers: per-round archival summaries and two-stage full compaction, "
-                                   "with a circuit breaker")
-    _add_switch(comp, "read_result", "give the agent read_result(result_id, offset, limit) to page back offloaded "
-                                     "and cleared results")
+    comp.add_argument(
+        "--compaction",
+        choices=STRATEGIES,
+        default="none",
+        help="how new tool results are compressed (experiment 2-9; see compaction/strategies.py)",
+    )
+    _add_switch(
+        comp,
+        "summaries",
+        "LLM layers: per-round archival summaries and two-stage full compaction, with a circuit breaker",
+    )
+    _add_switch(
+        comp,
+        "read_result",
+        "give the agent read_result(result_id, offset, limit) to page back offloaded and cleared results",
+    )
     _add_switch(r, "delegate", "give the agent the delegate(task) sub-agent tool")
     r.set_defaults(func=cmd_run)
 
@@ -319,8 +431,11 @@ def build_parser() -> argparse.ArgumentParser:
     sh.set_defaults(func=cmd_show)
 
     au = sub.add_parser("audit", help="audit a request log's prompt-cache reuse, offline")
-    au.add_argument("file", help="JSONL of request bodies or {request, response} pairs (OpenAI or Anthropic), "
-                                 "or a session export from `ctxwright show ID --json`")
+    au.add_argument(
+        "file",
+        help="JSONL of request bodies or {request, response} pairs (OpenAI or Anthropic), "
+        "or a session export from `ctxwright show ID --json`",
+    )
     au.add_argument("--json", action="store_true", help="print the audit as JSON")
     au.add_argument("--price-input", type=float, metavar="X", help="price per million uncached input tokens")
     au.add_argument("--price-cached", type=float, metavar="Y", help="price per million cached input tokens")

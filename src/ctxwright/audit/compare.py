@@ -24,14 +24,24 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
-from .messages import canonical_json
-from .tokens import TokenCounter
+from ctxwright.core.messages import canonical_json
+from ctxwright.core.tokens import TokenCounter
 
-CAUSES = ("first", "append", "system_changed", "tools_changed", "history_edited", "history_removed",
-          "compaction", "status_replaced", "other")
+CAUSES = (
+    "first",
+    "append",
+    "system_changed",
+    "tools_changed",
+    "history_edited",
+    "history_removed",
+    "compaction",
+    "status_replaced",
+    "other",
+)
 
 _MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
 
@@ -80,11 +90,15 @@ class AuditRow:
     completion_tokens: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"index": self.index, "prompt_tokens": self.prompt_tokens,
-                "reusable_prefix_tokens": self.reusable_prefix_tokens,
-                "reusable_prefix_bytes": self.reusable_prefix_bytes, "cached_tokens": self.cached_tokens,
-                "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
-                "cause": self.cause}
+        return {
+            "index": self.index,
+            "prompt_tokens": self.prompt_tokens,
+            "reusable_prefix_tokens": self.reusable_prefix_tokens,
+            "reusable_prefix_bytes": self.reusable_prefix_bytes,
+            "cached_tokens": self.cached_tokens,
+            "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
+            "cause": self.cause,
+        }
 
 
 @dataclass(frozen=True)
@@ -109,10 +123,16 @@ class AuditSummary:
     causes: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"requests": self.requests, "prompt_tokens": self.prompt_tokens,
-                "reusable_tokens": self.reusable_tokens, "cached_tokens": self.cached_tokens,
-                "hit_ratio": self.hit_ratio, "efficiency": self.efficiency, "est_cost": self.est_cost,
-                "est_cost_if_stable": self.est_cost_if_stable}
+        return {
+            "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "reusable_tokens": self.reusable_tokens,
+            "cached_tokens": self.cached_tokens,
+            "hit_ratio": self.hit_ratio,
+            "efficiency": self.efficiency,
+            "est_cost": self.est_cost,
+            "est_cost_if_stable": self.est_cost_if_stable,
+        }
 
 
 def common_prefix_len(a: bytes, b: bytes) -> int:
@@ -123,7 +143,7 @@ def common_prefix_len(a: bytes, b: bytes) -> int:
     are, so comparing a 200 KB segment with many siblings that differ early stays cheap.
     """
     n = min(len(a), len(b))
-    if (a.startswith(b) if len(b) <= len(a) else b.startswith(a)):  # no copies
+    if a.startswith(b) if len(b) <= len(a) else b.startswith(a):  # no copies
         return n
     lo, step = 0, 64
     while True:  # invariant: a[:lo] == b[:lo]; a difference exists before n
@@ -187,7 +207,7 @@ def first_divergence(prev: AuditRequest, cur: AuditRequest) -> Divergence | None
     if canonical_json(list(prev.tools)) != canonical_json(list(cur.tools)):
         off, before, after = _text_divergence(canonical_json(list(prev.tools)), canonical_json(list(cur.tools)))
         return Divergence(None, "tools", off, before=before, after=after)
-    for i, (a, b) in enumerate(zip(prev.messages, cur.messages)):
+    for i, (a, b) in enumerate(zip(prev.messages, cur.messages, strict=False)):
         if a != b:
             return _field_divergence(i + 1, a, b)
     if len(cur.messages) < len(prev.messages):
@@ -210,7 +230,7 @@ def classify(prev: AuditRequest | None, cur: AuditRequest, div: Divergence | Non
     i = (div.message_index or 1) - 1  # index into .messages
     if i >= len(cur.messages):
         return "history_removed"
-    if cur.messages[i] in list(prev.messages[i + 1:]):
+    if cur.messages[i] in list(prev.messages[i + 1 :]):
         return "history_removed"  # a later message moved up: earlier ones were dropped
     if i < len(prev.messages) and cur.messages[i].get("role") == prev.messages[i].get("role"):
         return "history_edited"
@@ -314,8 +334,16 @@ class Auditor:
             reusable_tok = round(reusable_tok * req.prompt_tokens / counted)
         reusable_tok = min(reusable_tok, prompt)
         div = first_divergence(self.prev, req) if self.prev is not None else None
-        row = AuditRow(len(self.rows), prompt, reusable_tok, reusable_bytes, req.cached_tokens, div,
-                       classify(self.prev, req, div), req.completion_tokens)
+        row = AuditRow(
+            len(self.rows),
+            prompt,
+            reusable_tok,
+            reusable_bytes,
+            req.cached_tokens,
+            div,
+            classify(self.prev, req, div),
+            req.completion_tokens,
+        )
         self.index.add(segs)
         self.prev = req
         self.rows.append(row)
@@ -323,21 +351,6 @@ class Auditor:
 
     def summary(self, prices: Prices | None = None) -> AuditSummary:
         return summarize(self.rows, prices)
-
-
-def next_marker(marker: str | None, kind: str, payload: dict[str, Any], status_before: bool) -> str | None:
-    """The change marker of the next request after one more event since the previous reply.
-
-    A ``compaction`` marks it ``compaction``; a ``status`` recorded in ``replace`` mode marks
-    it ``status_replaced`` if an earlier status existed (one that it hides) and nothing else
-    marked it. The audit then reports the divergence as intended, not as a history edit. One
-    rule for the live session and for the offline reader of a session export.
-    """
-    if kind == "compaction":
-        return "compaction"
-    if kind == "status" and payload.get("mode") == "replace" and status_before:
-        return marker or "status_replaced"
-    return marker
 
 
 def cache_ratios(cached: int, prompt: int, reusable: int) -> tuple[float | None, float | None]:
@@ -361,8 +374,9 @@ def summarize(rows: Sequence[AuditRow], prices: Prices | None = None) -> AuditSu
         s.causes[r.cause] = s.causes.get(r.cause, 0) + 1
     if known:
         s.cached_tokens = sum(r.cached_tokens or 0 for r in known)
-        s.hit_ratio, s.efficiency = cache_ratios(s.cached_tokens, sum(r.prompt_tokens for r in known),
-                                                 sum(r.reusable_prefix_tokens for r in known))
+        s.hit_ratio, s.efficiency = cache_ratios(
+            s.cached_tokens, sum(r.prompt_tokens for r in known), sum(r.reusable_prefix_tokens for r in known)
+        )
     if prices is not None:
         pc = prices.cached if prices.cached is not None else prices.input
 
@@ -370,8 +384,17 @@ def summarize(rows: Sequence[AuditRow], prices: Prices | None = None) -> AuditSu
             cached = min(cached, prompt)
             return ((prompt - cached) * prices.input + cached * pc + (out or 0) * prices.output) / 1e6
 
-        s.est_cost = round(sum(cost(r.prompt_tokens, r.cached_tokens if r.cached_tokens is not None
-                                    else r.reusable_prefix_tokens, r.completion_tokens) for r in rows), 6)
+        s.est_cost = round(
+            sum(
+                cost(
+                    r.prompt_tokens,
+                    r.cached_tokens if r.cached_tokens is not None else r.reusable_prefix_tokens,
+                    r.completion_tokens,
+                )
+                for r in rows
+            ),
+            6,
+        )
         stable = 0.0
         for i, r in enumerate(rows):
             prev_prompt = rows[i - 1].prompt_tokens if i else 0

@@ -38,8 +38,12 @@ def read_usage(body: dict[str, Any]) -> dict[str, int | None]:
     usage = as_object(body.get("usage"))
     timings = as_object(body.get("timings"))
     details = as_object(usage.get("prompt_tokens_details")) or as_object(usage.get("input_tokens_details"))
-    cached = first_int(details.get("cached_tokens"), usage.get("prompt_cache_hit_tokens"),
-                       usage.get("cache_read_input_tokens"), timings.get("cache_n"))
+    cached = first_int(
+        details.get("cached_tokens"),
+        usage.get("prompt_cache_hit_tokens"),
+        usage.get("cache_read_input_tokens"),
+        timings.get("cache_n"),
+    )
     prompt = first_int(usage.get("prompt_tokens"))
     if prompt is None and first_int(usage.get("input_tokens")) is not None:
         if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:
@@ -50,6 +54,5 @@ def read_usage(body: dict[str, Any]) -> dict[str, int | None]:
     if prompt is None and timings:
         n = first_int(timings.get("prompt_n"))
         prompt = n + (first_int(timings.get("cache_n")) or 0) if n is not None else None
-    completion = first_int(usage.get("completion_tokens"), usage.get("output_tokens"),
-                           timings.get("predicted_n"))
+    completion = first_int(usage.get("completion_tokens"), usage.get("output_tokens"), timings.get("predicted_n"))
     return {"prompt_tokens": prompt, "completion_tokens": completion, "cached_tokens": cached}

@@ -13,10 +13,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Literal
 
-from .tools.registry import Tool
+from ctxwright.tools.registry import Tool
 
 if TYPE_CHECKING:
-    from .session import Session
+    from ctxwright.core.session import Session
 
 Status = Literal["pending", "in_progress", "completed", "cancelled"]
 STATUSES: tuple[str, ...] = ("pending", "in_progress", "completed", "cancelled")
@@ -38,7 +38,7 @@ class TodoItem:
 class TodoList:
     """Ordered items with stable ids; at most one ``in_progress`` at a time."""
 
-    def __init__(self, session: "Session | None" = None, clock=time.time) -> None:
+    def __init__(self, session: Session | None = None, clock=time.time) -> None:
         self.session = session
         self.clock = clock
         self.items: list[TodoItem] = []
@@ -47,7 +47,7 @@ class TodoList:
         if session is not None:
             self.bind(session)
 
-    def bind(self, session: "Session") -> None:
+    def bind(self, session: Session) -> None:
         """Record changes in ``session`` from now on, starting from the list its events hold.
 
         Separate from construction because the tools must exist (for the prefix) before
@@ -95,8 +95,10 @@ class TodoList:
             if status == "in_progress":
                 busy = [i for i in self.items if i.status == "in_progress" and i.id != item_id]
                 if busy:
-                    raise TodoError(f"item {busy[0].id} ({busy[0].text!r}) is already in_progress; mark it "
-                                    "completed or cancelled first: only one item may be in progress")
+                    raise TodoError(
+                        f"item {busy[0].id} ({busy[0].text!r}) is already in_progress; mark it "
+                        "completed or cancelled first: only one item may be in progress"
+                    )
             it = self.items[idx]
             self.items[idx] = TodoItem(it.id, it.text, status, it.created_at, self.clock())  # type: ignore[arg-type]
             self._record()

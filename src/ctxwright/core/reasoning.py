@@ -52,11 +52,11 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, get_args
 
-from .errors import CtxwrightError
-from .messages import Message
+from ctxwright.core.messages import Message
+from ctxwright.errors import CtxwrightError
 
 if TYPE_CHECKING:
-    from .session import Session
+    from ctxwright.core.session import Session
 
 ReasoningMode = Literal["strip", "keep", "must_send_back", "qwen3"]
 
@@ -103,7 +103,7 @@ def split_think(content: str | None, *, allow_missing_open: bool = False) -> tup
         return None, content
     stripped = content.lstrip()
     if stripped.startswith(_OPEN):
-        body = stripped[len(_OPEN):]
+        body = stripped[len(_OPEN) :]
     elif allow_missing_open and _OPEN not in content:
         body = content
     else:
@@ -157,8 +157,7 @@ class ReasoningPolicy:
         if self.mode not in REASONING_MODES:
             raise ValueError(f"unknown reasoning mode {self.mode!r}: use one of {', '.join(REASONING_MODES)}")
 
-    def apply(self, messages: list[Message], *, tools_in_use: bool = True,
-              index_offset: int = 0) -> list[Message]:
+    def apply(self, messages: list[Message], *, tools_in_use: bool = True, index_offset: int = 0) -> list[Message]:
         """Return the messages as they should be sent; never mutates the input.
 
         Changed messages are new objects (``dataclasses.replace``); unchanged ones are the
@@ -170,16 +169,17 @@ class ReasoningPolicy:
         if self.mode == "keep":
             return list(messages)
         if self.mode == "strip":
-            return [_without_reasoning(m, allow_missing_open=False) if m.role == "assistant" else m
-                    for m in messages]
+            return [_without_reasoning(m, allow_missing_open=False) if m.role == "assistant" else m for m in messages]
         if self.mode == "must_send_back":
             if tools_in_use:
                 self._check_current_loop(messages, index_offset)
             return list(messages)
         # qwen3: earlier turns lose their reasoning, the current turn keeps it as recorded.
         cut = last_user_index(messages)
-        return [_without_reasoning(m, allow_missing_open=True) if m.role == "assistant" and i < cut else m
-                for i, m in enumerate(messages)]
+        return [
+            _without_reasoning(m, allow_missing_open=True) if m.role == "assistant" and i < cut else m
+            for i, m in enumerate(messages)
+        ]
 
     def _check_current_loop(self, messages: list[Message], index_offset: int) -> None:
         """Raise :class:`ReasoningMissing` for any assistant tool-call turn that has no
@@ -213,28 +213,28 @@ class ReasoningPolicy:
 #: ``(regex on the lower-cased model name, mode, why)``; the first match wins. A default
 #: table only: callers with other knowledge pass their own policy (or table).
 MODEL_FAMILIES: tuple[tuple[str, ReasoningMode, str], ...] = (
-    (r"deepseek-r1-distill|r1-distill",
-     "strip", "R1 distills run locally; their template cuts everything before </think> from every assistant turn"),
-    (r"deepseek.*(reasoner|r1|think|v4)",
-     "must_send_back", "DeepSeek thinking mode (v4 thinks by default): tool-call turns without "
-                       "reasoning_content get HTTP 400"),
-    (r"deepseek",
-     "keep", "DeepSeek non-thinking (deepseek-chat, v3): harmless to send back whatever was recorded"),
-    (r"qwen3|qwq",
-     "qwen3", "Qwen3/QwQ template drops reasoning before the last user message"),
-    (r"gpt-oss",
-     "qwen3", "harmony format drops earlier turns' analysis channel, keeps the current turn's"),
-    (r"claude",
-     "keep", "Anthropic thinking blocks must go back unmodified inside a tool loop"),
-    (r"gpt|(^|[^a-z0-9])o[134]([^a-z0-9]|$)",
-     "strip", "OpenAI chat completions do not take reasoning back"),
-    (r"smollm",
-     "strip", "no reasoning channel"),
+    (
+        r"deepseek-r1-distill|r1-distill",
+        "strip",
+        "R1 distills run locally; their template cuts everything before </think> from every assistant turn",
+    ),
+    (
+        r"deepseek.*(reasoner|r1|think|v4)",
+        "must_send_back",
+        "DeepSeek thinking mode (v4 thinks by default): tool-call turns without reasoning_content get HTTP 400",
+    ),
+    (r"deepseek", "keep", "DeepSeek non-thinking (deepseek-chat, v3): harmless to send back whatever was recorded"),
+    (r"qwen3|qwq", "qwen3", "Qwen3/QwQ template drops reasoning before the last user message"),
+    (r"gpt-oss", "qwen3", "harmony format drops earlier turns' analysis channel, keeps the current turn's"),
+    (r"claude", "keep", "Anthropic thinking blocks must go back unmodified inside a tool loop"),
+    (r"gpt|(^|[^a-z0-9])o[134]([^a-z0-9]|$)", "strip", "OpenAI chat completions do not take reasoning back"),
+    (r"smollm", "strip", "no reasoning channel"),
 )
 
 
-def policy_for_model(model_name: str | None,
-                     table: tuple[tuple[str, ReasoningMode, str], ...] = MODEL_FAMILIES) -> ReasoningPolicy:
+def policy_for_model(
+    model_name: str | None, table: tuple[tuple[str, ReasoningMode, str], ...] = MODEL_FAMILIES
+) -> ReasoningPolicy:
     """The default policy for a model, by name pattern; ``strip`` for unknown names.
 
     This is a default, not a rule: a model served under an unexpected name, or a provider
@@ -258,7 +258,7 @@ class ReasoningTransform:
     def __init__(self, policy: ReasoningPolicy) -> None:
         self.policy = policy
 
-    def __call__(self, session: "Session", messages: list[Message]) -> list[Message]:
+    def __call__(self, session: Session, messages: list[Message]) -> list[Message]:
         # Session.messages() puts the system prompt before the trajectory, hence offset 1.
         return self.policy.apply(messages, tools_in_use=bool(session.prefix.tools), index_offset=1)
 
@@ -266,7 +266,7 @@ class ReasoningTransform:
         return f"ReasoningTransform(mode={self.policy.mode!r})"
 
 
-def install(session: "Session", policy: ReasoningPolicy | None = None) -> ReasoningTransform:
+def install(session: Session, policy: ReasoningPolicy | None = None) -> ReasoningTransform:
     """Make ``session`` render reasoning by ``policy``; returns the installed transform.
 
     With no ``policy``: the mode recorded in ``session.meta`` (a resumed session), else

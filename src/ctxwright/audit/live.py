@@ -7,12 +7,13 @@ knows ctxwright's own request, usage and event types.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
-from .audit import AuditRequest, AuditRow
-from .backends.base import ChatRequest
-from .messages import Usage
-from .session import Session
+from ctxwright.audit.compare import AuditRequest, AuditRow
+from ctxwright.core.messages import Usage
+from ctxwright.core.request import ChatRequest
+from ctxwright.core.session import Session
 
 
 def audit_request(request: ChatRequest, usage: Usage | None, marker: str | None = None) -> AuditRequest:
@@ -23,11 +24,17 @@ def audit_request(request: ChatRequest, usage: Usage | None, marker: str | None 
         system, rest = msgs[0].content or "", msgs[1:]
     else:
         system, rest = "", msgs
-    return AuditRequest(system=system, tools=[t.to_wire() for t in request.tools],
-                        messages=[m.to_wire() for m in rest], cached_tokens=u.cached_tokens,
-                        prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens, marker=marker,
-                        reusable_tokens_hint=hint if isinstance(hint, int) else None,
-                        message_bytes=[m.canonical_utf8 for m in rest])
+    return AuditRequest(
+        system=system,
+        tools=[t.to_wire() for t in request.tools],
+        messages=[m.to_wire() for m in rest],
+        cached_tokens=u.cached_tokens,
+        prompt_tokens=u.prompt_tokens,
+        completion_tokens=u.completion_tokens,
+        marker=marker,
+        reusable_tokens_hint=hint if isinstance(hint, int) else None,
+        message_bytes=[m.canonical_utf8 for m in rest],
+    )
 
 
 def audit_record(row: AuditRow) -> dict[str, Any]:
@@ -51,8 +58,8 @@ def past_requests(session: Session) -> Iterator[AuditRequest]:
     """
     if not session.events or session.store is None:
         return
-    from .audit_io import requests_from_export
-    from .show import session_export
+    from ctxwright.audit.logs import requests_from_export
+    from ctxwright.core.export import session_export
 
     export = session_export(session.store, session.id)
     export["children"] = []

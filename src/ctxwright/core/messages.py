@@ -57,7 +57,7 @@ class ToolCall:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
     @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> "ToolCall":
+    def from_wire(cls, data: dict[str, Any]) -> ToolCall:
         fn = data.get("function") or {}
         args = fn.get("arguments", "")
         if not isinstance(args, str):
@@ -106,7 +106,7 @@ class Message:
         return out
 
     @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> "Message":
+    def from_wire(cls, data: dict[str, Any]) -> Message:
         content = data.get("content")
         if isinstance(content, list):  # content parts: keep text parts only, in order
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
@@ -175,7 +175,7 @@ class Usage:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Usage":
+    def from_dict(cls, d: dict[str, Any]) -> Usage:
         return cls(
             prompt_tokens=d.get("prompt_tokens"),
             completion_tokens=d.get("completion_tokens"),

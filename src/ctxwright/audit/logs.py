@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from .audit import AuditRequest, next_marker
-from .compaction.view import CompactionView
-from .usage import as_object, first_int, read_usage
+from ctxwright.audit.compare import AuditRequest
+from ctxwright.core.compaction_view import CompactionView
+from ctxwright.core.markers import next_marker
+from ctxwright.core.usage import as_object, first_int, read_usage
 
 #: Event kinds of a session export that carry one chat message in ``message``.
 MESSAGE_KINDS = frozenset({"user", "assistant", "tool"})
@@ -41,8 +43,10 @@ _BOM = b"\xef\xbb\xbf"
 _LEADING_SPACE = re.compile(rb"[ \t\r\n]*")
 _ONLY_SPACE = re.compile(rb"[ \t\r\n]*\Z")
 
-_NO_MESSAGES = ("no 'messages' list: expected a chat request body, "
-                '{"request": body, "response": body}, or a ctxwright session export')
+_NO_MESSAGES = (
+    "no 'messages' list: expected a chat request body, "
+    '{"request": body, "response": body}, or a ctxwright session export'
+)
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class _Reject(ValueError):
 
 
 # -- entry points ---------------------------------------------------------------------------
+
 
 def load_requests(path: str | Path) -> tuple[list[AuditRequest], list[ParseProblem]]:
     """Every request in the log at ``path``, in order, and the problems met on the way.
@@ -121,6 +126,7 @@ def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
 
 
 # -- the reader -----------------------------------------------------------------------------
+
 
 class _Reader:
     """Accumulates requests and problems; shares unchanged messages between requests.
@@ -198,10 +204,12 @@ def _share_prefix(messages: list[dict[str, Any]], prev: list[dict[str, Any]]) ->
 
 def _json_type(value: Any) -> str:
     return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(value), "number" if isinstance(value, (int, float)) else type(value).__name__)
+        type(value), "number" if isinstance(value, (int, float)) else type(value).__name__
+    )
 
 
 # -- request bodies -------------------------------------------------------------------------
+
 
 def request_from_record(record: dict[str, Any]) -> AuditRequest:
     """A bare request body, or ``{"request": body, "response": body}`` (usage from the response).
@@ -222,9 +230,14 @@ def request_from_record(record: dict[str, Any]) -> AuditRequest:
         tools = []
     if not isinstance(tools, list):
         raise _Reject(f"'tools' is a JSON {_json_type(tools)}, not an array")
-    return AuditRequest(system=system, tools=tools, messages=messages,
-                        cached_tokens=usage["cached_tokens"], prompt_tokens=usage["prompt_tokens"],
-                        completion_tokens=usage["completion_tokens"])
+    return AuditRequest(
+        system=system,
+        tools=tools,
+        messages=messages,
+        cached_tokens=usage["cached_tokens"],
+        prompt_tokens=usage["prompt_tokens"],
+        completion_tokens=usage["completion_tokens"],
+    )
 
 
 def usage_of(response: Any) -> dict[str, int | None]:
@@ -247,7 +260,8 @@ def is_anthropic(body: dict[str, Any]) -> bool:
     for m in body.get("messages") or ():
         content = m.get("content") if isinstance(m, dict) else None
         if isinstance(content, list) and any(
-                isinstance(b, dict) and b.get("type") in _ANTHROPIC_BLOCKS for b in content):
+            isinstance(b, dict) and b.get("type") in _ANTHROPIC_BLOCKS for b in content
+        ):
             return True
     return False
 
@@ -287,6 +301,7 @@ def text_of(value: Any) -> str:
 
 # -- ctxwright session exports --------------------------------------------------------------
 
+
 def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest | None, str | None]]:
     """One request per model call of a session export (and of its child sessions).
 
@@ -321,8 +336,12 @@ def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest 
         if kind == "assistant":
             k = first_int(ev.get("call_index"))
             if k is not None:
-                shown = [m for _, m in view.apply(entries, lambda text: {"role": "user", "content": text},
-                                                  lambda m, text: {**m, "content": text})]
+                shown = [
+                    m
+                    for _, m in view.apply(
+                        entries, lambda text: {"role": "user", "content": text}, lambda m, text: {**m, "content": text}
+                    )
+                ]
                 yield _export_request(system, tools, shown, calls.get(k) or {}, marker), None
                 produced += 1
             marker = None
@@ -348,13 +367,19 @@ def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest 
             yield from requests_from_export(child)
 
 
-def _export_request(system: str, tools: list[Any], messages: list[dict[str, Any]], call: dict[str, Any],
-                    marker: str | None) -> AuditRequest:
+def _export_request(
+    system: str, tools: list[Any], messages: list[dict[str, Any]], call: dict[str, Any], marker: str | None
+) -> AuditRequest:
     """The request of one call; exact reusable tokens if the backend recorded them."""
     usage = as_object(call.get("usage"))
     raw = as_object(usage.get("raw"))
-    return AuditRequest(system=system, tools=tools, messages=list(messages),
-                        cached_tokens=first_int(call.get("cached_tokens")),
-                        prompt_tokens=first_int(call.get("prompt_tokens")),
-                        completion_tokens=first_int(call.get("completion_tokens")),
-                        marker=marker, reusable_tokens_hint=first_int(raw.get("reusable_tokens")))
+    return AuditRequest(
+        system=system,
+        tools=tools,
+        messages=list(messages),
+        cached_tokens=first_int(call.get("cached_tokens")),
+        prompt_tokens=first_int(call.get("prompt_tokens")),
+        completion_tokens=first_int(call.get("completion_tokens")),
+        marker=marker,
+        reusable_tokens_hint=first_int(raw.get("reusable_tokens")),
+    )

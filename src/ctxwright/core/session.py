@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from .backends.base import ChatRequest, ToolChoice
-from .errors import PrefixFrozenError
-from .messages import Message, Usage, sha256_text
-from .prefix import Prefix
-from .store import Store
+from ctxwright.core.messages import Message, Usage, sha256_text
+from ctxwright.core.prefix import Prefix
+from ctxwright.core.request import ChatRequest, ToolChoice
+from ctxwright.core.store import Store
+from ctxwright.errors import PrefixFrozenError
 
 #: Event kinds that carry one chat message in ``payload["message"]``. A ``status`` event
 #: is the status bar's user message; the status view decides which of them are shown.
@@ -51,10 +52,18 @@ ViewTransform = Callable[["Session", list[Message]], list[Message]]
 class Session:
     """Prefix + event log. Create with :meth:`start` or :meth:`resume`."""
 
-    def __init__(self, prefix: Prefix, *, session_id: str, store: Store | None = None,
-                 events: Iterable[Event] = (), parent_id: str | None = None,
-                 backend: str | None = None, model: str | None = None,
-                 meta: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        prefix: Prefix,
+        *,
+        session_id: str,
+        store: Store | None = None,
+        events: Iterable[Event] = (),
+        parent_id: str | None = None,
+        backend: str | None = None,
+        model: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
         self._prefix = prefix
         self.id = session_id
         self.store = store
@@ -84,20 +93,33 @@ class Session:
 
     # -- construction ------------------------------------------------------------------
     @classmethod
-    def start(cls, prefix: Prefix, *, store: Store | None = None, backend: str | None = None,
-              model: str | None = None, parent_id: str | None = None,
-              meta: dict[str, Any] | None = None) -> "Session":
+    def start(
+        cls,
+        prefix: Prefix,
+        *,
+        store: Store | None = None,
+        backend: str | None = None,
+        model: str | None = None,
+        parent_id: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> Session:
         import uuid
 
         sid = uuid.uuid4().hex[:12]
         if store is not None:
-            sid = store.create_session(prefix.to_dict(), prefix.sha256, backend=backend, model=model,
-                                       parent_id=parent_id, meta=meta, session_id=sid)
-        return cls(prefix, session_id=sid, store=store, parent_id=parent_id, backend=backend,
-                   model=model, meta=meta)
+            sid = store.create_session(
+                prefix.to_dict(),
+                prefix.sha256,
+                backend=backend,
+                model=model,
+                parent_id=parent_id,
+                meta=meta,
+                session_id=sid,
+            )
+        return cls(prefix, session_id=sid, store=store, parent_id=parent_id, backend=backend, model=model, meta=meta)
 
     @classmethod
-    def resume(cls, store: Store, session_id: str) -> "Session":
+    def resume(cls, store: Store, session_id: str) -> Session:
         """Load a session from the store; its next request starts with identical prefix bytes."""
         row = store.get_session(session_id)
         prefix = Prefix.from_dict(row.prefix)
@@ -107,8 +129,16 @@ class Session:
                 "the database was edited or is damaged. Start a new session."
             )
         events = [Event(e.seq, e.kind, e.payload, e.created_at) for e in store.events(row.id)]
-        s = cls(prefix, session_id=row.id, store=store, events=events, parent_id=row.parent_id,
-                backend=row.backend, model=row.model, meta=row.meta)
+        s = cls(
+            prefix,
+            session_id=row.id,
+            store=store,
+            events=events,
+            parent_id=row.parent_id,
+            backend=row.backend,
+            model=row.model,
+            meta=row.meta,
+        )
         s.call_count = len(store.calls(row.id))
         return s
 
@@ -131,11 +161,20 @@ class Session:
             payload["usage"] = usage.to_dict()
         return self.append("assistant", payload)
 
-    def add_tool_result(self, tool_call_id: str, content: str, *, tool_name: str, ok: bool = True,
-                        elapsed_ms: float | None = None, **extra: Any) -> Event:
+    def add_tool_result(
+        self,
+        tool_call_id: str,
+        content: str,
+        *,
+        tool_name: str,
+        ok: bool = True,
+        elapsed_ms: float | None = None,
+        **extra: Any,
+    ) -> Event:
         msg = Message(role="tool", content=content, tool_call_id=tool_call_id)
-        return self.append("tool", {"message": msg.to_wire(), "tool_name": tool_name, "ok": ok,
-                                    "elapsed_ms": elapsed_ms, **extra})
+        return self.append(
+            "tool", {"message": msg.to_wire(), "tool_name": tool_name, "ok": ok, "elapsed_ms": elapsed_ms, **extra}
+        )
 
     # -- rendering ---------------------------------------------------------------------
     def base_messages(self) -> list[Message]:
@@ -147,7 +186,7 @@ class Session:
         the same stored events always gives the same bytes, so a resumed session renders
         exactly what it sent before. Decoded incrementally; a compaction rebuilds the view.
         """
-        new = self.events[self._cached_upto:]
+        new = self.events[self._cached_upto :]
         if any(ev.kind == "compaction" for ev in new):
             self._message_cache, self._message_seqs = _render_events(self.events)
         else:
@@ -161,12 +200,11 @@ class Session:
     def base_entries(self) -> list[tuple[int | None, Message]]:
         """``(event seq, message)`` pairs of :meth:`base_messages`; ``None`` for an inserted note."""
         msgs = self.base_messages()
-        return list(zip(self._message_seqs, msgs))
+        return list(zip(self._message_seqs, msgs, strict=False))
 
     def recorded_messages(self) -> list[tuple[int, Message]]:
         """Every message event as recorded, no compaction applied: what the store keeps."""
-        return [(ev.seq, Message.from_wire(ev.payload["message"])) for ev in self.events
-                if ev.kind in MESSAGE_KINDS]
+        return [(ev.seq, Message.from_wire(ev.payload["message"])) for ev in self.events if ev.kind in MESSAGE_KINDS]
 
     def trajectory(self) -> list[Message]:
         """The trajectory as it will be sent: base messages with every view transform applied."""
@@ -179,13 +217,12 @@ class Session:
         return [self._prefix.system_message(), *self.trajectory()]
 
     def build_request(self, tool_choice: ToolChoice = "auto", **kw: Any) -> ChatRequest:
-        return ChatRequest(messages=tuple(self.messages()), tools=self._prefix.tools,
-                           tool_choice=tool_choice, **kw)
+        return ChatRequest(messages=tuple(self.messages()), tools=self._prefix.tools, tool_choice=tool_choice, **kw)
 
     def marker_since_last_call(self) -> str | None:
         """``compaction`` or ``status_replaced`` if such an event was recorded since the last
         model reply (the rule: ``audit.next_marker``)."""
-        from .audit import next_marker
+        from ctxwright.core.markers import next_marker
 
         start = next((j + 1 for j in range(len(self.events) - 1, -1, -1) if self.events[j].kind == "assistant"), 0)
         status_before = any(ev.kind == "status" for ev in self.events[:start])
@@ -195,12 +232,23 @@ class Session:
             status_before = status_before or ev.kind == "status"
         return marker
 
-    def add_compaction(self, layer: str, *, replace: dict[int, str] | None = None,
-                       drop: Iterable[int] = (), note: tuple[int, str] | None = None,
-                       note_replaces_all: bool = False, **info: Any) -> Event:
+    def add_compaction(
+        self,
+        layer: str,
+        *,
+        replace: dict[int, str] | None = None,
+        drop: Iterable[int] = (),
+        note: tuple[int, str] | None = None,
+        note_replaces_all: bool = False,
+        **info: Any,
+    ) -> Event:
         """Record one compaction: how the view shows earlier events from now on."""
-        payload: dict[str, Any] = {"layer": layer, "replace": {str(k): v for k, v in (replace or {}).items()},
-                                   "drop": sorted(drop), **info}
+        payload: dict[str, Any] = {
+            "layer": layer,
+            "replace": {str(k): v for k, v in (replace or {}).items()},
+            "drop": sorted(drop),
+            **info,
+        }
         if note is not None:
             payload["note"] = {"before_seq": note[0], "text": note[1]}
             if note_replaces_all:
@@ -208,34 +256,55 @@ class Session:
         return self.append("compaction", payload)
 
     # -- calls -------------------------------------------------------------------------
-    def record_call(self, request: ChatRequest, usage: Usage | None, *, ledger: dict[str, Any] | None = None,
-                    audit: dict[str, Any] | None = None, error: str | None = None) -> int:
+    def record_call(
+        self,
+        request: ChatRequest,
+        usage: Usage | None,
+        *,
+        ledger: dict[str, Any] | None = None,
+        audit: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> int:
         """Persist one model call's request hash and usage; returns its index."""
         idx = self.call_count
         self.call_count += 1
         if self.store is not None:
             raw = request.canonical_bytes()
             u = usage or Usage()
-            self.store.record_call(self.id, idx, {
-                "request_sha256": sha256_text(raw.decode("utf-8")), "request_bytes": len(raw),
-                "prefix_sha256": self._prefix.sha256, "prompt_tokens": u.prompt_tokens,
-                "cached_tokens": u.cached_tokens, "completion_tokens": u.completion_tokens,
-                "prefill_ms": u.prefill_ms, "decode_ms": u.decode_ms, "usage": u.to_dict(),
-                "ledger": ledger, "audit": audit, "error": error})
+            self.store.record_call(
+                self.id,
+                idx,
+                {
+                    "request_sha256": sha256_text(raw.decode("utf-8")),
+                    "request_bytes": len(raw),
+                    "prefix_sha256": self._prefix.sha256,
+                    "prompt_tokens": u.prompt_tokens,
+                    "cached_tokens": u.cached_tokens,
+                    "completion_tokens": u.completion_tokens,
+                    "prefill_ms": u.prefill_ms,
+                    "decode_ms": u.decode_ms,
+                    "usage": u.to_dict(),
+                    "ledger": ledger,
+                    "audit": audit,
+                    "error": error,
+                },
+            )
         return idx
 
 
 def _render_events(events: list[Event]) -> tuple[list[Message], list[int | None]]:
     """Message events with every compaction applied, in order (the rule: ``compaction/view.py``)."""
-    from .compaction.view import CompactionView
+    from ctxwright.core.compaction_view import CompactionView
 
     view = CompactionView()
     for ev in events:
         if ev.kind == "compaction":
             view.add(ev.payload)
-    shown = view.apply(((ev.seq, Message.from_wire(ev.payload["message"])) for ev in events
-                        if ev.kind in MESSAGE_KINDS),
-                       lambda text: Message(role="user", content=text), replace_content)
+    shown = view.apply(
+        ((ev.seq, Message.from_wire(ev.payload["message"])) for ev in events if ev.kind in MESSAGE_KINDS),
+        lambda text: Message(role="user", content=text),
+        replace_content,
+    )
     return [m for _, m in shown], [seq for seq, _ in shown]
 
 

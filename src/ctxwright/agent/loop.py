@@ -16,21 +16,23 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
-from .audit import Auditor
-from .compaction import CompactionReport, CompressionConfig, ContextManager
-from .compaction.budget import sanitize
-from .compaction.retrieval import ResultReader
-from .audit_session import audit_record, audit_request, past_requests
-from .backends.base import Backend, Completion, ToolChoice
-from .errors import BackendError
-from .messages import ToolCall
-from .session import Session
-from .tokens import Ledger, TokenCounter, build_ledger
-from .status import StatusBar, status_view
-from .tools.registry import ToolOutcome, ToolRegistry, error_outcome
+from ctxwright.audit.compare import Auditor
+from ctxwright.audit.live import audit_record, audit_request, past_requests
+from ctxwright.backends.base import Backend
+from ctxwright.compaction import CompactionReport, CompressionConfig, ContextManager
+from ctxwright.compaction.budget import sanitize
+from ctxwright.compaction.retrieval import ResultReader
+from ctxwright.core.messages import ToolCall
+from ctxwright.core.request import Completion, ToolChoice
+from ctxwright.core.session import Session
+from ctxwright.core.tokens import Ledger, TokenCounter, build_ledger
+from ctxwright.errors import BackendError
+from ctxwright.status.bar import StatusBar, status_view
+from ctxwright.tools.registry import ToolOutcome, ToolRegistry, error_outcome
 
 StopReason = Literal["final_answer", "max_iterations", "backend_error"]
 EventSink = Callable[[str, dict[str, Any]], None]
@@ -92,10 +94,18 @@ class RunResult:
 class Agent:
     """Runs one session against one backend with one tool registry."""
 
-    def __init__(self, session: Session, backend: Backend, tools: ToolRegistry,
-                 config: AgentConfig | None = None, *, on_event: EventSink | None = None,
-                 counter: TokenCounter | None = None, status: StatusBar | None = None,
-                 summary_backend: Backend | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        backend: Backend,
+        tools: ToolRegistry,
+        config: AgentConfig | None = None,
+        *,
+        on_event: EventSink | None = None,
+        counter: TokenCounter | None = None,
+        status: StatusBar | None = None,
+        summary_backend: Backend | None = None,
+    ) -> None:
         self.session = session
         self.status = status
         if status is not None and status_view not in session.view_transforms:
@@ -129,16 +139,18 @@ class Agent:
         s = self.session
         t0 = time.perf_counter()
         if self.status is not None:
-            status_msg = self.status.record(s, iteration=iteration, tokens_used=self.tokens_used,
-                                            count=self.counter.count)
+            status_msg = self.status.record(
+                s, iteration=iteration, tokens_used=self.tokens_used, count=self.counter.count
+            )
             self.on_event("status", {"content": status_msg.content})
         compactions: list[CompactionReport] = []
         if self.context is not None:  # may raise ContextWindowExceeded: nothing fits, nothing sent
             compactions = self.context.before_call(s, s.call_count)
             for c in compactions:
                 self.on_event("compaction", {"report": c})
-        request = s.build_request(tool_choice=tool_choice, max_tokens=self.config.max_tokens,
-                                  temperature=self.config.temperature)
+        request = s.build_request(
+            tool_choice=tool_choice, max_tokens=self.config.max_tokens, temperature=self.config.temperature
+        )
         ledger = build_ledger(self.counter, s.prefix.canonical(), list(request.messages[1:]))
         self.on_event("request", {"index": s.call_count, "messages": len(request.messages)})
         pre_ms = (time.perf_counter() - t0) * 1000
@@ -153,10 +165,20 @@ class Agent:
         row = self.auditor.add(audit_request(request, u, marker=s.marker_since_last_call()))
         audit = audit_record(row)
         idx = s.record_call(request, u, ledger=ledger.to_dict(), audit=audit)
-        report = CallReport(idx, u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.prefill_ms,
-                            u.decode_ms, ledger, len(completion.message.tool_calls),
-                            reusable_tokens=row.reusable_prefix_tokens, cause=row.cause,
-                            divergence=audit.get("where"), compactions=compactions)
+        report = CallReport(
+            idx,
+            u.prompt_tokens,
+            u.cached_tokens,
+            u.completion_tokens,
+            u.prefill_ms,
+            u.decode_ms,
+            ledger,
+            len(completion.message.tool_calls),
+            reusable_tokens=row.reusable_prefix_tokens,
+            cause=row.cause,
+            divergence=audit.get("where"),
+            compactions=compactions,
+        )
         s.add_assistant(completion.message, u, call_index=idx, finish_reason=completion.finish_reason)
         report.overhead_ms = round(pre_ms + (time.perf_counter() - t1) * 1000 + self._carry_ms, 3)
         self._carry_ms = 0.0
@@ -174,19 +196,27 @@ class Agent:
         t0 = time.perf_counter()
         boxes: list[list[ToolOutcome]] = [[] for _ in calls]
         threads = []
-        for call, box in zip(calls, boxes):
-            th = threading.Thread(target=lambda c=call, b=box: b.append(self.tools.execute(c)), daemon=True,
-                                  name=f"tool-{call.name}")
+        for call, box in zip(calls, boxes, strict=False):
+            th = threading.Thread(
+                target=lambda c=call, b=box: b.append(self.tools.execute(c)), daemon=True, name=f"tool-{call.name}"
+            )
             th.start()
             threads.append(th)
         outcomes = []
-        for call, th, box in zip(calls, threads, boxes):
+        for call, th, box in zip(calls, threads, boxes, strict=False):
             timeout = self._timeout_for(call)
             th.join(max(0.0, t0 + timeout - time.perf_counter()))
-            outcomes.append(box[0] if box else error_outcome(
-                call, "timeout", f"{call.name} did not finish within {timeout:g} s and was abandoned",
-                "the tool may be hung or the input too large; try a smaller request or another approach",
-                elapsed_ms=(time.perf_counter() - t0) * 1000))
+            outcomes.append(
+                box[0]
+                if box
+                else error_outcome(
+                    call,
+                    "timeout",
+                    f"{call.name} did not finish within {timeout:g} s and was abandoned",
+                    "the tool may be hung or the input too large; try a smaller request or another approach",
+                    elapsed_ms=(time.perf_counter() - t0) * 1000,
+                )
+            )
         return outcomes
 
     def _cap(self, content: str) -> str:
@@ -194,10 +224,12 @@ class Agent:
         n = self.config.max_result_chars
         if len(content) <= n:
             return content
-        head, tail = content[: n * 3 // 4], content[-(n // 4):]
-        return (f"{head}\n[... ctxwright: {len(content) - len(head) - len(tail):,} characters omitted; the "
-                f"tool returned {len(content):,} characters, over the {n:,}-character cap. Ask for a "
-                f"smaller slice (offset/limit) if you need the middle ...]\n{tail}")
+        head, tail = content[: n * 3 // 4], content[-(n // 4) :]
+        return (
+            f"{head}\n[... ctxwright: {len(content) - len(head) - len(tail):,} characters omitted; the "
+            f"tool returned {len(content):,} characters, over the {n:,}-character cap. Ask for a "
+            f"smaller slice (offset/limit) if you need the middle ...]\n{tail}"
+        )
 
     # -- the loop ------------------------------------------------------------------------
     def run(self, user_input: str | None = None) -> RunResult:
@@ -225,16 +257,23 @@ class Agent:
             outcomes = self._run_tools(msg.tool_calls)
             t_res = time.perf_counter()
             if self.context is not None:  # layer 1, repeats and the record-time strategy, decided once
-                bodies = self.context.process_batch(s, [(c.name, c.id, o.content, o.ok)
-                                                        for c, o in zip(msg.tool_calls, outcomes)])
+                bodies = self.context.process_batch(
+                    s, [(c.name, c.id, o.content, o.ok) for c, o in zip(msg.tool_calls, outcomes, strict=False)]
+                )
             else:  # still never record text that is not valid UTF-8 (no provider accepts it)
                 bodies = [(self._cap(sanitize(o.content)[0]), {}) for o in outcomes]
-            for call, out, (body, extra) in zip(msg.tool_calls, outcomes, bodies):
+            for call, out, (body, extra) in zip(msg.tool_calls, outcomes, bodies, strict=False):
                 content = self._stamp(body)
-                s.add_tool_result(call.id, content, tool_name=call.name, ok=out.ok,
-                                  elapsed_ms=round(out.elapsed_ms, 3), error_type=out.error_type, **extra)
-                self.on_event("tool", {"call": call, "content": content, "ok": out.ok,
-                                       "elapsed_ms": out.elapsed_ms})
+                s.add_tool_result(
+                    call.id,
+                    content,
+                    tool_name=call.name,
+                    ok=out.ok,
+                    elapsed_ms=round(out.elapsed_ms, 3),
+                    error_type=out.error_type,
+                    **extra,
+                )
+                self.on_event("tool", {"call": call, "content": content, "ok": out.ok, "elapsed_ms": out.elapsed_ms})
             del outcomes, out  # the tools' full outputs: offloaded or recorded by now, not kept twice
             self._carry_ms += (time.perf_counter() - t_res) * 1000
         self.on_event("stop", {"reason": "max_iterations"})

@@ -37,14 +37,15 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from .messages import Message, ToolCall
+from ctxwright.core.messages import Message, ToolCall
 
 if TYPE_CHECKING:
-    from .session import Session
-    from .todo import TodoList
+    from ctxwright.core.session import Session
+    from ctxwright.status.todo import TodoList
 
 Mode = Literal["replace", "append", "auto"]
 ITEMS = ("counters", "todo", "time", "timing", "error", "env", "budget", "compaction")
@@ -91,8 +92,9 @@ def _git_branch(cwd: str) -> str | None:
     if not shutil.which("git"):
         return None
     try:
-        out = subprocess.run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=cwd, capture_output=True,
-                             text=True, timeout=2)
+        out = subprocess.run(
+            ["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=2
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
@@ -111,8 +113,13 @@ def _key_value(call: ToolCall, arg: str | None) -> str | None:
 class StatusBar:
     """Computes the status from the session's events and records it before each call."""
 
-    def __init__(self, config: StatusConfig | None = None, todo: "TodoList | None" = None,
-                 clock: Callable[[], float] = time.time, cwd: str | None = None) -> None:
+    def __init__(
+        self,
+        config: StatusConfig | None = None,
+        todo: TodoList | None = None,
+        clock: Callable[[], float] = time.time,
+        cwd: str | None = None,
+    ) -> None:
         self.config = config or StatusConfig()
         self.todo = todo
         self.clock = clock
@@ -120,14 +127,14 @@ class StatusBar:
         self._env: dict[str, str] | None = None
 
     # -- the state -----------------------------------------------------------------------
-    def counters(self, session: "Session") -> dict[str, str]:
+    def counters(self, session: Session) -> dict[str, str]:
         """Calls per tool and per (tool, key argument), with limits where configured."""
         per_tool: dict[str, int] = {}
         per_key: dict[tuple[str, str], int] = {}
         for ev in session.events:
             if ev.kind != "assistant":
                 continue
-            for tc in (ev.message.tool_calls if ev.message else ()):
+            for tc in ev.message.tool_calls if ev.message else ():
                 per_tool[tc.name] = per_tool.get(tc.name, 0) + 1
                 kv = _key_value(tc, self.config.key_args.get(tc.name))
                 if kv is not None:
@@ -145,17 +152,17 @@ class StatusBar:
             return f"{n} call{'s' if n != 1 else ''}"
         return f"{n}/{limit}" + (" limit reached" if n >= limit else f" ({limit - n} left)")
 
-    def timings(self, session: "Session") -> list[str]:
+    def timings(self, session: Session) -> list[str]:
         out = []
         tool_events = [ev for ev in session.events if ev.kind == "tool" and ev.payload.get("elapsed_ms") is not None]
-        for ev in tool_events[-self.config.last_timings:]:
+        for ev in tool_events[-self.config.last_timings :]:
             name = ev.payload.get("tool_name", "tool")
             ms = ev.payload["elapsed_ms"]
             exp = self.config.expected_ms.get(name)
             out.append(f"{name}: {ms:.0f} ms" + (f", expected ~{exp:.0f} ms" if exp is not None else ""))
         return out
 
-    def last_error(self, session: "Session") -> str | None:
+    def last_error(self, session: Session) -> str | None:
         import json
 
         for ev in reversed(session.events):
@@ -169,16 +176,21 @@ class StatusBar:
 
     def environment(self) -> dict[str, str]:
         if self._env is None:  # fixed for the session: computed once
-            env = {"cwd": self.cwd, "os": f"{platform.system()} {platform.release()}",
-                   "shell": os.environ.get("SHELL", "unknown"), "python": platform.python_version()}
+            env = {
+                "cwd": self.cwd,
+                "os": f"{platform.system()} {platform.release()}",
+                "shell": os.environ.get("SHELL", "unknown"),
+                "python": platform.python_version(),
+            }
             branch = _git_branch(self.cwd)
             if branch:
                 env["git_branch"] = branch
             self._env = env
         return self._env
 
-    def values(self, session: "Session", *, iteration: int | None = None,
-               tokens_used: int | None = None) -> dict[str, str]:
+    def values(
+        self, session: Session, *, iteration: int | None = None, tokens_used: int | None = None
+    ) -> dict[str, str]:
         """The status as ordered ``key: value`` pairs (only the configured items)."""
         c, items, v = self.config, self.config.items, {}
         now = self.clock()
@@ -219,7 +231,7 @@ class StatusBar:
         return "\n".join([STATUS_OPEN, *(f"{k}: {val}" for k, val in values.items()), STATUS_CLOSE])
 
     # -- the update ----------------------------------------------------------------------
-    def decide_mode(self, session: "Session", status_tokens: int, count: Callable[[str], int]) -> str:
+    def decide_mode(self, session: Session, status_tokens: int, count: Callable[[str], int]) -> str:
         """``replace`` or ``append``: the configured one, or the cost model on measured sizes."""
         if self.config.mode != "auto":
             return self.config.mode
@@ -240,8 +252,14 @@ class StatusBar:
         N = self.config.expected_updates or self.config.max_iterations or 20
         return choose_mode(status_tokens, R, N, self.config.alpha)
 
-    def record(self, session: "Session", *, iteration: int | None = None, tokens_used: int | None = None,
-               count: Callable[[str], int] = lambda t: len(t) // 4) -> Message:
+    def record(
+        self,
+        session: Session,
+        *,
+        iteration: int | None = None,
+        tokens_used: int | None = None,
+        count: Callable[[str], int] = lambda t: len(t) // 4,
+    ) -> Message:
         """Compute the status, choose the mode, append it as a ``status`` event."""
         text = self.render(self.values(session, iteration=iteration, tokens_used=tokens_used))
         mode = self.decide_mode(session, count(text), count)
@@ -250,22 +268,24 @@ class StatusBar:
         return msg
 
 
-def compaction_line(session: "Session") -> str | None:
+def compaction_line(session: Session) -> str | None:
     """While the LLM-compaction breaker is open (its last ``breaker`` event): say so."""
     last = next((ev for ev in reversed(session.events) if ev.kind == "breaker"), None)
     if last is None or last.payload.get("state") != "open":
         return None
     p = last.payload
-    return (f"LLM summaries paused after {p.get('failures')} failures ({p.get('reason')}); using clearing and trim; "
-            f"next try at call {p.get('retry_at_call')}")
+    return (
+        f"LLM summaries paused after {p.get('failures')} failures ({p.get('reason')}); using clearing and trim; "
+        f"next try at call {p.get('retry_at_call')}"
+    )
 
 
-def status_view(session: "Session", messages: list[Message]) -> list[Message]:
+def status_view(session: Session, messages: list[Message]) -> list[Message]:
     """The view transform: status messages recorded in ``replace`` mode are shown only while
     they are the newest status; ``append``-mode ones stay where they were recorded."""
     replaced: set[int] = set()
     statuses = [ev for ev in session.events if ev.kind == "status"]
-    for i, ev in enumerate(statuses[:-1]):
+    for i, _ev in enumerate(statuses[:-1]):
         if statuses[i + 1].payload.get("mode") == "replace":
             replaced.add(i)
     if not replaced:

@@ -1,0 +1,1 @@
+"""The ``ctxwright`` command line: a thin layer over :class:`ctxwright.Harness`."""
