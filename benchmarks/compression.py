@@ -35,7 +35,7 @@ import time
 from common import add_backend_args, console, machine, make_backend, median, save, table
 from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.backends.scripted import ScriptedBackend, call
-from ctxwright.compaction import CompressionConfig
+from ctxwright.compaction import CompactionConfig
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.strategies import STRATEGIES
 from ctxwright.core.messages import Message
@@ -244,9 +244,9 @@ def run_one(strategy: str, corpus: dict, backend, args, count, unlimited: bool =
     policy, steps = research_policy(corpus)
     s = Session.start(Prefix.build(SYSTEM, reg.specs()))
     comp = (
-        CompressionConfig(enabled=False)
+        CompactionConfig(enabled=False)
         if unlimited
-        else CompressionConfig(
+        else CompactionConfig(
             window_tokens=args.window,
             strategy=strategy,
             summary_input_tokens=args.summary_input,
@@ -259,7 +259,7 @@ def run_one(strategy: str, corpus: dict, backend, args, count, unlimited: bool =
         s,
         ScriptedBackend([policy], model="research-script"),
         reg,
-        AgentConfig(compression=comp, max_iterations=steps + 2, max_result_chars=10**9),
+        AgentConfig(compaction=comp, max_iterations=steps + 2, max_result_chars=10**9),
         counter=count,
         summary_backend=backend,
     )

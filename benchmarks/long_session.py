@@ -1,4 +1,4 @@
-"""A long scripted session driven through the compression layers with a small window,
+"""A long scripted session driven through the compaction layers with a small window,
 then resumed from the store (issue 5's benchmark).
 
 The "model" is a scripted policy (no LLM): it follows a fixed-seed plan of tool rounds --
@@ -41,7 +41,7 @@ from common import console, machine, save, table
 from ctxwright.agent.delegate import Delegator
 from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.backends.scripted import ScriptedBackend, call
-from ctxwright.compaction import CompressionConfig
+from ctxwright.compaction import CompactionConfig
 from ctxwright.compaction.check import violations
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.core.messages import Message
@@ -179,7 +179,7 @@ def main() -> None:
         max_iterations=len(policy.rounds) + 5,
         max_tokens=256,
         tool_timeout_s=120,
-        compression=CompressionConfig(window_tokens=args.window, reserve_output_tokens=256),
+        compaction=CompactionConfig(window_tokens=args.window, reserve_output_tokens=256),
     )
     agent = Agent(session, backend, reg, cfg, counter=TokenCounter())
     delegator.bind(agent)

@@ -188,10 +188,10 @@ def test_run_offloads_a_big_file_and_pages_it_back(tmp_path, capsys):
     assert (db.parent / "ctxwright-results" / sid / "r1.txt").exists()
 
 
-def test_no_compression_switch_keeps_results_whole(tmp_path, capsys):
+def test_no_compaction_switch_keeps_results_whole(tmp_path, capsys):
     db = tmp_path / "c.db"
     with F([F.reply_text("hi")]) as srv:
-        assert _run(db, srv.url, "--no-compression", "--no-delegate", "hello") == 0
+        assert _run(db, srv.url, "--no-compaction", "--no-delegate", "hello") == 0
         names = [t["function"]["name"] for t in srv.requests[0]["tools"]]
     assert "read_result" not in names and "delegate" not in names
 

@@ -1,4 +1,4 @@
-"""The compression layers without an LLM: invariants, budget and offload, noise, clearing,
+"""The compaction layers without an LLM: invariants, budget and offload, noise, clearing,
 trim, compaction events across resume. Property tests drive random trajectories through
 every layer and require zero invariant violations."""
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.backends.scripted import ScriptedBackend, call
-from ctxwright.compaction import CompressionConfig, ContextManager
+from ctxwright.compaction import CompactionConfig, ContextManager
 from ctxwright.compaction.batches import units
 from ctxwright.compaction.check import violations
 from ctxwright.compaction.clearing import clear_old_results
@@ -139,7 +139,7 @@ def test_every_layer_keeps_every_invariant(msgs, keep, excess, after):
 # -- layer 1: budget and offload ----------------------------------------------------------------
 def _manager(tmp_path, window=8192, **cfg) -> ContextManager:
     return ContextManager(
-        CompressionConfig(results_dir=tmp_path, **cfg), TokenCounter(estimate_tokens, "estimate"), window
+        CompactionConfig(results_dir=tmp_path, **cfg), TokenCounter(estimate_tokens, "estimate"), window
     )
 
 
@@ -180,7 +180,7 @@ def test_offload_survives_resume_with_identical_bytes(store, tmp_path):
     reg.register(dump)
     reader = ResultReader()
     reg.register(reader.tool())
-    cfg = AgentConfig(compression=CompressionConfig(results_dir=tmp_path, window_tokens=4096))
+    cfg = AgentConfig(compaction=CompactionConfig(results_dir=tmp_path, window_tokens=4096))
     s = Session.start(Prefix.build("sys", reg.specs()), store=store)
     backend = ScriptedBackend(
         [
@@ -215,7 +215,7 @@ def test_fifty_megabyte_output_is_held_once(tmp_path):
         s,
         ScriptedBackend([A(call("huge", {}, "h1")), "done"]),
         reg,
-        AgentConfig(compression=CompressionConfig(results_dir=tmp_path), tool_timeout_s=120),
+        AgentConfig(compaction=CompactionConfig(results_dir=tmp_path), tool_timeout_s=120),
     )
     tracemalloc.start()
     try:
@@ -245,7 +245,7 @@ def test_invalid_utf8_output_is_replaced_and_said(store, tmp_path):
         s,
         ScriptedBackend([A(call("binary", {}, "b1")), "done"]),
         reg,
-        AgentConfig(compression=CompressionConfig(results_dir=tmp_path)),
+        AgentConfig(compaction=CompactionConfig(results_dir=tmp_path)),
     ).run("go")
     assert r.stop_reason == "final_answer"
     content = next(e for e in s.events if e.kind == "tool").payload["message"]["content"]
@@ -305,13 +305,13 @@ def test_clearing_keeps_newest_and_runs_in_batches(store, tmp_path):
     reader = ResultReader()
     reg.register(reader.tool())
     replies = [A(call("fetch", {"page": i}, f"p{i}"), text=f"Fact{i}-0") for i in range(14)] + ["done"]
-    cfg = CompressionConfig(results_dir=tmp_path, window_tokens=4096, keep_recent_results=3, drop_unused=False)
+    cfg = CompactionConfig(results_dir=tmp_path, window_tokens=4096, keep_recent_results=3, drop_unused=False)
     s = Session.start(Prefix.build("sys", reg.specs()), store=store)
     agent = Agent(
         s,
         ScriptedBackend(replies),
         reg,
-        AgentConfig(compression=cfg, max_iterations=30),
+        AgentConfig(compaction=cfg, max_iterations=30),
         counter=TokenCounter(estimate_tokens, "estimate"),
     )
     r = agent.run("read the pages")
@@ -361,7 +361,7 @@ def test_nothing_fits_is_a_clear_error_and_loses_nothing(store, tmp_path):
         s,
         ScriptedBackend(["never"]),
         ToolRegistry(),
-        AgentConfig(compression=CompressionConfig(results_dir=tmp_path, window_tokens=600, reserve_output_tokens=100)),
+        AgentConfig(compaction=CompactionConfig(results_dir=tmp_path, window_tokens=600, reserve_output_tokens=100)),
         counter=TokenCounter(estimate_tokens, "estimate"),
     )
     r = a.run("word " * 3000)
@@ -370,7 +370,7 @@ def test_nothing_fits_is_a_clear_error_and_loses_nothing(store, tmp_path):
 
 
 def test_compaction_config_caps_one_result_to_a_share_of_the_window():
-    cfg = CompressionConfig()
+    cfg = CompactionConfig()
     assert cfg.cap_for("x", 7680) == 1152 and cfg.cap_for("x", 1_000_000) == 25_000
     cfg.per_tool_cap["x"] = 500
     assert cfg.cap_for("x", 1_000_000) == 500
@@ -420,7 +420,7 @@ def test_offline_audit_of_an_export_rebuilds_the_compacted_requests_that_were_se
         s,
         backend,
         reg,
-        AgentConfig(compression=CompressionConfig(results_dir=tmp_path, window_tokens=2048, keep_recent_results=2)),
+        AgentConfig(compaction=CompactionConfig(results_dir=tmp_path, window_tokens=2048, keep_recent_results=2)),
         counter=TokenCounter(estimate_tokens, "estimate"),
     ).run("read the pages")
     assert any(ev.kind == "compaction" for ev in s.events)

@@ -11,7 +11,7 @@ import pytest
 
 from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.backends.scripted import ScriptedBackend, call
-from ctxwright.compaction import CompressionConfig, ContextManager
+from ctxwright.compaction import CompactionConfig, ContextManager
 from ctxwright.compaction.breaker import CircuitBreaker
 from ctxwright.compaction.check import violations
 from ctxwright.compaction.extractive import select_sentences
@@ -179,12 +179,12 @@ def _research_session(store, tmp_path, strategy, summary, window=6000, **cfg):
     replies.append("Person0 works at Helix Robotics.")
     s = Session.start(Prefix.build("sys", reg.specs()), store=store)
     sb = ScriptedBackend([summary])
-    comp = CompressionConfig(results_dir=tmp_path, window_tokens=window, strategy=strategy, **cfg)
+    comp = CompactionConfig(results_dir=tmp_path, window_tokens=window, strategy=strategy, **cfg)
     agent = Agent(
         s,
         ScriptedBackend(replies),
         reg,
-        AgentConfig(compression=comp, max_iterations=20),
+        AgentConfig(compaction=comp, max_iterations=20),
         counter=COUNT,
         summary_backend=sb,
     )
@@ -254,7 +254,7 @@ def _long_session(n_rounds=10):
 def test_archival_summaries_one_per_round_in_order(tmp_path):
     s = _long_session()
     m = ContextManager(
-        CompressionConfig(results_dir=tmp_path, archival_summaries=True, keep_recent_results=2, drop_unused=False),
+        CompactionConfig(results_dir=tmp_path, archival_summaries=True, keep_recent_results=2, drop_unused=False),
         COUNT,
         4000,
     )
@@ -275,7 +275,7 @@ def test_archival_summaries_one_per_round_in_order(tmp_path):
 
 def test_full_compaction_two_stages_keeps_task_and_identifiers(tmp_path):
     s = _long_session(24)
-    cfg = CompressionConfig(
+    cfg = CompactionConfig(
         results_dir=tmp_path, full_compaction=True, drop_unused=False, keep_recent_results=30, min_clear_tokens=10**9
     )
     m = ContextManager(cfg, COUNT, 6000)

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from ctxwright.audit.compare import Auditor
 from ctxwright.audit.live import audit_record, audit_request, past_requests
 from ctxwright.backends.base import Backend
-from ctxwright.compaction import CompactionReport, CompressionConfig, ContextManager
+from ctxwright.compaction import CompactionReport, CompactionConfig, ContextManager
 from ctxwright.compaction.budget import sanitize
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.core.messages import ToolCall
@@ -57,9 +57,9 @@ class AgentConfig:
     temperature: float | None = 0.0
     #: side-channel timestamps: "[YYYY-MM-DD HH:MM:SS] " before user and tool contents
     timestamps: bool = False
-    #: the compression layers (budget, noise, clearing, trim); ``None`` or ``enabled=False``
+    #: the compaction layers (budget, noise, clearing, trim); ``None`` or ``enabled=False``
     #: sends the trajectory as recorded, with only the plain ``max_result_chars`` cap
-    compression: CompressionConfig | None = field(default_factory=CompressionConfig)
+    compaction: CompactionConfig | None = field(default_factory=CompactionConfig)
 
 
 @dataclass
@@ -120,7 +120,7 @@ class Agent:
         for past in past_requests(session):  # a resumed session: audit against what it sent before
             self.auditor.add(past)
         self.context: ContextManager | None = None
-        cfg = self.config.compression
+        cfg = self.config.compaction
         if cfg is not None and cfg.enabled:
             self.context = ContextManager.for_backend(cfg, self.counter, backend, summary_backend)
             reader = _reader_in(tools)

@@ -374,7 +374,7 @@ class EmbeddedBackend:
 
     @property
     def context_window(self) -> int:
-        """The window the compression layers plan for: the ``n_ctx`` this model was loaded with."""
+        """The window the compaction layers plan for: the ``n_ctx`` this model was loaded with."""
         return self.n_ctx
 
     def reset_cache(self) -> None:

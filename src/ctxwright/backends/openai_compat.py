@@ -60,7 +60,7 @@ class OpenAIBackend:
     ) -> None:
         self.model = model
         #: the served model's window in tokens, if known (the API does not say); the
-        #: compression layers plan for it, else for 128,000
+        #: compaction layers plan for it, else for 128,000
         self.context_window = context_window
         self.timeout = timeout
         self.max_retries = max_retries

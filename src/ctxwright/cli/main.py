@@ -132,7 +132,7 @@ def calls_table(reports) -> Table:
 def cmd_run(args: argparse.Namespace) -> int:
     from ctxwright.agent.delegate import Delegator
     from ctxwright.agent.loop import Agent, AgentConfig
-    from ctxwright.compaction import CompressionConfig
+    from ctxwright.compaction import CompactionConfig
     from ctxwright.compaction.retrieval import ResultReader
     from ctxwright.core.prefix import Prefix
     from ctxwright.core.session import Session
@@ -155,10 +155,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     # LLM summaries (archival rounds, full compaction) by default on served models only: the
     # embedded 135M model summarizes poorly (benchmarks/compression.py measures it).
     summaries = _switched_on(args, "summaries")
-    compression = (
+    compaction = (
         None
-        if args.no_compression
-        else CompressionConfig(
+        if args.no_compaction
+        else CompactionConfig(
             window_tokens=args.window,
             result_cap_tokens=args.result_cap,
             trigger_ratio=args.clear_at,
@@ -171,7 +171,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Measured: with read_result in its tool list the 135M model calls it with invented ids in the
     # demo and answers about the error; so on the embedded model it is off unless asked for.
     use_reader = _switched_on(args, "read_result")
-    if compression is not None and use_reader:  # offloaded and cleared results are paged back
+    if compaction is not None and use_reader:  # offloaded and cleared results are paged back
         tools.register(ResultReader().tool())
     use_delegate = _switched_on(args, "delegate")
     delegator = None
@@ -214,7 +214,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_tool_rounds=tool_rounds,
         max_tokens=args.max_tokens,
         timestamps=args.timestamps,
-        compression=compression,
+        compaction=compaction,
     )
     if use_todo:  # the list's changes are events of this session, rebuilt on resume
         todo.bind(session)
@@ -377,9 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="tool_choice of the first call (embedded default: required)",
     )
     r.add_argument("--workspace", help="give the agent read_file/list_dir confined to this folder")
-    comp = r.add_argument_group("compression (layers without an LLM; see CompressionConfig)")
+    comp = r.add_argument_group("compaction (layers without an LLM; see CompactionConfig)")
     comp.add_argument(
-        "--no-compression",
+        "--no-compaction",
         action="store_true",
         help="send the trajectory as recorded (a plain character cap per result only)",
     )

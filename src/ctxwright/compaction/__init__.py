@@ -1,4 +1,4 @@
-"""Compression without an LLM, cheapest layer first, and the invariants every layer keeps.
+"""Compaction without an LLM, cheapest layer first, and the invariants every layer keeps.
 
 One module per rule or layer:
 
@@ -10,12 +10,12 @@ One module per rule or layer:
 * layer 2 -- :mod:`.noise` (repeated and unused results become one-line markers);
 * layer 3 -- :mod:`.clearing` (old results beyond the newest K become placeholders);
 * last resort -- :mod:`.trim` (drop the oldest whole units when nothing else fits);
-* :mod:`.manager` runs them in order before each model call, by :class:`CompressionConfig`.
+* :mod:`.manager` runs them in order before each model call, by :class:`CompactionConfig`.
 
 Every layer records a ``compaction`` event; nothing already stored is ever edited.
 """
 
-from ctxwright.compaction.config import CompressionConfig
+from ctxwright.compaction.config import CompactionConfig
 from ctxwright.compaction.manager import CompactionReport, ContextManager
 
-__all__ = ["CompactionReport", "CompressionConfig", "ContextManager"]
+__all__ = ["CompactionReport", "CompactionConfig", "ContextManager"]

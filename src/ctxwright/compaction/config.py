@@ -1,4 +1,4 @@
-"""The one config object of the compression layers; every default is documented here."""
+"""The one config object of the compaction layers; every default is documented here."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 @dataclass
-class CompressionConfig:
+class CompactionConfig:
     """Settings of the layers that need no LLM.
 
     Token counts are the session's counter's (the backend's tokenizer when it has one).

@@ -28,7 +28,7 @@ from ctxwright.compaction.breaker import CircuitBreaker
 from ctxwright.compaction.budget import apply_budget, text_sha256
 from ctxwright.compaction.check import violations
 from ctxwright.compaction.clearing import clear_old_results
-from ctxwright.compaction.config import CompressionConfig
+from ctxwright.compaction.config import CompactionConfig
 from ctxwright.compaction.noise import repeat_marker, unused_results
 from ctxwright.compaction.offload import ResultFiles
 from ctxwright.compaction.retrieval import ResultReader
@@ -67,9 +67,9 @@ class CompactionReport:
 
 @dataclass
 class ContextManager:
-    """The layers of one session, configured by :class:`CompressionConfig`."""
+    """The layers of one session, configured by :class:`CompactionConfig`."""
 
-    config: CompressionConfig
+    config: CompactionConfig
     counter: TokenCounter
     window_tokens: int
     reader: ResultReader = field(default_factory=ResultReader)
@@ -88,7 +88,7 @@ class ContextManager:
 
     @classmethod
     def for_backend(
-        cls, config: CompressionConfig, counter: TokenCounter, backend: Any, summary_backend: Any = None
+        cls, config: CompactionConfig, counter: TokenCounter, backend: Any, summary_backend: Any = None
     ) -> ContextManager:
         """``summary_backend``: where LLM summaries run; default a fork of ``backend`` when it
         has one (the embedded model: its own KV state), else ``backend`` itself (a served
