@@ -16,6 +16,7 @@ Every layer records a ``compaction`` event; nothing already stored is ever edite
 """
 
 from ctxwright.compaction.config import CompactionConfig
-from ctxwright.compaction.manager import CompactionReport, ContextManager
+from ctxwright.compaction.manager import ContextManager
+from ctxwright.compaction.pipeline import CompactionReport
 
-__all__ = ["CompactionReport", "CompactionConfig", "ContextManager"]
+__all__ = ["CompactionConfig", "CompactionReport", "ContextManager"]

@@ -41,8 +41,9 @@ def old_rounds(
             j = i + 1
             res = []
             while j < len(entries) and entries[j][1].role == "tool":
-                if entries[j][0] is not None:
-                    res.append((entries[j][0], entries[j][1]))
+                seq, result = entries[j]
+                if seq is not None:
+                    res.append((seq, result))
                 j += 1
             rounds.append((k, m, res))
             i = j

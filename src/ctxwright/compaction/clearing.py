@@ -34,7 +34,7 @@ def clear_old_results(
     results = [(seq, m) for seq, m in entries if m.role == "tool" and seq is not None]
     kept = 0
     used = 0
-    for seq, m in reversed(results):
+    for _seq, m in reversed(results):
         if kept >= keep_recent:
             break
         n = count(m.content or "")

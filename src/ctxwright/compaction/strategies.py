@@ -43,7 +43,7 @@ class NewResult:
 
 
 #: ``summarize(text, instruction, max_chars, query)``: one checked LLM summary, or None when it
-#: failed or the circuit breaker is open. The manager provides it (``ContextManager._summarize``),
+#: failed or the circuit breaker is open. The manager provides it (``ContextManager.summarize``),
 #: so failures, events and the breaker are handled in one place for strategies and layers alike.
 Summarize = Callable[[str, str, int, "str | None"], "str | None"]
 

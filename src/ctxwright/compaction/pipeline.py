@@ -1,0 +1,415 @@
+"""The compaction layers as an ordered list of tiers, and the one step that applies a tier's plan.
+
+A *tier* is one layer seen from :meth:`ContextManager.before_call
+<ctxwright.compaction.manager.ContextManager.before_call>`: when it wants to run (the request's
+size, the trigger, the breaker) and what it would change (a :class:`Plan`: contents replaced,
+events dropped, a note where they were). The rule itself stays in its own module
+(``noise.py``, ``archival.py``, ``clearing.py``, ``full.py``, ``trim.py``, ``strategies.py``);
+a tier only feeds it the session and turns its answer into a plan.
+
+Every plan then goes through the same :func:`apply`: check the view it would produce, record
+one ``compaction`` event, measure the request again, report. The check comes *before* the
+event is stored, because a stored compaction is replayed on every later render and every
+resume (``core/compaction_view.py``): a plan that broke an invariant -- a tool result without
+its call (``pairing.py``), half a parallel batch (``batches.py``), a reasoning loop cut apart
+(``reasoning_loops.py``), the first user message gone (``pinned.py``) -- would otherwise make
+every later request of the session one the provider rejects.
+
+:func:`tiers_for` builds the list from :class:`CompactionConfig`, cheapest first; the order is
+the one place to read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ctxwright.compaction import archival, full
+from ctxwright.compaction.check import violations
+from ctxwright.compaction.clearing import clear_old_results
+from ctxwright.compaction.config import CompactionConfig
+from ctxwright.compaction.noise import unused_results
+from ctxwright.compaction.strategies import COMPRESSED, NewResult, compress_one
+from ctxwright.compaction.trim import note_text, plan_trim
+from ctxwright.core.compaction_view import CompactionView
+from ctxwright.core.messages import Message
+from ctxwright.core.session import replace_content
+
+if TYPE_CHECKING:
+    from ctxwright.compaction.manager import ContextManager
+    from ctxwright.core.session import Session
+
+
+@dataclass
+class CompactionReport:
+    """One layer's effect before one call: what it changed and what the request shrank by."""
+
+    layer: str
+    messages_changed: int
+    tokens_before: int
+    tokens_after: int
+    event_seq: int
+
+
+@dataclass
+class Plan:
+    """What one tier wants the view to show from now on, by event seq; nothing recorded yet.
+
+    The fields are those of :meth:`Session.add_compaction <ctxwright.core.session.Session.add_compaction>`;
+    ``info`` goes into the event's payload as well, ``changed`` into the report."""
+
+    changed: int
+    replace: dict[int, str] = field(default_factory=dict)
+    drop: list[int] = field(default_factory=list)
+    note: tuple[int, str] | None = None
+    note_replaces_all: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def replacing(cls, replace: dict[int, str]) -> Plan | None:
+        """A plan that only swaps contents (every call stays answered); ``None`` when empty."""
+        return cls(len(replace), replace=replace) if replace else None
+
+    def view_payload(self, layer: str) -> dict[str, Any]:
+        """The fields of the ``compaction`` event that :class:`CompactionView` reads."""
+        payload: dict[str, Any] = {"layer": layer, "replace": self.replace, "drop": self.drop}
+        if self.note is not None:
+            payload["note"] = {"before_seq": self.note[0], "text": self.note[1]}
+            if self.note_replaces_all:
+                payload["note"]["replaces"] = "all"
+        return payload
+
+
+@dataclass
+class PassState:
+    """One pass of the tiers before one model call."""
+
+    manager: ContextManager
+    session: Session
+    call_index: int
+    #: the request's size now; :func:`apply` measures it again after each recorded plan
+    tokens: int
+    #: whether the last compaction is at least ``min_calls_between`` calls back (as the pass began)
+    spaced: bool
+    _triggered: bool | None = None
+
+    @property
+    def config(self) -> CompactionConfig:
+        return self.manager.config
+
+    @property
+    def window(self) -> int:
+        return self.manager.effective_window
+
+    @property
+    def trigger(self) -> float:
+        return self.config.trigger_ratio * self.window
+
+    def over_trigger(self) -> bool:
+        return self.tokens > self.trigger
+
+    def triggered(self) -> bool:
+        """Whether the tiers behind the trigger run in this pass: the request is over the
+        trigger and the last compaction far enough back (batches, never every turn: each one
+        re-prefills what follows it), or it is over the window itself (no choice). Decided
+        once, when the first such tier is reached, so a pass that began over the window runs
+        on to the trigger even once an early tier has brought it under the window."""
+        if self._triggered is None:
+            self._triggered = (self.over_trigger() and self.spaced) or self.tokens > self.window
+        return self._triggered
+
+    def llm_available(self) -> bool:
+        """A summarizer is configured and the circuit breaker lets a summary through."""
+        return self.manager.summarizer is not None and self.manager.breaker.allow(self.call_index)
+
+
+class Tier(Protocol):
+    @property
+    def name(self) -> str:
+        """The name in :class:`CompactionReport`."""
+        ...
+
+    @property
+    def layer(self) -> str:
+        """The ``layer`` of the recorded ``compaction`` event."""
+        ...
+
+    @property
+    def after_trigger(self) -> bool:
+        """Runs only when :meth:`PassState.triggered` (every tier but ``adaptive``, which has its own threshold)."""
+        ...
+
+    def wants(self, state: PassState) -> bool:
+        """Whether to plan now (besides the trigger), from the request's size and the breaker."""
+        ...
+
+    def plan(self, state: PassState) -> Plan | None:
+        """What to change; ``None``: nothing to do (or a summary failed)."""
+        ...
+
+
+# -- the view helpers the tiers share ------------------------------------------------------
+def replaced_already(session: Session) -> set[int]:
+    """Event seqs whose content a recorded compaction replaced: no tier replaces them twice."""
+    done: set[int] = set()
+    for ev in session.events:
+        if ev.kind == "compaction":
+            done.update(int(k) for k in (ev.payload.get("replace") or {}))
+    return done
+
+
+def unanswered_results(session: Session) -> set[int]:
+    """Results the model has not answered yet (after the last assistant turn) stay as they are."""
+    out: set[int] = set()
+    for ev in reversed(session.events):
+        if ev.kind == "assistant":
+            break
+        if ev.kind == "tool":
+            out.add(ev.seq)
+    return out
+
+
+def tool_payloads(session: Session) -> dict[int, dict[str, Any]]:
+    """Tool event seq -> its payload (tool name, ok, result id, tokens)."""
+    return {ev.seq: ev.payload for ev in session.events if ev.kind == "tool"}
+
+
+# -- the tiers, cheapest first ---------------------------------------------------------------
+@dataclass
+class Adaptive:
+    """Strategy ``adaptive`` (strategies.py): once the request passes ``adaptive_ratio`` of the
+    window, every result not compressed yet is compressed once and marked [COMPRESSED]."""
+
+    name: str = "adaptive"
+    layer: str = "adaptive"
+    after_trigger: bool = False
+
+    def wants(self, state: PassState) -> bool:
+        return state.llm_available() and state.tokens > state.config.adaptive_ratio * state.window
+
+    def plan(self, state: PassState) -> Plan | None:
+        m, session = state.manager, state.session
+        ctx = m.strategy_context(session, state.call_index)
+        done = replaced_already(session)
+        out: dict[int, str] = {}
+        for seq, msg in session.base_entries():
+            if msg.role != "tool" or seq is None or seq in done or (msg.content or "").startswith(COMPRESSED):
+                continue
+            p = session.events[seq].payload
+            r = NewResult(
+                p.get("tool_name") or "tool",
+                p.get("result_id") or msg.tool_call_id or str(seq),
+                m.original_text(session, seq),
+                msg.content or "",
+                bool(p.get("ok", True)),
+            )
+            new = compress_one("adaptive", r, ctx)
+            if new is not None:
+                out[seq] = new
+                m.known.append(new)
+            elif not state.llm_available():
+                break
+        return Plan.replacing(out)
+
+
+@dataclass
+class Noise:
+    """Layer 2 (noise.py): results no later step used become one-line markers."""
+
+    name: str = "noise"
+    layer: str = "noise"
+    after_trigger: bool = True
+
+    def wants(self, state: PassState) -> bool:
+        return True
+
+    def plan(self, state: PassState) -> Plan | None:
+        s = state.session
+        skip = replaced_already(s) | unanswered_results(s)
+        return Plan.replacing(unused_results(s.base_entries(), tool_payloads(s), state.config.unused_after_turns, skip))
+
+
+@dataclass
+class Archival:
+    """Layer 4 (archival.py): each old tool round gets one LLM summary instead of a bare placeholder,
+    so it runs before clearing would blank those rounds."""
+
+    name: str = "archival"
+    layer: str = "archival"
+    after_trigger: bool = True
+
+    def wants(self, state: PassState) -> bool:
+        return state.over_trigger() and state.llm_available()
+
+    def plan(self, state: PassState) -> Plan | None:
+        m, s = state.manager, state.session
+        return Plan.replacing(
+            archival.archive(
+                s.base_entries(),
+                state.config.keep_recent_results,
+                replaced_already(s) | unanswered_results(s),
+                lambda text: m.summarize(s, state.call_index, text, archival.INSTRUCTION, 600),
+            )
+        )
+
+
+@dataclass
+class Clearing:
+    """Layer 3 (clearing.py): results older than the newest K become placeholders."""
+
+    name: str = "clearing"
+    layer: str = "clearing"
+    after_trigger: bool = True
+
+    def wants(self, state: PassState) -> bool:
+        return state.over_trigger()
+
+    def plan(self, state: PassState) -> Plan | None:
+        cfg, s = state.config, state.session
+        return Plan.replacing(
+            clear_old_results(
+                s.base_entries(),
+                tool_payloads(s),
+                cfg.keep_recent_results,
+                cfg.min_clear_tokens,
+                state.manager.counter.count,
+                replaced_already(s) | unanswered_results(s),
+                int(cfg.keep_recent_share * state.window),
+            )
+        )
+
+
+@dataclass
+class FullCompaction:
+    """Layer 5 (full.py): one LLM summary note for the older trajectory; stage 1 the older half,
+    stage 2 (only if still over the trigger) everything before the newest turn."""
+
+    stage: int
+    layer: str = "full"
+    after_trigger: bool = True
+
+    @property
+    def name(self) -> str:
+        return f"full_stage{self.stage}"
+
+    def wants(self, state: PassState) -> bool:
+        return state.over_trigger() and state.llm_available()
+
+    def plan(self, state: PassState) -> Plan | None:
+        m, s = state.manager, state.session
+        entries = s.base_entries()
+        idx = full.plan_span(entries, self.stage, m.tokens_of)
+        seqs = [seq for i in idx if (seq := entries[i][0]) is not None]
+        if not seqs:
+            return None
+        text = full.render([entries[i][1] for i in idx])
+        summary = m.summarize(s, state.call_index, text, full.INSTRUCTION, 2_000)
+        if summary is None:
+            return None
+        return Plan(
+            len(idx),
+            drop=seqs,
+            note=(min(seqs), full.note(summary, len(idx), self.stage)),
+            note_replaces_all=True,
+            info={"stage": self.stage},
+        )
+
+
+@dataclass
+class Trim:
+    """Last resort (trim.py): drop the oldest whole turns, down to ``trim_target_ratio`` of the
+    window -- well below the trigger, so the next compaction is many turns away."""
+
+    name: str = "trim"
+    layer: str = "trim"
+    after_trigger: bool = True
+
+    def wants(self, state: PassState) -> bool:
+        return state.over_trigger()
+
+    def plan(self, state: PassState) -> Plan | None:
+        s = state.session
+        target = int(state.config.trim_target_ratio * state.window)
+        kinds = {ev.seq: ev.kind for ev in s.events}
+        drop, first = plan_trim(s.base_entries(), state.manager.tokens_of, state.tokens - target, kinds)
+        if not drop or first is None:
+            return None
+        total = len(drop) + sum(len(ev.payload.get("drop") or ()) for ev in s.events if ev.kind == "compaction")
+        return Plan(len(drop), drop=drop, note=(first, note_text(total)))
+
+
+def tiers_for(config: CompactionConfig) -> list[Tier]:
+    """The tiers ``config`` turns on, in the order they run: cheapest first, each only while the
+    request is still too big. The LLM tiers are listed whenever configured; whether a summarizer
+    is there and the breaker lets it through is asked when they would run."""
+    tiers: list[Tier] = []
+    if config.strategy == "adaptive":
+        tiers.append(Adaptive())
+    if config.drop_unused:
+        tiers.append(Noise())
+    if config.archival_summaries:
+        tiers.append(Archival())
+    tiers.append(Clearing())
+    if config.full_compaction:
+        tiers += [FullCompaction(1), FullCompaction(2)]
+    tiers.append(Trim())
+    return tiers
+
+
+# -- the one shared step -------------------------------------------------------------------
+def preview(session: Session, layer: str, plan: Plan) -> list[Message]:
+    """The trajectory the session would send with ``plan`` recorded: the same rule as
+    ``Session.trajectory`` (``core/compaction_view.py``, then the view transforms)."""
+    view = CompactionView()
+    for ev in session.events:
+        if ev.kind == "compaction":
+            view.add(ev.payload)
+    view.add(plan.view_payload(layer))
+    shown = view.apply(session.recorded_messages(), lambda text: Message(role="user", content=text), replace_content)
+    msgs = [m for _, m in shown]
+    for transform in session.view_transforms:
+        msgs = transform(session, msgs)
+    return msgs
+
+
+def apply(state: PassState, tier: Tier, plan: Plan) -> CompactionReport:
+    """Check, record, measure, report: the end of every tier.
+
+    A plan whose view breaks an invariant is a bug in ctxwright: it raises before anything is
+    recorded (the session stays as it was, resumable) and before any request is sent."""
+    s = state.session
+    bad = violations([m for _, m in s.recorded_messages()], preview(s, tier.layer, plan))
+    if bad:
+        raise AssertionError(
+            f"ctxwright compaction tier {tier.name!r} would produce an invalid context (nothing recorded): "
+            + "; ".join(bad)
+        )
+    ev = s.add_compaction(
+        tier.layer,
+        replace=plan.replace,
+        drop=plan.drop,
+        note=plan.note,
+        note_replaces_all=plan.note_replaces_all,
+        call_index=state.call_index,
+        tokens_before=state.tokens,
+        **plan.info,
+    )
+    after = state.manager.request_tokens(s)
+    report = CompactionReport(tier.name, plan.changed, state.tokens, after, ev.seq)
+    state.manager.last_compaction_call = state.call_index
+    state.tokens = after
+    return report
+
+
+def run(tiers: list[Tier], state: PassState) -> list[CompactionReport]:
+    """Each tier in order: plan when it wants to, apply what it plans."""
+    reports: list[CompactionReport] = []
+    for tier in tiers:
+        if tier.after_trigger and not state.triggered():
+            continue
+        if not tier.wants(state):
+            continue
+        plan = tier.plan(state)
+        if plan is not None:
+            reports.append(apply(state, tier, plan))
+    return reports
