@@ -16,9 +16,11 @@ from collections.abc import Callable
 
 _SENT = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
+# fmt: off
 _STOP = frozenset(
     ["the", "a", "an", "and", "or", "of", "to", "in", "on", "at", "for", "with", "by", "from", "is", "was", "are", "were", "be", "been", "as", "that", "this", "it", "its", "who", "what", "where", "when", "which", "now", "then", "their", "his", "her", "they", "he", "she", "them", "about", "into", "after", "before"]
 )
+# fmt: on
 
 
 def terms(text: str) -> set[str]:
