@@ -229,13 +229,13 @@ def test_decorator_forms_and_callable() -> None:
         """Double x."""
         return x * 2
 
-    @tool(name="renamed", timeout_s=3.0, high_risk=True)
+    @tool(name="renamed", timeout_s=3.0)
     def configured(x: int) -> int:
         """Triple x."""
         return x * 3
 
     assert isinstance(plain, Tool) and plain.name == "plain" and plain(4) == 8
-    assert configured.name == "renamed" and configured.timeout_s == 3.0 and configured.high_risk
+    assert configured.name == "renamed" and configured.timeout_s == 3.0
     assert configured.spec.name == "renamed"
 
 

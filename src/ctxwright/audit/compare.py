@@ -31,18 +31,6 @@ from typing import Any
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.tokens import TokenCounter
 
-CAUSES = (
-    "first",
-    "append",
-    "system_changed",
-    "tools_changed",
-    "history_edited",
-    "history_removed",
-    "compaction",
-    "status_replaced",
-    "other",
-)
-
 _MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
 
 

@@ -32,7 +32,6 @@ class CircuitBreaker:
     cooldown_calls: int = 10
     failures: int = 0
     opened_at: int | None = None
-    last_reason: str | None = None
 
     def state(self, call_index: int) -> State:
         if self.opened_at is None:
@@ -44,14 +43,13 @@ class CircuitBreaker:
 
     def success(self, session: Session | None = None, call_index: int = 0) -> None:
         was_open = self.opened_at is not None
-        self.failures, self.opened_at, self.last_reason = 0, None, None
+        self.failures, self.opened_at = 0, None
         if was_open and session is not None:
             session.append("breaker", {"state": "closed", "call_index": call_index})
 
     def failure(self, reason: str, session: Session | None = None, call_index: int = 0) -> bool:
         """Count one failure; returns True when this one opened (or re-opened) the breaker."""
         self.failures += 1
-        self.last_reason = reason
         if self.failures >= self.threshold or self.opened_at is not None:
             self.opened_at = call_index
             if session is not None:
@@ -75,19 +73,5 @@ class CircuitBreaker:
                 if ev.payload.get("state") == "open":
                     self.opened_at = int(ev.payload.get("call_index", 0))
                     self.failures = int(ev.payload.get("failures", self.threshold))
-                    self.last_reason = ev.payload.get("reason")
                 else:
-                    self.failures, self.opened_at, self.last_reason = 0, None, None
-
-    def status_line(self, call_index: int) -> str | None:
-        """What the status bar shows while LLM compaction is paused (``None`` when closed)."""
-        st = self.state(call_index)
-        if st == "closed":
-            return None
-        retry = (self.opened_at or 0) + self.cooldown_calls
-        return (
-            f"LLM summaries paused after {self.failures} failures ({self.last_reason}); using clearing and "
-            f"trim; next try at call {retry}"
-            if st == "open"
-            else "LLM summaries: one trial after failures"
-        )
+                    self.failures, self.opened_at = 0, None

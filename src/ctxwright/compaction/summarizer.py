@@ -17,7 +17,6 @@ Rules it enforces, each from a failure peer frameworks' users report (DESIGN.md)
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,11 +44,7 @@ class SummaryFailed(CtxwrightError):
 @dataclass
 class Summary:
     text: str
-    input_chars: int
     identifiers_reattached: int
-    elapsed_ms: float
-    prompt_tokens: int | None
-    completion_tokens: int | None
 
 
 class Summarizer:
@@ -70,15 +65,14 @@ class Summarizer:
         self.max_output_tokens = max_output_tokens
         self.timeout_s = timeout_s
         self.calls = 0
-        self.prompt_tokens = 0
         self._busy = threading.Lock()
 
-    def fit_input(self, text: str, query: str | None) -> tuple[str, bool]:
-        """``text`` cut to the input budget; True if it was cut."""
+    def fit_input(self, text: str, query: str | None) -> str:
+        """``text`` cut to the input budget: the sentences relevant to ``query``, else the head."""
         if len(text) <= self.input_budget_tokens * 8 and self.counter.count(text) <= self.input_budget_tokens:
-            return text, False
+            return text
         if query:
-            return select_sentences(text, query, self.input_budget_tokens, self.counter.count), True
+            return select_sentences(text, query, self.input_budget_tokens, self.counter.count)
         lo, hi = 0, min(len(text), self.input_budget_tokens * 8)
         while lo < hi:  # the longest head within the budget
             mid = (lo + hi + 1) // 2
@@ -86,11 +80,11 @@ class Summarizer:
                 lo = mid
             else:
                 hi = mid - 1
-        return text[:lo] + "\n[... input cut here: the rest did not fit the summarizer ...]", True
+        return text[:lo] + "\n[... input cut here: the rest did not fit the summarizer ...]"
 
     def summarize(self, text: str, instruction: str, *, max_chars: int, query: str | None = None) -> Summary:
         ids = extract(text)
-        body, _cut = self.fit_input(text, query)
+        body = self.fit_input(text, query)
         req = ChatRequest(
             messages=(
                 Message(role="system", content=SYSTEM),
@@ -103,7 +97,6 @@ class Summarizer:
         if not self._busy.acquire(blocking=False):
             raise SummaryFailed("busy", "an earlier summary on this model object is still running (timed out)")
         box: list[Any] = []
-        t0 = time.perf_counter()
 
         def work() -> None:
             try:
@@ -123,7 +116,6 @@ class Summarizer:
         if isinstance(got, Exception):
             raise SummaryFailed("error", f"{type(got).__name__}: {got}")
         out = (got.message.content or "").strip()
-        self.prompt_tokens += got.usage.prompt_tokens or 0
         if not out:
             raise SummaryFailed("empty", "the model returned an empty summary")
         if len(out) > max_chars * 1.5 or len(out) >= len(text):
@@ -131,11 +123,4 @@ class Summarizer:
                 "oversized", f"{len(out):,} characters for a limit of {max_chars:,} (input {len(text):,})"
             )
         lost = missing(ids, out)
-        return Summary(
-            reattach(out, lost),
-            len(text),
-            len(lost),
-            (time.perf_counter() - t0) * 1000,
-            got.usage.prompt_tokens,
-            got.usage.completion_tokens,
-        )
+        return Summary(reattach(out, lost), len(lost))

@@ -202,7 +202,6 @@ class Tool:
     spec: ToolSpec
     args_model: type[BaseModel]
     timeout_s: float | None = None
-    high_risk: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -219,8 +218,6 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         timeout_s: float | None = None,
-        *,
-        high_risk: bool = False,
     ) -> Tool:
         """Build a tool from ``func``'s type hints and Google-style docstring.
 
@@ -288,7 +285,6 @@ class Tool:
             spec=ToolSpec.create(tool_name, tool_description, schema),
             args_model=args_model,
             timeout_s=timeout_s,
-            high_risk=high_risk,
         )
 
     def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -307,7 +303,6 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout_s: float | None = None,
-    high_risk: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -318,12 +313,11 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout_s: float | None = None,
-    high_risk: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator form of :meth:`Tool.from_function`: ``@tool`` or ``@tool(timeout_s=5)``."""
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool.from_function(f, name=name, description=description, timeout_s=timeout_s, high_risk=high_risk)
+        return Tool.from_function(f, name=name, description=description, timeout_s=timeout_s)
 
     return wrap(func) if func is not None else wrap
 
