@@ -10,7 +10,9 @@ One module per rule or layer:
 * layer 2 -- :mod:`.noise` (repeated and unused results become one-line markers);
 * layer 3 -- :mod:`.clearing` (old results beyond the newest K become placeholders);
 * last resort -- :mod:`.trim` (drop the oldest whole units when nothing else fits);
-* :mod:`.manager` runs them in order before each model call, by :class:`CompactionConfig`.
+* :mod:`.pipeline` lists the layers as tiers in the order they run (``tiers_for``, from
+  :class:`CompactionConfig`) and holds the one step that checks, records and measures each;
+  :mod:`.manager` runs that list before each model call.
 
 Every layer records a ``compaction`` event; nothing already stored is ever edited.
 """
