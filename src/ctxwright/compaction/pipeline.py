@@ -91,7 +91,7 @@ class PassState:
     tokens: int
     #: whether the last compaction is at least ``min_calls_between`` calls back (as the pass began)
     spaced: bool
-    _triggered: bool | None = None
+    _triggered: bool | None = field(default=None, init=False)
 
     @property
     def config(self) -> CompactionConfig:
@@ -124,6 +124,8 @@ class PassState:
 
 
 class Tier(Protocol):
+    """One layer as the pipeline runs it: when it wants to, and what it would change."""
+
     @property
     def name(self) -> str:
         """The name in :class:`CompactionReport`."""
