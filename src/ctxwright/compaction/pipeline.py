@@ -359,15 +359,20 @@ def tiers_for(config: CompactionConfig) -> list[Tier]:
 
 
 # -- the one shared step -------------------------------------------------------------------
-def preview(session: Session, layer: str, plan: Plan) -> list[Message]:
+def preview(
+    session: Session, layer: str, plan: Plan, recorded: list[tuple[int, Message]] | None = None
+) -> list[Message]:
     """The trajectory the session would send with ``plan`` recorded: the same rule as
-    ``Session.trajectory`` (``core/compaction_view.py``, then the view transforms)."""
+    ``Session.trajectory`` (``core/compaction_view.py``, then the view transforms).
+    ``recorded``: ``session.recorded_messages()`` when the caller has them already."""
     view = CompactionView()
     for ev in session.events:
         if ev.kind == "compaction":
             view.add(ev.payload)
     view.add(plan.view_payload(layer))
-    shown = view.apply(session.recorded_messages(), lambda text: Message(role="user", content=text), replace_content)
+    if recorded is None:
+        recorded = session.recorded_messages()
+    shown = view.apply(recorded, lambda text: Message(role="user", content=text), replace_content)
     msgs = [m for _, m in shown]
     for transform in session.view_transforms:
         msgs = transform(session, msgs)
@@ -380,7 +385,8 @@ def apply(state: PassState, tier: Tier, plan: Plan) -> CompactionReport:
     A plan whose view breaks an invariant is a bug in ctxwright: it raises before anything is
     recorded (the session stays as it was, resumable) and before any request is sent."""
     s = state.session
-    bad = violations([m for _, m in s.recorded_messages()], preview(s, tier.layer, plan))
+    recorded = s.recorded_messages()
+    bad = violations([m for _, m in recorded], preview(s, tier.layer, plan, recorded))
     if bad:
         raise AssertionError(
             f"ctxwright compaction tier {tier.name!r} would produce an invalid context (nothing recorded): "
