@@ -22,7 +22,7 @@ from ctxwright.backends.scripted import call
 from ctxwright.core.messages import Message
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
-from ctxwright.status.bar import OPERATING_MANUAL, StatusBar, StatusConfig, status_view
+from ctxwright.status.bar import OPERATING_MANUAL, StatusBar, StatusConfig
 from ctxwright.tools.registry import ToolRegistry, tool
 
 MERCHANTS = ["Xfinity", "Comcast", "Verizon", "Spectrum", "Optimum", "Frontier", "Cox", "Mediacom"]
@@ -66,8 +66,7 @@ def decision(backend, reg: ToolRegistry, merchant: str, other: str, with_status:
         s.add_assistant(Message(role="assistant", tool_calls=(tc,)))
         s.add_tool_result(tc.id, f"{merchant}: nobody answered", tool_name="phone_call")
     if with_status:
-        bar.record(s)
-        s.view_transforms.append(status_view)
+        bar.record(s)  # the renderer shows the statuses by their recorded mode
     t0 = time.perf_counter()
     c = backend.complete(s.build_request(tool_choice="auto", max_tokens=64, temperature=0.0))
     latency = (time.perf_counter() - t0) * 1000

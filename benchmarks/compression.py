@@ -38,6 +38,7 @@ from ctxwright.backends.scripted import ScriptedBackend, call
 from ctxwright.compaction import CompactionConfig
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.strategies import STRATEGIES
+from ctxwright.core.events import CompactionEvent, SummaryFailedEvent, ToolEvent
 from ctxwright.core.messages import Message
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.request import ChatRequest
@@ -273,14 +274,10 @@ def run_one(strategy: str, corpus: dict, backend, args, count, unlimited: bool =
         "prompt_tokens": prompt,
         "iterations": len(r.calls),
         "fact_retention": retained(corpus, final),
-        "compressions": sum(1 for ev in s.events if ev.kind == "tool" and ev.payload.get("compressed"))
-        + sum(
-            len(ev.payload.get("replace") or {})
-            for ev in s.events
-            if ev.kind == "compaction" and ev.payload.get("layer") == "adaptive"
-        ),
+        "compressions": sum(1 for ev in s.events if isinstance(ev, ToolEvent) and ev.compressed)
+        + sum(len(ev.replace) for ev in s.events if isinstance(ev, CompactionEvent) and ev.layer == "adaptive"),
         "llm_calls": ctx.summarizer.calls if ctx is not None and ctx.summarizer is not None else 0,
-        "failures": sum(1 for ev in s.events if ev.kind == "summary_failed"),
+        "failures": sum(1 for ev in s.events if isinstance(ev, SummaryFailedEvent)),
         "research_s": round(time.perf_counter() - t0, 1),
     }
     if not unlimited:

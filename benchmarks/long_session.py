@@ -44,6 +44,7 @@ from ctxwright.backends.scripted import ScriptedBackend, call
 from ctxwright.compaction import CompactionConfig
 from ctxwright.compaction.check import violations
 from ctxwright.compaction.retrieval import ResultReader
+from ctxwright.core.events import CompactionEvent, ToolEvent
 from ctxwright.core.messages import Message
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.request import ChatRequest
@@ -187,8 +188,8 @@ def main() -> None:
     result = agent.run(TASK)
     wall = time.perf_counter() - t0
 
-    tool_events = [ev for ev in session.events if ev.kind == "tool"]
-    child_tools = sum(1 for c in delegator.children for e in store.events(c) if e.kind == "tool")
+    tool_events = [ev for ev in session.events if isinstance(ev, ToolEvent)]
+    child_tools = sum(1 for c in delegator.children for e in store.events(c) if isinstance(e, ToolEvent))
     recorded = [m for _, m in session.recorded_messages()]
     bad = 0
     for req in backend.requests:
@@ -203,10 +204,10 @@ def main() -> None:
     reusable = [c.reusable_tokens or 0 for c in result.calls]
     kept = sum(reusable[1:]) / max(1, sum(prompts[:-1]))
     overheads = [c.overhead_ms for c in result.calls if c.overhead_ms is not None]
-    comps = [ev.payload for ev in session.events if ev.kind == "compaction"]
+    comps = [ev for ev in session.events if isinstance(ev, CompactionEvent)]
     layers: dict[str, int] = {}
     for c in comps:
-        layers[c["layer"]] = layers.get(c["layer"], 0) + 1
+        layers[c.layer] = layers.get(c.layer, 0) + 1
     comp_calls = [c for c in result.calls if c.cause == "compaction"]
     data = {
         "calls": len(tool_events) + child_tools,
@@ -215,9 +216,9 @@ def main() -> None:
         "max_prompt_tokens": max(prompts),
         "window": args.window,
         "invariant_violations": bad,
-        "bytes_offloaded": sum((ev.payload.get("offload") or {}).get("bytes", 0) for ev in tool_events),
-        "results_offloaded": sum(1 for ev in tool_events if ev.payload.get("offload")),
-        "repeats_marked": sum(1 for ev in tool_events if ev.payload.get("repeat_of")),
+        "bytes_offloaded": sum(ev.offload.bytes for ev in tool_events if ev.offload is not None),
+        "results_offloaded": sum(1 for ev in tool_events if ev.offload is not None),
+        "repeats_marked": sum(1 for ev in tool_events if ev.repeat_of),
         "resume_bytes_identical": same,
         "reuse_efficiency": summ.efficiency,
         "prefix_kept": round(kept, 4),

@@ -27,6 +27,7 @@ from ctxwright.audit.compare import (
 from ctxwright.audit.logs import ParseProblem, load_requests, parse_log
 from ctxwright.backends.scripted import ScriptedBackend, call
 from ctxwright.cli.main import main
+from ctxwright.core.events import CompactionEvent
 from ctxwright.core.messages import Message, canonical_json
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
@@ -500,10 +501,10 @@ def hand_built_export(with_compaction: bool = True) -> dict[str, Any]:
         ev(4, "user", message=U("谢谢")),
         *([ev(5, "compaction", layer="test", summary="the user asked the time")] if with_compaction else []),
         ev(6, "assistant", message=A("不客气"), call_index=2),
-        ev(7, "status", mode="replace", text="budget 10%"),
+        ev(7, "status", mode="replace", message=U("<agent_status>\nbudget: 10%\n</agent_status>")),
         ev(8, "user", message=U("again")),
         ev(9, "assistant", message=A("ok"), call_index=3),
-        ev(10, "status", mode="append", text="budget 20%"),
+        ev(10, "status", mode="append", message=U("<agent_status>\nbudget: 20%\n</agent_status>")),
         ev(11, "user", message=U("bye")),
         ev(12, "assistant", message=A("bye"), call_index=4),
     ]
@@ -537,7 +538,7 @@ def test_session_export_one_request_per_call_with_markers(tmp_path):
     path.write_text(json.dumps(hand_built_export(), ensure_ascii=False, indent=1))
     reqs, problems = load_requests(path)
     assert problems == []
-    assert [len(r.messages) for r in reqs] == [1, 3, 5, 7, 9]
+    assert [len(r.messages) for r in reqs] == [1, 3, 5, 8, 11]  # statuses included
     assert reqs[0].system == "你是助手" and reqs[0].tools == [tool("get_time")]
     assert [r.prompt_tokens for r in reqs] == [100, 200, 300, 400, 500]
     assert [r.cached_tokens for r in reqs] == [0, 64, None, 256, 384]
@@ -608,7 +609,7 @@ def test_real_session_export_matches_the_live_audit(store, tmp_path, capsys):
         AgentConfig(),
     )
     a.run("weather in Oslo?")
-    s.append("compaction", {"layer": "test"})
+    s.append(CompactionEvent(layer="test"))
     a.run("and tomorrow?")
     assert main(["--db", str(store.path), "show", s.id, "--json"]) == 0
     path = tmp_path / "export.json"

@@ -24,6 +24,7 @@ from ctxwright.compaction.pairing import pairing_violations
 from ctxwright.compaction.reasoning_loops import reasoning_violations
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.trim import plan_trim
+from ctxwright.core.events import CompactionEvent, ToolEvent, UserEvent
 from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
@@ -122,13 +123,13 @@ def _session(msgs: list[Message]) -> Session:
 @given(msgs=trajectories(), keep=st.integers(0, 5), excess=st.integers(1, 5000), after=st.integers(0, 3))
 def test_every_layer_keeps_every_invariant(msgs, keep, excess, after):
     s = _session(msgs)
-    meta = {ev.seq: ev.payload for ev in s.events if ev.kind == "tool"}
+    meta = {ev.seq: ev for ev in s.events if isinstance(ev, ToolEvent)}
     s.add_compaction("noise", replace=unused_results(s.base_entries(), meta, after, set()))
     assert violations(msgs, s.trajectory()) == []
     s.add_compaction("clearing", replace=clear_old_results(s.base_entries(), meta, keep, 1, estimate_tokens, set()))
     assert violations(msgs, s.trajectory()) == []
-    kinds = {ev.seq: ev.kind for ev in s.events}
-    drop, first = plan_trim(s.base_entries(), lambda m: estimate_tokens(m.content or "") + 4, excess, kinds)
+    users = {ev.seq for ev in s.events if isinstance(ev, UserEvent)}
+    drop, first = plan_trim(s.base_entries(), lambda m: estimate_tokens(m.content or "") + 4, excess, users)
     if drop:
         s.add_compaction("trim", drop=drop, note=(first, "[removed]"))
     view = s.trajectory()
@@ -190,10 +191,11 @@ def test_offload_survives_resume_with_identical_bytes(store, tmp_path):
         ]
     )
     Agent(s, backend, reg, cfg).run("dump it")
-    tool_events = [ev for ev in s.events if ev.kind == "tool"]
-    assert tool_events[0].payload["offload"]["chars"] == sum(len(f"row {i} of the dump\n") for i in range(5000))
-    assert "[ctxwright: the dump result is" in tool_events[0].payload["message"]["content"]
-    page = tool_events[1].payload["message"]["content"]
+    tool_events = [ev for ev in s.events if isinstance(ev, ToolEvent)]
+    offload = tool_events[0].offload
+    assert offload is not None and offload.chars == sum(len(f"row {i} of the dump\n") for i in range(5000))
+    assert "[ctxwright: the dump result is" in (tool_events[0].message.content or "")
+    page = tool_events[1].message.content or ""
     assert page.startswith("[result d1: characters 0-60 of ") and "row 0 of the dump\nrow 1 of the dump" in page
     before = [m.canonical() for m in s.messages()]
     resumed = Session.resume(store, s.id)
@@ -227,8 +229,8 @@ def test_fifty_megabyte_output_is_held_once(tmp_path):
     assert peak < size * 1.3, f"peak {peak / 2**20:.1f} MiB for a 50 MiB output"
     assert (tmp_path / s.id / "h1.txt").stat().st_size == size
     assert a.context.reader.read("h1", size - 5, 10).endswith("xxxx\n")
-    ev = next(e for e in s.events if e.kind == "tool")
-    assert len(ev.payload["message"]["content"]) < 4000
+    ev = next(e for e in s.events if isinstance(e, ToolEvent))
+    assert len(ev.message.content or "") < 4000
 
 
 def test_invalid_utf8_output_is_replaced_and_said(store, tmp_path):
@@ -248,7 +250,7 @@ def test_invalid_utf8_output_is_replaced_and_said(store, tmp_path):
         AgentConfig(compaction=CompactionConfig(results_dir=tmp_path)),
     ).run("go")
     assert r.stop_reason == "final_answer"
-    content = next(e for e in s.events if e.kind == "tool").payload["message"]["content"]
+    content = next(e for e in s.events if isinstance(e, ToolEvent)).message.content or ""
     assert "not valid UTF-8" in content and "\ufffd" in content and "body" in content
     s.build_request().canonical_bytes()  # encodable for any provider
     assert Session.resume(store, s.id).messages() == s.messages()
@@ -282,9 +284,9 @@ def test_unused_rule():
         A(text="b"),
     ]
     s = _session(msgs)
-    meta = {ev.seq: ev.payload for ev in s.events if ev.kind == "tool"}
+    meta = {ev.seq: ev for ev in s.events if isinstance(ev, ToolEvent)}
     out = unused_results(s.base_entries(), meta, 2, set())
-    marked = {s.events[k].payload["result_id"] for k in out}
+    marked = {meta[k].result_id for k in out}
     assert marked == {"c1"}  # c0 was quoted later, c2 has no salient term and too few later turns
     assert "a-1042" in salient_terms("Order A-1042 shipped") and "shipped" not in salient_terms("Order shipped")
 
@@ -316,9 +318,9 @@ def test_clearing_keeps_newest_and_runs_in_batches(store, tmp_path):
     )
     r = agent.run("read the pages")
     assert r.stop_reason == "final_answer"
-    comps = [ev for ev in s.events if ev.kind == "compaction"]
-    assert comps and all(ev.payload["layer"] == "clearing" for ev in comps)
-    idx = [ev.payload["call_index"] for ev in comps]
+    comps = [ev for ev in s.events if isinstance(ev, CompactionEvent)]
+    assert comps and all(ev.layer == "clearing" for ev in comps)
+    idx = [ev.call_index or 0 for ev in comps]
     assert all(b - a >= cfg.min_calls_between for a, b in itertools.pairwise(idx))  # batches, not every turn
     assert len(comps) < len(replies) // 3
     tools = [m for m in s.trajectory() if m.role == "tool"]
@@ -390,7 +392,7 @@ def test_clearing_keeps_newest_by_count_and_by_token_share():
     for i, cc in enumerate(c):
         msgs += [A(cc), T(cc.id, f"r{i} " + "w " * 400)]  # ~200 tokens each
     s = _session(msgs)
-    meta = {ev.seq: ev.payload for ev in s.events if ev.kind == "tool"}
+    meta = {ev.seq: ev for ev in s.events if isinstance(ev, ToolEvent)}
     by_count = clear_old_results(s.base_entries(), meta, 4, 10, estimate_tokens, set())
     by_share = clear_old_results(s.base_entries(), meta, 4, 10, estimate_tokens, set(), keep_tokens=450)
     assert len(by_count) == 2 and len(by_share) == 4  # 450 tokens hold the newest two only
@@ -423,9 +425,9 @@ def test_offline_audit_of_an_export_rebuilds_the_compacted_requests_that_were_se
         AgentConfig(compaction=CompactionConfig(results_dir=tmp_path, window_tokens=2048, keep_recent_results=2)),
         counter=TokenCounter(estimate_tokens, "estimate"),
     ).run("read the pages")
-    assert any(ev.kind == "compaction" for ev in s.events)
+    assert any(isinstance(ev, CompactionEvent) for ev in s.events)
     rebuilt = [req for req, problem in requests_from_export(session_export(store, s.id)) if req is not None]
     sent = [[m.to_wire() for m in r.messages[1:]] for r in backend.requests]
     assert [list(r.messages) for r in rebuilt] == sent
-    compacted_calls = {ev.payload["call_index"] for ev in s.events if ev.kind == "compaction"}
+    compacted_calls = {ev.call_index for ev in s.events if isinstance(ev, CompactionEvent)}
     assert [r.marker for r in rebuilt].count("compaction") == len(compacted_calls)

@@ -11,6 +11,7 @@ from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.backends.scripted import ScriptedBackend, call
 from ctxwright.cli.main import main
 from ctxwright.compaction.retrieval import ResultReader
+from ctxwright.core.events import ToolEvent
 from ctxwright.core.messages import Message
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
@@ -55,12 +56,12 @@ def test_child_shares_prefix_bytes_and_parent_sees_only_the_conclusion(store):
     assert "Task: find the weather in Oslo" in child_req.messages[1].content
     (child_id,) = d.children
     assert store.get_session(child_id).parent_id == agent.session.id
-    result = next(ev for ev in agent.session.events if ev.kind == "tool").payload["message"]["content"]
+    result = next(ev for ev in agent.session.events if isinstance(ev, ToolEvent)).message.content or ""
     assert result.startswith(f"[sub-agent {child_id}") and "Oslo: 3C" in result
     assert "cut at 120 characters" in result and len(result) < 250
     # the child's tool call and result live in the child only
-    assert not any(ev.kind == "tool" and ev.payload.get("tool_name") == "get_weather" for ev in agent.session.events)
-    assert any(e.payload.get("tool_name") == "get_weather" for e in store.events(child_id) if e.kind == "tool")
+    assert not any(isinstance(ev, ToolEvent) and ev.tool_name == "get_weather" for ev in agent.session.events)
+    assert any(isinstance(e, ToolEvent) and e.tool_name == "get_weather" for e in store.events(child_id))
 
 
 def test_child_cannot_delegate_again_and_iteration_cap_is_an_error(store):
@@ -75,10 +76,10 @@ def test_child_cannot_delegate_again_and_iteration_cap_is_an_error(store):
     ]
     agent, _backend, d = _parent(store, replies, max_iterations=3)
     agent.run("go")
-    child_tool = [e for e in store.events(d.children[0]) if e.kind == "tool"]
-    assert "not available inside a sub-agent" in child_tool[0].payload["message"]["content"]
-    parent_tool = next(ev for ev in agent.session.events if ev.kind == "tool")
-    body = json.loads(parent_tool.payload["message"]["content"])["error"]
+    child_tool = [e for e in store.events(d.children[0]) if isinstance(e, ToolEvent)]
+    assert "not available inside a sub-agent" in (child_tool[0].message.content or "")
+    parent_tool = next(ev for ev in agent.session.events if isinstance(ev, ToolEvent))
+    body = json.loads(parent_tool.message.content or "")["error"]
     assert "stopped without a conclusion: max_iterations" in body["message"]
     assert f"ctxwright show {d.children[0]}" in body["message"]
 
@@ -88,7 +89,7 @@ def test_child_backend_error_comes_back_as_a_tool_error(store):
     agent, _, d = _parent(store, replies)
     r = agent.run("go")
     assert r.stop_reason == "final_answer" and r.final_answer == "parent continues"
-    body = json.loads(next(ev for ev in agent.session.events if ev.kind == "tool").payload["message"]["content"])
+    body = json.loads(next(ev for ev in agent.session.events if isinstance(ev, ToolEvent)).message.content or "")
     assert "backend_error" in body["error"]["message"] and "endpoint down" in body["error"]["message"]
     assert next(e.kind for e in store.events(d.children[0])) == "user"  # the child's events are kept
 

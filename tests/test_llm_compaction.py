@@ -19,6 +19,7 @@ from ctxwright.compaction.identifiers import extract, missing, reattach
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.strategies import STRATEGIES, NewResult, StrategyContext, compress_batch
 from ctxwright.compaction.summarizer import Summarizer, SummaryFailed
+from ctxwright.core.events import BreakerEvent, CompactionEvent, SummaryFailedEvent, ToolEvent
 from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
@@ -197,10 +198,10 @@ def test_context_aware_strategy_compresses_at_record_time_and_keeps_originals(st
     )
     r = agent.run("Where does each person work now?")
     assert r.stop_reason == "final_answer"
-    tools = [ev for ev in agent.session.events if ev.kind == "tool"]
-    assert all(ev.payload.get("compressed") == "context_aware" for ev in tools)
-    assert all(ev.payload["message"]["content"].startswith("[task-aware summary of the fetch_page") for ev in tools)
-    assert "NL-4521" in tools[0].payload["message"]["content"]  # identifier re-attached verbatim
+    tools = [ev for ev in agent.session.events if isinstance(ev, ToolEvent)]
+    assert all(ev.compressed == "context_aware" for ev in tools)
+    assert all((ev.message.content or "").startswith("[task-aware summary of the fetch_page") for ev in tools)
+    assert "NL-4521" in (tools[0].message.content or "")  # identifier re-attached verbatim
     assert agent.context.reader.read("p3", 0, 8000).count("Person3 Varga") == 3  # original restorable
     assert len(sb.requests) == 8
 
@@ -217,12 +218,12 @@ def test_adaptive_waits_for_80_percent_then_compresses_each_once(store, tmp_path
     )
     r = agent.run("Where does each person work now?")
     assert r.stop_reason == "final_answer"
-    comps = [ev for ev in agent.session.events if ev.kind == "compaction" and ev.payload["layer"] == "adaptive"]
+    comps = [ev for ev in agent.session.events if isinstance(ev, CompactionEvent) and ev.layer == "adaptive"]
     assert comps and len(comps) < len(r.calls)
     assert r.calls[0].compactions == []  # nothing before the threshold
-    replaced = [int(k) for ev in comps for k in ev.payload["replace"]]
+    replaced = [k for ev in comps for k in ev.replace]
     assert len(replaced) == len(set(replaced))  # never compressed twice
-    assert all(v.startswith("[COMPRESSED]") for ev in comps for v in ev.payload["replace"].values())
+    assert all(v.startswith("[COMPRESSED]") for ev in comps for v in ev.replace.values())
     assert violations([m for _, m in agent.session.recorded_messages()], agent.session.trajectory()) == []
 
 
@@ -232,9 +233,9 @@ def test_three_failing_summaries_open_the_breaker_and_the_layers_without_llm_tak
     assert r.stop_reason == "final_answer"
     s = agent.session
     assert len(sb.requests) == 3  # no LLM call after the breaker opened
-    assert [ev.payload["reason"] for ev in s.events if ev.kind == "summary_failed"] == ["error"] * 3
-    assert any(ev.kind == "breaker" and ev.payload["state"] == "open" for ev in s.events)
-    assert any(ev.kind == "compaction" and ev.payload["layer"] in ("clearing", "trim") for ev in s.events)
+    assert [ev.reason for ev in s.events if isinstance(ev, SummaryFailedEvent)] == ["error"] * 3
+    assert any(isinstance(ev, BreakerEvent) and ev.state == "open" for ev in s.events)
+    assert any(isinstance(ev, CompactionEvent) and ev.layer in ("clearing", "trim") for ev in s.events)
     assert max(c.prompt_tokens or 0 for c in r.calls) <= 3000
     assert violations([m for _, m in s.recorded_messages()], s.trajectory()) == []
     assert len(store.events(s.id)) == len(s.events)

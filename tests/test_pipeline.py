@@ -15,6 +15,7 @@ from ctxwright.compaction import CompactionConfig, CompactionReport, ContextMana
 from ctxwright.compaction.check import violations
 from ctxwright.compaction.pipeline import PassState, Plan, Tier, tiers_for
 from ctxwright.compaction.retrieval import ResultReader
+from ctxwright.core.events import CompactionEvent, ToolEvent
 from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
@@ -68,7 +69,7 @@ class Scripted:
 
 
 def _tool_seqs(s: Session) -> list[int]:
-    return [ev.seq for ev in s.events if ev.kind == "tool"]
+    return [ev.seq for ev in s.events if isinstance(ev, ToolEvent)]
 
 
 # -- the order ---------------------------------------------------------------------------------
@@ -224,12 +225,13 @@ def test_every_tier_reports_the_event_it_recorded(store, tmp_path, monkeypatch, 
     reports = [(k, rep) for k, c in enumerate(r.calls) for rep in c.compactions]
     assert {rep.layer for _, rep in reports} == expected
     assert [name for name, _ in applied] == [rep.layer for _, rep in reports]  # all through the one step
-    compactions = [ev for ev in s.events if ev.kind == "compaction"]
+    compactions = [ev for ev in s.events if isinstance(ev, CompactionEvent)]
     assert [ev.seq for ev in compactions] == [rep.event_seq for _, rep in reports]  # one event per report
     for k, rep in reports:
-        p = s.events[rep.event_seq].payload
-        assert p["layer"] == ("full" if rep.layer.startswith("full_stage") else rep.layer)
-        assert p["tokens_before"] == rep.tokens_before and p["call_index"] == k
+        p = s.events[rep.event_seq]
+        assert isinstance(p, CompactionEvent)
+        assert p.layer == ("full" if rep.layer.startswith("full_stage") else rep.layer)
+        assert p.tokens_before == rep.tokens_before and p.call_index == k
         assert rep.messages_changed > 0
     for (k, a), (k2, b) in itertools.pairwise(reports):
         if k == k2:  # within one pass each tier starts from the size the last one measured

@@ -11,11 +11,12 @@ import pytest
 
 from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.backends.scripted import ScriptedBackend, call
+from ctxwright.core.events import StatusEvent
 from ctxwright.core.messages import Message
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.request import ChatRequest
 from ctxwright.core.session import Session
-from ctxwright.status.bar import STATUS_OPEN, StatusBar, StatusConfig, choose_mode, status_view
+from ctxwright.status.bar import STATUS_OPEN, StatusBar, StatusConfig, choose_mode
 from ctxwright.status.todo import TodoError, TodoList
 from ctxwright.tools.registry import ToolRegistry
 
@@ -227,16 +228,18 @@ def test_auto_mode_uses_measured_sizes():
     bar.record(s, count=lambda t: len(t) // 4)
     s.add_user("y" * 40_000)
     bar.record(s, count=lambda t: len(t) // 4)
-    assert s.events[-1].payload["mode"] == "append"  # tiny status, 10k-token suffix
+    last = s.events[-1]
+    assert isinstance(last, StatusEvent) and last.mode == "append"  # tiny status, 10k-token suffix
     bar2 = StatusBar(StatusConfig(mode="auto", alpha=0.9, expected_updates=50, items=("env",)))
     s2 = Session.start(Prefix.build("sys"))
     s2.add_user("short")
     bar2.record(s2, count=lambda t: len(t) // 4)
     s2.add_user("short")
     bar2.record(s2, count=lambda t: len(t) // 4)
-    assert s2.events[-1].payload["mode"] == "replace"
-    shown = [m for m in status_view(s2, s2.base_messages()) if (m.content or "").startswith(STATUS_OPEN)]
-    assert len(shown) == 1 and shown[0].content == s2.events[-1].payload["message"]["content"]
+    last = s2.events[-1]
+    assert isinstance(last, StatusEvent) and last.mode == "replace"
+    shown = [m for m in s2.trajectory() if (m.content or "").startswith(STATUS_OPEN)]
+    assert len(shown) == 1 and shown[0].content == last.message.content
 
 
 @pytest.mark.parametrize("mode", ["replace", "append"])

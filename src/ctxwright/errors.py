@@ -33,3 +33,19 @@ class MalformedResponse(BackendError):
 
 class SessionNotFound(CtxwrightError):
     """No session with that ID in the store."""
+
+
+class EventFormatError(CtxwrightError, ValueError):
+    """A stored or exported event whose payload does not have the shape of its kind."""
+
+
+class StoreUnusable(CtxwrightError):
+    """The database file cannot be used as a ctxwright store; it was left untouched."""
+
+
+class NotADatabase(StoreUnusable):
+    """The file is not an SQLite database (another program's file, or a damaged one)."""
+
+
+class SchemaTooNew(StoreUnusable):
+    """The database was written by a newer ctxwright, with migrations this build does not know."""

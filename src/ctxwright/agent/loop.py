@@ -31,7 +31,7 @@ from ctxwright.core.request import Completion, ToolChoice
 from ctxwright.core.session import Session
 from ctxwright.core.tokens import Ledger, TokenCounter, build_ledger
 from ctxwright.errors import BackendError
-from ctxwright.status.bar import StatusBar, status_view
+from ctxwright.status.bar import StatusBar
 from ctxwright.tools.registry import ToolOutcome, ToolRegistry, error_outcome
 
 StopReason = Literal["final_answer", "max_iterations", "backend_error"]
@@ -108,8 +108,6 @@ class Agent:
     ) -> None:
         self.session = session
         self.status = status
-        if status is not None and status_view not in session.view_transforms:
-            session.view_transforms.append(status_view)
         self.tokens_used = 0
         self.backend = backend
         self.tools = tools
@@ -157,14 +155,16 @@ class Agent:
         try:
             completion = self.backend.complete(request)
         except BackendError as exc:
-            s.record_call(request, None, ledger=ledger.to_dict(), error=f"{type(exc).__name__}: {exc}")
+            s.record_call(
+                request, None, ledger=ledger.to_dict(), error=f"{type(exc).__name__}: {exc}", model=self.backend.model
+            )
             raise
         t1 = time.perf_counter()
         u = completion.usage
         self.tokens_used += (u.prompt_tokens or 0) + (u.completion_tokens or 0)
         row = self.auditor.add(audit_request(request, u, marker=s.marker_since_last_call()))
         audit = audit_record(row)
-        idx = s.record_call(request, u, ledger=ledger.to_dict(), audit=audit)
+        idx = s.record_call(request, u, ledger=ledger.to_dict(), audit=audit, model=self.backend.model)
         report = CallReport(
             idx,
             u.prompt_tokens,

@@ -12,13 +12,13 @@ from typing import Any
 
 from ctxwright.audit.compare import AuditRequest, AuditRow
 from ctxwright.core.messages import Usage
+from ctxwright.core.render import replay_calls
 from ctxwright.core.request import ChatRequest
 from ctxwright.core.session import Session
 
 
 def audit_request(request: ChatRequest, usage: Usage | None, marker: str | None = None) -> AuditRequest:
     u = usage or Usage()
-    hint = u.raw.get("reusable_tokens") if isinstance(u.raw, dict) else None
     msgs = request.messages
     if msgs and msgs[0].role == "system":
         system, rest = msgs[0].content or "", msgs[1:]
@@ -32,7 +32,7 @@ def audit_request(request: ChatRequest, usage: Usage | None, marker: str | None 
         prompt_tokens=u.prompt_tokens,
         completion_tokens=u.completion_tokens,
         marker=marker,
-        reusable_tokens_hint=hint if isinstance(hint, int) else None,
+        reusable_tokens_hint=_hint(u),
         message_bytes=[m.canonical_utf8 for m in rest],
     )
 
@@ -53,16 +53,32 @@ def past_requests(session: Session) -> Iterator[AuditRequest]:
     """The requests a resumed session already sent, rebuilt from its stored events.
 
     Rebuilding them lets the audit of the next call compare against the best earlier
-    request, as if the session had never stopped. Same replay as ``ctxwright audit`` of a
-    session export (children excluded: they are audited in their own sessions).
+    request, as if the session had never stopped. Rendered by the one renderer
+    (``core/render.py``) with the session's recorded settings -- the code and settings
+    that rendered them live -- so an unchanged history is audited as ``append``.
     """
     if not session.events or session.store is None:
         return
-    from ctxwright.audit.logs import requests_from_export
-    from ctxwright.core.export import session_export
+    calls = {c["call_index"]: c for c in session.store.calls(session.id)}
+    prefix = session.prefix
+    system = prefix.system_prompt
+    tools = [t.to_wire() for t in prefix.tools]
+    for rc in replay_calls(session.events, session.settings(), tools_in_use=bool(prefix.tools)):
+        call = calls.get(rc.reply.call_index) or {}
+        u = Usage.from_dict(call.get("usage") or {})
+        yield AuditRequest(
+            system=system,
+            tools=tools,
+            messages=[m.to_wire() for m in rc.messages],
+            cached_tokens=call.get("cached_tokens"),
+            prompt_tokens=call.get("prompt_tokens"),
+            completion_tokens=call.get("completion_tokens"),
+            marker=rc.marker,
+            reusable_tokens_hint=_hint(u),
+            message_bytes=[m.canonical_utf8 for m in rc.messages],
+        )
 
-    export = session_export(session.store, session.id)
-    export["children"] = []
-    for req, _problem in requests_from_export(export):
-        if req is not None:
-            yield req
+
+def _hint(u: Usage) -> int | None:
+    hint = u.raw.get("reusable_tokens") if isinstance(u.raw, dict) else None
+    return hint if isinstance(hint, int) and not isinstance(hint, bool) else None

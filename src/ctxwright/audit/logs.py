@@ -13,8 +13,10 @@ log and normalises it to one shape (system text, tool list, message dicts, usage
   whole file (pretty-printed or not) or one per JSONL line, expanded into one request
   per model call.
 
-Messages are kept exactly as logged, never re-serialised or "cleaned": the cache matches
-bytes, so normalising them would hide the very differences the audit looks for.
+Messages of a request log are kept exactly as logged, never re-serialised or "cleaned": the
+cache matches bytes, so normalising them would hide the very differences the audit looks
+for. A session export is different: it holds events, not requests, and its requests are
+rendered by the same renderer that rendered the live ones (``core/render.py``).
 
 A log is evidence, not input we control: a bad line is reported as a
 :class:`ParseProblem` with its 1-based line number and skipped, never raised.
@@ -24,18 +26,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ctxwright.audit.compare import AuditRequest
-from ctxwright.core.compaction_view import CompactionView
-from ctxwright.core.markers import next_marker
+from ctxwright.core.events import Event, event_from_dict
+from ctxwright.core.messages import Message
+from ctxwright.core.render import RenderSettings, replay_calls
 from ctxwright.core.usage import as_object, first_int, read_usage
-
-#: Event kinds of a session export that carry one chat message in ``message``.
-MESSAGE_KINDS = frozenset({"user", "assistant", "tool"})
+from ctxwright.errors import CtxwrightError, EventFormatError
 
 _SYSTEM_ROLES = ("system", "developer")
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result"})
@@ -96,7 +97,8 @@ def _whole_document(data: bytes) -> list[Any] | dict[str, Any] | None:
     the first line parses on its own, the file is JSONL (unless it is its only line), so
     a large log is never parsed twice.
     """
-    start = _LEADING_SPACE.match(data, len(_BOM) if data.startswith(_BOM) else 0).end()
+    lead = _LEADING_SPACE.match(data, len(_BOM) if data.startswith(_BOM) else 0)
+    start = lead.end() if lead is not None else 0  # the pattern matches the empty string: never None
     if start >= len(data) or data[start] not in b"{[":
         return None
     end = data.find(b"\n", start)
@@ -305,61 +307,46 @@ def text_of(value: Any) -> str:
 def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest | None, str | None]]:
     """One request per model call of a session export (and of its child sessions).
 
-    Replays the events in order: the ``assistant`` event with ``call_index`` k answered
-    the request made of the prefix plus every message event before it, shown with the
-    compactions recorded so far (``compaction/view.py``, the rule the live session uses). A
-    ``compaction`` event, or a ``status`` event in ``replace`` mode, since the previous reply
-    marks the next request, so the audit reports the change as intended rather than as an edit.
-    Yields ``(request, None)`` or ``(None, problem)``.
+    The events are parsed by ``core/events.py`` and replayed by the one renderer
+    (``core/render.py``, the code that rendered the live requests) with the settings the
+    export's ``meta`` records: the ``assistant`` event with ``call_index`` k answered the
+    request rendered from every event before it. A ``compaction`` event, or a ``status`` event
+    in ``replace`` mode, since the previous reply marks the next request, so the audit reports
+    the change as intended rather than as an edit. Yields ``(request, None)`` or
+    ``(None, problem)``.
     """
     sid = export.get("id") or "?"
     prefix = export.get("prefix")
-    events = export.get("events")
-    if not isinstance(prefix, dict) or not isinstance(events, list):
+    raw_events = export.get("events")
+    if not isinstance(prefix, dict) or not isinstance(raw_events, list):
         yield None, f"session {sid}: 'prefix' must be an object and 'events' an array"
         return
     system = text_of(prefix.get("system"))
-    tools = prefix.get("tools") if isinstance(prefix.get("tools"), list) else []
+    tools: list[Any] = prefix["tools"] if isinstance(prefix.get("tools"), list) else []
     calls = {c.get("call_index"): c for c in export.get("calls") or () if isinstance(c, dict)}
-    entries: list[tuple[int, dict[str, Any]]] = []  # (event seq, message) as recorded
-    view = CompactionView()  # what the recorded compactions change, as the live session applies it
-    marker: str | None = None
-    last_status: int | None = None
-    produced = 0
-    for i, ev in enumerate(events):
-        if not isinstance(ev, dict):
+    events: list[Event] = []
+    for i, data in enumerate(raw_events):
+        if not isinstance(data, dict):
             yield None, f"session {sid}: event {i} is not an object; skipped"
             continue
-        kind = ev.get("kind")
-        seq = first_int(ev.get("seq"))
-        seq = i if seq is None else seq
-        if kind == "assistant":
-            k = first_int(ev.get("call_index"))
-            if k is not None:
-                shown = [
-                    m
-                    for _, m in view.apply(
-                        entries, lambda text: {"role": "user", "content": text}, lambda m, text: {**m, "content": text}
-                    )
-                ]
-                yield _export_request(system, tools, shown, calls.get(k) or {}, marker), None
-                produced += 1
-            marker = None
-        else:
-            marker = next_marker(marker, str(kind), ev, last_status is not None)
-            if kind == "compaction":
-                view.add(ev)
-        if kind == "status" and isinstance(ev.get("message"), dict):
-            # the status view: a status recorded in replace mode hides the previous one
-            if ev.get("mode") == "replace" and last_status is not None:
-                del entries[last_status]
-            last_status = len(entries)
-            entries.append((seq, ev["message"]))
-        elif kind in MESSAGE_KINDS:
-            if isinstance(ev.get("message"), dict):
-                entries.append((seq, ev["message"]))
-            else:
-                yield None, f"session {sid}: {kind} event {ev.get('seq', i)} has no message; skipped"
+        try:
+            events.append(event_from_dict(data, default_seq=i))
+        except EventFormatError as exc:
+            yield None, f"session {sid}: {exc}; skipped"
+    try:
+        settings = RenderSettings.from_meta(as_object(export.get("meta")))
+    except ValueError as exc:
+        yield None, f"session {sid}: {exc}; rendered as recorded"
+        settings = RenderSettings()
+    produced = 0
+    wire = _WireCache()
+    try:
+        for rc in replay_calls(events, settings, tools_in_use=bool(tools)):
+            call = calls.get(rc.reply.call_index) or {}
+            yield _export_request(system, tools, rc.messages, wire, call, rc.marker), None
+            produced += 1
+    except CtxwrightError as exc:  # e.g. a reasoning policy the recorded messages violate
+        yield None, f"session {sid}: {exc}"
     if not produced:
         yield None, f"session {sid}: no model calls (no assistant event with a call_index)"
     for child in export.get("children") or ():
@@ -367,8 +354,28 @@ def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest 
             yield from requests_from_export(child)
 
 
+class _WireCache:
+    """One wire dict per message object: the renderer hands back the same objects for the
+    unchanged part of every request, so a long session is converted once, not once per call."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Message, dict[str, Any]]] = {}
+
+    def __call__(self, m: Message) -> dict[str, Any]:
+        hit = self._by_id.get(id(m))
+        if hit is None or hit[0] is not m:
+            hit = (m, m.to_wire())
+            self._by_id[id(m)] = hit
+        return hit[1]
+
+
 def _export_request(
-    system: str, tools: list[Any], messages: list[dict[str, Any]], call: dict[str, Any], marker: str | None
+    system: str,
+    tools: list[Any],
+    messages: list[Message],
+    wire: Callable[[Message], dict[str, Any]],
+    call: dict[str, Any],
+    marker: str | None,
 ) -> AuditRequest:
     """The request of one call; exact reusable tokens if the backend recorded them."""
     usage = as_object(call.get("usage"))
@@ -376,10 +383,11 @@ def _export_request(
     return AuditRequest(
         system=system,
         tools=tools,
-        messages=list(messages),
+        messages=[wire(m) for m in messages],
         cached_tokens=first_int(call.get("cached_tokens")),
         prompt_tokens=first_int(call.get("prompt_tokens")),
         completion_tokens=first_int(call.get("completion_tokens")),
         marker=marker,
         reusable_tokens_hint=first_int(raw.get("reusable_tokens")),
+        message_bytes=[m.canonical_utf8 for m in messages],
     )

@@ -80,19 +80,15 @@ class OpenAIBackend:
 
     def complete(self, request: ChatRequest) -> Completion:
         """Send one rendered request and translate the reply, or raise one of our errors."""
-        body = request.to_wire()
-        if request.max_tokens is not None:
-            body["max_tokens"] = request.max_tokens
-        if request.temperature is not None:
-            body["temperature"] = request.temperature
-        body.update(request.extra)
+        body = request.openai_body(self.model)
+        model = body.pop("model")
         messages = body.pop("messages")
         started = time.perf_counter()
         try:
             # Everything but the two required arguments goes through ``extra_body``, which
             # the SDK sends untouched: the server sees exactly what the harness rendered.
             raw = self._client.chat.completions.with_raw_response.create(
-                model=self.model, messages=messages, extra_body=body
+                model=model, messages=messages, extra_body=body
             )
             text = raw.text
         except openai.APITimeoutError as exc:

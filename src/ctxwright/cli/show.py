@@ -1,4 +1,8 @@
-"""``ctxwright show ID``: one stored session, its messages, tool calls and per-call usage."""
+"""``ctxwright show ID``: one stored session, its messages, tool calls and per-call usage.
+
+Each recorded message is marked when the next request no longer sends it as recorded (a
+compaction replaced or removed it, a newer status hid it), as the one renderer
+(``core/render.py``) decides -- so what ``show`` says is what the model sees."""
 
 from __future__ import annotations
 
@@ -10,8 +14,20 @@ from rich.console import Console
 from rich.table import Table
 
 from ctxwright.audit.compare import cache_ratios
+from ctxwright.core.events import (
+    AssistantEvent,
+    CompactionEvent,
+    Event,
+    MessageEvent,
+    ToolEvent,
+    UserEvent,
+    event_from_dict,
+)
 from ctxwright.core.export import session_export
+from ctxwright.core.messages import Message
+from ctxwright.core.render import Renderer, RenderSettings
 from ctxwright.core.store import Store
+from ctxwright.errors import EventFormatError
 
 
 def _n(v: Any) -> str:
@@ -28,6 +44,42 @@ def render_session(store: Store, session_id: str, console: Console, *, as_json: 
         _render(data, console, "")
 
 
+def _parse_events(raw: list[Any]) -> tuple[list[Event], list[tuple[Any, str]]]:
+    events: list[Event] = []
+    bad: list[tuple[Any, str]] = []
+    for i, d in enumerate(raw):
+        try:
+            events.append(event_from_dict(d, default_seq=i))
+        except EventFormatError as exc:
+            bad.append((d.get("seq", i) if isinstance(d, dict) else i, str(exc)))
+    return events, bad
+
+
+def _current_view(data: dict[str, Any], events: list[Event]) -> dict[int, Message] | None:
+    """Event seq -> the message the next request sends for it, by the one renderer
+    (``core/render.py``); ``None`` when the session's settings cannot be read."""
+    try:
+        settings = RenderSettings.from_meta(data.get("meta"))
+    except ValueError:
+        return None
+    r = Renderer(settings, tools_in_use=bool(data["prefix"].get("tools"))).feed_all(events)
+    return {seq: m for seq, m in r.shown_entries() if seq is not None}
+
+
+def _view_note(ev: Event, shown: dict[int, Message] | None) -> str:
+    """What the next request does with a recorded message: nothing to say when it is sent as
+    recorded; else that it is no longer sent, or is sent shortened by a compaction."""
+    if shown is None or not isinstance(ev, MessageEvent):
+        return ""
+    now = shown.get(ev.seq)
+    if now is None:
+        return " [dim](no longer sent)[/]"
+    if now.content != ev.message.content:
+        c = now.content or ""
+        return f" [dim](now sent as: {c[:80]}{'…' if len(c) > 80 else ''})[/]"
+    return ""
+
+
 def _render(data: dict[str, Any], console: Console, indent: str) -> None:
     """One exported session, then its children (already in the export) indented below it."""
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(data["created_at"]))
@@ -40,40 +92,43 @@ def _render(data: dict[str, Any], console: Console, indent: str) -> None:
         f"{indent}prefix sha256 {data['prefix_sha256'][:16]} · system prompt "
         f"{len(data['prefix']['system']):,} chars · tools: {', '.join(tools) or '-'}"
     )
-    for ev in data["events"]:
-        msg = ev.get("message") or {}
-        kind = ev["kind"]
-        if kind == "assistant":
-            for tc in msg.get("tool_calls") or []:
-                fn = tc["function"]
-                console.print(
-                    f"{indent}  #{ev['seq']} [yellow]call[/] {fn['name']}({fn['arguments']}) [dim]{tc['id']}[/]"
-                )
-            if msg.get("content") is not None or not msg.get("tool_calls"):
-                console.print(f"{indent}  #{ev['seq']} [green]assistant[/] {msg.get('content')}")
-        elif kind == "tool":
-            c = msg.get("content") or ""
+    events, unreadable = _parse_events(data["events"])
+    for seq, problem in unreadable:
+        console.print(f"{indent}  #{seq} [red]unreadable event[/] {problem}")
+    shown = _current_view(data, events)
+    for ev in events:
+        note = _view_note(ev, shown)
+        if isinstance(ev, AssistantEvent):
+            msg = ev.message
+            for tc in msg.tool_calls:
+                console.print(f"{indent}  #{ev.seq} [yellow]call[/] {tc.name}({tc.arguments}) [dim]{tc.id}[/]{note}")
+            if msg.content is not None or not msg.tool_calls:
+                console.print(f"{indent}  #{ev.seq} [green]assistant[/] {msg.content}{note}")
+        elif isinstance(ev, ToolEvent):
+            c = ev.message.content or ""
             short = c if len(c) <= 200 else c[:200] + f"… ({len(c):,} chars)"
-            off = ev.get("offload")
-            where = f" [dim](full {off['chars']:,} chars offloaded to {off['path']})[/]" if off else ""
+            off = ev.offload
+            where = f" [dim](full {off.chars:,} chars offloaded to {off.path})[/]" if off else ""
             console.print(
-                f"{indent}  #{ev['seq']} [magenta]tool[/] {ev.get('tool_name')} "
-                f"[dim]{msg.get('tool_call_id')}[/] {short}{where}"
+                f"{indent}  #{ev.seq} [magenta]tool[/] {ev.tool_name} "
+                f"[dim]{ev.message.tool_call_id}[/] {short}{where}{note}"
             )
-        elif kind == "compaction":
-            n = len(ev.get("replace") or {}) + len(ev.get("drop") or [])
-            how = "replaced" if ev.get("replace") else "removed"
-            before = ev.get("tokens_before")
+        elif isinstance(ev, CompactionEvent):
+            n = len(ev.replace) + len(ev.drop)
+            how = "replaced" if ev.replace else "removed"
+            before = ev.tokens_before
             console.print(
-                f"{indent}  #{ev['seq']} [blue]compaction[/] {ev.get('layer')}: {n} message(s) {how}"
-                + (f" before call {ev['call_index']}" if "call_index" in ev else "")
-                + (f", request was {before:,} tokens" if isinstance(before, int) else "")
+                f"{indent}  #{ev.seq} [blue]compaction[/] {ev.layer}: {n} message(s) {how}"
+                + (f" before call {ev.call_index}" if ev.call_index is not None else "")
+                + (f", request was {before:,} tokens" if before is not None else "")
             )
-        elif kind == "user":
-            console.print(f"{indent}  #{ev['seq']} [cyan]user[/] {msg.get('content')}")
+        elif isinstance(ev, UserEvent):
+            console.print(f"{indent}  #{ev.seq} [cyan]user[/] {ev.message.content}{note}")
         else:
-            summary = {k: v for k, v in ev.items() if k not in ("seq", "kind", "created_at")}
-            console.print(f"{indent}  #{ev['seq']} [blue]{kind}[/] {json.dumps(summary, ensure_ascii=False)[:200]}")
+            summary = ev.to_payload()
+            console.print(
+                f"{indent}  #{ev.seq} [blue]{ev.kind}[/] {json.dumps(summary, ensure_ascii=False)[:200]}{note}"
+            )
     if data["calls"]:
         t = Table(title=f"{indent}calls")
         for c in (

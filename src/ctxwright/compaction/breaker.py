@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from ctxwright.core.events import BreakerEvent
+
 if TYPE_CHECKING:
     from ctxwright.core.session import Session
 
@@ -45,7 +47,7 @@ class CircuitBreaker:
         was_open = self.opened_at is not None
         self.failures, self.opened_at = 0, None
         if was_open and session is not None:
-            session.append("breaker", {"state": "closed", "call_index": call_index})
+            session.append(BreakerEvent(state="closed", call_index=call_index))
 
     def failure(self, reason: str, session: Session | None = None, call_index: int = 0) -> bool:
         """Count one failure; returns True when this one opened (or re-opened) the breaker."""
@@ -54,14 +56,13 @@ class CircuitBreaker:
             self.opened_at = call_index
             if session is not None:
                 session.append(
-                    "breaker",
-                    {
-                        "state": "open",
-                        "failures": self.failures,
-                        "reason": reason,
-                        "call_index": call_index,
-                        "retry_at_call": call_index + self.cooldown_calls,
-                    },
+                    BreakerEvent(
+                        state="open",
+                        failures=self.failures,
+                        reason=reason,
+                        call_index=call_index,
+                        retry_at_call=call_index + self.cooldown_calls,
+                    )
                 )
             return True
         return False
@@ -69,9 +70,9 @@ class CircuitBreaker:
     def restore(self, session: Session) -> None:
         """Rebuild the state from a resumed session's ``breaker`` events."""
         for ev in session.events:
-            if ev.kind == "breaker":
-                if ev.payload.get("state") == "open":
-                    self.opened_at = int(ev.payload.get("call_index", 0))
-                    self.failures = int(ev.payload.get("failures", self.threshold))
+            if isinstance(ev, BreakerEvent):
+                if ev.state == "open":
+                    self.opened_at = ev.call_index
+                    self.failures = ev.failures if ev.failures is not None else self.threshold
                 else:
                     self.failures, self.opened_at = 0, None

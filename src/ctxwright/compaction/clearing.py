@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from ctxwright.core.events import ToolEvent
 from ctxwright.core.messages import Message
 
 
@@ -22,7 +23,7 @@ def placeholder(tool_name: str, result_id: str, tokens: int) -> str:
 
 def clear_old_results(
     entries: Iterable[tuple[int | None, Message]],
-    meta: dict[int, dict],
+    meta: dict[int, ToolEvent],
     keep_recent: int,
     min_tokens: int,
     count: Callable[[str], int],
@@ -53,8 +54,10 @@ def clear_old_results(
         tokens = count(content)
         if tokens < min_tokens:
             continue
-        info = meta.get(seq) or {}
+        info = meta.get(seq)
         out[seq] = placeholder(
-            info.get("tool_name") or "tool", info.get("result_id") or m.tool_call_id or str(seq), tokens
+            (info.tool_name if info else None) or "tool",
+            (info.result_id if info else None) or m.tool_call_id or str(seq),
+            tokens,
         )
     return out

@@ -35,6 +35,7 @@ from ctxwright.compaction.pipeline import CompactionReport, PassState, tiers_for
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.strategies import SCAN_CHARS, NewResult, StrategyContext, compress_batch
 from ctxwright.compaction.summarizer import Summarizer, SummaryFailed
+from ctxwright.core.events import CompactionEvent, SummaryFailedEvent, ToolEvent, UserEvent
 from ctxwright.core.messages import Message, canonical_json
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.errors import ContextWindowExceeded
@@ -108,19 +109,15 @@ class ContextManager:
         self.files = ResultFiles(Path(base) / session.id)
         self.reader.bind(session, self.files)
         for ev in session.events:
-            if ev.kind == "tool":
-                rid = ev.payload.get("result_id")
+            if isinstance(ev, ToolEvent):
+                rid = ev.result_id
                 if rid:
                     self._ids.add(rid)
-                    if ev.payload.get("sha256"):
-                        self._seen.setdefault(f"{ev.payload.get('tool_name')}:{ev.payload['sha256']}", rid)
-            elif ev.kind == "compaction" and "call_index" in ev.payload:
-                self.last_compaction_call = int(ev.payload.get("call_index", self.last_compaction_call))
-        self.known = [
-            (ev.payload.get("message") or {}).get("content") or ""
-            for ev in session.events
-            if ev.kind == "tool" and ev.payload.get("compressed")
-        ]
+                    if ev.sha256:
+                        self._seen.setdefault(f"{ev.tool_name}:{ev.sha256}", rid)
+            elif isinstance(ev, CompactionEvent) and ev.call_index is not None:
+                self.last_compaction_call = ev.call_index
+        self.known = [ev.message.content or "" for ev in session.events if isinstance(ev, ToolEvent) and ev.compressed]
         self.breaker.restore(session)
 
     # -- layer 1 and repeats, at record time ------------------------------------------------
@@ -161,7 +158,7 @@ class ContextManager:
 
     def query(self, session: Session) -> str:
         """What the task is: the first user message, and the latest one if it differs."""
-        users = [ev.payload["message"].get("content") or "" for ev in session.events if ev.kind == "user"]
+        users = [ev.message.content or "" for ev in session.events if isinstance(ev, UserEvent)]
         if not users:
             return ""
         return users[0] if len(users) == 1 or users[-1] == users[0] else f"{users[0]}\n{users[-1]}"
@@ -207,11 +204,11 @@ class ContextManager:
 
     def original_text(self, session: Session, seq: int) -> str:
         """A recorded result's full text: its offload file, else its recorded content."""
-        p = session.events[seq].payload
-        rid = p.get("result_id")
+        ev = session.events[seq]
+        rid = ev.result_id if isinstance(ev, ToolEvent) else None
         if rid and self.files is not None and self.files.exists(rid):
             return self.files.read(rid, 0, SCAN_CHARS)[0]
-        return (p.get("message") or {}).get("content") or ""
+        return (ev.message.content if isinstance(ev, ToolEvent) else None) or ""
 
     # -- measuring --------------------------------------------------------------------------
     def tokens_of(self, m: Message) -> int:
@@ -262,7 +259,7 @@ class ContextManager:
         try:
             out = self.summarizer.summarize(text, instruction, max_chars=max_chars, query=query).text
         except SummaryFailed as exc:  # an event (nothing is lost) and a breaker count
-            session.append("summary_failed", {"reason": exc.reason, "detail": str(exc), "call_index": call_index})
+            session.append(SummaryFailedEvent(reason=exc.reason, detail=str(exc), call_index=call_index))
             self.breaker.failure(exc.reason, session, call_index)
             return None
         self.breaker.success(session, call_index)

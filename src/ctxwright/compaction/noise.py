@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from ctxwright.core.events import ToolEvent
 from ctxwright.core.messages import Message
 
 _TERM = re.compile(r"[\w./:-]{4,}")
@@ -55,11 +56,11 @@ def unused_marker(tool_name: str, result_id: str, tokens: int | None, why: str) 
 
 
 def unused_results(
-    entries: Iterable[tuple[int | None, Message]], meta: dict[int, dict], after_turns: int, already: set[int]
+    entries: Iterable[tuple[int | None, Message]], meta: dict[int, ToolEvent], after_turns: int, already: set[int]
 ) -> dict[int, str]:
     """Event seq -> marker for every result the rule finds unused.
 
-    ``meta`` maps a tool event's seq to its payload (tool name, ok, result id, tokens)."""
+    ``meta`` maps a tool event's seq to the event (tool name, ok, result id, tokens)."""
     items = list(entries)
     out: dict[int, str] = {}
     later_texts: list[str] = []  # assistant texts after position i, built backwards
@@ -70,17 +71,18 @@ def unused_results(
             continue
         if m.role != "tool" or seq is None or seq in already:
             continue
-        info = meta.get(seq) or {}
-        name = info.get("tool_name") or "tool"
-        rid = info.get("result_id") or m.tool_call_id or str(seq)
-        if not info.get("ok", True):
+        info = meta.get(seq)
+        name = (info.tool_name if info else None) or "tool"
+        rid = (info.result_id if info else None) or m.tool_call_id or str(seq)
+        tokens = info.tokens if info else None
+        if info is not None and not info.ok:
             if name in later_ok_tools:
-                out[seq] = unused_marker(name, rid, info.get("tokens"), "an error a later successful call superseded")
+                out[seq] = unused_marker(name, rid, tokens, "an error a later successful call superseded")
             continue
         later_ok_tools.add(name)
         if len(later_texts) < after_turns or (m.content or "").startswith("[ctxwright:"):
             continue
         terms = salient_terms(m.content or "")
         if terms and not any(t in txt for txt in later_texts for t in terms):
-            out[seq] = unused_marker(name, rid, info.get("tokens"), f"not used by the {len(later_texts)} later steps")
+            out[seq] = unused_marker(name, rid, tokens, f"not used by the {len(later_texts)} later steps")
     return out

@@ -31,9 +31,9 @@ from ctxwright.compaction.config import CompactionConfig
 from ctxwright.compaction.noise import unused_results
 from ctxwright.compaction.strategies import COMPRESSED, NewResult, compress_one
 from ctxwright.compaction.trim import note_text, plan_trim
-from ctxwright.core.compaction_view import CompactionView
+from ctxwright.core.events import AssistantEvent, CompactionEvent, CompactionNote, ToolEvent, UserEvent
 from ctxwright.core.messages import Message
-from ctxwright.core.session import replace_content
+from ctxwright.core.render import render
 
 if TYPE_CHECKING:
     from ctxwright.compaction.manager import ContextManager
@@ -70,14 +70,10 @@ class Plan:
         """A plan that only swaps contents (every call stays answered); ``None`` when empty."""
         return cls(len(replace), replace=replace) if replace else None
 
-    def view_payload(self, layer: str) -> dict[str, Any]:
-        """The fields of the ``compaction`` event that :class:`CompactionView` reads."""
-        payload: dict[str, Any] = {"layer": layer, "replace": self.replace, "drop": self.drop}
-        if self.note is not None:
-            payload["note"] = {"before_seq": self.note[0], "text": self.note[1]}
-            if self.note_replaces_all:
-                payload["note"]["replaces"] = "all"
-        return payload
+    def event(self, layer: str, seq: int) -> CompactionEvent:
+        """The ``compaction`` event this plan would record as event ``seq`` (what the renderer reads)."""
+        note = CompactionNote(*self.note, self.note_replaces_all) if self.note is not None else None
+        return CompactionEvent(seq=seq, layer=layer, replace=dict(self.replace), drop=tuple(sorted(self.drop)), note=note)
 
 
 @dataclass
@@ -155,8 +151,8 @@ def replaced_already(session: Session) -> set[int]:
     """Event seqs whose content a recorded compaction replaced: no tier replaces them twice."""
     done: set[int] = set()
     for ev in session.events:
-        if ev.kind == "compaction":
-            done.update(int(k) for k in (ev.payload.get("replace") or {}))
+        if isinstance(ev, CompactionEvent):
+            done.update(ev.replace)
     return done
 
 
@@ -164,16 +160,16 @@ def unanswered_results(session: Session) -> set[int]:
     """Results the model has not answered yet (after the last assistant turn) stay as they are."""
     out: set[int] = set()
     for ev in reversed(session.events):
-        if ev.kind == "assistant":
+        if isinstance(ev, AssistantEvent):
             break
-        if ev.kind == "tool":
+        if isinstance(ev, ToolEvent):
             out.add(ev.seq)
     return out
 
 
-def tool_payloads(session: Session) -> dict[int, dict[str, Any]]:
-    """Tool event seq -> its payload (tool name, ok, result id, tokens)."""
-    return {ev.seq: ev.payload for ev in session.events if ev.kind == "tool"}
+def tool_events(session: Session) -> dict[int, ToolEvent]:
+    """Tool event seq -> the event (tool name, ok, result id, tokens)."""
+    return {ev.seq: ev for ev in session.events if isinstance(ev, ToolEvent)}
 
 
 # -- the tiers, cheapest first ---------------------------------------------------------------
@@ -197,13 +193,14 @@ class Adaptive:
         for seq, msg in session.base_entries():
             if msg.role != "tool" or seq is None or seq in done or (msg.content or "").startswith(COMPRESSED):
                 continue
-            p = session.events[seq].payload
+            ev = session.events[seq]
+            tev = ev if isinstance(ev, ToolEvent) else None
             r = NewResult(
-                p.get("tool_name") or "tool",
-                p.get("result_id") or msg.tool_call_id or str(seq),
+                (tev.tool_name if tev else None) or "tool",
+                (tev.result_id if tev else None) or msg.tool_call_id or str(seq),
                 m.original_text(session, seq),
                 msg.content or "",
-                bool(p.get("ok", True)),
+                tev.ok if tev else True,
             )
             new = compress_one("adaptive", r, ctx)
             if new is not None:
@@ -228,7 +225,7 @@ class Noise:
     def plan(self, state: PassState) -> Plan | None:
         s = state.session
         skip = replaced_already(s) | unanswered_results(s)
-        return Plan.replacing(unused_results(s.base_entries(), tool_payloads(s), state.config.unused_after_turns, skip))
+        return Plan.replacing(unused_results(s.base_entries(), tool_events(s), state.config.unused_after_turns, skip))
 
 
 @dataclass
@@ -271,7 +268,7 @@ class Clearing:
         return Plan.replacing(
             clear_old_results(
                 s.base_entries(),
-                tool_payloads(s),
+                tool_events(s),
                 cfg.keep_recent_results,
                 cfg.min_clear_tokens,
                 state.manager.counter.count,
@@ -332,11 +329,11 @@ class Trim:
     def plan(self, state: PassState) -> Plan | None:
         s = state.session
         target = int(state.config.trim_target_ratio * state.window)
-        kinds = {ev.seq: ev.kind for ev in s.events}
-        drop, first = plan_trim(s.base_entries(), state.manager.tokens_of, state.tokens - target, kinds)
+        users = {ev.seq for ev in s.events if isinstance(ev, UserEvent)}
+        drop, first = plan_trim(s.base_entries(), state.manager.tokens_of, state.tokens - target, users)
         if not drop or first is None:
             return None
-        total = len(drop) + sum(len(ev.payload.get("drop") or ()) for ev in s.events if ev.kind == "compaction")
+        total = len(drop) + sum(len(ev.drop) for ev in s.events if isinstance(ev, CompactionEvent))
         return Plan(len(drop), drop=drop, note=(first, note_text(total)))
 
 
@@ -359,24 +356,12 @@ def tiers_for(config: CompactionConfig) -> list[Tier]:
 
 
 # -- the one shared step -------------------------------------------------------------------
-def preview(
-    session: Session, layer: str, plan: Plan, recorded: list[tuple[int, Message]] | None = None
-) -> list[Message]:
-    """The trajectory the session would send with ``plan`` recorded: the same rule as
-    ``Session.trajectory`` (``core/compaction_view.py``, then the view transforms).
-    ``recorded``: ``session.recorded_messages()`` when the caller has them already."""
-    view = CompactionView()
-    for ev in session.events:
-        if ev.kind == "compaction":
-            view.add(ev.payload)
-    view.add(plan.view_payload(layer))
-    if recorded is None:
-        recorded = session.recorded_messages()
-    shown = view.apply(recorded, lambda text: Message(role="user", content=text), replace_content)
-    msgs = [m for _, m in shown]
-    for transform in session.view_transforms:
-        msgs = transform(session, msgs)
-    return msgs
+def preview(session: Session, layer: str, plan: Plan) -> list[Message]:
+    """The trajectory the session would send with ``plan`` recorded: the one renderer
+    (``core/render.py``) over the events plus the compaction event the plan would add, so the
+    check runs on exactly what every later render and resume will send."""
+    events = [*session.events, plan.event(layer, len(session.events))]
+    return render(session.prefix, events, session.settings())[1:]
 
 
 def apply(state: PassState, tier: Tier, plan: Plan) -> CompactionReport:
@@ -385,8 +370,7 @@ def apply(state: PassState, tier: Tier, plan: Plan) -> CompactionReport:
     A plan whose view breaks an invariant is a bug in ctxwright: it raises before anything is
     recorded (the session stays as it was, resumable) and before any request is sent."""
     s = state.session
-    recorded = s.recorded_messages()
-    bad = violations([m for _, m in recorded], preview(s, tier.layer, plan, recorded))
+    bad = violations([m for _, m in s.recorded_messages()], preview(s, tier.layer, plan))
     if bad:
         raise AssertionError(
             f"ctxwright compaction tier {tier.name!r} would produce an invalid context (nothing recorded): "

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ctxwright.compaction.offload import ResultFiles
+from ctxwright.core.events import ToolEvent
 from ctxwright.tools.registry import Tool
 
 if TYPE_CHECKING:
@@ -60,8 +61,8 @@ class ResultReader:
     def _recorded(self, result_id: str) -> str | None:
         assert self.session is not None
         for ev in reversed(self.session.events):
-            if ev.kind == "tool" and ev.payload.get("result_id") == result_id:
-                return (ev.payload.get("message") or {}).get("content")
+            if isinstance(ev, ToolEvent) and ev.result_id == result_id:
+                return ev.message.content
         return None
 
     def tool(self) -> Tool:

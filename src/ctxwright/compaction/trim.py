@@ -9,7 +9,7 @@ they were. The events stay in the store; only the view changes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from ctxwright.compaction.batches import units
 from ctxwright.compaction.cutpoints import removable_spans
@@ -24,7 +24,10 @@ def note_text(n: int) -> str:
 
 
 def plan_trim(
-    entries: list[tuple[int | None, Message]], tokens_of: Callable[[Message], int], excess: int, kinds: dict[int, str]
+    entries: list[tuple[int | None, Message]],
+    tokens_of: Callable[[Message], int],
+    excess: int,
+    user_seqs: Collection[int],
 ) -> tuple[list[int], int | None]:
     """Seqs to drop freeing at least ``excess`` tokens, and the seq the note goes before.
 
@@ -32,10 +35,11 @@ def plan_trim(
     current task between that message and its newest tool-call batch. Never dropped: the
     first user message (cutpoints), the newest user message, the newest batch and anything
     after it (results the model has not answered yet, the status bar). ``([], None)`` when
-    nothing can go. ``kinds`` maps event seqs to event kinds (to tell status from user)."""
+    nothing can go. ``user_seqs`` are the seqs of user events (to tell a user message from
+    the status bar's, which is a user-role message too)."""
     msgs = [m for _, m in entries]
     last_user = max(
-        (i for i, (seq, m) in enumerate(entries) if m.role == "user" and seq is not None and kinds.get(seq) == "user"),
+        (i for i, (seq, m) in enumerate(entries) if m.role == "user" and seq is not None and seq in user_seqs),
         default=0,
     )
     last_batch = max((i for i, m in enumerate(msgs) if m.role == "assistant" and m.tool_calls), default=len(msgs))

@@ -1,8 +1,8 @@
 """How recorded ``compaction`` events change the view of earlier message events.
 
-One rule, used by the live session (``Session.base_messages``) and by the offline audit of a
-session export (``audit_io.requests_from_export``), so a request rebuilt from the store is
-the request that was sent. A compaction never edits an event; it says, by event seq, which
+One rule, applied by the one renderer (``core/render.py``) that the live session, resume,
+the offline audit of a session export and ``ctxwright export --requests`` all use, so a
+request rebuilt from the store is the request that was sent. A compaction never edits an event; it says, by event seq, which
 contents are ``replace``\\ d, which events are ``drop``\\ ped, and where a ``note`` stands in for
 what was removed. Later compactions win. A summary note (``replaces: "all"``) covers every
 note before it; any other note replaces the earlier notes of its own layer (a trim note
@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from ctxwright.core.events import CompactionEvent
 
 T = TypeVar("T")
 
@@ -24,18 +26,17 @@ class CompactionView:
     drop: set[int] = field(default_factory=set)
     notes: dict[int, tuple[str, str]] = field(default_factory=dict)  # before_seq -> (layer, text)
 
-    def add(self, payload: dict[str, Any]) -> None:
-        """Take one compaction event's payload into account."""
-        self.replace.update({int(k): v for k, v in (payload.get("replace") or {}).items()})
-        self.drop.update(int(s) for s in payload.get("drop") or ())
-        note = payload.get("note")
-        if note:
-            layer = payload.get("layer", "")
-            if note.get("replaces") == "all":
+    def add(self, event: CompactionEvent) -> None:
+        """Take one compaction event into account."""
+        self.replace.update(event.replace)
+        self.drop.update(event.drop)
+        note = event.note
+        if note is not None:
+            if note.replaces_all:
                 self.notes = {}
             else:
-                self.notes = {k: v for k, v in self.notes.items() if v[0] != layer}
-            self.notes[int(note["before_seq"])] = (layer, note["text"])
+                self.notes = {k: v for k, v in self.notes.items() if v[0] != event.layer}
+            self.notes[note.before_seq] = (event.layer, note.text)
 
     def apply(
         self, entries: Iterable[tuple[int, T]], note: Callable[[str], T], with_content: Callable[[T, str], T]

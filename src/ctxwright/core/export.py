@@ -20,9 +20,7 @@ def session_export(store: Store, session_id: str) -> dict[str, Any]:
         "prefix_sha256": row.prefix_sha256,
         "prefix": row.prefix,
         "meta": row.meta,
-        "events": [
-            {"seq": e.seq, "kind": e.kind, "created_at": e.created_at, **e.payload} for e in store.events(row.id)
-        ],
+        "events": [e.to_dict() for e in store.events(row.id)],
         "calls": store.calls(row.id),
         "children": [session_export(store, c) for c in store.children(row.id)],
     }

@@ -25,7 +25,8 @@ without it on the next, the cache breaks from turn 3 on. Each mode below therefo
 an earlier message the same way on every call -- except ``qwen3``, which rewrites history
 at exactly one known point (a new user message), because the model's own template does
 the same thing and the cached prefix is lost there anyway. :func:`install` records the
-mode in the session's metadata and refuses to switch it later.
+mode in the session's metadata (the renderer, ``core/render.py``, reads it from there) and
+refuses to switch it later.
 
 The modes (:data:`ReasoningMode`):
 
@@ -249,44 +250,20 @@ def policy_for_model(
 
 
 # -- wiring into a session ---------------------------------------------------------------
-class ReasoningTransform:
-    """A session view transform applying one :class:`ReasoningPolicy`.
-
-    A class rather than a closure so :func:`install` can find an installed policy again.
-    """
-
-    def __init__(self, policy: ReasoningPolicy) -> None:
-        self.policy = policy
-
-    def __call__(self, session: Session, messages: list[Message]) -> list[Message]:
-        # Session.messages() puts the system prompt before the trajectory, hence offset 1.
-        return self.policy.apply(messages, tools_in_use=bool(session.prefix.tools), index_offset=1)
-
-    def __repr__(self) -> str:
-        return f"ReasoningTransform(mode={self.policy.mode!r})"
-
-
-def install(session: Session, policy: ReasoningPolicy | None = None) -> ReasoningTransform:
-    """Make ``session`` render reasoning by ``policy``; returns the installed transform.
+def install(session: Session, policy: ReasoningPolicy | None = None) -> ReasoningPolicy:
+    """Make ``session`` render reasoning by ``policy``; returns the policy in force.
 
     With no ``policy``: the mode recorded in ``session.meta`` (a resumed session), else
     :func:`policy_for_model` on ``session.model``. The mode is recorded in ``session.meta``
-    (and the store, if any) so it survives resume, and asking for a different mode later
-    raises :class:`ReasoningPolicyConflict`: switching would re-render every earlier
-    assistant turn and break the prompt cache from the first one on. Installing the same
-    mode again is a no-op.
-
-    Install it before transforms that add synthetic user messages (a status bar): the
-    ``qwen3`` and ``must_send_back`` modes find the current turn by the last user message.
+    (and the store, if any) -- the renderer (``core/render.py``) reads it from there, so a
+    resumed session and an offline reader of its export render reasoning exactly as the live
+    session did. Asking for a different mode later raises :class:`ReasoningPolicyConflict`:
+    switching would re-render every earlier assistant turn and break the prompt cache from
+    the first one on. Installing the same mode again is a no-op.
     """
     recorded = session.meta.get(META_KEY)
     if policy is None:
         policy = ReasoningPolicy(recorded) if recorded is not None else policy_for_model(session.model)
-    for t in session.view_transforms:
-        if isinstance(t, ReasoningTransform):
-            if t.policy.mode == policy.mode:
-                return t
-            recorded = t.policy.mode
     if recorded is not None and recorded != policy.mode:
         raise ReasoningPolicyConflict(
             f"session {session.id} renders reasoning in mode {recorded!r}; switching to {policy.mode!r} "
@@ -297,6 +274,4 @@ def install(session: Session, policy: ReasoningPolicy | None = None) -> Reasonin
         session.meta[META_KEY] = policy.mode
         if session.store is not None:
             session.store.update_meta(session.id, session.meta)
-    transform = ReasoningTransform(policy)
-    session.view_transforms.append(transform)
-    return transform
+    return policy

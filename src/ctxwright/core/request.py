@@ -8,6 +8,7 @@ backend.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +83,60 @@ class ChatRequest:
     def canonical_bytes(self) -> bytes:
         """The request as canonical UTF-8 bytes (model name excluded): what the audit hashes."""
         return canonical_json(self.to_wire()).encode("utf-8")
+
+    def openai_body(self, model: str | None) -> dict[str, Any]:
+        """The chat-completions request body exactly as ``backends/openai_compat.py`` sends it:
+        model, messages, tools and tool_choice, then the sampling fields that are set, then
+        ``extra`` (which may override any of them). ``ctxwright export --requests`` prints
+        this, so the export equals what the server received."""
+        body = self.to_wire(model)
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        body.update(self.extra)
+        return body
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    """What one model call was sent with besides the messages and tools.
+
+    Recorded per call so that the exact request body can be rebuilt from the store
+    (``ctxwright export ID --requests``). ``unknown`` names options that were not recorded:
+    calls stored before schema 2 kept only a hash of the request, and what cannot be
+    recovered honestly from it is marked unknown rather than guessed.
+    """
+
+    model: str | None = None
+    tool_choice: ToolChoice | None = "auto"
+    max_tokens: int | None = None
+    temperature: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    unknown: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, request: ChatRequest, model: str | None) -> RequestOptions:
+        return cls(model, request.tool_choice, request.max_tokens, request.temperature, dict(request.extra))
+
+    def request(self, messages: tuple[Message, ...], tools: tuple[ToolSpec, ...]) -> ChatRequest:
+        """The request these options were sent with (``auto`` stands in for an unknown
+        tool_choice; :meth:`body` leaves it out)."""
+        return ChatRequest(
+            messages=messages,
+            tools=tools,
+            tool_choice=self.tool_choice if self.tool_choice is not None else "auto",
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            extra=dict(self.extra),
+        )
+
+    def body(self, messages: tuple[Message, ...], tools: tuple[ToolSpec, ...]) -> dict[str, Any]:
+        """The request body as sent; options that are ``unknown`` are left out."""
+        body = self.request(messages, tools).openai_body(self.model)
+        if "tool_choice" in self.unknown:
+            body.pop("tool_choice", None)
+        return body
 
 
 @dataclass(frozen=True)

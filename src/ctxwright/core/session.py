@@ -7,46 +7,40 @@ provider cached). Events are therefore only ever *appended*; an older part of th
 trajectory can be shown differently only by a later event that says so (a compaction,
 added by later layers), never by editing the event in place. Every event goes to the
 store the moment it is appended, so a crash loses nothing already recorded.
+
+Events are typed (``core/events.py``); every request is rendered from them by the one
+renderer (``core/render.py``) that resume, the offline audit and ``ctxwright export``
+use too, with settings read from the session's record, so what is rebuilt later is what
+was sent.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable, Mapping
+from dataclasses import replace as dc_replace
+from typing import Any, TypeVar, overload
 
+from ctxwright.core.events import (
+    AssistantEvent,
+    CompactionEvent,
+    CompactionNote,
+    Event,
+    MessageEvent,
+    StatusEvent,
+    ToolEvent,
+    UserEvent,
+    event_from_row,
+)
 from ctxwright.core.messages import Message, Usage, sha256_text
 from ctxwright.core.prefix import Prefix
-from ctxwright.core.request import ChatRequest, ToolChoice
+from ctxwright.core.render import Renderer, RenderSettings
+from ctxwright.core.request import ChatRequest, RequestOptions, ToolChoice
 from ctxwright.core.store import Store
 from ctxwright.errors import PrefixFrozenError
 
-#: Event kinds that carry one chat message in ``payload["message"]``. A ``status`` event
-#: is the status bar's user message; the status view decides which of them are shown.
-MESSAGE_KINDS = frozenset({"user", "assistant", "tool", "status"})
-
-
-@dataclass(frozen=True)
-class Event:
-    """One thing that happened in a session, in order. ``seq`` starts at 0."""
-
-    seq: int
-    kind: str
-    payload: dict[str, Any]
-    created_at: float = field(default_factory=time.time)
-
-    @property
-    def message(self) -> Message | None:
-        m = self.payload.get("message")
-        return Message.from_wire(m) if m is not None else None
-
-
-#: A view transform: given the events so far and the messages rendered so far, return the
-#: messages to send. Later layers (status bar, compaction) register these; each must keep
-#: the result a valid trajectory.
-ViewTransform = Callable[["Session", list[Message]], list[Message]]
+E = TypeVar("E", bound=Event)
 
 
 class Session:
@@ -72,12 +66,10 @@ class Session:
         self.model = model
         self.meta: dict[str, Any] = dict(meta or {})
         self.events: list[Event] = list(events)
-        self.view_transforms: list[ViewTransform] = []
         self.call_count = 0
         self._append_lock = threading.Lock()
-        self._message_cache: list[Message] = []
-        self._message_seqs: list[int] = []
-        self._cached_upto = 0
+        self._renderer: Renderer | None = None
+        self._built: tuple[ChatRequest, int] | None = None  # the last request built, from how many events
 
     # The prefix has no setter: replacing it mid-session is the cache-breaking mistake.
     @property
@@ -128,7 +120,7 @@ class Session:
                 f"session {row.id}: the stored prefix no longer hashes to {row.prefix_sha256[:12]}; "
                 "the database was edited or is damaged. Start a new session."
             )
-        events = [Event(e.seq, e.kind, e.payload, e.created_at) for e in store.events(row.id)]
+        events = store.events(row.id)
         s = cls(
             prefix,
             session_id=row.id,
@@ -143,23 +135,30 @@ class Session:
         return s
 
     # -- appending ---------------------------------------------------------------------
-    def append(self, kind: str, payload: dict[str, Any]) -> Event:
-        """Append one event and persist it immediately."""
+    @overload
+    def append(self, event: E) -> E: ...
+    @overload
+    def append(self, event: str, payload: Mapping[str, Any]) -> Event: ...
+    def append(self, event: Event | str, payload: Mapping[str, Any] | None = None) -> Event:
+        """Append one event and persist it immediately; returns it with its ``seq``.
+
+        ``append(kind, payload)`` -- the form before typed events -- is still accepted and
+        parsed by ``core/events.py`` exactly as a stored row would be.
+        """
+        if isinstance(event, str):
+            event = event_from_row(-1, event, time.time(), dict(payload or {}))
         with self._append_lock:  # tools running in parallel threads may record events too
-            ev = Event(seq=len(self.events), kind=kind, payload=payload)
+            ev = dc_replace(event, seq=len(self.events))
             if self.store is not None:
-                self.store.append_event(self.id, ev.seq, ev.kind, ev.payload, ev.created_at)
+                self.store.append_event(self.id, ev)
             self.events.append(ev)
         return ev
 
-    def add_user(self, text: str, **extra: Any) -> Event:
-        return self.append("user", {"message": Message(role="user", content=text).to_wire(), **extra})
+    def add_user(self, text: str, **extra: Any) -> UserEvent:
+        return self.append(UserEvent(message=Message(role="user", content=text), extra=extra))
 
-    def add_assistant(self, message: Message, usage: Usage | None = None, **extra: Any) -> Event:
-        payload: dict[str, Any] = {"message": message.to_wire(), **extra}
-        if usage is not None:
-            payload["usage"] = usage.to_dict()
-        return self.append("assistant", payload)
+    def add_assistant(self, message: Message, usage: Usage | None = None, **extra: Any) -> AssistantEvent:
+        return self.append(AssistantEvent.build(message, usage, **extra))
 
     def add_tool_result(
         self,
@@ -170,67 +169,9 @@ class Session:
         ok: bool = True,
         elapsed_ms: float | None = None,
         **extra: Any,
-    ) -> Event:
+    ) -> ToolEvent:
         msg = Message(role="tool", content=content, tool_call_id=tool_call_id)
-        return self.append(
-            "tool", {"message": msg.to_wire(), "tool_name": tool_name, "ok": ok, "elapsed_ms": elapsed_ms, **extra}
-        )
-
-    # -- rendering ---------------------------------------------------------------------
-    def base_messages(self) -> list[Message]:
-        """The trajectory as recorded, with every recorded ``compaction`` event applied.
-
-        A compaction event never edits an earlier event; it says how the view shows them
-        from now on: ``replace`` (event seq -> new content), ``drop`` (event seqs removed
-        whole) and ``note`` (a user message inserted where the dropped span began). Applying
-        the same stored events always gives the same bytes, so a resumed session renders
-        exactly what it sent before. Decoded incrementally; a compaction rebuilds the view.
-        """
-        new = self.events[self._cached_upto :]
-        if any(ev.kind == "compaction" for ev in new):
-            self._message_cache, self._message_seqs = _render_events(self.events)
-        else:
-            for ev in new:
-                if ev.kind in MESSAGE_KINDS:
-                    self._message_cache.append(Message.from_wire(ev.payload["message"]))
-                    self._message_seqs.append(ev.seq)
-        self._cached_upto = len(self.events)
-        return list(self._message_cache)
-
-    def base_entries(self) -> list[tuple[int | None, Message]]:
-        """``(event seq, message)`` pairs of :meth:`base_messages`; ``None`` for an inserted note."""
-        msgs = self.base_messages()
-        return list(zip(self._message_seqs, msgs, strict=False))
-
-    def recorded_messages(self) -> list[tuple[int, Message]]:
-        """Every message event as recorded, no compaction applied: what the store keeps."""
-        return [(ev.seq, Message.from_wire(ev.payload["message"])) for ev in self.events if ev.kind in MESSAGE_KINDS]
-
-    def trajectory(self) -> list[Message]:
-        """The trajectory as it will be sent: base messages with every view transform applied."""
-        msgs = self.base_messages()
-        for transform in self.view_transforms:
-            msgs = transform(self, msgs)
-        return msgs
-
-    def messages(self) -> list[Message]:
-        return [self._prefix.system_message(), *self.trajectory()]
-
-    def build_request(self, tool_choice: ToolChoice = "auto", **kw: Any) -> ChatRequest:
-        return ChatRequest(messages=tuple(self.messages()), tools=self._prefix.tools, tool_choice=tool_choice, **kw)
-
-    def marker_since_last_call(self) -> str | None:
-        """``compaction`` or ``status_replaced`` if such an event was recorded since the last
-        model reply (the rule: ``audit.next_marker``)."""
-        from ctxwright.core.markers import next_marker
-
-        start = next((j + 1 for j in range(len(self.events) - 1, -1, -1) if self.events[j].kind == "assistant"), 0)
-        status_before = any(ev.kind == "status" for ev in self.events[:start])
-        marker = None
-        for ev in self.events[start:]:
-            marker = next_marker(marker, ev.kind, ev.payload, status_before)
-            status_before = status_before or ev.kind == "status"
-        return marker
+        return self.append(ToolEvent.build(msg, tool_name=tool_name, ok=ok, elapsed_ms=elapsed_ms, **extra))
 
     def add_compaction(
         self,
@@ -241,19 +182,78 @@ class Session:
         note: tuple[int, str] | None = None,
         note_replaces_all: bool = False,
         **info: Any,
-    ) -> Event:
+    ) -> CompactionEvent:
         """Record one compaction: how the view shows earlier events from now on."""
-        payload: dict[str, Any] = {
-            "layer": layer,
-            "replace": {str(k): v for k, v in (replace or {}).items()},
-            "drop": sorted(drop),
-            **info,
-        }
-        if note is not None:
-            payload["note"] = {"before_seq": note[0], "text": note[1]}
-            if note_replaces_all:
-                payload["note"]["replaces"] = "all"
-        return self.append("compaction", payload)
+        return self.append(
+            CompactionEvent(
+                layer=layer,
+                replace=dict(replace or {}),
+                drop=tuple(sorted(drop)),
+                note=CompactionNote(note[0], note[1], note_replaces_all) if note is not None else None,
+                call_index=info.pop("call_index", None),
+                tokens_before=info.pop("tokens_before", None),
+                stage=info.pop("stage", None),
+                extra=info,
+            )
+        )
+
+    # -- rendering (core/render.py) -------------------------------------------------------
+    def settings(self) -> RenderSettings:
+        """How this session renders, from its record (meta), as every offline reader reads it."""
+        return RenderSettings.from_meta(self.meta)
+
+    def _rendered(self) -> Renderer:
+        """The incremental renderer, fed every event so far. A change of settings (a policy
+        installed) starts a fresh one: the result is always ``render(prefix, events, settings)``."""
+        settings = self.settings()
+        r = self._renderer
+        if r is None or r.settings != settings:
+            r = self._renderer = Renderer(settings, tools_in_use=bool(self._prefix.tools))
+        n = len(self.events)
+        if r.count < n:
+            r.feed_all(self.events[r.count : n])
+        return r
+
+    def base_entries(self) -> list[tuple[int | None, Message]]:
+        """``(event seq, message)`` of the message events with every recorded compaction
+        applied (every status kept): what the compaction layers plan on. ``None`` seq for an
+        inserted note."""
+        return self._rendered().entries()
+
+    def base_messages(self) -> list[Message]:
+        return [m for _, m in self.base_entries()]
+
+    def recorded_messages(self) -> list[tuple[int, Message]]:
+        """Every message event as recorded, no compaction applied: what the store keeps."""
+        return [(ev.seq, ev.message) for ev in self.events if isinstance(ev, MessageEvent)]
+
+    def trajectory(self) -> list[Message]:
+        """The messages after the system prompt, as they will be sent."""
+        return self._rendered().trajectory()
+
+    def messages(self) -> list[Message]:
+        return [self._prefix.system_message(), *self.trajectory()]
+
+    def build_request(self, tool_choice: ToolChoice = "auto", **kw: Any) -> ChatRequest:
+        count = self._rendered().count
+        req = ChatRequest(messages=tuple(self.messages()), tools=self._prefix.tools, tool_choice=tool_choice, **kw)
+        self._built = (req, count)
+        return req
+
+    def marker_since_last_call(self) -> str | None:
+        """``compaction`` or ``status_replaced`` if such an event was recorded since the last
+        model reply (the rule: ``core/markers.py``)."""
+        from ctxwright.core.markers import next_marker
+
+        start = next(
+            (j + 1 for j in range(len(self.events) - 1, -1, -1) if isinstance(self.events[j], AssistantEvent)), 0
+        )
+        status_before = any(isinstance(ev, StatusEvent) for ev in self.events[:start])
+        marker = None
+        for ev in self.events[start:]:
+            marker = next_marker(marker, ev, status_before)
+            status_before = status_before or isinstance(ev, StatusEvent)
+        return marker
 
     # -- calls -------------------------------------------------------------------------
     def record_call(
@@ -264,13 +264,19 @@ class Session:
         ledger: dict[str, Any] | None = None,
         audit: dict[str, Any] | None = None,
         error: str | None = None,
+        model: str | None = None,
     ) -> int:
-        """Persist one model call's request hash and usage; returns its index."""
+        """Persist one model call: its request hash, the options it was sent with (``model``:
+        the name the backend sent, default the session's), how many events it was rendered
+        from, and its usage. Returns its index."""
         idx = self.call_count
         self.call_count += 1
         if self.store is not None:
             raw = request.canonical_bytes()
             u = usage or Usage()
+            built = self._built
+            events = built[1] if built is not None and built[0] is request else len(self.events)
+            opts = RequestOptions.of(request, model if model is not None else self.model)
             self.store.record_call(
                 self.id,
                 idx,
@@ -287,29 +293,12 @@ class Session:
                     "ledger": ledger,
                     "audit": audit,
                     "error": error,
+                    "model": opts.model,
+                    "tool_choice": opts.tool_choice,
+                    "max_tokens": opts.max_tokens,
+                    "temperature": opts.temperature,
+                    "extra": dict(opts.extra),
+                    "event_count": events,
                 },
             )
         return idx
-
-
-def _render_events(events: list[Event]) -> tuple[list[Message], list[int | None]]:
-    """Message events with every compaction applied, in order (the rule: ``compaction/view.py``)."""
-    from ctxwright.core.compaction_view import CompactionView
-
-    view = CompactionView()
-    for ev in events:
-        if ev.kind == "compaction":
-            view.add(ev.payload)
-    shown = view.apply(
-        ((ev.seq, Message.from_wire(ev.payload["message"])) for ev in events if ev.kind in MESSAGE_KINDS),
-        lambda text: Message(role="user", content=text),
-        replace_content,
-    )
-    return [m for _, m in shown], [seq for seq, _ in shown]
-
-
-def replace_content(m: Message, content: str) -> Message:
-    """``m`` with new content; every pairing field (role, ids, tool calls) kept."""
-    from dataclasses import replace as dc_replace
-
-    return dc_replace(m, content=content)

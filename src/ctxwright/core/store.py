@@ -1,65 +1,48 @@
-"""SQLite persistence of sessions, events and model calls.
+"""SQLite persistence of sessions, events and model calls, with a versioned schema.
 
 Why it looks like this: every event is written *as it happens* (autocommit, WAL), so a
 crash mid-session keeps everything recorded before it (DESIGN.md complaint 8: tool calls
 missing from saved sessions). Events are stored once each -- never the full state per
 step -- so a long session grows the database linearly, not quadratically.
+
+The schema changes only through named migrations (:data:`MIGRATIONS`), applied in order
+when a store is opened and listed in a ``_migrations`` table, with ``PRAGMA user_version``
+holding how many were applied -- the scheme Simon Willison's ``llm`` uses. A database
+written before versioning (store v1, ``tests/fixtures/store_v1.db``) is brought forward in
+place. Nothing is written before two checks pass, because a store that writes first breaks
+files it does not understand (``PRAGMA journal_mode=WAL`` alone rewrites the header): the
+file must be an SQLite database, and its schema must not be newer than this build's.
+Either failure is one :class:`~ctxwright.errors.StoreUnusable` that says what to do, with
+the file left byte for byte as it was.
+
+All SQL names its columns: a migration that adds one never shifts what a read returns.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ctxwright.core.events import AssistantEvent, Event, UserEvent, event_from_row
 from ctxwright.core.messages import canonical_json
-from ctxwright.errors import SessionNotFound
+from ctxwright.core.request import RequestOptions
+from ctxwright.errors import CtxwrightError, NotADatabase, SchemaTooNew, SessionNotFound, StoreUnusable
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY,
-    parent_id TEXT,
-    created_at REAL NOT NULL,
-    prefix_json TEXT NOT NULL,
-    prefix_sha256 TEXT NOT NULL,
-    backend TEXT,
-    model TEXT,
-    meta_json TEXT NOT NULL DEFAULT '{}'
-);
-CREATE TABLE IF NOT EXISTS events (
-    session_id TEXT NOT NULL REFERENCES sessions(id),
-    seq INTEGER NOT NULL,
-    kind TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    payload_json TEXT NOT NULL,
-    PRIMARY KEY (session_id, seq)
-);
-CREATE TABLE IF NOT EXISTS calls (
-    session_id TEXT NOT NULL REFERENCES sessions(id),
-    call_index INTEGER NOT NULL,
-    created_at REAL NOT NULL,
-    request_sha256 TEXT NOT NULL,
-    request_bytes INTEGER NOT NULL,
-    prefix_sha256 TEXT NOT NULL,
-    prompt_tokens INTEGER,
-    cached_tokens INTEGER,
-    completion_tokens INTEGER,
-    prefill_ms REAL,
-    decode_ms REAL,
-    usage_json TEXT NOT NULL DEFAULT '{}',
-    ledger_json TEXT NOT NULL DEFAULT '{}',
-    audit_json TEXT NOT NULL DEFAULT '{}',
-    error TEXT,
-    PRIMARY KEY (session_id, call_index)
-);
-CREATE INDEX IF NOT EXISTS sessions_parent ON sessions(parent_id);
-"""
+if TYPE_CHECKING:
+    from ctxwright.core.messages import Message
+    from ctxwright.core.request import ToolSpec
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_USER_VERSION_OFFSET = 60  # of the 100-byte database header: "user version", big-endian
 
 
 def default_db_path() -> Path:
@@ -72,14 +55,255 @@ def default_db_path() -> Path:
     return Path(user_data_dir("ctxwright", appauthor=False)) / "ctxwright.db"
 
 
-@dataclass(frozen=True)
-class EventRow:
-    seq: int
-    kind: str
-    created_at: float
-    payload: dict[str, Any]
+# -- migrations ----------------------------------------------------------------------------
+Migration = Callable[[sqlite3.Connection], None]
+
+#: Every schema change, in the order applied; each is named by its function. Append only:
+#: a released migration is never edited or reordered (databases already ran it).
+MIGRATIONS: list[Migration] = []
 
 
+def migration(fn: Migration) -> Migration:
+    MIGRATIONS.append(fn)
+    return fn
+
+
+@migration
+def m001_initial(db: sqlite3.Connection) -> None:
+    """The schema of the first release (store v1). ``IF NOT EXISTS``: a v1 database has it."""
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS sessions (
+            id TEXT PRIMARY KEY,
+            parent_id TEXT,
+            created_at REAL NOT NULL,
+            prefix_json TEXT NOT NULL,
+            prefix_sha256 TEXT NOT NULL,
+            backend TEXT,
+            model TEXT,
+            meta_json TEXT NOT NULL DEFAULT '{}'
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS events (
+            session_id TEXT NOT NULL REFERENCES sessions(id),
+            seq INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            payload_json TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS calls (
+            session_id TEXT NOT NULL REFERENCES sessions(id),
+            call_index INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            request_sha256 TEXT NOT NULL,
+            request_bytes INTEGER NOT NULL,
+            prefix_sha256 TEXT NOT NULL,
+            prompt_tokens INTEGER,
+            cached_tokens INTEGER,
+            completion_tokens INTEGER,
+            prefill_ms REAL,
+            decode_ms REAL,
+            usage_json TEXT NOT NULL DEFAULT '{}',
+            ledger_json TEXT NOT NULL DEFAULT '{}',
+            audit_json TEXT NOT NULL DEFAULT '{}',
+            error TEXT,
+            PRIMARY KEY (session_id, call_index)
+        )"""
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS sessions_parent ON sessions(parent_id)")
+
+
+@migration
+def m002_call_request_options(db: sqlite3.Connection) -> None:
+    """Per call: the request options that were sent and how many events it was rendered from.
+
+    v1 kept only a hash of each request (model name, max_tokens, temperature and extra
+    excluded), so its exact body could not be rebuilt. From now on the options are recorded
+    with the call; for v1 calls this recovers what the stored hash proves (see
+    :func:`recover_v1_options`) and marks the rest unknown.
+    """
+    for column, decl in (
+        ("model", "TEXT"),
+        ("tool_choice", "TEXT"),
+        ("max_tokens", "INTEGER"),
+        ("temperature", "REAL"),
+        ("extra_json", "TEXT NOT NULL DEFAULT '{}'"),
+        ("options_unknown_json", "TEXT NOT NULL DEFAULT '[]'"),
+        ("event_count", "INTEGER"),
+    ):
+        db.execute(f"ALTER TABLE calls ADD COLUMN {column} {decl}")
+    for srow in db.execute("SELECT id, prefix_json, model, meta_json FROM sessions").fetchall():
+        calls = db.execute(
+            "SELECT call_index, created_at, request_sha256 FROM calls WHERE session_id=? ORDER BY call_index",
+            (srow["id"],),
+        ).fetchall()
+        if not calls:
+            continue
+        events = db.execute(
+            "SELECT seq, kind, created_at, payload_json FROM events WHERE session_id=? ORDER BY seq", (srow["id"],)
+        ).fetchall()
+        recovered = recover_v1_options(
+            srow["prefix_json"],
+            srow["model"],
+            srow["meta_json"],
+            [(e["seq"], e["kind"], e["created_at"], e["payload_json"]) for e in events],
+            [(c["call_index"], c["created_at"], c["request_sha256"]) for c in calls],
+        )
+        for call_index, (event_count, opts) in recovered.items():
+            db.execute(
+                "UPDATE calls SET model=?, tool_choice=?, event_count=?, options_unknown_json=? "
+                "WHERE session_id=? AND call_index=?",
+                (opts.model, opts.tool_choice, event_count, json.dumps(list(opts.unknown)), srow["id"], call_index),
+            )
+
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def recover_v1_options(
+    prefix_json: str,
+    model: str | None,
+    meta_json: str,
+    events: Sequence[tuple[int, str, float, str]],
+    calls: Sequence[tuple[int, float, str]],
+) -> dict[int, tuple[int | None, RequestOptions]]:
+    """What a v1 database proves about each call's request: ``call_index -> (event count,
+    options)``.
+
+    * event count: the assistant event recording the call's reply comes right after its
+      request was rendered; a failed call (no reply) is placed by time;
+    * tool_choice: the request is re-rendered (``core/render.py``) and hashed with every
+      choice the harness could have sent (auto, required, none, each tool's name); the one
+      whose hash equals the stored ``request_sha256`` is what was sent. No match -> the
+      tool_choice and the messages are unknown;
+    * model: the name the session recorded when it started (the backend's);
+    * max_tokens, temperature, extra: not in the hash -- unknown.
+    """
+    from ctxwright.core.prefix import Prefix
+    from ctxwright.core.render import RenderSettings, render_at
+
+    out: dict[int, tuple[int | None, RequestOptions]] = {}
+    base_unknown = ["max_tokens", "temperature", "extra"] + (["model"] if model is None else [])
+    try:
+        prefix = Prefix.from_dict(json.loads(prefix_json))
+        settings = RenderSettings.from_meta(json.loads(meta_json))
+        typed = [event_from_row(seq, kind, created, json.loads(p)) for seq, kind, created, p in events]
+    except (CtxwrightError, ValueError, KeyError, TypeError):
+        lost = ("tool_choice", "messages", *base_unknown)
+        return {k: (None, RequestOptions(model=model, tool_choice=None, unknown=lost)) for k, _, _ in calls}
+    reply_at = {ev.call_index: i for i, ev in enumerate(typed) if isinstance(ev, AssistantEvent)}
+    counts: dict[int, int] = {}
+    for k, created, _sha in calls:
+        at = reply_at.get(k)
+        counts[k] = at if at is not None else sum(1 for ev in typed if ev.created_at <= created)
+    try:
+        rendered = render_at(prefix, typed, settings, counts.values())
+    except CtxwrightError:
+        rendered = {}
+    names = ["auto", "required", "none", *prefix.tool_names()] if prefix.tools else [None]
+    for k, _created, sha in calls:
+        msgs = rendered.get(counts[k])
+        match = next((c for c in names if msgs is not None and _request_sha(msgs, prefix.tools, c) == sha), "")
+        if match == "":
+            unknown = ["tool_choice", "messages", *base_unknown]
+        elif match is None:  # no tools: no tool_choice was sent
+            unknown = ["tool_choice", *base_unknown]
+        else:
+            unknown = list(base_unknown)
+        choice = match or None
+        out[k] = (counts[k], RequestOptions(model=model, tool_choice=choice, unknown=tuple(unknown)))
+    return out
+
+
+def _request_sha(messages: Sequence[Message], tools: tuple[ToolSpec, ...], choice: str | None) -> str:
+    """sha256 of ``ChatRequest(messages, tools, choice).canonical_bytes()``, built from each
+    message's cached canonical bytes (a migration hashes every call of every session)."""
+    from ctxwright.core.request import ChatRequest
+
+    h = hashlib.sha256(b'{"messages":[' + b",".join(m.canonical_utf8 for m in messages) + b"]")
+    if tools:
+        wire = ChatRequest(messages=(), tools=tools, tool_choice=choice or "auto").to_wire()
+        h.update(b',"tool_choice":' + canonical_json(wire["tool_choice"]).encode("utf-8"))
+        h.update(b',"tools":' + canonical_json(wire["tools"]).encode("utf-8"))
+    h.update(b"}")
+    return h.hexdigest()
+
+
+# -- opening without harm ------------------------------------------------------------------
+def _check_file(path: Path) -> None:
+    """Refuse a file that is not SQLite, or whose header says a newer schema, before any
+    connection exists (a connection may create side files; WAL mode rewrites the header)."""
+    if path.is_dir():
+        raise StoreUnusable(f"{path} is a folder, not a database file. Point --db or CTXWRIGHT_DB at a file.")
+    try:
+        with path.open("rb") as f:
+            head = f.read(100)
+    except FileNotFoundError:
+        return  # a new store
+    except OSError as exc:
+        raise StoreUnusable(f"cannot read the ctxwright database at {path}: {exc}. Check its permissions.") from exc
+    if not head:
+        return  # an empty file is an empty SQLite database
+    if not head.startswith(_SQLITE_MAGIC) or len(head) < 100:
+        raise NotADatabase(
+            f"{path} is not an SQLite database (it starts with {head[:16]!r}), so it cannot be a ctxwright "
+            "store; it was not changed. Point --db or CTXWRIGHT_DB at a ctxwright database or at a new file name."
+        )
+    version = int.from_bytes(head[_USER_VERSION_OFFSET : _USER_VERSION_OFFSET + 4], "big")
+    if version > SCHEMA_VERSION:
+        raise _too_new(path, version, [])
+
+
+def _too_new(path: Path, version: int, names: list[str]) -> SchemaTooNew:
+    what = f"schema version {version}" + (f", migrations {', '.join(names)}" if names else "")
+    return SchemaTooNew(
+        f"the database at {path} was written by a newer ctxwright ({what}; this build knows schema version "
+        f"{SCHEMA_VERSION}); it was not changed. Upgrade ctxwright (pip install -U ctxwright), or point --db or "
+        "CTXWRIGHT_DB at another file."
+    )
+
+
+def _applied(db: sqlite3.Connection) -> set[str]:
+    has = db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='_migrations'").fetchone()
+    if has is None:
+        return set()
+    return {r["name"] for r in db.execute("SELECT name FROM _migrations").fetchall()}
+
+
+def _check_schema(db: sqlite3.Connection, path: Path) -> set[str]:
+    """The migrations already applied; :class:`SchemaTooNew` if any is not one of ours."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    applied = _applied(db)
+    ours = {fn.__name__ for fn in MIGRATIONS}
+    unknown = sorted(applied - ours)
+    if version > SCHEMA_VERSION or unknown:
+        raise _too_new(path, version, unknown)
+    return applied
+
+
+def _migrate(db: sqlite3.Connection, path: Path, applied: set[str]) -> None:
+    if all(fn.__name__ in applied for fn in MIGRATIONS):
+        return
+    db.execute("BEGIN IMMEDIATE")  # one writer migrates; a second process waits, then finds it done
+    try:
+        applied = _check_schema(db, path)
+        db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+        for fn in MIGRATIONS:
+            if fn.__name__ in applied:
+                continue
+            fn(db)
+            db.execute("INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", (fn.__name__, time.time()))
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+# -- rows ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SessionRow:
     id: str
@@ -92,24 +316,76 @@ class SessionRow:
     meta: dict[str, Any]
 
 
+def options_of(call: Mapping[str, Any]) -> RequestOptions:
+    """The request options of one row of :meth:`Store.calls`."""
+    return RequestOptions(
+        model=call.get("model"),
+        tool_choice=call.get("tool_choice"),
+        max_tokens=call.get("max_tokens"),
+        temperature=call.get("temperature"),
+        extra=call.get("extra") or {},
+        unknown=tuple(call.get("options_unknown") or ()),
+    )
+
+
+_CALL_COLUMNS = (
+    "request_sha256",
+    "request_bytes",
+    "prefix_sha256",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "prefill_ms",
+    "decode_ms",
+    "error",
+    "model",
+    "tool_choice",
+    "max_tokens",
+    "temperature",
+    "event_count",
+)
+_CALL_JSON_COLUMNS = ("usage", "ledger", "audit", "extra", "options_unknown")
+
+
 class Store:
     """One SQLite database (WAL mode). Thread-safe: tool threads may record concurrently."""
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else default_db_path()
-        if str(self.path) != ":memory:":
+        memory = str(self.path) == ":memory:"
+        if not memory:
+            _check_file(self.path)
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         try:
             self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreUnusable(
+                f"cannot open the ctxwright database at {self.path}: {exc}. "
+                "Point CTXWRIGHT_DB (or --db) at another file, or check the folder's permissions."
+            ) from exc
+        self._db.row_factory = sqlite3.Row
+        try:
+            applied = _check_schema(self._db, self.path)  # reads only
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            _migrate(self._db, self.path, applied)
+        except StoreUnusable:
+            self._db.close()
+            raise
         except sqlite3.DatabaseError as exc:
-            raise sqlite3.DatabaseError(
+            self._db.close()
+            raise StoreUnusable(
                 f"cannot open the ctxwright database at {self.path}: {exc}. "
                 "Point CTXWRIGHT_DB (or --db) at another file, or move the damaged one away."
             ) from exc
+
+    def schema(self) -> tuple[int, list[str]]:
+        """(``user_version``, applied migration names in order)."""
+        with self._lock:
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            names = [r["name"] for r in self._db.execute("SELECT name FROM _migrations ORDER BY rowid").fetchall()]
+        return version, names
 
     # -- writes -------------------------------------------------------------------------
     def create_session(
@@ -126,7 +402,8 @@ class Store:
         sid = session_id or uuid.uuid4().hex[:12]
         with self._lock:
             self._db.execute(
-                "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?)",
+                "INSERT INTO sessions (id, parent_id, created_at, prefix_json, prefix_sha256, backend, model, "
+                "meta_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     sid,
                     parent_id,
@@ -140,42 +417,28 @@ class Store:
             )
         return sid
 
-    def append_event(
-        self, session_id: str, seq: int, kind: str, payload: dict[str, Any], created_at: float | None = None
-    ) -> None:
+    def append_event(self, session_id: str, event: Event) -> None:
         with self._lock:
             self._db.execute(
-                "INSERT INTO events VALUES (?,?,?,?,?)",
-                (session_id, seq, kind, created_at or time.time(), canonical_json(payload)),
+                "INSERT INTO events (session_id, seq, kind, created_at, payload_json) VALUES (?, ?, ?, ?, ?)",
+                (session_id, event.seq, event.kind, event.created_at, canonical_json(event.to_payload())),
             )
 
-    def record_call(self, session_id: str, call_index: int, row: dict[str, Any]) -> None:
-        cols = (
-            "request_sha256",
-            "request_bytes",
-            "prefix_sha256",
-            "prompt_tokens",
-            "cached_tokens",
-            "completion_tokens",
-            "prefill_ms",
-            "decode_ms",
-        )
-        jcols = ("usage", "ledger", "audit")
+    def record_call(self, session_id: str, call_index: int, row: Mapping[str, Any]) -> None:
+        """One model call; ``row`` holds the columns of :data:`_CALL_COLUMNS` and the JSON
+        fields of :data:`_CALL_JSON_COLUMNS` (missing ones are null / empty)."""
+        columns = ["session_id", "call_index", "created_at", *_CALL_COLUMNS, *(f"{c}_json" for c in _CALL_JSON_COLUMNS)]
+        values = [
+            session_id,
+            call_index,
+            time.time(),
+            *[row.get(c) for c in _CALL_COLUMNS],
+            *[canonical_json(row.get(c) or ([] if c == "options_unknown" else {})) for c in _CALL_JSON_COLUMNS],
+        ]
         with self._lock:
             self._db.execute(
-                "INSERT OR REPLACE INTO calls (session_id, call_index, created_at, "
-                + ", ".join(cols)
-                + ", usage_json, ledger_json, audit_json, error) VALUES ("
-                + ",".join("?" * (3 + len(cols) + len(jcols) + 1))
-                + ")",
-                (
-                    session_id,
-                    call_index,
-                    time.time(),
-                    *[row.get(c) for c in cols],
-                    *[canonical_json(row.get(c) or {}) for c in jcols],
-                    row.get("error"),
-                ),
+                f"INSERT OR REPLACE INTO calls ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                values,
             )
 
     def update_meta(self, session_id: str, meta: dict[str, Any]) -> None:
@@ -184,11 +447,12 @@ class Store:
 
     # -- reads --------------------------------------------------------------------------
     def get_session(self, session_id: str) -> SessionRow:
+        cols = "id, parent_id, created_at, prefix_json, prefix_sha256, backend, model, meta_json"
         with self._lock:
-            row = self._db.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
+            row = self._db.execute(f"SELECT {cols} FROM sessions WHERE id=?", (session_id,)).fetchone()
             if row is None:
                 # allow unique prefixes of IDs, like git
-                rows = self._db.execute("SELECT * FROM sessions WHERE id LIKE ?", (session_id + "%",)).fetchall()
+                rows = self._db.execute(f"SELECT {cols} FROM sessions WHERE id LIKE ?", (session_id + "%",)).fetchall()
                 if len(rows) == 1:
                     row = rows[0]
         if row is None:
@@ -196,53 +460,72 @@ class Store:
                 f"no session {session_id!r} in {self.path}. Run `ctxwright sessions` to list the IDs "
                 "(or pass --db / CTXWRIGHT_DB if the session lives in another database)."
             )
-        return SessionRow(row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], row[6], json.loads(row[7]))
+        return SessionRow(
+            id=row["id"],
+            parent_id=row["parent_id"],
+            created_at=row["created_at"],
+            prefix=json.loads(row["prefix_json"]),
+            prefix_sha256=row["prefix_sha256"],
+            backend=row["backend"],
+            model=row["model"],
+            meta=json.loads(row["meta_json"]),
+        )
 
-    def events(self, session_id: str) -> list[EventRow]:
+    def events(self, session_id: str) -> list[Event]:
         with self._lock:
             rows = self._db.execute(
                 "SELECT seq, kind, created_at, payload_json FROM events WHERE session_id=? ORDER BY seq", (session_id,)
             ).fetchall()
-        return [EventRow(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
+        return [event_from_row(r["seq"], r["kind"], r["created_at"], json.loads(r["payload_json"])) for r in rows]
 
     def calls(self, session_id: str) -> list[dict[str, Any]]:
+        """Every call of the session as a dict: the columns, the JSON fields decoded."""
+        columns = ["call_index", "created_at", *_CALL_COLUMNS, *(f"{c}_json" for c in _CALL_JSON_COLUMNS)]
         with self._lock:
-            cur = self._db.execute("SELECT * FROM calls WHERE session_id=? ORDER BY call_index", (session_id,))
-            names = [d[0] for d in cur.description]
-            out = []
-            for r in cur.fetchall():
-                d = dict(zip(names, r, strict=False))
-                for j in ("usage_json", "ledger_json", "audit_json"):
-                    d[j[:-5]] = json.loads(d.pop(j))
-                out.append(d)
+            rows = self._db.execute(
+                f"SELECT {', '.join(columns)} FROM calls WHERE session_id=? ORDER BY call_index", (session_id,)
+            ).fetchall()
+        out = []
+        for r in rows:
+            d: dict[str, Any] = {"session_id": session_id}
+            d.update({c: r[c] for c in ("call_index", "created_at", *_CALL_COLUMNS)})
+            d.update({c: json.loads(r[f"{c}_json"]) for c in _CALL_JSON_COLUMNS})
+            out.append(d)
         return out
 
     def list_sessions(self, limit: int = 50, include_children: bool = False) -> list[dict[str, Any]]:
         where = "" if include_children else "WHERE s.parent_id IS NULL"
         with self._lock:
             rows = self._db.execute(
-                f"""SELECT s.id, s.created_at, s.backend, s.model, s.parent_id,
-                       (SELECT COUNT(*) FROM events e WHERE e.session_id=s.id),
-                       (SELECT COUNT(*) FROM calls c WHERE c.session_id=s.id),
-                       (SELECT payload_json FROM events e WHERE e.session_id=s.id AND e.kind='user'
-                        ORDER BY seq LIMIT 1)
-                   FROM sessions s {where} ORDER BY s.created_at DESC LIMIT ?""",
-                (limit,),
+                f"""SELECT s.id AS id, s.created_at AS created_at, s.backend AS backend, s.model AS model,
+                       s.parent_id AS parent_id,
+                       (SELECT COUNT(*) FROM events e WHERE e.session_id=s.id) AS events,
+                       (SELECT COUNT(*) FROM calls c WHERE c.session_id=s.id) AS calls,
+                       (SELECT seq FROM events e WHERE e.session_id=s.id AND e.kind=:user
+                        ORDER BY seq LIMIT 1) AS first_seq,
+                       (SELECT payload_json FROM events e WHERE e.session_id=s.id AND e.kind=:user
+                        ORDER BY seq LIMIT 1) AS first_payload
+                   FROM sessions s {where} ORDER BY s.created_at DESC LIMIT :limit""",
+                {"user": UserEvent.KIND, "limit": limit},
             ).fetchall()
         out = []
         for r in rows:
             first = ""
-            if r[7]:
-                first = (json.loads(r[7]).get("message") or {}).get("content") or ""
+            if r["first_payload"]:
+                try:
+                    ev = event_from_row(r["first_seq"], UserEvent.KIND, 0.0, json.loads(r["first_payload"]))
+                    first = ev.message.content or "" if isinstance(ev, UserEvent) else ""
+                except (CtxwrightError, ValueError):
+                    first = ""
             out.append(
                 {
-                    "id": r[0],
-                    "created_at": r[1],
-                    "backend": r[2],
-                    "model": r[3],
-                    "parent_id": r[4],
-                    "events": r[5],
-                    "calls": r[6],
+                    "id": r["id"],
+                    "created_at": r["created_at"],
+                    "backend": r["backend"],
+                    "model": r["model"],
+                    "parent_id": r["parent_id"],
+                    "events": r["events"],
+                    "calls": r["calls"],
                     "first_user": first,
                 }
             )
@@ -251,7 +534,7 @@ class Store:
     def children(self, session_id: str) -> list[str]:
         with self._lock:
             return [
-                r[0]
+                r["id"]
                 for r in self._db.execute(
                     "SELECT id FROM sessions WHERE parent_id=? ORDER BY created_at", (session_id,)
                 ).fetchall()
@@ -260,3 +543,6 @@ class Store:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SessionRow", "Store", "default_db_path", "options_of"]

@@ -10,9 +10,10 @@ break the prefix cache (see ``prefix.py``).
 
 Two update modes, and a chooser
 -------------------------------
-``replace`` drops the previous status message and appends the new one: one status in
-context, but removing the old one invalidates the cache from its position on, so the R
-tokens added since the last update are prefilled again at full price.
+``replace`` drops the previous status message and appends the new one (the renderer,
+``core/render.py``, applies the mode recorded with each status): one status in context,
+but removing the old one invalidates the cache from its position on, so the R tokens
+added since the last update are prefilled again at full price.
 ``append`` keeps every status message: nothing is invalidated, but stale statuses stay
 in the context and are paid for (at the cached price) on every later call.
 
@@ -41,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from ctxwright.core.events import AssistantEvent, BreakerEvent, MessageEvent, StatusEvent, ToolEvent
 from ctxwright.core.messages import Message, ToolCall
 
 if TYPE_CHECKING:
@@ -132,9 +134,9 @@ class StatusBar:
         per_tool: dict[str, int] = {}
         per_key: dict[tuple[str, str], int] = {}
         for ev in session.events:
-            if ev.kind != "assistant":
+            if not isinstance(ev, AssistantEvent):
                 continue
-            for tc in ev.message.tool_calls if ev.message else ():
+            for tc in ev.message.tool_calls:
                 per_tool[tc.name] = per_tool.get(tc.name, 0) + 1
                 kv = _key_value(tc, self.config.key_args.get(tc.name))
                 if kv is not None:
@@ -154,10 +156,10 @@ class StatusBar:
 
     def timings(self, session: Session) -> list[str]:
         out = []
-        tool_events = [ev for ev in session.events if ev.kind == "tool" and ev.payload.get("elapsed_ms") is not None]
+        tool_events = [ev for ev in session.events if isinstance(ev, ToolEvent) and ev.elapsed_ms is not None]
         for ev in tool_events[-self.config.last_timings :]:
-            name = ev.payload.get("tool_name", "tool")
-            ms = ev.payload["elapsed_ms"]
+            name = ev.tool_name
+            ms = ev.elapsed_ms or 0.0
             exp = self.config.expected_ms.get(name)
             out.append(f"{name}: {ms:.0f} ms" + (f", expected ~{exp:.0f} ms" if exp is not None else ""))
         return out
@@ -166,12 +168,14 @@ class StatusBar:
         import json
 
         for ev in reversed(session.events):
-            if ev.kind == "tool" and ev.payload.get("ok") is False:
+            if isinstance(ev, ToolEvent) and not ev.ok:
                 try:
-                    err = json.loads(ev.message.content or "{}").get("error", {}) if ev.message else {}
+                    err = json.loads(ev.message.content or "{}").get("error", {})
                 except json.JSONDecodeError:
                     err = {}
-                return f"{ev.payload.get('tool_name')}: {err.get('type', 'error')}: {err.get('message', '')}"[:200]
+                if not isinstance(err, dict):
+                    err = {}
+                return f"{ev.tool_name}: {err.get('type', 'error')}: {err.get('message', '')}"[:200]
         return None
 
     def environment(self) -> dict[str, str]:
@@ -240,11 +244,11 @@ class StatusBar:
         acc = 0
         seen = False
         for ev in session.events:
-            if ev.kind == "status":
+            if isinstance(ev, StatusEvent):
                 if seen:
                     gaps.append(acc)
                 acc, seen = 0, True
-            elif ev.message is not None:
+            elif isinstance(ev, MessageEvent):
                 acc += count(ev.message.content or "") + sum(count(tc.arguments) for tc in ev.message.tool_calls)
         if seen:
             gaps.append(acc)
@@ -262,41 +266,18 @@ class StatusBar:
     ) -> Message:
         """Compute the status, choose the mode, append it as a ``status`` event."""
         text = self.render(self.values(session, iteration=iteration, tokens_used=tokens_used))
-        mode = self.decide_mode(session, count(text), count)
+        replace = self.decide_mode(session, count(text), count) == "replace"
         msg = Message(role="user", content=text)
-        session.append("status", {"message": msg.to_wire(), "mode": mode})
+        session.append(StatusEvent(message=msg, mode="replace" if replace else "append"))
         return msg
 
 
 def compaction_line(session: Session) -> str | None:
     """While the LLM-compaction breaker is open (its last ``breaker`` event): say so."""
-    last = next((ev for ev in reversed(session.events) if ev.kind == "breaker"), None)
-    if last is None or last.payload.get("state") != "open":
+    last = next((ev for ev in reversed(session.events) if isinstance(ev, BreakerEvent)), None)
+    if last is None or last.state != "open":
         return None
-    p = last.payload
     return (
-        f"LLM summaries paused after {p.get('failures')} failures ({p.get('reason')}); using clearing and trim; "
-        f"next try at call {p.get('retry_at_call')}"
+        f"LLM summaries paused after {last.failures} failures ({last.reason}); using clearing and trim; "
+        f"next try at call {last.retry_at_call}"
     )
-
-
-def status_view(session: Session, messages: list[Message]) -> list[Message]:
-    """The view transform: status messages recorded in ``replace`` mode are shown only while
-    they are the newest status; ``append``-mode ones stay where they were recorded."""
-    replaced: set[int] = set()
-    statuses = [ev for ev in session.events if ev.kind == "status"]
-    for i, _ev in enumerate(statuses[:-1]):
-        if statuses[i + 1].payload.get("mode") == "replace":
-            replaced.add(i)
-    if not replaced:
-        return messages
-    out: list[Message] = []
-    k = 0
-    for m in messages:
-        if m.role == "user" and (m.content or "").startswith(STATUS_OPEN):
-            drop = k in replaced
-            k += 1
-            if drop:
-                continue
-        out.append(m)
-    return out

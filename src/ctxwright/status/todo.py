@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Literal
 
+from ctxwright.core.events import TodoEvent, TodoItem
 from ctxwright.tools.registry import Tool
 
 if TYPE_CHECKING:
@@ -24,15 +24,6 @@ STATUSES: tuple[str, ...] = ("pending", "in_progress", "completed", "cancelled")
 
 class TodoError(ValueError):
     """A TODO call the model got wrong; the message says how to fix it."""
-
-
-@dataclass(frozen=True)
-class TodoItem:
-    id: int
-    text: str
-    status: Status = "pending"
-    created_at: float = 0.0
-    updated_at: float = 0.0
 
 
 class TodoList:
@@ -55,13 +46,13 @@ class TodoList:
         """
         self.session = session
         for ev in session.events:
-            if ev.kind == "todo":
-                self.items = [TodoItem(**d) for d in ev.payload["items"]]
-                self._next_id = ev.payload.get("next_id", len(self.items) + 1)
+            if isinstance(ev, TodoEvent):
+                self.items = list(ev.items)
+                self._next_id = ev.next_id
 
     def _record(self) -> None:
         if self.session is not None:
-            self.session.append("todo", {"items": [asdict(i) for i in self.items], "next_id": self._next_id})
+            self.session.append(TodoEvent(items=tuple(self.items), next_id=self._next_id))
 
     def rewrite(self, texts: list[str]) -> list[TodoItem]:
         """Replace the plan. Items whose text is unchanged keep their id, status and times."""

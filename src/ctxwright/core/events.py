@@ -1,0 +1,610 @@
+"""Typed session events: one frozen dataclass per kind of thing recorded in a session.
+
+Why typed: the event log is the only source of truth for what a session sent (the API is
+stateless; ``core/session.py`` renders every request from it), and before this module eight
+modules read it as ``kind`` strings and payload keys. A misspelt key read ``None`` without a
+word, and the live session and the offline readers drifted apart. Here every kind has one
+class, and :func:`event_from_row` is the one place a kind string meets a class.
+
+The payload JSON keeps the shape the store has always held (store v1, see
+``tests/fixtures/store_v1.db``), so old rows parse unchanged; keys a class does not model
+are kept in ``extra`` and written back as they were. An event kind this build does not
+know -- written by a newer ctxwright -- becomes an :class:`UnknownEvent` holding its payload
+verbatim: an older reader must neither crash on a newer log nor lose part of it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Literal, TypeVar
+
+from ctxwright.core.messages import Message, Usage
+from ctxwright.errors import EventFormatError
+
+StatusMode = Literal["replace", "append"]
+BreakerState = Literal["open", "closed"]
+TodoStatus = Literal["pending", "in_progress", "completed", "cancelled"]
+
+E = TypeVar("E", bound="Event")
+
+
+# -- reading payload values with a clear error ------------------------------------------------
+def _where(kind: str, seq: int) -> str:
+    return f"{kind} event {seq}"
+
+
+def _int(p: Mapping[str, Any], key: str, where: str) -> int | None:
+    v = p.get(key)
+    if v is None:
+        return None
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise EventFormatError(f"{where}: '{key}' is {type(v).__name__}, not an integer")
+    return v
+
+
+def _float(p: Mapping[str, Any], key: str, where: str) -> float | None:
+    v = p.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise EventFormatError(f"{where}: '{key}' is {type(v).__name__}, not a number")
+    return float(v)
+
+
+def _str(p: Mapping[str, Any], key: str, where: str) -> str | None:
+    v = p.get(key)
+    if v is None or isinstance(v, str):
+        return v
+    raise EventFormatError(f"{where}: '{key}' is {type(v).__name__}, not a string")
+
+
+def _message(p: Mapping[str, Any], where: str) -> Message:
+    m = p.get("message")
+    if not isinstance(m, Mapping):
+        raise EventFormatError(f"{where} has no message")
+    try:
+        return Message.from_wire(dict(m))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise EventFormatError(f"{where}: its message cannot be read ({exc})") from exc
+
+
+def _extra(p: Mapping[str, Any], known: frozenset[str]) -> dict[str, Any]:
+    return {k: v for k, v in p.items() if k not in known}
+
+
+def _put(out: dict[str, Any], key: str, value: Any) -> None:
+    """Optional fields are written only when set, as the release before typed events did."""
+    if value is not None:
+        out[key] = value
+
+
+# -- the base ----------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """One thing that happened in a session, in order. ``seq`` starts at 0; an event not yet
+    appended has ``seq == -1`` (``Session.append`` assigns it)."""
+
+    KIND: ClassVar[str] = ""
+    #: payload keys the class models; the rest of a stored payload goes to ``extra``
+    KNOWN: ClassVar[frozenset[str]] = frozenset()
+
+    seq: int = -1
+    created_at: float = field(default_factory=time.time)
+    #: payload keys this build does not model, kept verbatim
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return self.KIND
+
+    def to_payload(self) -> dict[str, Any]:
+        """The JSON object the store keeps for this event (without seq, kind, created_at)."""
+        out = dict(self.extra)
+        out.update(self._fields_payload())
+        return out
+
+    def _fields_payload(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as one JSON object, as a session export holds it: the payload's keys
+        next to ``seq``, ``kind`` and ``created_at``."""
+        return {**self.to_payload(), "seq": self.seq, "kind": self.kind, "created_at": self.created_at}
+
+    @classmethod
+    def from_dict(cls: type[E], data: Mapping[str, Any], *, default_seq: int | None = None) -> E:
+        """Parse the :meth:`to_dict` form (one event of a session export)."""
+        ev = event_from_dict(data, default_seq=default_seq)
+        if not isinstance(ev, cls):
+            raise EventFormatError(f"{_where(ev.kind, ev.seq)} is not a {cls.KIND or cls.__name__} event")
+        return ev
+
+    @classmethod
+    def _parse(cls, p: Mapping[str, Any], *, seq: int, created_at: float) -> Event:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, kw_only=True)
+class MessageEvent(Event):
+    """An event that carries one chat message of the trajectory."""
+
+    message: Message
+
+
+# -- message events ----------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class UserEvent(MessageEvent):
+    """A user message (typed by a person, or a task handed to a sub-agent)."""
+
+    KIND: ClassVar[str] = "user"
+    KNOWN: ClassVar[frozenset[str]] = frozenset({"message"})
+
+    def _fields_payload(self) -> dict[str, Any]:
+        return {"message": self.message.to_wire()}
+
+    @classmethod
+    def _parse(cls, p: Mapping[str, Any], *, seq: int, created_at: float) -> UserEvent:
+        w = _where(cls.KIND, seq)
+        return cls(seq=seq, created_at=created_at, message=_message(p, w), extra=_extra(p, cls.KNOWN))
+
+
+@dataclass(frozen=True, kw_only=True)
+class AssistantEvent(MessageEvent):
+    """A model reply. ``call_index`` names the model call it answered (``None`` for a reply
+    recorded by hand, e.g. a test's scripted history)."""
+
+    KIND: ClassVar[str] = "assistant"
+    KNOWN: ClassVar[frozenset[str]] = frozenset({"message", "usage", "call_index", "finish_reason"})
+
+    usage: Usage | None = None
+    call_index: int | None = None
+    finish_reason: str | None = None
+
+    @classmethod
+    def build(cls, message: Message, usage: Usage | None = None, **fields: Any) -> AssistantEvent:
+        """From ``Session.add_assistant``'s arguments: known keys become fields, the rest ``extra``."""
+        return cls(
+            message=message,
+            usage=usage,
+            call_index=fields.pop("call_index", None),
+            finish_reason=fields.pop("finish_reason", None),
+            extra=fields,
+        )
+
+    def _fields_payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"message": self.message.to_wire()}
+        if self.usage is not None:
+            out["usage"] = self.usage.to_dict()
+        _put(out, "call_index", self.call_index)
+        # the agent loop records the finish reason with every call index, null included
+        if self.finish_reason is not None or self.call_index is not None:
+            out["finish_reason"] = self.finish_reason
+        return out
+
+    @classmethod
+    def _parse(cls, p: Mapping[str, Any], *, seq: int, created_at: float) -> AssistantEvent:
+        w = _where(cls.KIND, seq)
+        u = p.get("usage")
+        if u is not None and not isinstance(u, Mapping):
+            raise EventFormatError(f"{w}: 'usage' is {type(u).__name__}, not an object")
+        return cls(
+            seq=seq,
+            created_at=created_at,
+            message=_message(p, w),
+            usage=Usage.from_dict(dict(u)) if u is not None else None,
+            call_index=_int(p, "call_index", w),
+            finish_reason=_str(p, "finish_reason", w),
+            extra=_extra(p, cls.KNOWN),
+        )
+
+
+@dataclass(frozen=True)
+class Offload:
+    """Where the budget layer saved a result's full text (``compaction/offload.py``)."""
+
+    path: str
+    chars: int
+    bytes: int
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> Offload:
+        if not isinstance(d, Mapping):
+            raise EventFormatError(f"{where}: 'offload' is {type(d).__name__}, not an object")
+        path, chars, size = _str(d, "path", where), _int(d, "chars", where), _int(d, "bytes", where)
+        if path is None or chars is None or size is None:
+            raise EventFormatError(f"{where}: 'offload' needs path, chars and bytes")
+        return cls(path, chars, size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "chars": self.chars, "bytes": self.bytes}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolEvent(MessageEvent):
+    """One tool result, as recorded (after the budget layer, before any later compaction).
+
+    ``result_id`` names the result for ``read_result``; ``offload`` is set when the full text
+    went to disk; ``repeat_of`` when it equals an earlier result; ``compressed`` names the
+    record-time strategy that shortened it.
+    """
+
+    KIND: ClassVar[str] = "tool"
+    KNOWN: ClassVar[frozenset[str]] = frozenset(
+        {
+            "message",
+            "tool_name",
+            "ok",
+            "elapsed_ms",
+            "error_type",
+            "result_id",
+            "chars",
+            "tokens",
+            "sha256",
+            "offload",
+            "repeat_of",
+            "compressed",
+            "invalid_utf8",
+        }
+    )
+
+    tool_name: str
+    ok: bool = True
+    elapsed_ms: float | None = None
+    error_type: str | None = None
+    result_id: str | None = None
+    chars: int | None = None
+    tokens: int | None = None
+    sha256: str | None = None
+    offload: Offload | None = None
+    repeat_of: str | None = None
+    compressed: str | None = None
+    invalid_utf8: int | None = None
+
+    @classmethod
+    def build(
+        cls, message: Message, *, tool_name: str, ok: bool = True, elapsed_ms: float | None = None, **fields: Any
+    ) -> ToolEvent:
+        """From ``Session.add_tool_result``'s arguments (the budget layer's info dict included)."""
+        w = _where(cls.KIND, -1)
+        off = fields.pop("offload", None)
+        return cls(
+            message=message,
+            tool_name=tool_name,
+            ok=ok,
+            elapsed_ms=elapsed_ms,
+            error_type=fields.pop("error_type", None),
+            result_id=fields.pop("result_id", None),
+            chars=fields.pop("chars", None),
+            tokens=fields.pop("tokens", None),
+            sha256=fields.pop("sha256", None),
+            offload=off if isinstance(off, Offload) or off is None else Offload.from_dict(off, w),
+            repeat_of=fields.pop("repeat_of", None),
+            compressed=fields.pop("compressed", None),
+            invalid_utf8=fields.pop("invalid_utf8", None),
+            extra=fields,
+        )
+
+    def _fields_payload(self) -> dict[str, Any]:
+        # tool_name, ok, elapsed_ms and error_type were always written (null included)
+        out: dict[str, Any] = {
+            "message": self.message.to_wire(),
+            "tool_name": self.tool_name,
+            "ok": self.ok,
+            "elapsed_ms": self.elapsed_ms,
+            "error_type": self.error_type,
+        }
+        for key in ("result_id", "chars", "tokens", "sha256", "repeat_of", "compressed", "invalid_utf8"):
+            _put(out, key, getattr(self, key))
+        if self.offload is not None:
+            out["offload"] = self.offload.to_dict()
+        return out
+
+    @classmethod
+    def _parse(cls, p: Mapping[str, Any], *, seq: int, created_at: float) -> ToolEvent:
+        w = _where(cls.KIND, seq)
+        ok = p.get("ok", True)
+        if not isinstance(ok, bool):
+            raise EventFormatError(f"{w}: 'ok' is {type(ok).__name__}, not true or false")
+        return cls(
+            seq=seq,
+            created_at=created_at,
+            message=_message(p, w),
+            tool_name=_str(p, "tool_name", w) or "tool",
+            ok=ok,
+            elapsed_ms=_float(p, "elapsed_ms", w),
+            error_type=_str(p, "error_type", w),
+            result_id=_str(p, "result_id", w),
+            chars=_int(p, "chars", w),
+            tokens=_int(p, "tokens", w),
+            sha256=_str(p, "sha256", w),
+            offload=Offload.from_dict(p["offload"], w) if p.get("offload") is not None else None,
+            repeat_of=_str(p, "repeat_of", w),
+            compressed=_str(p, "compressed", w),
+            invalid_utf8=_int(p, "invalid_utf8", w),
+            extra=_extra(p, cls.KNOWN),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatusEvent(MessageEvent):
+    """The status bar's user message before one call. ``mode`` says how it was meant to be
+    shown: ``replace`` hides the previous status from then on, ``append`` keeps it
+    (``status/bar.py`` explains the cache trade-off; ``core/render.py`` applies it)."""
+
+    KIND: ClassVar[str] = "status"
+    KNOWN: ClassVar[frozenset[str]] = frozenset({"message", "mode"})
+
+    mode: StatusMode = "append"
+
+    def _fields_payload(self) -> dict[str, Any]:
+        return {"message": self.message.to_wire(), "mode": self.mode}
+
+    @classmethod
+    def _parse(cls, p: Mapping[str, Any], *, seq: int, created_at: float) -> StatusEvent:
+        w = _where(cls.KIND, seq)
+        mode = p.get("mode", "append")
+        if mode not in ("replace", "append"):
+            raise EventFormatError(f"{w}: mode {mode!r} is neither 'replace' nor 'append'")
+        return cls(seq=seq, created_at=created_at, message=_message(p, w), mode=mode, extra=_extra(p, cls.KNOWN))
+
+
+# -- events that change the view or the harness state -------------------------------------------
+@dataclass(frozen=True)
+class CompactionNote:
+    """A user message shown before event ``before_seq`` in place of what was removed;
+    ``replaces_all`` (a full-compaction summary) supersedes every earlier note."""
+
+    before_seq: int
+    text: str
+    replaces_all: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactionEvent(Event):
+    """How the view shows earlier events from now on (never an edit of them): ``replace``
+    maps event seqs to new contents, ``drop`` removes events whole, ``note`` stands in for
+    what was removed. The rule that applies them is ``core/compaction_view.py``."""
+
+    KIND: ClassVar[str] = "compaction"
+    KNOWN: ClassVar[frozenset[str]] = frozenset(
+        {"layer", "replace", "drop", "note", "call_index", "tokens_before", "stage"}
+    )
+
+    layer: str
+    replace: Mapping[int, str] = field(default_factory=dict)
+    drop: tuple[int, ...] = ()
+    note: CompactionNote | None = None
+    call_index: int | None = None
+    tokens_before: int | None = None
+    stage: int | None = None
+
+    def _fields_payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "layer": self.layer,
+            "replace": {str(k): v for k, v in self.replace.items()},
+            "drop": list(self.drop),
+        }
+        if self.note is not None:
+            note: dict[str, Any] = {"before_seq": self.note.before_seq, "text": self.note.text}
+            if self.note.replaces_all:
+                note["replaces"] = "all"
+            out["note"] = note
+        _put(out, "call_index", self.call_index)
+        _put(out, "tokens_before", self.tokens_before)
+        _put(out, "stage", self.stage)
+        return out
+
+    @classmethod
+    def _parse(cls, p: Mapping[str, Any], *, seq: int, created_at: float) -> CompactionEvent:
+        w = _where(cls.KIND, seq)
+        rep = p.get("replace") or {}
+        drop = p.get("drop") or []
+        if not isinstance(rep, Mapping) or not all(isinstance(v, str) for v in rep.values()):
+            raise EventFormatError(f"{w}: 'replace' must map event seqs to texts")
+        if not isinstance(drop, list):
+            raise EventFormatError(f"{w}: 'drop' must be a list of event seqs")
+        try:
+            replace = {int(k): v for k, v in rep.items()}
+            dropped = tuple(int(s) for s in drop)
+        except (TypeError, ValueError) as exc:
+            raise EventFormatError(f"{w}: an event seq is not a number ({exc})") from exc
+        note = None
+        raw = p.get("note")
+        if raw is not None:
+            if not isinstance(raw, Mapping) or not isinstance(raw.get("text"), str):
+                raise EventFormatError(f"{w}: 'note' needs before_seq and text")
+            before = _int(raw, "before_seq", w)
+            if before is None:
+                raise EventFormatError(f"{w}: 'note' needs before_seq and text")
+            note = CompactionNote(before, raw["text"], raw.get("replaces") == "all")
+        return cls(
+            seq=seq,
+            created_at=created_at,
+            layer=_str(p, "layer", w) or "",
+            replace=replace,
+            drop=dropped,
+            note=note,
+            call_index=_int(p, "call_index", w),
+            tokens_before=_int(p, "tokens_before", w),
+            stage=_int(p, "stage", w),
+            extra=_extra(p, cls.KNOWN),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BreakerEvent(Event):
+    """A state change of the LLM-compaction circuit breaker (``compaction/breaker.py``)."""
+
+    KIND: ClassVar[str] = "breaker"
+    KNOWN: ClassVar[frozenset[str]] = frozenset({"state", "call_index", "failures", "reason", "retry_at_call"})
+
+    state: BreakerState
+    call_index: int = 0
+    failures: int | None = None
+    reason: str | None = None
+    retry_at_call: int | None = None
+
+    def _fields_payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"state": self.state, "call_index": self.call_index}
+        _put(out, "failures", self.failures)
+        _put(out, "reason", self.reason)
+        _put(out, "retry_at_call", self.retry_at_call)
+        return out
+
+    @classmethod
+    def _parse(cls, p: Mapping[str, Any], *, seq: int, created_at: float) -> BreakerEvent:
+        w = _where(cls.KIND, seq)
+        state = p.get("state")
+        if state not in ("open", "closed"):
+            raise EventFormatError(f"{w}: state {state!r} is neither 'open' nor 'closed'")
+        return cls(
+            seq=seq,
+            created_at=created_at,
+            state=state,
+            call_index=_int(p, "call_index", w) or 0,
+            failures=_int(p, "failures", w),
+            reason=_str(p, "reason", w),
+            retry_at_call=_int(p, "retry_at_call", w),
+            extra=_extra(p, cls.KNOWN),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryFailedEvent(Event):
+    """An LLM summary that failed its checks or its call; nothing was replaced."""
+
+    KIND: ClassVar[str] = "summary_failed"
+    KNOWN: ClassVar[frozenset[str]] = frozenset({"reason", "detail", "call_index"})
+
+    reason: str
+    detail: str = ""
+    call_index: int | None = None
+
+    def _fields_payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"reason": self.reason, "detail": self.detail}
+        _put(out, "call_index", self.call_index)
+        return out
+
+    @classmethod
+    def _parse(cls, p: Mapping[str, Any], *, seq: int, created_at: float) -> SummaryFailedEvent:
+        w = _where(cls.KIND, seq)
+        return cls(
+            seq=seq,
+            created_at=created_at,
+            reason=_str(p, "reason", w) or "",
+            detail=_str(p, "detail", w) or "",
+            call_index=_int(p, "call_index", w),
+            extra=_extra(p, cls.KNOWN),
+        )
+
+
+@dataclass(frozen=True)
+class TodoItem:
+    """One step of the agent's plan (``status/todo.py`` keeps the list)."""
+
+    id: int
+    text: str
+    status: TodoStatus = "pending"
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TodoEvent(Event):
+    """The whole TODO list after one change (small), so it is rebuilt exactly on resume."""
+
+    KIND: ClassVar[str] = "todo"
+    KNOWN: ClassVar[frozenset[str]] = frozenset({"items", "next_id"})
+
+    items: tuple[TodoItem, ...] = ()
+    next_id: int = 1
+
+    def _fields_payload(self) -> dict[str, Any]:
+        return {"items": [asdict(i) for i in self.items], "next_id": self.next_id}
+
+    @classmethod
+    def _parse(cls, p: Mapping[str, Any], *, seq: int, created_at: float) -> TodoEvent:
+        w = _where(cls.KIND, seq)
+        raw = p.get("items")
+        if not isinstance(raw, list):
+            raise EventFormatError(f"{w}: 'items' must be a list")
+        try:
+            items = tuple(TodoItem(**d) for d in raw)
+        except TypeError as exc:
+            raise EventFormatError(f"{w}: a TODO item cannot be read ({exc})") from exc
+        next_id = _int(p, "next_id", w)
+        return cls(
+            seq=seq,
+            created_at=created_at,
+            items=items,
+            next_id=next_id if next_id is not None else len(items) + 1,
+            extra=_extra(p, cls.KNOWN),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnknownEvent(Event):
+    """An event of a kind this build does not know, kept verbatim (a newer writer's)."""
+
+    name: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return self.name
+
+    def _fields_payload(self) -> dict[str, Any]:
+        return dict(self.payload)
+
+
+#: Every kind this build knows, by its stored name.
+KINDS: dict[str, type[Event]] = {
+    c.KIND: c
+    for c in (
+        UserEvent,
+        AssistantEvent,
+        ToolEvent,
+        StatusEvent,
+        CompactionEvent,
+        BreakerEvent,
+        SummaryFailedEvent,
+        TodoEvent,
+    )
+}
+
+
+def event_from_row(seq: int, kind: str, created_at: float, payload: Mapping[str, Any]) -> Event:
+    """The typed event of one stored row; :class:`UnknownEvent` for a kind this build does not
+    know. Raises :class:`~ctxwright.errors.EventFormatError` for a payload of the wrong shape."""
+    if not isinstance(payload, Mapping):
+        raise EventFormatError(f"{_where(kind, seq)}: the payload is {type(payload).__name__}, not an object")
+    cls = KINDS.get(kind)
+    if cls is None:
+        return UnknownEvent(seq=seq, created_at=created_at, name=kind, payload=dict(payload))
+    return cls._parse(payload, seq=seq, created_at=created_at)
+
+
+def event_from_dict(data: Mapping[str, Any], *, default_seq: int | None = None) -> Event:
+    """One event of a session export (``{"seq", "kind", "created_at", **payload}``).
+
+    ``default_seq`` stands in for a missing ``seq`` (a hand-written export)."""
+    if not isinstance(data, Mapping):
+        raise EventFormatError(f"an event is a JSON {type(data).__name__}, not an object")
+    kind = data.get("kind")
+    seq = data.get("seq", default_seq)
+    if isinstance(seq, float) and seq.is_integer():
+        seq = int(seq)
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        seq = default_seq
+    if seq is None:
+        raise EventFormatError(f"{kind} event has no seq" if isinstance(kind, str) and kind else "an event has no seq")
+    if not isinstance(kind, str) or not kind:
+        raise EventFormatError(f"event {seq} has no kind")
+    created = data.get("created_at")
+    created_at = float(created) if isinstance(created, (int, float)) and not isinstance(created, bool) else 0.0
+    payload = {k: v for k, v in data.items() if k not in ("seq", "kind", "created_at")}
+    return event_from_row(seq, kind, created_at, payload)

@@ -1,0 +1,221 @@
+"""The one renderer: the prefix plus the recorded events, as the messages that are sent.
+
+Why one: the provider API is stateless, so a request rebuilt later -- on ``--resume``, by
+the audit of a session export, by ``ctxwright export --requests`` -- is only evidence of
+what was sent if it is rendered by exactly the code that rendered the live request. When
+"what was sent" was rendered twice (live, and again offline), the two drifted: the offline
+replay left the reasoning policy out, so a resumed ``strip`` session's first call was
+audited as ``history_edited`` instead of ``append``. Here it is rendered once, from
+recorded state only:
+
+1. **compactions** (``core/compaction_view.py``): replaced contents, dropped events, notes;
+2. **the status view**: a status recorded in ``replace`` mode hides the status before it
+   (the previous one is invalidated once, instead of every stale status staying in the
+   context -- ``status/bar.py`` weighs the two modes);
+3. **the reasoning policy** (``core/reasoning.py``) recorded in the session's meta: whether
+   each assistant turn's thinking is sent back, stripped, or kept for the current turn only.
+
+:func:`render` is the pure function. :class:`Renderer` is its incremental form for the live
+session (a long session renders on every call; re-decoding every event each time would be
+quadratic): it is fed events one at a time, and ``render(prefix, events, settings)`` *is*
+``Renderer`` fed all of them -- the same code, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from dataclasses import replace as dc_replace
+from typing import Any
+
+from ctxwright.core.compaction_view import CompactionView
+from ctxwright.core.events import AssistantEvent, CompactionEvent, Event, MessageEvent, StatusEvent
+from ctxwright.core.markers import next_marker
+from ctxwright.core.messages import Message
+from ctxwright.core.prefix import Prefix
+from ctxwright.core.reasoning import META_KEY, ReasoningMode, ReasoningPolicy
+
+
+@dataclass(frozen=True)
+class RenderSettings:
+    """What the renderer needs besides the events, read from the session record (its meta),
+    never from live objects: a resumed session and an offline reader get the same settings.
+
+    ``reasoning`` is ``None`` when no policy was recorded: reasoning goes back as recorded.
+    """
+
+    reasoning: ReasoningMode | None = None
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any] | None) -> RenderSettings:
+        mode = (meta or {}).get(META_KEY)
+        if mode is None:
+            return cls()
+        return cls(reasoning=ReasoningPolicy(mode).mode)  # an unknown mode raises, naming the valid ones
+
+    @property
+    def policy(self) -> ReasoningPolicy | None:
+        return ReasoningPolicy(self.reasoning) if self.reasoning is not None else None
+
+
+def replace_content(m: Message, content: str) -> Message:
+    """``m`` with new content; every pairing field (role, ids, tool calls) kept."""
+    return dc_replace(m, content=content)
+
+
+def _note(text: str) -> Message:
+    return Message(role="user", content=text)
+
+
+Entry = tuple[int | None, Message]
+
+
+class Renderer:
+    """The incremental renderer: feed events in order, read the trajectory at any point.
+
+    Invariant (what makes it provably the pure function): every cache below is either the
+    value a full recomputation would give, or ``None`` and recomputed. A message event is
+    appended to a cached view only when the compaction rule would place it last anyway (not
+    dropped, not replaced, no note waiting behind it); anything else drops the cache.
+    """
+
+    def __init__(self, settings: RenderSettings | None = None, *, tools_in_use: bool) -> None:
+        self.settings = settings or RenderSettings()
+        self.tools_in_use = tools_in_use
+        self._policy = self.settings.policy
+        #: events fed so far
+        self.count = 0
+        self._view = CompactionView()
+        self._entries: list[tuple[int, Message]] = []  # every message event, as recorded
+        self._statuses: list[int] = []  # seqs of status events, in order
+        self._hidden: set[int] = set()  # status seqs a later replace-mode status hides
+        self._compacted: list[Entry] | None = []  # compaction view, every status kept
+        self._shown: list[Entry] | None = []  # ... minus hidden statuses
+        self._out: list[Message] | None = None  # ... with the reasoning policy applied
+        self._memo: dict[int, tuple[Message, Message]] = {}  # id(message) -> (message, as rendered)
+
+    # -- feeding -----------------------------------------------------------------------------
+    def feed(self, event: Event) -> None:
+        self.count += 1
+        self._out = None
+        if isinstance(event, CompactionEvent):
+            self._view.add(event)
+            self._compacted = self._shown = None
+            return
+        if not isinstance(event, MessageEvent):
+            return
+        entry = (event.seq, event.message)
+        last = self._entries[-1][0] if self._entries else -1
+        self._entries.append(entry)
+        if isinstance(event, StatusEvent):
+            if event.mode == "replace" and self._statuses:
+                self._hidden.add(self._statuses[-1])
+                self._shown = None
+            self._statuses.append(event.seq)
+        seq, view = event.seq, self._view
+        at_end = (
+            seq > last
+            and seq not in view.drop
+            and seq not in view.replace
+            and seq not in self._hidden
+            and all(before <= seq for before in view.notes)
+        )
+        if not at_end:
+            self._compacted = self._shown = None
+            return
+        if self._compacted is not None:
+            self._compacted.append(entry)
+        if self._shown is not None:
+            self._shown.append(entry)
+
+    def feed_all(self, events: Iterable[Event]) -> Renderer:
+        for ev in events:
+            self.feed(ev)
+        return self
+
+    # -- reading -----------------------------------------------------------------------------
+    def entries(self) -> list[Entry]:
+        """``(event seq, message)`` of the message events with every compaction applied, every
+        status kept (what the compaction layers plan on); ``None`` seq for an inserted note."""
+        if self._compacted is None:
+            self._compacted = self._view.apply(self._entries, _note, replace_content)
+        return list(self._compacted)
+
+    def shown_entries(self) -> list[Entry]:
+        """:meth:`entries` minus the statuses a later ``replace``-mode status hides."""
+        if self._shown is None:
+            hidden = self._hidden
+            self._shown = [e for e in self.entries() if e[0] is None or e[0] not in hidden]
+        return list(self._shown)
+
+    def trajectory(self) -> list[Message]:
+        """The messages after the system prompt, as sent."""
+        if self._out is None:
+            self._out = self._reasoned([m for _, m in self.shown_entries()])
+        return list(self._out)
+
+    def _reasoned(self, msgs: list[Message]) -> list[Message]:
+        """The reasoning policy over the shown messages. A message the policy rewrites is
+        rewritten to the same object on every call (memoized by identity), so its canonical
+        bytes are computed once, not once per request."""
+        if self._policy is None:
+            return msgs
+        out = self._policy.apply(msgs, tools_in_use=self.tools_in_use, index_offset=1)
+        memo = self._memo
+        for i, (before, after) in enumerate(zip(msgs, out, strict=True)):
+            if before is after:
+                continue
+            hit = memo.get(id(before))
+            if hit is not None and hit[0] is before and hit[1] == after:
+                out[i] = hit[1]
+            else:
+                memo[id(before)] = (before, after)
+        return out
+
+
+def render(prefix: Prefix, events: Iterable[Event], settings: RenderSettings | None = None) -> list[Message]:
+    """The messages of the request made of ``prefix`` and ``events``: system prompt first."""
+    r = Renderer(settings, tools_in_use=bool(prefix.tools)).feed_all(events)
+    return [prefix.system_message(), *r.trajectory()]
+
+
+def render_at(
+    prefix: Prefix, events: Sequence[Event], settings: RenderSettings | None, counts: Iterable[int]
+) -> dict[int, list[Message]]:
+    """``render(prefix, events[:n], settings)`` for every ``n`` in ``counts``, in one pass."""
+    r = Renderer(settings, tools_in_use=bool(prefix.tools))
+    system = prefix.system_message()
+    out: dict[int, list[Message]] = {}
+    for n in sorted(set(counts)):
+        r.feed_all(events[r.count : n])
+        out[n] = [system, *r.trajectory()]
+    return out
+
+
+@dataclass(frozen=True)
+class RenderedCall:
+    """One model call rebuilt from the events: the reply that answered it, the change marker
+    of its request (``core/markers.py``) and its messages after the system prompt."""
+
+    reply: AssistantEvent
+    marker: str | None
+    messages: list[Message]
+
+
+def replay_calls(
+    events: Iterable[Event], settings: RenderSettings | None = None, *, tools_in_use: bool
+) -> Iterator[RenderedCall]:
+    """Every model call of a session, in order: the assistant event with ``call_index`` k
+    answered the request rendered from every event before it."""
+    r = Renderer(settings, tools_in_use=tools_in_use)
+    marker: str | None = None
+    status_before = False
+    for ev in events:
+        if isinstance(ev, AssistantEvent):
+            if ev.call_index is not None:
+                yield RenderedCall(ev, marker, r.trajectory())
+            marker = None
+        else:
+            marker = next_marker(marker, ev, status_before)
+            status_before = status_before or isinstance(ev, StatusEvent)
+        r.feed(ev)
