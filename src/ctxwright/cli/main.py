@@ -21,7 +21,7 @@ from ctxwright.errors import CtxwrightError
 # Rich falls back to 80 columns when stdout is not a terminal (CI logs, `make demo | tee`),
 # which folds the per-call table; give it room.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
-err_console = Console(stderr=True, highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)  # one line per error, never folded
 
 DEFAULT_PROMPT = "What's the current time and weather in Vancouver?"
 
@@ -441,6 +441,10 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--price-cached", type=float, metavar="Y", help="price per million cached input tokens")
     au.add_argument("--price-output", type=float, metavar="Z", help="price per million output tokens")
     au.set_defaults(func=cmd_audit)
+
+    from ctxwright.cli.export import add_export_parser
+
+    add_export_parser(sub)
     return p
 
 

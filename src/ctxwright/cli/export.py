@@ -1,0 +1,88 @@
+"""``ctxwright export ID``: a stored session as JSON; with ``--requests``, the OpenAI
+chat-completions request body of every model call, one JSON object per line.
+
+Why: the store keeps events, not requests (a request repeats its whole history; storing
+each would grow the database quadratically). The bodies are rebuilt by the renderer that
+rendered them live, so the output is evidence of what was sent: ``ctxwright audit`` reads
+it like any request log, and any other tool can replay or diff it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ctxwright.core.messages import canonical_json
+from ctxwright.errors import CtxwrightError
+
+
+def add_export_parser(sub: Any) -> None:
+    """Register ``export`` on the ``ctxwright`` subcommand parser."""
+    ex = sub.add_parser(
+        "export",
+        help="print a stored session as JSON, or with --requests each model call's request body (JSONL)",
+    )
+    ex.add_argument("id", help="session ID (a unique prefix is enough)")
+    ex.add_argument(
+        "--requests",
+        action="store_true",
+        help="one line per model call: the chat-completions body that was sent (model, messages, tools, "
+        "tool_choice, max_tokens, temperature, ...), rebuilt from the store",
+    )
+    ex.set_defaults(func=cmd_export)
+
+
+def _ranges(indices: list[int]) -> str:
+    out: list[str] = []
+    for i in indices:
+        if out and out[-1].split("-")[-1] == str(i - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{i}"
+        else:
+            out.append(str(i))
+    return ", ".join(out)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ctxwright.core.export import request_bodies, session_export
+    from ctxwright.core.store import Store
+
+    store = Store(args.db) if args.db else Store()
+    try:
+        if not args.requests:
+            print(json.dumps(session_export(store, args.id), ensure_ascii=False, indent=1))
+            return 0
+        sid, bodies, missing = request_bodies(store, args.id)
+    finally:
+        store.close()
+    if not bodies and not missing:
+        raise CtxwrightError(f"session {sid} made no model calls: there is no request to export")
+    out = sys.stdout
+    for b in bodies:
+        out.write(canonical_json(b.body) + "\n")
+    out.flush()
+    notes: dict[tuple[str, ...], list[int]] = {}
+    for b in bodies:
+        if b.unknown:
+            notes.setdefault(b.unknown, []).append(b.call_index)
+    for unknown, idx in notes.items():
+        print(
+            f"ctxwright: call(s) {_ranges(idx)} of session {sid} were recorded before ctxwright stored request "
+            f"options; not known, so left out: {', '.join(unknown)}",
+            file=sys.stderr,
+        )
+    unverified = [b.call_index for b in bodies if not b.verified]
+    if unverified:
+        print(
+            f"ctxwright: warning: the rebuilt request of call(s) {_ranges(unverified)} does not hash to the one "
+            "recorded when it was sent; the store may have been edited",
+            file=sys.stderr,
+        )
+    if missing:
+        print(
+            f"ctxwright: call(s) {_ranges(missing)} of session {sid} cannot be rebuilt (no record of the events "
+            "they were rendered from); left out",
+            file=sys.stderr,
+        )
+    return 0
