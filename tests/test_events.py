@@ -115,7 +115,7 @@ def test_the_stored_payload_keeps_its_v1_shape():
 
 
 def test_a_malformed_payload_is_one_clear_error():
-    with pytest.raises(EventFormatError, match="^tool event 3 has no message$"):
+    with pytest.raises(EventFormatError, match=r"^tool event 3 has no message$"):
         event_from_row(3, "tool", 0.0, {"tool_name": "x"})
     with pytest.raises(EventFormatError, match="status event 1: mode 'sideways'"):
         event_from_row(1, "status", 0.0, {"message": {"role": "user", "content": "s"}, "mode": "sideways"})

@@ -125,7 +125,7 @@ def test_a_file_that_is_not_sqlite_is_refused_and_left_as_it_was(tmp_path, capsy
     p = tmp_path / "notes.db"
     p.write_text("my notes, not a database\n" * 40)
     before = _digest(p)
-    with pytest.raises(NotADatabase, match="not an SQLite database.*not changed"):
+    with pytest.raises(NotADatabase, match=r"not an SQLite database.*not changed"):
         Store(p)
     assert _digest(p) == before and _side_files(p) == []
     assert main(["--db", str(p), "sessions"]) == 2
@@ -161,7 +161,7 @@ def _newer(tmp_path: Path, how: str) -> Path:
 def test_a_newer_schema_is_refused_and_left_as_it_was(tmp_path, capsys, how):
     db = _newer(tmp_path, how)
     before = _digest(db)
-    with pytest.raises(SchemaTooNew, match="newer ctxwright.*not changed.*Upgrade"):
+    with pytest.raises(SchemaTooNew, match=r"newer ctxwright.*not changed.*Upgrade"):
         Store(db)
     assert _digest(db) == before and _side_files(db) == []
     assert main(["--db", str(db), "show", SID]) == 2
