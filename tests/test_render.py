@@ -251,3 +251,19 @@ def test_settings_come_from_the_record():
     first, second = r.trajectory(), r.trajectory()
     assert first[0].reasoning_content is None and first[0] is second[0]  # rewritten once, same object
     assert ChatRequest(messages=tuple(first)).canonical_bytes() == ChatRequest(messages=tuple(second)).canonical_bytes()
+
+
+def test_show_marks_what_the_next_request_no_longer_sends_as_recorded(store, capsys):
+    from ctxwright.cli.main import main
+
+    s = Session.start(Prefix.build("sys"), store=store)
+    s.add_user("first question")
+    s.add_assistant(Message(role="assistant", content="first answer"))
+    s.add_user("second question")
+    s.add_compaction("trim", drop=[0, 1], note=(0, "[removed]"))
+    s.add_compaction("clearing", replace={2: "[shortened]"})
+    assert main(["--db", str(store.path), "show", s.id]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    first = next(line for line in lines if "first question" in line)
+    second = next(line for line in lines if "second question" in line)
+    assert "(no longer sent)" in first and "(now sent as: [shortened])" in second

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape as esc
 from rich.table import Table
 
 from ctxwright.audit.compare import cache_ratios
@@ -76,7 +77,7 @@ def _view_note(ev: Event, shown: dict[int, Message] | None) -> str:
         return " [dim](no longer sent)[/]"
     if now.content != ev.message.content:
         c = now.content or ""
-        return f" [dim](now sent as: {c[:80]}{'…' if len(c) > 80 else ''})[/]"
+        return f" [dim](now sent as: {esc(c[:80])}{'…' if len(c) > 80 else ''})[/]"
     return ""
 
 
@@ -94,24 +95,26 @@ def _render(data: dict[str, Any], console: Console, indent: str) -> None:
     )
     events, unreadable = _parse_events(data["events"])
     for seq, problem in unreadable:
-        console.print(f"{indent}  #{seq} [red]unreadable event[/] {problem}")
+        console.print(f"{indent}  #{seq} [red]unreadable event[/] {esc(problem)}")
     shown = _current_view(data, events)
     for ev in events:
         note = _view_note(ev, shown)
         if isinstance(ev, AssistantEvent):
             msg = ev.message
             for tc in msg.tool_calls:
-                console.print(f"{indent}  #{ev.seq} [yellow]call[/] {tc.name}({tc.arguments}) [dim]{tc.id}[/]{note}")
+                console.print(
+                    f"{indent}  #{ev.seq} [yellow]call[/] {esc(tc.name)}({esc(tc.arguments)}) [dim]{esc(tc.id)}[/]{note}"
+                )
             if msg.content is not None or not msg.tool_calls:
-                console.print(f"{indent}  #{ev.seq} [green]assistant[/] {msg.content}{note}")
+                console.print(f"{indent}  #{ev.seq} [green]assistant[/] {esc(str(msg.content))}{note}")
         elif isinstance(ev, ToolEvent):
             c = ev.message.content or ""
             short = c if len(c) <= 200 else c[:200] + f"… ({len(c):,} chars)"
             off = ev.offload
             where = f" [dim](full {off.chars:,} chars offloaded to {off.path})[/]" if off else ""
             console.print(
-                f"{indent}  #{ev.seq} [magenta]tool[/] {ev.tool_name} "
-                f"[dim]{ev.message.tool_call_id}[/] {short}{where}{note}"
+                f"{indent}  #{ev.seq} [magenta]tool[/] {esc(ev.tool_name)} "
+                f"[dim]{esc(ev.message.tool_call_id or '')}[/] {esc(short)}{where}{note}"
             )
         elif isinstance(ev, CompactionEvent):
             n = len(ev.replace) + len(ev.drop)
@@ -123,11 +126,11 @@ def _render(data: dict[str, Any], console: Console, indent: str) -> None:
                 + (f", request was {before:,} tokens" if before is not None else "")
             )
         elif isinstance(ev, UserEvent):
-            console.print(f"{indent}  #{ev.seq} [cyan]user[/] {ev.message.content}{note}")
+            console.print(f"{indent}  #{ev.seq} [cyan]user[/] {esc(ev.message.content or '')}{note}")
         else:
             summary = ev.to_payload()
             console.print(
-                f"{indent}  #{ev.seq} [blue]{ev.kind}[/] {json.dumps(summary, ensure_ascii=False)[:200]}{note}"
+                f"{indent}  #{ev.seq} [blue]{esc(ev.kind)}[/] {esc(json.dumps(summary, ensure_ascii=False)[:200])}{note}"
             )
     if data["calls"]:
         t = Table(title=f"{indent}calls")
