@@ -73,7 +73,9 @@ class Plan:
     def event(self, layer: str, seq: int) -> CompactionEvent:
         """The ``compaction`` event this plan would record as event ``seq`` (what the renderer reads)."""
         note = CompactionNote(*self.note, self.note_replaces_all) if self.note is not None else None
-        return CompactionEvent(seq=seq, layer=layer, replace=dict(self.replace), drop=tuple(sorted(self.drop)), note=note)
+        return CompactionEvent(
+            seq=seq, layer=layer, replace=dict(self.replace), drop=tuple(sorted(self.drop)), note=note
+        )
 
 
 @dataclass
