@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ctxwright.audit.compare import AuditRequest, AuditRow
+from ctxwright.audit.logs import WireCache
 from ctxwright.core.messages import Usage
 from ctxwright.core.render import replay_calls
 from ctxwright.core.request import ChatRequest
@@ -63,13 +64,14 @@ def past_requests(session: Session) -> Iterator[AuditRequest]:
     prefix = session.prefix
     system = prefix.system_prompt
     tools = [t.to_wire() for t in prefix.tools]
+    wire = WireCache()
     for rc in replay_calls(session.events, session.settings(), tools_in_use=bool(prefix.tools)):
         call = calls.get(rc.reply.call_index) or {}
         u = Usage.from_dict(call.get("usage") or {})
         yield AuditRequest(
             system=system,
             tools=tools,
-            messages=[m.to_wire() for m in rc.messages],
+            messages=[wire(m) for m in rc.messages],
             cached_tokens=call.get("cached_tokens"),
             prompt_tokens=call.get("prompt_tokens"),
             completion_tokens=call.get("completion_tokens"),

@@ -339,7 +339,7 @@ def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest 
         yield None, f"session {sid}: {exc}; rendered as recorded"
         settings = RenderSettings()
     produced = 0
-    wire = _WireCache()
+    wire = WireCache()
     try:
         for rc in replay_calls(events, settings, tools_in_use=bool(tools)):
             call = calls.get(rc.reply.call_index) or {}
@@ -354,7 +354,7 @@ def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest 
             yield from requests_from_export(child)
 
 
-class _WireCache:
+class WireCache:
     """One wire dict per message object: the renderer hands back the same objects for the
     unchanged part of every request, so a long session is converted once, not once per call."""
 
