@@ -1,4 +1,88 @@
 """ctxwright: context engineering for LLM agents -- a frozen prefix, an append-only
-trajectory, and an audit of every model call."""
+trajectory, and an audit of every model call.
+
+The public API is imported from here (``from ctxwright import Harness, tool``). Names are
+loaded on first use (PEP 562), so ``import ctxwright.errors`` -- which every module does --
+does not pull in the OpenAI SDK or the agent loop.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from ctxwright.agent.loop import RunResult
+    from ctxwright.backends.embedded import EmbeddedBackend
+    from ctxwright.backends.openai_compat import OpenAIBackend
+    from ctxwright.backends.scripted import ScriptedBackend
+    from ctxwright.compaction.config import CompactionConfig
+    from ctxwright.core.reasoning import ReasoningPolicy
+    from ctxwright.errors import (
+        BackendError,
+        BackendUnavailable,
+        ConfigError,
+        ContextWindowExceeded,
+        CtxwrightError,
+        PrefixMismatch,
+        SessionNotFound,
+    )
+    from ctxwright.harness import Harness
+    from ctxwright.tools.registry import Tool, ToolRegistry, tool
+
+#: public name -> the module that defines it
+_EXPORTS = {
+    "Harness": "ctxwright.harness",
+    "tool": "ctxwright.tools.registry",
+    "Tool": "ctxwright.tools.registry",
+    "ToolRegistry": "ctxwright.tools.registry",
+    "RunResult": "ctxwright.agent.loop",
+    "CompactionConfig": "ctxwright.compaction.config",
+    "ReasoningPolicy": "ctxwright.core.reasoning",
+    "OpenAIBackend": "ctxwright.backends.openai_compat",
+    "EmbeddedBackend": "ctxwright.backends.embedded",
+    "ScriptedBackend": "ctxwright.backends.scripted",
+    "CtxwrightError": "ctxwright.errors",
+    "ConfigError": "ctxwright.errors",
+    "PrefixMismatch": "ctxwright.errors",
+    "SessionNotFound": "ctxwright.errors",
+    "BackendError": "ctxwright.errors",
+    "BackendUnavailable": "ctxwright.errors",
+    "ContextWindowExceeded": "ctxwright.errors",
+}
+
+__all__ = [
+    "BackendError",
+    "BackendUnavailable",
+    "CompactionConfig",
+    "ConfigError",
+    "ContextWindowExceeded",
+    "CtxwrightError",
+    "EmbeddedBackend",
+    "Harness",
+    "OpenAIBackend",
+    "PrefixMismatch",
+    "ReasoningPolicy",
+    "RunResult",
+    "ScriptedBackend",
+    "SessionNotFound",
+    "Tool",
+    "ToolRegistry",
+    "__version__",
+    "tool",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ctxwright' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -49,3 +49,14 @@ class NotADatabase(StoreUnusable):
 
 class SchemaTooNew(StoreUnusable):
     """The database was written by a newer ctxwright, with migrations this build does not know."""
+
+
+class ConfigError(CtxwrightError):
+    """An option that cannot work as given (an unknown backend, a missing model name, a
+    ``--tool`` spec that does not import); the message names the option and the fix."""
+
+
+class PrefixMismatch(CtxwrightError):
+    """The system prompt or tools given to continue a session differ from the prefix it was
+    started with. Why refused: the model would be offered tools its recorded prefix never
+    declared (or lose ones it did), and the provider's cache of that prefix would be lost."""

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.traceback import Traceback
 
 from ctxwright.errors import CtxwrightError
 
@@ -25,35 +28,11 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)  # one line 
 
 DEFAULT_PROMPT = "What's the current time and weather in Vancouver?"
 
-SYSTEM_PROMPT = """You are a careful assistant that answers with facts from tools.
 
-# How to work
-1. Decide which tools give the facts the question needs; call them, in parallel when they are independent.
-2. Read each tool result. Never invent a time, a temperature or a file's content.
-3. When you have the facts, answer in one or two sentences that quote the tool results.
-4. If a tool returns an error, read its hint and fix the call instead of repeating it."""
-
-
-def _store(args: argparse.Namespace):
+def _store(args: argparse.Namespace) -> Any:
     from ctxwright.core.store import Store
 
     return Store(args.db) if args.db else Store()
-
-
-def make_backend(args: argparse.Namespace):
-    if args.backend == "embedded":
-        from ctxwright.backends.embedded import EmbeddedBackend
-
-        return EmbeddedBackend()
-    if args.backend == "openai":
-        from ctxwright.backends.openai_compat import OpenAIBackend
-
-        if not args.model:
-            raise CtxwrightError("--backend openai needs --model NAME (the served model's name)")
-        return OpenAIBackend(
-            model=args.model, base_url=args.base_url, api_key_env=args.api_key_env, context_window=args.window
-        )
-    raise CtxwrightError(f"unknown backend {args.backend!r}: use embedded or openai")
 
 
 def _fmt(v: Any, digits: int = 0) -> str:
@@ -65,6 +44,9 @@ def _fmt(v: Any, digits: int = 0) -> str:
 
 
 def _print_event(kind: str, data: dict[str, Any]) -> None:
+    """Progress of a run (the Harness's ``on_event``); of a sub-agent, only its calls and results."""
+    if "child" in data and kind not in ("tool", "assistant"):
+        return
     if kind == "user":
         console.print(f"[bold cyan]user[/]  {data['content']}")
     elif kind == "assistant":
@@ -129,113 +111,97 @@ def calls_table(reports) -> Table:
     return t
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from ctxwright.agent.delegate import Delegator
-    from ctxwright.agent.loop import Agent, AgentConfig
-    from ctxwright.compaction import CompactionConfig
-    from ctxwright.compaction.retrieval import ResultReader
-    from ctxwright.core.prefix import Prefix
-    from ctxwright.core.session import Session
-    from ctxwright.status.bar import OPERATING_MANUAL, StatusBar, StatusConfig
-    from ctxwright.status.todo import TodoList
-    from ctxwright.tools.builtin import default_tools
+def _system_text(value: str) -> str:
+    """``--system``: the text of an existing file, else the argument itself."""
+    path = Path(value).expanduser()
+    if not path.is_file():
+        return value
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CtxwrightError(
+            f"--system {value}: cannot read the file ({exc}); give a readable UTF-8 text file"
+        ) from None
 
-    store = _store(args)
-    # File tools only when a workspace is named: fewer tools, less for a small model to confuse.
-    workspace = Path(args.workspace).resolve() if args.workspace else None
-    tools = default_tools(workspace)
-    use_todo = _switched_on(args, "todo")
-    # Measured: with the status block last and the manual in the prompt, the 135M model calls
-    # get_current_time("UTC") alone and answers "10.23"; without them it calls both tools.
-    use_status = _switched_on(args, "status")
-    todo = TodoList()
-    if use_todo:
-        for t in todo.tools():
-            tools.register(t)
-    # LLM summaries (archival rounds, full compaction) by default on served models only: the
-    # embedded 135M model summarizes poorly (benchmarks/compression.py measures it).
-    summaries = _switched_on(args, "summaries")
+
+def _given(**options: Any) -> dict[str, Any]:
+    """The options given on the command line; the Harness decides every other one."""
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ctxwright.compaction import CompactionConfig
+    from ctxwright.core.store import default_db_path
+    from ctxwright.harness import Harness
+    from ctxwright.tools.imported import import_tool
+
+    tools = [import_tool(spec) for spec in args.tool] if args.tool else None
+    system = _system_text(args.system) if args.system is not None else None
+    if args.resume and not args.prompt:
+        raise CtxwrightError('--resume needs a follow-up message: ctxwright run --resume ID "follow-up"')
+    if not args.prompt and (tools is not None or system is not None) and not args.resume:
+        raise CtxwrightError('give your agent its task: ctxwright run --system ... --tool ... "the task"')
     compaction = (
-        None
+        False
         if args.no_compaction
         else CompactionConfig(
-            window_tokens=args.window,
-            result_cap_tokens=args.result_cap,
-            trigger_ratio=args.clear_at,
-            keep_recent_results=args.keep_results,
-            strategy=args.compaction,
-            archival_summaries=summaries,
-            full_compaction=summaries,
+            **_given(
+                result_cap_tokens=args.result_cap,
+                trigger_ratio=args.clear_at,
+                keep_recent_results=args.keep_results,
+                strategy=args.compaction,
+            )
         )
     )
-    # Measured: with read_result in its tool list the 135M model calls it with invented ids in the
-    # demo and answers about the error; so on the embedded model it is off unless asked for.
-    use_reader = _switched_on(args, "read_result")
-    if compaction is not None and use_reader:  # offloaded and cleared results are paged back
-        tools.register(ResultReader().tool())
-    use_delegate = _switched_on(args, "delegate")
-    delegator = None
-    if use_delegate:
-        delegator = Delegator(
-            on_event=lambda kind, data: _print_event(kind, data) if kind in ("tool", "assistant") else None
-        )
-        tools.register(delegator.tool())
-    if args.resume:
-        session = Session.resume(store, args.resume)
-        missing = [n for n in session.prefix.tool_names() if n not in tools]
-        if missing:
-            raise CtxwrightError(f"session {session.id} uses tools this build lacks: {', '.join(missing)}")
-        console.print(f"[dim]resumed session {session.id} ({len(session.events)} events)[/]")
-    else:
-        system = SYSTEM_PROMPT + ("\n\n" + OPERATING_MANUAL if use_status else "")
-        prefix = Prefix.build(system, tools.specs())
-    backend = make_backend(args)
-    if not args.resume:
-        session = Session.start(
-            prefix,
-            store=store,
-            backend=backend.name,
-            model=backend.model,
-            meta={"workspace": str(workspace) if workspace else None},
-        )
-        console.print(f"[dim]session {session.id} · backend {backend.name} · model {backend.model}[/]")
-    from ctxwright.core.reasoning import ReasoningPolicy
-    from ctxwright.core.reasoning import install as install_reasoning
-
-    install_reasoning(session, ReasoningPolicy(args.reasoning) if args.reasoning else None)
-    first_choice = args.tool_choice_first or ("required" if backend.name == "embedded" and not args.resume else "auto")
-    tool_rounds = args.max_tool_rounds
-    if tool_rounds is None and backend.name == "embedded":
-        tool_rounds = 1  # the 135M model never decides on its own that it has enough facts
-    config = AgentConfig(
+    options = _given(
+        backend=args.backend,
+        model=args.model,
+        base_url=args.base_url,
+        api_key_env=args.api_key_env,
+        gguf=args.gguf,
+        workspace=args.workspace,
+        window=args.window,
+        summaries=args.summaries,
+        read_result=args.read_result,
+        status=args.status,
+        status_mode=args.status_mode,
+        cache_price_ratio=args.cache_price_ratio,
+        todo=args.todo,
+        delegate=args.delegate,
+        reasoning=args.reasoning,
         max_iterations=args.max_iterations,
-        tool_timeout_s=args.tool_timeout,
-        tool_choice_first=first_choice,
-        max_tool_rounds=tool_rounds,
+        max_tool_rounds=args.max_tool_rounds,
+        tool_choice_first=args.tool_choice_first,
         max_tokens=args.max_tokens,
-        timestamps=args.timestamps,
-        compaction=compaction,
+        tool_timeout=args.tool_timeout,
+        timestamps=args.timestamps or None,
     )
-    if use_todo:  # the list's changes are events of this session, rebuilt on resume
-        todo.bind(session)
-    status = None
-    if use_status:
-        status = StatusBar(
-            StatusConfig(
-                mode=args.status_mode,
-                max_iterations=args.max_iterations,
-                alpha=0.0 if backend.name == "embedded" else args.cache_price_ratio,
-            ),
-            todo=todo if use_todo else None,
-            cwd=str(workspace or Path.cwd()),
+    with Harness(
+        system,
+        tools,
+        db=args.db or default_db_path(),
+        resume=args.resume,
+        compaction=compaction,
+        on_event=_print_event,
+        **options,
+    ) as h:
+        s, b = h.session, h.backend
+        if args.resume:
+            console.print(f"[dim]resumed session {s.id} ({len(s.events)} events)[/]")
+        else:
+            console.print(f"[dim]session {s.id} · backend {b.name} · model {b.model}[/]")
+        result = h.run(args.prompt or (None if args.resume else DEFAULT_PROMPT))
+        _print_summary(h.agent, result)
+    if result.stop_reason == "backend_error":
+        err_console.print(
+            f"[red]The model call failed:[/] {escape(result.error or '')}\nEvery event before the failure is "
+            f'saved; continue with: ctxwright run --resume {s.id} "..."'
         )
-    agent = Agent(session, backend, tools, config, on_event=_print_event, status=status)
-    if delegator is not None:
-        delegator.bind(agent)
-    prompt = args.prompt or (None if args.resume else DEFAULT_PROMPT)
-    if args.resume and not prompt:
-        raise CtxwrightError('--resume needs a follow-up message: ctxwright run --resume ID "follow-up"')
-    result = agent.run(prompt)
+        return 2
+    return 0
+
+
+def _print_summary(agent: Any, result: Any) -> None:
     console.print(calls_table(result.calls))
     summ = agent.auditor.summary()
     if summ.hit_ratio is not None:
@@ -253,16 +219,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     console.print(
         f"stop reason: [bold]{result.stop_reason}[/] after {result.iterations} iteration(s) · "
-        f"session {session.id} · tokens counted by {agent.counter.source}"
+        f"session {agent.session.id} · tokens counted by {agent.counter.source}"
     )
-    backend.close()
-    if result.stop_reason == "backend_error":
-        err_console.print(
-            f"[red]The model call failed:[/] {result.error}\nEvery event before the failure is "
-            f'saved; continue with: ctxwright run --resume {session.id} "..."'
-        )
-        return 2
-    return 0
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -311,7 +269,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _add_switch(parser: Any, name: str, help_text: str) -> None:
-    """``--name`` / ``--no-name``; left unset (None), :func:`_switched_on` decides by backend."""
+    """``--name`` / ``--no-name``; left unset (None), the Harness decides by backend
+    (``harness.backend_defaults``)."""
     group = parser.add_mutually_exclusive_group()
     flag = name.replace("_", "-")
     group.add_argument(
@@ -324,28 +283,39 @@ def _add_switch(parser: Any, name: str, help_text: str) -> None:
     group.add_argument(f"--no-{flag}", dest=name, action="store_false")
 
 
-def _switched_on(args: argparse.Namespace, name: str) -> bool:
-    """An explicit switch wins; otherwise on for served models and off on the embedded one, whose
-    135M model was measured to do worse with these features (see the README)."""
-    value = getattr(args, name)
-    return value if value is not None else args.backend != "embedded"
-
-
 def build_parser() -> argparse.ArgumentParser:
     from ctxwright.compaction.strategies import STRATEGIES
 
     p = argparse.ArgumentParser(prog="ctxwright", description="Context engineering for LLM agents.")
     p.add_argument("--db", help="SQLite database (default: $CTXWRIGHT_DB or the user data dir)")
+    p.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run the agent on a prompt")
     r.add_argument("prompt", nargs="?", help=f"the task (default: {DEFAULT_PROMPT!r})")
-    r.add_argument("--backend", choices=["embedded", "openai"], default="embedded")
+    r.add_argument(
+        "--backend",
+        choices=["embedded", "openai"],
+        help="default: the resumed session's; else openai with --model or --base-url, embedded otherwise",
+    )
+    r.add_argument(
+        "--system",
+        metavar="FILE_OR_TEXT",
+        help="the system prompt: the text of this file if it exists, else this text (default: the demo's)",
+    )
+    r.add_argument(
+        "--tool",
+        action="append",
+        metavar="MODULE:FUNCTION",
+        help="a function of yours as a tool (repeatable; the current directory is importable); "
+        "its type hints and docstring are its schema. Replaces the demo tools",
+    )
+    r.add_argument("--gguf", metavar="PATH", help="run the embedded backend on this GGUF chat model")
     r.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     r.add_argument("--model", help="model name on the served endpoint")
-    r.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    r.add_argument("--api-key-env", help="environment variable holding the API key (default: OPENAI_API_KEY)")
     r.add_argument("--resume", metavar="ID", help="continue a stored session")
-    r.add_argument("--max-iterations", type=int, default=20)
+    r.add_argument("--max-iterations", type=int, help="model calls before the run stops (default: 20)")
     r.add_argument(
         "--max-tool-rounds", type=int, help="rounds of tool calls before an answer is required (embedded default: 1)"
     )
@@ -353,14 +323,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--status-mode",
         choices=["auto", "replace", "append"],
-        default="auto",
-        help="how status messages are updated (auto: the cost model)",
+        help="how status messages are updated (default auto: the cost model)",
     )
     r.add_argument(
         "--cache-price-ratio",
         type=float,
-        default=0.1,
-        help="cached ÷ uncached input price of the backend, for --status-mode auto",
+        help="cached ÷ uncached input price of the backend, for --status-mode auto (default: 0.1; 0 embedded)",
     )
     _add_switch(r, "todo", "give the agent the TODO tools")
     r.add_argument("--timestamps", action="store_true", help="prefix user and tool contents with [YYYY-MM-DD HH:MM:SS]")
@@ -369,8 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["strip", "keep", "must_send_back", "qwen3"],
         help="how earlier reasoning is sent back (default: by model family; fixed per session)",
     )
-    r.add_argument("--max-tokens", type=int, default=256, help="cap on each reply's tokens")
-    r.add_argument("--tool-timeout", type=float, default=30.0, help="seconds before a tool call is abandoned")
+    r.add_argument("--max-tokens", type=int, help="cap on each reply's tokens (default: 256)")
+    r.add_argument("--tool-timeout", type=float, help="seconds before a tool call is abandoned (default: 30)")
     r.add_argument(
         "--tool-choice-first",
         choices=["auto", "required", "none"],
@@ -391,21 +359,19 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument(
         "--result-cap",
         type=int,
-        default=25_000,
-        help="tokens per tool result before it is offloaded to disk (also at most 1/4 of the window)",
+        help="tokens per tool result before it is offloaded to disk (default 25,000; also at most a share "
+        "of the window, CompactionConfig.max_result_share)",
     )
     comp.add_argument(
         "--clear-at",
         type=float,
-        default=0.55,
         help="share of the window at which noise and clearing run (default 0.55)",
     )
-    comp.add_argument("--keep-results", type=int, default=4, help="newest tool results clearing keeps")
+    comp.add_argument("--keep-results", type=int, help="newest tool results clearing keeps (default 4)")
     comp.add_argument(
         "--compaction",
         choices=STRATEGIES,
-        default="none",
-        help="how new tool results are compressed (experiment 2-9; see compaction/strategies.py)",
+        help="how new tool results are compressed (default none; experiment 2-9, see compaction/strategies.py)",
     )
     _add_switch(
         comp,
@@ -449,15 +415,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every error ends here as one line on stderr (what was wrong, what to do) and a non-zero
+    exit: 2 for an error ctxwright raised on purpose, 1 for anything else. ``--debug`` prints
+    the traceback first."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except CtxwrightError as exc:
-        err_console.print(f"[red]ctxwright:[/] {exc}")
-        return 2
     except KeyboardInterrupt:
         err_console.print("[red]interrupted[/]; every event so far is saved in the store")
         return 130
+    except Exception as exc:
+        if args.debug:
+            err_console.print(Traceback.from_exception(type(exc), exc, exc.__traceback__))
+        err_console.print(f"[red]ctxwright:[/] {escape(explain(exc, debug=args.debug))}", soft_wrap=True)
+        return 2 if isinstance(exc, CtxwrightError) else 1
+
+
+def explain(exc: BaseException, *, debug: bool = False) -> str:
+    """One line for ``exc``: our own errors already say what to do; for anything else, say
+    what kind of failure it is and how to see more."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, CtxwrightError):
+        return text
+    if isinstance(exc, sqlite3.Error):  # Store's own messages name the file and the fix
+        return f"database error: {text}"
+    if isinstance(exc, OSError):
+        return f"{type(exc).__name__}: {text}. Check the path and its permissions"
+    more = "" if debug else "; rerun with --debug for the traceback"
+    return f"unexpected {type(exc).__name__}: {text or '(no message)'}{more}, and report it if it looks like a bug"
 
 
 if __name__ == "__main__":

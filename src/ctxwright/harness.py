@@ -1,0 +1,551 @@
+"""The one way to assemble an agent: backend, tools, prefix, session, reasoning policy,
+compaction, status bar, TODO list, sub-agents -- in the order that keeps them consistent.
+
+Why one class: the parts depend on each other in ways a caller gets wrong when wiring them
+by hand. The tool list decides the static prefix, so every optional tool (TODO, read_result,
+delegate, file tools) must be registered *before* the session starts and in a fixed order;
+the reasoning policy must be installed before the status bar's view transform (see
+``core/reasoning.py``, :func:`~ctxwright.core.reasoning.install`); a resumed session must get
+exactly the tools its stored prefix declares. The CLI (``cli/main.py``) builds one
+:class:`Harness` and only prints, so a Python user and the command line run the same agent.
+
+Defaults that depend on the backend live in :func:`backend_defaults` and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any, cast
+
+from ctxwright.agent.delegate import Delegator
+from ctxwright.agent.loop import Agent, AgentConfig, EventSink, RunResult
+from ctxwright.backends.base import Backend
+from ctxwright.compaction import CompactionConfig
+from ctxwright.compaction.retrieval import ResultReader
+from ctxwright.core.prefix import Prefix
+from ctxwright.core.reasoning import ReasoningMode, ReasoningPolicy
+from ctxwright.core.reasoning import install as install_reasoning
+from ctxwright.core.request import ToolChoice, ToolSpec
+from ctxwright.core.session import Session
+from ctxwright.core.store import Store
+from ctxwright.errors import BackendUnavailable, ConfigError, CtxwrightError, PrefixMismatch
+from ctxwright.status.bar import OPERATING_MANUAL, Mode, StatusBar, StatusConfig
+from ctxwright.status.todo import TodoList
+from ctxwright.tools.builtin import default_tools, make_file_tools
+from ctxwright.tools.registry import Tool, ToolRegistry
+
+__all__ = ["DEFAULT_SYSTEM", "BackendDefaults", "Harness", "backend_defaults"]
+
+#: The system prompt when none is given; written for :func:`~ctxwright.tools.builtin.default_tools`.
+DEFAULT_SYSTEM = """You are a careful assistant that answers with facts from tools.
+
+# How to work
+1. Decide which tools give the facts the question needs; call them, in parallel when they are independent.
+2. Read each tool result. Never invent a time, a temperature or a file's content.
+3. When you have the facts, answer in one or two sentences that quote the tool results.
+4. If a tool returns an error, read its hint and fix the call instead of repeating it."""
+
+#: Names of the tools the harness itself adds, by the option that adds them (for resume).
+TODO_TOOLS = ("rewrite_todo_list", "update_todo_status")
+READ_RESULT_TOOL = "read_result"
+DELEGATE_TOOL = "delegate"
+FILE_TOOLS = ("read_file", "list_dir")
+
+#: ``Session.meta`` key holding what :meth:`Harness.resume` needs to rebuild the backend.
+META_KEY = "harness"
+
+_GGUF_MAGIC = b"GGUF"
+
+
+@dataclass(frozen=True)
+class BackendDefaults:
+    """What the harness does when an option is not given, for one kind of backend.
+
+    The embedded backend runs SmolLM2-135M (``backends/embedded.py``), and each value below
+    that differs from a served model's was measured on it:
+
+    * ``features`` (status bar, TODO tools, ``read_result``, ``delegate``, LLM summaries):
+      with the status block last and its manual in the prompt, the 135M model calls
+      ``get_current_time("UTC")`` alone and answers "10.23" (without them it calls both demo
+      tools); with ``read_result`` in its tool list it calls it with invented ids and answers
+      about the error; it summarizes poorly (``benchmarks/compression.py`` measures it). On a
+      served model they are on.
+    * ``tool_choice_first="required"``: the first call of a new session must call a tool,
+      or the tiny model answers from nothing.
+    * ``max_tool_rounds=1``: it never decides on its own that it has enough facts.
+    * ``cache_price_ratio``: cached ÷ uncached input price, for the status bar's mode chooser;
+      a local model pays nothing per token, a served one typically 0.1.
+    """
+
+    features: bool
+    tool_choice_first: ToolChoice
+    max_tool_rounds: int | None
+    cache_price_ratio: float
+
+
+def backend_defaults(backend_name: str) -> BackendDefaults:
+    """The defaults for a backend by its ``name`` (``"embedded"``, ``"openai"``, ``"scripted"``...)."""
+    if backend_name == "embedded":
+        return BackendDefaults(features=False, tool_choice_first="required", max_tool_rounds=1, cache_price_ratio=0.0)
+    return BackendDefaults(features=True, tool_choice_first="auto", max_tool_rounds=None, cache_price_ratio=0.1)
+
+
+class Harness:
+    """An agent: one session on one backend with one tool list, ready to :meth:`run`.
+
+    Start a new session with ``Harness(...)``; continue a stored one with
+    :meth:`Harness.resume` (or ``Harness(resume=ID, db=...)``). Use it as a context manager,
+    or call :meth:`close`, to release the model and the database.
+
+    Args:
+        system: the system prompt; default :data:`DEFAULT_SYSTEM`. With the status bar on,
+            the harness appends the status bar's manual (``status/bar.py``) to it. On resume
+            it may be left out; if given, it must match the stored one.
+        tools: the agent's tools, in the order the model sees them: :class:`Tool` objects
+            (``@tool``) or plain typed functions with a docstring. Default: the demo tools
+            (``get_current_time``, ``get_weather``, ``calculator``). The harness appends the
+            file tools (with ``workspace``), the TODO tools, ``read_result`` and ``delegate``
+            when those options are on. On resume the resulting list must equal the stored
+            prefix's tools (names, order and schema bytes), else :class:`PrefixMismatch`.
+        backend: ``"embedded"`` (llama.cpp in-process; the bundled SmolLM2-135M or ``gguf``),
+            ``"openai"`` (any OpenAI-compatible server: ``model``, ``base_url``), or a backend
+            object (``OpenAIBackend``, ``EmbeddedBackend``, ``ScriptedBackend``, your own
+            class with ``name``, ``model``, ``complete``, ``count_tokens``, ``close``). Default:
+            on resume the session's own backend; else ``"openai"`` when ``model`` or
+            ``base_url`` is given, ``"embedded"`` otherwise. A backend object passed in is
+            not closed by :meth:`close`; one the harness created is.
+        model: the served model's name (``backend="openai"``); on resume, the session's.
+        base_url: the OpenAI-compatible endpoint, e.g. ``http://127.0.0.1:8080/v1``; default
+            the SDK's (``OPENAI_BASE_URL`` or OpenAI). Recorded with the session for resume.
+        api_key: the API key; default read from the ``api_key_env`` variable (local servers
+            need none). Never recorded.
+        api_key_env: the environment variable holding the API key.
+        gguf: path of a GGUF chat model for the embedded backend instead of the bundled one.
+        db: where the session is stored: a SQLite file path or a :class:`Store`. ``None``
+            keeps the session in memory only (it cannot be resumed). Resume needs it.
+        resume: the id (or a unique prefix of it) of a stored session to continue.
+        workspace: a folder; gives the agent ``read_file`` and ``list_dir`` confined to it
+            (off by default: fewer tools, less for a small model to confuse).
+        window: the model's context window in tokens: the embedded model's ``n_ctx``
+            (default 8,192), the served model's window (default 128,000), and what
+            compaction plans for unless ``compaction.window_tokens`` says otherwise.
+        compaction: a :class:`CompactionConfig`; ``True`` for the defaults; ``False`` or
+            ``None`` sends the trajectory as recorded (a character cap per result only).
+        summaries: the LLM compaction layers (``archival_summaries`` and ``full_compaction``
+            of the config). ``None``: as the given config says if it switched one on, else on
+            for served models and off on the embedded one (:func:`backend_defaults`).
+        read_result: give the agent ``read_result`` to page back offloaded and cleared
+            results (only with compaction on). ``None``: by backend.
+        status: an ``<agent_status>`` message before each call (``status/bar.py``). ``None``:
+            by backend; on resume, as the session was started.
+        status_mode: ``"auto"`` (the cost model decides), ``"replace"`` or ``"append"``.
+        cache_price_ratio: cached ÷ uncached input price, for ``status_mode="auto"``.
+            ``None``: by backend.
+        todo: give the agent the TODO tools, shown in the status bar. ``None``: by backend;
+            on resume, as the session was started.
+        delegate: give the agent ``delegate(task)``, a sub-agent in its own session.
+            ``None``: by backend; on resume, as the session was started.
+        reasoning: how earlier reasoning is sent back: ``"strip"``, ``"keep"``,
+            ``"must_send_back"``, ``"qwen3"`` or a :class:`ReasoningPolicy`. ``None``: the
+            mode recorded with the session, else by model family (``core/reasoning.py``).
+            Fixed for a session: a different mode on resume raises ``ReasoningPolicyConflict``.
+        max_iterations: model calls per :meth:`run` before it stops with ``max_iterations``.
+        max_tool_rounds: rounds of tool calls per run before an answer is required.
+            ``None``: by backend (1 on the embedded model, unbounded on served ones).
+        tool_choice_first: ``tool_choice`` of each run's first call (``"auto"``,
+            ``"required"``, ``"none"`` or a tool name). ``None``: by backend, and ``"auto"``
+            once the session has a user message (a follow-up needs no forced tool call).
+        max_tokens: cap on each reply's tokens.
+        tool_timeout: seconds before a tool call is abandoned (a tool's own ``timeout_s`` wins).
+        timestamps: prefix user and tool contents with ``[YYYY-MM-DD HH:MM:SS]``.
+        on_event: ``on_event(kind, data)`` for progress: ``user``, ``status``, ``compaction``,
+            ``request``, ``assistant``, ``tool``, ``error``, ``stop`` (the data of each:
+            ``agent/loop.py``). A sub-agent's events come with ``data["child"]``, its session id.
+    """
+
+    def __init__(
+        self,
+        system: str | None = None,
+        tools: Iterable[Tool | Callable[..., Any]] | None = None,
+        *,
+        backend: Backend | str | None = None,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        gguf: str | Path | None = None,
+        db: str | Path | Store | None = None,
+        resume: str | None = None,
+        workspace: str | Path | None = None,
+        window: int | None = None,
+        compaction: CompactionConfig | bool | None = True,
+        summaries: bool | None = None,
+        read_result: bool | None = None,
+        status: bool | None = None,
+        status_mode: Mode = "auto",
+        cache_price_ratio: float | None = None,
+        todo: bool | None = None,
+        delegate: bool | None = None,
+        reasoning: ReasoningMode | ReasoningPolicy | None = None,
+        max_iterations: int = 20,
+        max_tool_rounds: int | None = None,
+        tool_choice_first: ToolChoice | None = None,
+        max_tokens: int | None = 256,
+        tool_timeout: float = 30.0,
+        timestamps: bool = False,
+        on_event: EventSink | None = None,
+    ) -> None:
+        self._closed = False
+        self._owned_backend: Backend | None = None
+        self._owned_store: Store | None = None
+        try:  # every parameter by name, so a new and a resumed session take one path
+            self._setup(locals())
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def resume(
+        cls, session_id: str, tools: Iterable[Tool | Callable[..., Any]] | None = None, **options: Any
+    ) -> Harness:
+        """Continue the stored session ``session_id`` (``db=`` names the database).
+
+        Everything the session recorded is re-derived from it: the backend and model (and
+        the base URL or GGUF path it was started with), the workspace, whether the status
+        bar, TODO tools, ``read_result`` and ``delegate`` were on (from its prefix), and its
+        reasoning mode. Pass ``tools`` again (the same ones: functions are not stored);
+        every other keyword of :class:`Harness` may override what was derived, but nothing
+        that would change the stored prefix.
+        """
+        return cls(tools=tools, resume=session_id, **options)
+
+    # -- assembly ------------------------------------------------------------------------
+    def _setup(self, opts: dict[str, Any]) -> None:
+        self.on_event: EventSink = opts["on_event"] or (lambda kind, data: None)
+        self.store: Store | None = self._open_store(opts["db"])
+        stored: Session | None = None
+        recorded: dict[str, Any] = {}
+        if opts["resume"] is not None:
+            if self.store is None:
+                raise ConfigError("resuming a session needs the database it is stored in: db=PATH (CLI: --db PATH)")
+            stored = Session.resume(self.store, opts["resume"])
+            recorded = dict(stored.meta.get(META_KEY) or {})
+
+        # the backend first: what is switched on by default depends on it
+        self.backend: Backend = self._backend(opts, stored, recorded)
+        d = backend_defaults(self.backend.name)
+        names = stored.prefix.tool_names() if stored is not None else ()
+
+        def on(option: str, in_prefix: bool) -> bool:
+            value = opts[option]
+            if value is not None:
+                return bool(value)
+            return in_prefix if stored is not None else d.features
+
+        compaction = self._compaction(opts, d)
+        use_status = on("status", stored is not None and stored.prefix.system_prompt.endswith(OPERATING_MANUAL))
+        use_todo = on("todo", all(n in names for n in TODO_TOOLS))
+        use_reader = compaction is not None and on("read_result", READ_RESULT_TOOL in names)
+        use_delegate = on("delegate", DELEGATE_TOOL in names)
+        workspace_opt = opts["workspace"]
+        if workspace_opt is None and stored is not None:
+            workspace_opt = stored.meta.get("workspace")
+        self.workspace: Path | None = Path(workspace_opt).expanduser().resolve() if workspace_opt else None
+
+        # the tools, in the order the prefix lists them
+        self.tools = ToolRegistry()
+        self.todo: TodoList | None = TodoList() if use_todo else None
+        self.delegator: Delegator | None = None
+        try:
+            user_tools = default_tools() if opts["tools"] is None else opts["tools"]
+            for t in user_tools:
+                self.tools.register(t)
+            for t in make_file_tools(self.workspace) if self.workspace is not None else ():
+                self.tools.register(t)
+            for t in self.todo.tools() if self.todo is not None else ():
+                self.tools.register(t)
+            if use_reader:  # offloaded and cleared results are paged back; the agent binds it
+                self.tools.register(ResultReader().tool())
+            if use_delegate:
+                self.delegator = Delegator(on_event=self.on_event)
+                self.tools.register(self.delegator.tool())
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"the tool list cannot be used: {exc}") from None
+
+        # the session: new, or the stored one if the tools and prompt still match its prefix
+        manual = "\n\n" + OPERATING_MANUAL if use_status else ""
+        if stored is not None:
+            self.session = stored
+            _check_prefix(stored, opts["system"], manual, use_status, self.tools.specs())
+        else:
+            system = (DEFAULT_SYSTEM if opts["system"] is None else opts["system"]) + manual
+            try:
+                prefix = Prefix.build(system, self.tools.specs())
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            self.session = Session.start(
+                prefix,
+                store=self.store,
+                backend=self.backend.name,
+                model=self.backend.model,
+                meta={"workspace": str(self.workspace) if self.workspace else None, META_KEY: self._recipe(opts)},
+            )
+        reasoning = opts["reasoning"]
+        try:
+            policy = ReasoningPolicy(cast(ReasoningMode, reasoning)) if isinstance(reasoning, str) else reasoning
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        install_reasoning(self.session, policy)  # before the status view (core/reasoning.py)
+
+        if self.todo is not None:  # the list's changes are events of this session, rebuilt on resume
+            self.todo.bind(self.session)
+        status_bar = None
+        if use_status:
+            ratio = opts["cache_price_ratio"]
+            status_bar = StatusBar(
+                StatusConfig(
+                    mode=opts["status_mode"],
+                    max_iterations=opts["max_iterations"],
+                    alpha=d.cache_price_ratio if ratio is None else ratio,
+                ),
+                todo=self.todo,
+                cwd=str(self.workspace or Path.cwd()),
+            )
+        self._explicit_first_choice: ToolChoice | None = opts["tool_choice_first"]
+        self._default_first_choice = d.tool_choice_first
+        rounds = opts["max_tool_rounds"]
+        config = AgentConfig(
+            max_iterations=opts["max_iterations"],
+            tool_timeout_s=opts["tool_timeout"],
+            tool_choice_first=self._first_choice(),
+            max_tool_rounds=d.max_tool_rounds if rounds is None else rounds,
+            max_tokens=opts["max_tokens"],
+            timestamps=opts["timestamps"],
+            compaction=compaction,
+        )
+        self.agent = Agent(self.session, self.backend, self.tools, config, on_event=self.on_event, status=status_bar)
+        if self.delegator is not None:
+            self.delegator.bind(self.agent)
+
+    def _open_store(self, db: str | Path | Store | None) -> Store | None:
+        if db is None or isinstance(db, Store):
+            return db
+        self._owned_store = Store(Path(db).expanduser())
+        return self._owned_store
+
+    def _backend(self, opts: dict[str, Any], stored: Session | None, recorded: dict[str, Any]) -> Backend:
+        backend = opts["backend"]
+        if backend is not None and not isinstance(backend, str):
+            if not isinstance(backend, Backend):
+                raise ConfigError(
+                    f"backend={backend!r} is not a backend: pass 'embedded', 'openai', or an object with "
+                    "name, model, complete(request), count_tokens(text) and close()"
+                )
+            for opt in ("model", "base_url", "gguf", "api_key"):
+                if opts[opt] is not None:
+                    raise ConfigError(f"{opt}= is for the backends the harness creates; configure the object instead")
+            return backend
+        model, base_url, gguf = opts["model"], opts["base_url"], opts["gguf"]
+        window = opts["window"]
+        if backend is None and stored is not None:
+            backend = stored.backend
+            if backend not in ("embedded", "openai"):
+                raise ConfigError(
+                    f"session {stored.id} ran on the {backend!r} backend, which the harness cannot recreate "
+                    "from the store: pass backend= (an object) to continue it"
+                )
+        if backend == "openai" or (backend is None and (model is not None or base_url is not None)):
+            if stored is not None and stored.backend == "openai":
+                model = model or stored.model
+                base_url = base_url or recorded.get("base_url")
+                window = window or recorded.get("window")
+            if gguf is not None:
+                raise ConfigError("gguf= (--gguf) is for the embedded backend; drop it or drop backend='openai'")
+            if not model:
+                raise ConfigError("the openai backend needs the served model's name: model=NAME (CLI: --model NAME)")
+            from ctxwright.backends.openai_compat import OpenAIBackend
+
+            api_env = opts["api_key_env"]
+            if stored is not None and api_env == "OPENAI_API_KEY":
+                api_env = recorded.get("api_key_env", api_env)
+            self._owned_backend = OpenAIBackend(
+                model=model, base_url=base_url, api_key=opts["api_key"], api_key_env=api_env, context_window=window
+            )
+            return self._owned_backend
+        if backend is None or backend == "embedded":
+            if model is not None or base_url is not None or opts["api_key"] is not None:
+                raise ConfigError(
+                    "model=, base_url= and api_key= are for backend='openai' (CLI: --backend openai); "
+                    "the embedded backend takes gguf= (--gguf PATH) for another model"
+                )
+            if stored is not None:
+                gguf = gguf or recorded.get("gguf")
+                window = window or recorded.get("window")
+            path = check_gguf(gguf) if gguf is not None else None
+            from ctxwright.backends.embedded import EmbeddedBackend
+
+            self._owned_backend = EmbeddedBackend(model_path=path, n_ctx=window or 8192)
+            return self._owned_backend
+        raise ConfigError(f"unknown backend {backend!r}: use 'embedded', 'openai', or pass a backend object")
+
+    def _compaction(self, opts: dict[str, Any], d: BackendDefaults) -> CompactionConfig | None:
+        given = opts["compaction"]
+        if given is None or given is False:
+            return None
+        if given is not True and not isinstance(given, CompactionConfig):
+            raise ConfigError(f"compaction={given!r}: pass a CompactionConfig, True (defaults) or False (off)")
+        cfg = CompactionConfig() if given is True else replace(given)  # a copy: the caller's stays as given
+        summaries = opts["summaries"]
+        if summaries is not None:
+            cfg.archival_summaries = cfg.full_compaction = bool(summaries)
+        elif not (cfg.archival_summaries or cfg.full_compaction):
+            cfg.archival_summaries = cfg.full_compaction = d.features
+        if cfg.window_tokens is None:
+            cfg.window_tokens = opts["window"]
+        return cfg
+
+    def _recipe(self, opts: dict[str, Any]) -> dict[str, Any]:
+        """What :meth:`resume` needs to rebuild this backend, stored in ``Session.meta``
+        (never the API key)."""
+        b: Any = self.backend
+        out: dict[str, Any] = {}
+        if self.backend.name == "openai":
+            out["base_url"] = getattr(b, "base_url", None)
+            if opts["api_key_env"] != "OPENAI_API_KEY":
+                out["api_key_env"] = opts["api_key_env"]
+        if self.backend.name == "embedded" and opts["gguf"] is not None:
+            out["gguf"] = str(getattr(b, "model_path", opts["gguf"]))
+        window = getattr(b, "n_ctx", None) or getattr(b, "context_window", None)
+        if isinstance(window, int):
+            out["window"] = window
+        return out
+
+    def _first_choice(self) -> ToolChoice:
+        if self._explicit_first_choice is not None:
+            return self._explicit_first_choice
+        started = any(ev.kind == "user" for ev in self.session.events)
+        return "auto" if started else self._default_first_choice
+
+    # -- use -----------------------------------------------------------------------------
+    @property
+    def session_id(self) -> str:
+        """The session's id: pass it to :meth:`resume` (or ``ctxwright run --resume``)."""
+        return self.session.id
+
+    def run(self, prompt: str | None = None) -> RunResult:
+        """Add ``prompt`` as a user message and run the loop until a final answer, the
+        iteration cap or a backend error (``RunResult.stop_reason``). ``None`` runs on what
+        the session already holds, e.g. to retry after a backend error."""
+        if self._closed:
+            raise CtxwrightError("this Harness is closed; resume the session in a new one: Harness.resume(session_id)")
+        self.agent.config.tool_choice_first = self._first_choice()
+        return self.agent.run(prompt)
+
+    def close(self) -> None:
+        """Release what the harness opened: the model it loaded (and a sub-agent's fork of
+        it) and the database. Everything recorded stays in the store."""
+        if self._closed:
+            return
+        self._closed = True
+        delegator = getattr(self, "delegator", None)
+        child = getattr(delegator, "_child_backend", None)
+        if child is not None and child is not self._owned_backend and self._owned_backend is not None:
+            child.close()
+        if self._owned_backend is not None:
+            self._owned_backend.close()
+        if self._owned_store is not None:
+            self._owned_store.close()
+
+    def __enter__(self) -> Harness:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"session {self.session.id}"
+        return f"Harness({state}, backend={self.backend.name}, model={self.backend.model}, tools={list(self.tools.names())})"
+
+
+def check_gguf(path: str | Path) -> Path:
+    """``path`` if it is a readable GGUF file, else :class:`BackendUnavailable` saying which
+    check failed -- before llama.cpp is loaded, whose own message for a bad file is vague."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise BackendUnavailable(f"the GGUF model {p} does not exist: give the path of a GGUF chat model file")
+    if not p.is_file():
+        raise BackendUnavailable(f"the GGUF model {p} is not a file: give the path of a GGUF chat model file")
+    try:
+        with p.open("rb") as f:
+            magic = f.read(len(_GGUF_MAGIC))
+    except OSError as exc:
+        raise BackendUnavailable(
+            f"cannot read the GGUF model {p}: {exc.strerror or exc}; check its permissions"
+        ) from None
+    if magic != _GGUF_MAGIC:
+        raise BackendUnavailable(
+            f"{p} is not a GGUF file (it does not start with 'GGUF'): llama.cpp loads GGUF models only; "
+            "convert the model or download its GGUF version"
+        )
+    return p
+
+
+def _check_prefix(
+    session: Session, system: str | None, manual: str, use_status: bool, specs: tuple[ToolSpec, ...]
+) -> None:
+    """Refuse a resume whose system prompt, status manual or tools differ from the stored prefix."""
+    stored = session.prefix
+    has_manual = stored.system_prompt.endswith(OPERATING_MANUAL)
+    if use_status != has_manual:
+        raise PrefixMismatch(
+            f"session {session.id} was started {'with' if has_manual else 'without'} the status bar, whose "
+            "manual is part of its system prompt; continue it "
+            f"{'with' if has_manual else 'without'} the status bar (status={has_manual}), or start a new session"
+        )
+    if system is not None and system + manual != stored.system_prompt:
+        raise PrefixMismatch(
+            f"the system prompt differs from the one session {session.id} was started with; leave it out "
+            "to continue the session, or start a new session with the new prompt"
+        )
+    diff = tools_difference(stored.tools, specs)
+    if diff:
+        raise PrefixMismatch(
+            f"the tools differ from session {session.id}'s prefix: {diff}. Pass the same tools in the same "
+            "order (tools=[...] / --tool; the options workspace, todo, read_result and delegate add their own), "
+            "or start a new session"
+        )
+
+
+def tools_difference(stored: Iterable[ToolSpec], given: Iterable[ToolSpec]) -> str | None:
+    """What differs between two tool lists (names, order, description or schema bytes), in
+    words; ``None`` when they are byte-identical."""
+    old, new = {t.name: t for t in stored}, {t.name: t for t in given}
+    parts = []
+    missing = [n for n in old if n not in new]
+    extra = [n for n in new if n not in old]
+    if missing:
+        parts.append("missing " + ", ".join(missing))
+    if extra:
+        parts.append("not in the session: " + ", ".join(extra))
+    common_old = [n for n in old if n in new]
+    common_new = [n for n in new if n in old]
+    if common_old != common_new:
+        parts.append(f"order differs (session: {', '.join(common_old)}; given: {', '.join(common_new)})")
+    for n in common_old:
+        a, b = old[n], new[n]
+        if a.description != b.description:
+            parts.append(f"{n}: description differs (session: {_short(a.description)}; given: {_short(b.description)})")
+        if a.parameters_json != b.parameters_json:
+            parts.append(
+                f"{n}: parameter schema differs (session: {_short(a.parameters_json)}; given: {_short(b.parameters_json)})"
+            )
+    return "; ".join(parts) or None
+
+
+def _short(text: str, limit: int = 160) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
