@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 
 import pytest
 
@@ -227,3 +228,143 @@ def test_compaction_strategy_summaries_go_to_their_own_requests(tmp_path, capsys
     assert last["messages"][0] == first["messages"][0] and last["tools"] == first["tools"]  # prefix untouched
     tool_msg = next(m for m in last["messages"] if m["role"] == "tool")["content"]
     assert tool_msg.startswith("[task-aware summary of the read_file result r1") and "NL-4521" in tool_msg
+
+
+# -- your own agent without writing Python: --system, --tool, --gguf ------------------------
+
+
+def test_system_is_a_file_or_the_text_itself(tmp_path, capsys):
+    prompt_file = tmp_path / "system.md"
+    prompt_file.write_text("You are the release bot.\nAnswer in one line.", encoding="utf-8")
+    with F([F.reply_text("ok"), F.reply_text("ok")]) as srv:
+        assert _run(tmp_path / "c.db", srv.url, "--system", str(prompt_file), "--no-status", "hi") == 0
+        assert _run(tmp_path / "c.db", srv.url, "--system", "You are terse.", "--no-status", "hi") == 0
+        from_file, literal = (r["messages"][0]["content"] for r in srv.requests)
+    assert from_file == "You are the release bot.\nAnswer in one line."
+    assert literal == "You are terse."
+
+
+def _module(tmp_path, monkeypatch, name: str, source: str) -> None:
+    """A module of the user's in the current directory; sys.path is restored afterwards."""
+    (tmp_path / f"{name}.py").write_text(source, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
+
+def test_tool_option_runs_your_function_with_its_hints_as_schema(tmp_path, monkeypatch, capsys):
+    _module(
+        tmp_path,
+        monkeypatch,
+        "cli_tools_ok",
+        'def add(a: int, b: int) -> int:\n    """Add two integers.\n\n    Args:\n        a: the first\n'
+        '        b: the second\n    """\n    return a + b\n',
+    )
+    with F([F.reply_tool_calls([("c1", "add", '{"a":2,"b":3}')]), F.reply_text("2 + 3 = 5")]) as srv:
+        rc = _run(
+            tmp_path / "c.db",
+            srv.url,
+            "--system",
+            "You add numbers with the add tool.",
+            "--tool",
+            "cli_tools_ok:add",
+            "--no-todo",
+            "--no-delegate",
+            "--no-read-result",
+            "What is 2 + 3?",
+        )
+        assert rc == 0
+        first, second = srv.requests
+    (spec,) = first["tools"]
+    assert spec["function"]["name"] == "add" and spec["function"]["description"] == "Add two integers."
+    assert spec["function"]["parameters"]["properties"]["a"] == {"type": "integer", "description": "the first"}
+    assert next(m for m in second["messages"] if m["role"] == "tool")["content"] == "5"
+    assert "2 + 3 = 5" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("cli_tools_bad", "write it as module:function"),
+        ("cli_tools_nowhere:add", "no module named 'cli_tools_nowhere'"),
+        ("cli_tools_bad:missing", "has no attribute 'missing'"),
+        ("cli_tools_bad:LIMIT", "LIMIT is a int, not a function"),
+        ("cli_tools_bad:undocumented", "has no description"),
+        ("cli_tools_bad:untyped", "needs a type hint"),
+        ("cli_tools_broken:f", "importing cli_tools_broken raised RuntimeError: no config"),
+        ("cli_tools_needs:f", "importing cli_tools_needs failed: No module named 'not_installed_pkg'"),
+    ],
+)
+def test_bad_tool_specs_are_one_clear_line(tmp_path, monkeypatch, capsys, spec, message):
+    _module(
+        tmp_path,
+        monkeypatch,
+        "cli_tools_bad",
+        "LIMIT = 3\n\ndef undocumented(x: int) -> int:\n    return x\n\n"
+        'def untyped(x):\n    """Has no hints."""\n    return x\n',
+    )
+    (tmp_path / "cli_tools_broken.py").write_text('raise RuntimeError("no config")\n')
+    (tmp_path / "cli_tools_needs.py").write_text("import not_installed_pkg\n")
+    rc = _run(tmp_path / "c.db", "http://127.0.0.1:9/v1", "--tool", spec, "hi")
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith("ctxwright: ")
+    assert message in err and spec in err
+
+
+def test_missing_gguf_is_a_clear_error_without_a_model(tmp_path, capsys):
+    missing = tmp_path / "nope.gguf"
+    assert main(["--db", str(tmp_path / "c.db"), "run", "--gguf", str(missing), "hi"]) == 2
+    err = capsys.readouterr().err
+    assert str(missing) in err and "does not exist" in err
+    assert not Store(tmp_path / "c.db").list_sessions()  # nothing started
+
+
+@pytest.mark.slow
+def test_gguf_runs_the_embedded_backend_on_the_given_file(tmp_path, capsys):
+    pytest.importorskip("llama_cpp", reason="the embedded extra is not installed")
+    from ctxwright.backends.embedded import find_model_file
+    from ctxwright.errors import BackendUnavailable
+
+    try:
+        bundled = find_model_file()
+    except BackendUnavailable as exc:
+        pytest.skip(str(exc))
+    other = tmp_path / "my-model.gguf"  # another name: the model is named after the file it ran
+    other.symlink_to(bundled)
+    rc = main(["--db", str(tmp_path / "c.db"), "run", "--gguf", str(other), "--max-tokens", "120", "What is 6*7?"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "backend embedded · model my-model" in out and "stop reason" in out
+    (row,) = Store(tmp_path / "c.db").list_sessions()
+    assert row["model"] == "my-model"
+
+
+# -- errors at the top: one line, --debug for the traceback --------------------------------
+
+
+def test_a_damaged_database_is_one_line_and_debug_shows_the_traceback(tmp_path, capsys):
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"this is not a SQLite database, " * 200)
+    assert main(["--db", str(bad), "sessions"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "database error" in err and str(bad) in err and "Traceback" not in err
+    assert main(["--debug", "--db", str(bad), "sessions"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "store.py" in err
+    assert err.strip().splitlines()[-1].startswith("ctxwright: database error")
+
+
+def test_an_unexpected_error_says_how_to_see_more(tmp_path, capsys, monkeypatch):
+    import ctxwright.cli.main as cli
+
+    def broken(args):
+        raise KeyError("profile")
+
+    monkeypatch.setattr(cli, "cmd_sessions", broken)
+    assert main(["--db", str(tmp_path / "c.db"), "sessions"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err.strip()
+        == "ctxwright: unexpected KeyError: 'profile'; rerun with --debug for the traceback, and report it if it looks like a bug"
+    )
