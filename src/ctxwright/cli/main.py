@@ -12,7 +12,7 @@ import sqlite3
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -20,6 +20,9 @@ from rich.table import Table
 from rich.traceback import Traceback
 
 from ctxwright.errors import CtxwrightError
+
+if TYPE_CHECKING:
+    from ctxwright.agent.loop import Agent, RunResult
 
 # Rich falls back to 80 columns when stdout is not a terminal (CI logs, `make demo | tee`),
 # which folds the per-call table; give it room.
@@ -130,6 +133,7 @@ def _given(**options: Any) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Turn the arguments into one :class:`~ctxwright.harness.Harness` and print its run."""
     from ctxwright.compaction import CompactionConfig
     from ctxwright.core.store import default_db_path
     from ctxwright.harness import Harness
@@ -201,7 +205,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_summary(agent: Any, result: Any) -> None:
+def _print_summary(agent: Agent, result: RunResult) -> None:
+    """The per-call table, the session's cache reuse, and why the run stopped."""
     console.print(calls_table(result.calls))
     summ = agent.auditor.summary()
     if summ.hit_ratio is not None:

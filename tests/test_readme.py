@@ -1,0 +1,56 @@
+"""Every ```python block under the README's "## Use it as a library" runs, as written, in a
+temporary directory: the documented API is the one that works.
+
+A block that runs the embedded model (``backend="embedded"``, or ``gguf=``) is a slow test
+and is skipped when the embedded extra or its bundled model is not installed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+HEADING = "## Use it as a library"
+
+
+def library_blocks() -> list[str]:
+    """The python blocks of the section, in order (up to the next level-2 heading)."""
+    text = README.read_text(encoding="utf-8")
+    match = re.search(rf"^{re.escape(HEADING)}[ \t]*$(.*?)(?=^## |\Z)", text, re.M | re.S)
+    if match is None:
+        return []
+    return re.findall(r"^```python[ \t]*\n(.*?)^```", match.group(1), re.M | re.S)
+
+
+def _uses_embedded(code: str) -> bool:
+    return 'backend="embedded"' in code or "backend='embedded'" in code or "gguf=" in code
+
+
+BLOCKS = library_blocks()
+
+
+def test_the_section_has_examples():
+    assert BLOCKS, f"README.md has no ```python block under {HEADING!r}"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [pytest.param(code, marks=[pytest.mark.slow] if _uses_embedded(code) else []) for code in BLOCKS],
+    ids=[f"block{i}" for i in range(len(BLOCKS))],
+)
+def test_readme_block_runs(code, tmp_path, monkeypatch, capsys):
+    if _uses_embedded(code):
+        pytest.importorskip("llama_cpp", reason="the embedded extra is not installed")
+        from ctxwright.backends.embedded import find_model_file
+        from ctxwright.errors import BackendUnavailable
+
+        try:
+            find_model_file()
+        except BackendUnavailable as exc:
+            pytest.skip(str(exc))
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, f"{README.name} ({HEADING})", "exec"), {"__name__": "__readme__"})
+    assert capsys.readouterr().out.strip(), "the example prints what it did"
