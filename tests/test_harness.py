@@ -293,3 +293,20 @@ def test_gguf_is_checked_before_any_model_is_loaded(tmp_path):
     bad.write_bytes(b"<html>not a model</html>")
     with pytest.raises(BackendUnavailable, match="is not a GGUF file"):
         Harness(gguf=bad)
+
+
+def test_the_cli_and_the_harness_send_the_same_prefix(tmp_path, monkeypatch, capsys):
+    from ctxwright.cli.main import main
+
+    for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(k, raising=False)
+    with F([F.reply_text("one"), F.reply_text("two")]) as srv:
+        common = ["--backend", "openai", "--model", "fake", "--base-url", srv.url, "--workspace", str(tmp_path)]
+        assert main(["--db", str(tmp_path / "c.db"), "run", *common, "hi"]) == 0
+        with Harness(backend="openai", model="fake", base_url=srv.url, workspace=tmp_path) as h:
+            h.run("hi")
+        cli, lib = srv.recorded
+    # byte for byte, from the start of the body through the system message to the user's
+    end = cli.raw.index(b'"content":"hi"')
+    assert cli.raw[:end] == lib.raw[:end]
+    assert cli.json["tools"] == lib.json["tools"] and cli.json["messages"][0] == lib.json["messages"][0]
