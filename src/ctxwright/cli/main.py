@@ -11,6 +11,7 @@ import json
 import sqlite3
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from rich.traceback import Traceback
 from ctxwright.errors import CtxwrightError
 
 if TYPE_CHECKING:
-    from ctxwright.agent.loop import Agent, RunResult
+    from ctxwright.agent.loop import Agent, CallReport, RunResult
 
 # Rich falls back to 80 columns when stdout is not a terminal (CI logs, `make demo | tee`),
 # which folds the per-call table; give it room.
@@ -78,7 +79,8 @@ def _print_event(kind: str, data: dict[str, Any]) -> None:
         console.print(f"[red]stopped[/] {data['reason']}")
 
 
-def calls_table(reports) -> Table:
+def calls_table(reports: Sequence[CallReport]) -> Table:
+    """One row per model call: what it cost, what it reused, and what its prompt was made of."""
     t = Table(title="model calls")
     for col in (
         "call",
