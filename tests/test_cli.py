@@ -345,14 +345,14 @@ def test_gguf_runs_the_embedded_backend_on_the_given_file(tmp_path, capsys):
 def test_a_damaged_database_is_one_line_and_debug_shows_the_traceback(tmp_path, capsys):
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"this is not a SQLite database, " * 200)
-    assert main(["--db", str(bad), "sessions"]) == 1
+    assert main(["--db", str(bad), "sessions"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
-    assert "database error" in err and str(bad) in err and "Traceback" not in err
-    assert main(["--debug", "--db", str(bad), "sessions"]) == 1
+    assert "is not an SQLite database" in err and str(bad) in err and "Traceback" not in err
+    assert main(["--debug", "--db", str(bad), "sessions"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" in err and "store.py" in err
-    assert err.strip().splitlines()[-1].startswith("ctxwright: database error")
+    assert err.strip().splitlines()[-1].startswith("ctxwright: ")
 
 
 def test_an_unexpected_error_says_how_to_see_more(tmp_path, capsys, monkeypatch):

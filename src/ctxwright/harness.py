@@ -4,9 +4,9 @@ compaction, status bar, TODO list, sub-agents -- in the order that keeps them co
 Why one class: the parts depend on each other in ways a caller gets wrong when wiring them
 by hand. The tool list decides the static prefix, so every optional tool (TODO, read_result,
 delegate, file tools) must be registered *before* the session starts and in a fixed order;
-the reasoning policy must be installed before the status bar's view transform (see
-``core/reasoning.py``, :func:`~ctxwright.core.reasoning.install`); a resumed session must get
-exactly the tools its stored prefix declares. The CLI (``cli/main.py``) builds one
+the reasoning policy must be recorded with the session, or the renderer (``core/render.py``)
+sends reasoning back as recorded, which a served model may reject (``core/reasoning.py``); a
+resumed session must get exactly the tools its stored prefix declares. The CLI (``cli/main.py``) builds one
 :class:`Harness` and only prints, so a Python user and the command line run the same agent.
 
 Defaults that depend on the backend live in :func:`backend_defaults` and nowhere else.
@@ -25,6 +25,7 @@ from ctxwright.agent.loop import Agent, AgentConfig, EventSink, RunResult
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import CompactionConfig
 from ctxwright.compaction.retrieval import ResultReader
+from ctxwright.core.events import UserEvent
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.reasoning import ReasoningMode, ReasoningPolicy
 from ctxwright.core.reasoning import install as install_reasoning
@@ -298,7 +299,7 @@ class Harness:
             policy = ReasoningPolicy(cast(ReasoningMode, reasoning)) if isinstance(reasoning, str) else reasoning
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        install_reasoning(self.session, policy)  # before the status view (core/reasoning.py)
+        install_reasoning(self.session, policy)  # recorded in meta; the renderer reads it (core/render.py)
 
         if self.todo is not None:  # the list's changes are events of this session, rebuilt on resume
             self.todo.bind(self.session)
@@ -426,7 +427,7 @@ class Harness:
     def _first_choice(self) -> ToolChoice:
         if self._explicit_first_choice is not None:
             return self._explicit_first_choice
-        started = any(ev.kind == "user" for ev in self.session.events)
+        started = any(isinstance(ev, UserEvent) for ev in self.session.events)
         return "auto" if started else self._default_first_choice
 
     # -- use -----------------------------------------------------------------------------
