@@ -18,13 +18,13 @@ from ctxwright.compaction.extractive import select_sentences
 from ctxwright.compaction.identifiers import extract, missing, reattach
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.strategies import STRATEGIES, NewResult, StrategyContext, compress_batch
-from ctxwright.compaction.summarizer import Summarizer, SummaryFailed
+from ctxwright.compaction.summarizer import Summarizer
 from ctxwright.core.events import BreakerEvent, CompactionEvent, SummaryFailedEvent, ToolEvent
 from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
 from ctxwright.core.tokens import TokenCounter, estimate_tokens
-from ctxwright.errors import BackendUnavailable
+from ctxwright.errors import BackendUnavailable, SummaryFailed
 from ctxwright.status.bar import StatusBar, StatusConfig
 from ctxwright.tools.registry import ToolRegistry, tool
 

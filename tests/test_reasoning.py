@@ -11,16 +11,14 @@ from ctxwright.core.messages import Message, ToolCall, canonical_json
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.reasoning import (
     META_KEY,
-    ReasoningMissing,
     ReasoningPolicy,
-    ReasoningPolicyConflict,
     install,
     policy_for_model,
     split_think,
 )
 from ctxwright.core.request import ToolSpec
 from ctxwright.core.session import Session
-from ctxwright.errors import CtxwrightError
+from ctxwright.errors import CtxwrightError, ReasoningMissing, ReasoningPolicyConflict
 
 TOOLS = (ToolSpec.create("read", "read a file", {"type": "object", "properties": {"path": {"type": "string"}}}),)
 MODES = ("strip", "keep", "must_send_back", "qwen3")

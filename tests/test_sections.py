@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ctxwright.core.sections import DynamicSectionInPrefix, SystemPromptBuilder
+from ctxwright.core.sections import SystemPromptBuilder
+from ctxwright.errors import DynamicSectionInPrefix
 
 
 def test_dynamic_section_refused_with_name_and_advice():

@@ -16,8 +16,9 @@ from ctxwright.core.messages import Message
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.request import ChatRequest
 from ctxwright.core.session import Session
+from ctxwright.errors import TodoError
 from ctxwright.status.bar import STATUS_OPEN, StatusBar, StatusConfig, choose_mode
-from ctxwright.status.todo import TodoError, TodoList
+from ctxwright.status.todo import TodoList
 from ctxwright.tools.registry import ToolRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from ctxwright.core.messages import ToolCall, canonical_json
 from ctxwright.core.request import ToolSpec
+from ctxwright.errors import CalculatorError
 from ctxwright.tools.builtin import (
     WEATHER_TABLE,
-    CalculatorError,
     calculator,
     default_tools,
     evaluate_expression,

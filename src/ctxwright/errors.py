@@ -1,34 +1,58 @@
-"""The exceptions ctxwright raises. Each message says what was wrong and what to do.
+"""Every exception ctxwright raises on purpose, under one base class, :class:`CtxwrightError`.
 
-Why one module: callers catch *our* types, never a provider's string (DESIGN.md,
-complaint 7: context-window errors arrive as provider-specific strings).
+Callers catch *our* types, never a provider's string: a context-window overflow is
+:class:`ContextWindowExceeded` whichever server worded it, and ``except CtxwrightError``
+catches everything the library raises deliberately. Each message says what was wrong and
+what to do about it.
+
+Some classes also derive from :class:`ValueError` because they reject a value (a tool
+argument, a log record, an event payload) and callers written before this module caught them as such.
+
+This module is the lowest layer of the package: it imports nothing from ctxwright.
 """
 
 from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "BackendUnavailable",
+    "CalculatorError",
+    "ConfigError",
+    "ContextWindowExceeded",
+    "CtxwrightError",
+    "DynamicSectionInPrefix",
+    "EventFormatError",
+    "LogRecordRejected",
+    "MalformedResponse",
+    "NotADatabase",
+    "PrefixFrozenError",
+    "PrefixMismatch",
+    "ReasoningMissing",
+    "ReasoningPolicyConflict",
+    "SchemaTooNew",
+    "SessionNotFound",
+    "StoreUnusable",
+    "SummaryFailed",
+    "TodoError",
+]
 
 
 class CtxwrightError(Exception):
     """Base class of every error ctxwright raises on purpose."""
 
 
+# -- the static prefix ---------------------------------------------------------------------
+
+
 class PrefixFrozenError(CtxwrightError):
     """Something tried to change the static prefix after the session started."""
 
 
-class BackendError(CtxwrightError):
-    """A model backend failed in a way the caller should see."""
+class DynamicSectionInPrefix(CtxwrightError):
+    """A prompt section declared ``dynamic`` was put in the static prefix (``core/sections.py``)."""
 
 
-class BackendUnavailable(BackendError):
-    """The backend cannot be reached or loaded (dead URL, missing model file)."""
-
-
-class ContextWindowExceeded(BackendError):
-    """The request does not fit the model's context window (any provider's wording)."""
-
-
-class MalformedResponse(BackendError):
-    """The backend answered, but not in a shape we can read."""
+# -- sessions and their store --------------------------------------------------------------
 
 
 class SessionNotFound(CtxwrightError):
@@ -51,6 +75,9 @@ class SchemaTooNew(StoreUnusable):
     """The database was written by a newer ctxwright, with migrations this build does not know."""
 
 
+# -- assembling an agent (harness.py, cli/) -------------------------------------------------
+
+
 class ConfigError(CtxwrightError):
     """An option that cannot work as given (an unknown backend, a missing model name, a
     ``--tool`` spec that does not import); the message names the option and the fix."""
@@ -60,3 +87,84 @@ class PrefixMismatch(CtxwrightError):
     """The system prompt or tools given to continue a session differ from the prefix it was
     started with. Why refused: the model would be offered tools its recorded prefix never
     declared (or lose ones it did), and the provider's cache of that prefix would be lost."""
+
+
+# -- reasoning pass-back (core/reasoning.py) -----------------------------------------------
+
+
+class ReasoningMissing(CtxwrightError):
+    """An assistant tool-call turn that must send its reasoning back has none recorded."""
+
+    def __init__(self, message: str, *, index: int) -> None:
+        super().__init__(message)
+        #: Position of the offending message in the list the policy was applied to
+        #: (plus the ``index_offset`` given to ``ReasoningPolicy.apply``).
+        self.index = index
+
+
+class ReasoningPolicyConflict(CtxwrightError):
+    """A session was asked to render reasoning in a different mode than it already uses."""
+
+
+# -- model backends ------------------------------------------------------------------------
+
+
+class BackendError(CtxwrightError):
+    """A model backend failed in a way the caller should see."""
+
+
+class BackendUnavailable(BackendError):
+    """The backend cannot be reached or loaded (dead URL, missing model file)."""
+
+
+class ContextWindowExceeded(BackendError):
+    """The request does not fit the model's context window (any provider's wording)."""
+
+
+class MalformedResponse(BackendError):
+    """The backend answered, but not in a shape we can read."""
+
+
+# -- tools ---------------------------------------------------------------------------------
+
+
+class CalculatorError(CtxwrightError, ValueError):
+    """The calculator tool's expression is not allowed or cannot be evaluated; the message says why.
+
+    The tool registry turns it into an error result the model reads (``"type": "CalculatorError"``).
+    """
+
+
+class TodoError(CtxwrightError, ValueError):
+    """A TODO tool call the model got wrong; the message says how to fix it."""
+
+
+# -- audit ---------------------------------------------------------------------------------
+
+
+class LogRecordRejected(CtxwrightError, ValueError):
+    """One record of a request log cannot become an audit request.
+
+    Raised and caught inside ``audit/logs.py``: its message becomes a ``ParseProblem`` for
+    that line, and the rest of the log is still read.
+    """
+
+
+# -- compaction ----------------------------------------------------------------------------
+
+
+class SummaryFailed(CtxwrightError):
+    """An LLM summary could not be used; ``reason`` is one of error, timeout, empty, oversized, busy.
+
+    The compaction manager catches it, records it as an event and counts it in its circuit
+    breaker, then falls back to the layers that need no model (noise, clearing, trim).
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(
+            f"summary failed ({reason}): {detail}. Compaction falls back to the layers without a model; "
+            "if this repeats, give the summarizer its own model object, a longer timeout or a larger max_chars."
+        )
+        self.reason = reason
+        #: what went wrong, without the advice (what the ``summary_failed`` event records)
+        self.detail = detail

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from ctxwright.audit.compare import Auditor
 from ctxwright.audit.live import audit_record, audit_request, past_requests
 from ctxwright.backends.base import Backend
-from ctxwright.compaction import CompactionReport, CompactionConfig, ContextManager
+from ctxwright.compaction import CompactionConfig, CompactionReport, ContextManager
 from ctxwright.compaction.budget import sanitize
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.core.messages import ToolCall

@@ -36,7 +36,7 @@ from ctxwright.core.events import Event, event_from_dict
 from ctxwright.core.messages import Message
 from ctxwright.core.render import RenderSettings, replay_calls
 from ctxwright.core.usage import as_object, first_int, read_usage
-from ctxwright.errors import CtxwrightError, EventFormatError
+from ctxwright.errors import CtxwrightError, EventFormatError, LogRecordRejected
 
 _SYSTEM_ROLES = ("system", "developer")
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result"})
@@ -56,10 +56,6 @@ class ParseProblem:
 
     line: int
     message: str
-
-
-class _Reject(ValueError):
-    """A record that cannot become a request; its message goes into a ParseProblem."""
 
 
 # -- entry points ---------------------------------------------------------------------------
@@ -175,7 +171,7 @@ class _Reader:
         """One JSON value: a session export, a request/response pair or a bare body."""
         try:
             if not isinstance(value, dict):
-                raise _Reject(f"a JSON {_json_type(value)}, not an object")
+                raise LogRecordRejected(f"a JSON {_json_type(value)}, not an object")
             if "events" in value and "prefix" in value:
                 for req, issue in requests_from_export(value):
                     if issue is not None:
@@ -184,7 +180,7 @@ class _Reader:
                         self.add(req)
                 return
             self.add(request_from_record(value))
-        except _Reject as exc:
+        except LogRecordRejected as exc:
             self.problem(line, where + str(exc))
 
     def add(self, req: AuditRequest) -> None:
@@ -222,7 +218,7 @@ def request_from_record(record: dict[str, Any]) -> AuditRequest:
     if "request" in record and "messages" not in record:
         body = record["request"]
         if not isinstance(body, dict):
-            raise _Reject(f"'request' is a JSON {_json_type(body)}, not an object")
+            raise LogRecordRejected(f"'request' is a JSON {_json_type(body)}, not an object")
     else:
         body = record
     usage = usage_of(record.get("response"))
@@ -231,7 +227,7 @@ def request_from_record(record: dict[str, Any]) -> AuditRequest:
     if tools is None:
         tools = []
     if not isinstance(tools, list):
-        raise _Reject(f"'tools' is a JSON {_json_type(tools)}, not an array")
+        raise LogRecordRejected(f"'tools' is a JSON {_json_type(tools)}, not an array")
     return AuditRequest(
         system=system,
         tools=tools,
@@ -277,12 +273,12 @@ def split_body(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     """
     messages = body.get("messages")
     if not isinstance(messages, list):
-        raise _Reject(_NO_MESSAGES)
+        raise LogRecordRejected(_NO_MESSAGES)
     if not messages:
-        raise _Reject("'messages' is empty: a request needs at least one message")
+        raise LogRecordRejected("'messages' is empty: a request needs at least one message")
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
-            raise _Reject(f"message {i} is a JSON {_json_type(m)}, not an object")
+            raise LogRecordRejected(f"message {i} is a JSON {_json_type(m)}, not an object")
     if is_anthropic(body):
         return text_of(body.get("system")), messages
     if messages[0].get("role") in _SYSTEM_ROLES:

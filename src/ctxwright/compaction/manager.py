@@ -34,11 +34,11 @@ from ctxwright.compaction.offload import ResultFiles
 from ctxwright.compaction.pipeline import CompactionReport, PassState, tiers_for
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.strategies import SCAN_CHARS, NewResult, StrategyContext, compress_batch
-from ctxwright.compaction.summarizer import Summarizer, SummaryFailed
+from ctxwright.compaction.summarizer import Summarizer
 from ctxwright.core.events import CompactionEvent, SummaryFailedEvent, ToolEvent, UserEvent
 from ctxwright.core.messages import Message, canonical_json
 from ctxwright.core.tokens import TokenCounter
-from ctxwright.errors import ContextWindowExceeded
+from ctxwright.errors import ContextWindowExceeded, SummaryFailed
 
 if TYPE_CHECKING:
     from ctxwright.core.session import Session
@@ -259,7 +259,7 @@ class ContextManager:
         try:
             out = self.summarizer.summarize(text, instruction, max_chars=max_chars, query=query).text
         except SummaryFailed as exc:  # an event (nothing is lost) and a breaker count
-            session.append(SummaryFailedEvent(reason=exc.reason, detail=str(exc), call_index=call_index))
+            session.append(SummaryFailedEvent(reason=exc.reason, detail=exc.detail, call_index=call_index))
             self.breaker.failure(exc.reason, session, call_index)
             return None
         self.breaker.success(session, call_index)

@@ -25,20 +25,12 @@ from ctxwright.compaction.identifiers import extract, missing, reattach
 from ctxwright.core.messages import Message
 from ctxwright.core.request import ChatRequest
 from ctxwright.core.tokens import TokenCounter
-from ctxwright.errors import CtxwrightError
+from ctxwright.errors import SummaryFailed
 
 SYSTEM = (
     "You compress text for an AI agent's memory. Keep facts exactly: names, dates, numbers, companies, "
     "decisions, errors, identifiers. Drop navigation, boilerplate and repetition. Write plain short lines."
 )
-
-
-class SummaryFailed(CtxwrightError):
-    """An LLM summary could not be used; ``reason`` is one of error, timeout, empty, oversized, busy."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"summary failed ({reason}): {detail}")
-        self.reason = reason
 
 
 @dataclass

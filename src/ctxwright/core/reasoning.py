@@ -54,7 +54,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, get_args
 
 from ctxwright.core.messages import Message
-from ctxwright.errors import CtxwrightError
+from ctxwright.errors import ReasoningMissing, ReasoningPolicyConflict
 
 if TYPE_CHECKING:
     from ctxwright.core.session import Session
@@ -67,20 +67,6 @@ REASONING_MODES: tuple[str, ...] = get_args(ReasoningMode)
 #: Key under which :func:`install` records the mode in ``Session.meta`` (and the store),
 #: so a resumed session renders its history the way it was rendered before.
 META_KEY = "reasoning_mode"
-
-
-class ReasoningMissing(CtxwrightError):
-    """An assistant tool-call turn that must send its reasoning back has none recorded."""
-
-    def __init__(self, message: str, *, index: int) -> None:
-        super().__init__(message)
-        #: Position of the offending message in the list the policy was applied to
-        #: (plus the ``index_offset`` given to :meth:`ReasoningPolicy.apply`).
-        self.index = index
-
-
-class ReasoningPolicyConflict(CtxwrightError):
-    """A session was asked to render reasoning in a different mode than it already uses."""
 
 
 # -- <think> blocks in content ---------------------------------------------------------

@@ -23,13 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ctxwright.errors import CtxwrightError
+from ctxwright.errors import DynamicSectionInPrefix
 
 Scope = Literal["global", "session", "dynamic"]
-
-
-class DynamicSectionInPrefix(CtxwrightError):
-    """A section declared ``dynamic`` was put in the static prefix."""
 
 
 @dataclass(frozen=True)

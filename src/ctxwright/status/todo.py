@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Literal
 
 from ctxwright.core.events import TodoEvent, TodoItem
+from ctxwright.errors import TodoError
 from ctxwright.tools.registry import Tool
 
 if TYPE_CHECKING:
@@ -20,10 +21,6 @@ if TYPE_CHECKING:
 
 Status = Literal["pending", "in_progress", "completed", "cancelled"]
 STATUSES: tuple[str, ...] = ("pending", "in_progress", "completed", "cancelled")
-
-
-class TodoError(ValueError):
-    """A TODO call the model got wrong; the message says how to fix it."""
 
 
 class TodoList:

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
+from ctxwright.errors import CalculatorError
 from ctxwright.tools.registry import Tool, ToolRegistry, tool
 
 __all__ = [
     "WEATHER_TABLE",
-    "CalculatorError",
     "calculator",
     "default_tools",
     "evaluate_expression",
@@ -155,10 +155,6 @@ def get_weather(city: str, unit: Literal["celsius", "fahrenheit"] = "celsius") -
 
 
 # --------------------------------------------------------------------------- calculator
-
-
-class CalculatorError(ValueError):
-    """The expression is not allowed or cannot be evaluated; the message says why."""
 
 
 MAX_EXPRESSION_CHARS = 1000
