@@ -84,7 +84,7 @@ TASK = "Who founded Nordlys Labs, and where does each founder work now (company 
 
 def make_corpus(seed: int, founders: int, size_range: tuple[int, int]) -> dict:
     rng = random.Random(seed)
-    names = rng.sample([f"{f} {l}" for f in FIRST for l in LAST], founders + 4)
+    names = rng.sample([f"{first} {last}" for first in FIRST for last in LAST], founders + 4)
     people, others = names[:founders], names[founders:]
     facts = {}
     pages: dict[str, dict] = {}

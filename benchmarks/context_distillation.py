@@ -165,8 +165,10 @@ def limit_rule(rng: random.Random, n: int, q: int) -> list[Task]:
     for m, d in calls:
         per[f"calls.{m}_{d}"] += 1
         tot[f"calls.{m}"] += 1
+
     def fmt(v):
         return f"{v}/{LIMIT} limit reached" if v >= LIMIT else f"{v}/{LIMIT}"
+
     tasks = []
     for qm, qd in asked:
         noisy_counts = _noisy(per, rng)
@@ -269,8 +271,10 @@ def main() -> None:
     )
     args = p.parse_args()
     backend = make_backend(args)
+
     def count(t):
         return backend.count_tokens(t) or len(t) // 4
+
     lengths = [
         int(x)
         for x in (

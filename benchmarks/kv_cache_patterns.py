@@ -24,6 +24,7 @@ prompt tokens, repeated identical tool calls, correctness; ratios against ``corr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import random
@@ -220,18 +221,17 @@ def main() -> None:
     modes = [m for m in args.modes.split(",") if m]
     reg = build_tools()
     results: dict[str, list[dict]] = {m: [] for m in modes}
-    log = open(args.log, "w", encoding="utf-8") if args.log else None
-    for r in range(args.runs):
-        for mode in modes:
-            res = run_task(backend, reg, mode, policy, seed=r, log=log)
-            results[mode].append(res)
-            console.print(
-                f"[dim]run {r} {mode:20s} calls {res['calls']} prompt {res['prompt_tokens']:,} "
-                f"cached {res['cached_tokens']} median prefill {median(res['prefill_ms'])} ms "
-                f"correct {res['correct']}  answer: {res['answer'][:70]!r}[/]"
-            )
-    if log is not None:
-        log.close()
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(open(args.log, "w", encoding="utf-8")) if args.log else None
+        for r in range(args.runs):
+            for mode in modes:
+                res = run_task(backend, reg, mode, policy, seed=r, log=log)
+                results[mode].append(res)
+                console.print(
+                    f"[dim]run {r} {mode:20s} calls {res['calls']} prompt {res['prompt_tokens']:,} "
+                    f"cached {res['cached_tokens']} median prefill {median(res['prefill_ms'])} ms "
+                    f"correct {res['correct']}  answer: {res['answer'][:70]!r}[/]"
+                )
     out = []
     for mode in modes:
         rs = results[mode]

@@ -45,8 +45,10 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=2000, help="system prompt size in tokens")
     args = p.parse_args()
     backend = make_backend(args)
+
     def count(t):
         return backend.count_tokens(t) or len(t) // 4
+
     system = system_prompt(args.tokens, count)
     sys_tokens = count(system)
 

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Union
+from typing import Any
 
 JSONDict = dict[str, Any]
 
@@ -42,7 +42,7 @@ class Behaviour:
 
 
 Responder = Callable[[Any], Behaviour]
-Scripted = Union[Behaviour, Responder]
+Scripted = Behaviour | Responder
 
 
 @dataclass(frozen=True)

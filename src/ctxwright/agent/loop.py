@@ -253,7 +253,7 @@ class Agent:
             self.on_event("assistant", {"message": msg, "report": report})
             if not msg.tool_calls:
                 return RunResult(msg.content or "", "final_answer", it, reports)
-            rounds += 1
+            rounds += 1  # noqa: SIM113 -- counts tool rounds, not loop iterations
             outcomes = self._run_tools(msg.tool_calls)
             t_res = time.perf_counter()
             if self.context is not None:  # layer 1, repeats and the record-time strategy, decided once

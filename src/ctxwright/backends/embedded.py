@@ -29,8 +29,9 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ctxwright.core.messages import Message, ToolCall, Usage, canonical_json
 from ctxwright.core.request import ChatRequest, Completion, ToolSpec
@@ -307,15 +308,19 @@ class EmbeddedBackend:
         pieces: list[str] = []
         n_out = 0
         finish = None
-        stream = self.llm.create_completion(
-            prompt=tokens,
-            max_tokens=max_new,
-            temperature=request.temperature or 0.0,
-            top_k=1 if not request.temperature else 40,
-            grammar=self._grammar(request),
-            stream=True,
-            seed=self._seed,
-            repeat_penalty=self.repeat_penalty if request.tool_choice == "none" else 1.0,
+        # stream=True: an iterator of chunks (llama_cpp's return type is the union of both shapes)
+        stream = cast(
+            Iterator[dict[str, Any]],
+            self.llm.create_completion(
+                prompt=tokens,
+                max_tokens=max_new,
+                temperature=request.temperature or 0.0,
+                top_k=1 if not request.temperature else 40,
+                grammar=self._grammar(request),
+                stream=True,
+                seed=self._seed,
+                repeat_penalty=self.repeat_penalty if request.tool_choice == "none" else 1.0,
+            ),
         )
         for chunk in stream:
             if first is None:

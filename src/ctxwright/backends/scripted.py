@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Union
 
 from ctxwright.core.messages import Message, ToolCall, Usage
 from ctxwright.core.request import ChatRequest, Completion
 from ctxwright.core.tokens import estimate_tokens
 from ctxwright.errors import BackendError
 
-Reply = Union[Message, str, BackendError, Callable[[ChatRequest], Message | str]]
+Reply = Message | str | BackendError | Callable[[ChatRequest], Message | str]
 
 
 def call(name: str, arguments: str | dict, call_id: str | None = None) -> ToolCall:

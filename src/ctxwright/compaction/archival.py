@@ -39,7 +39,7 @@ def old_rounds(
         if m.role == "assistant" and m.tool_calls:
             k += 1
             j = i + 1
-            res = []
+            res: list[tuple[int, Message]] = []
             while j < len(entries) and entries[j][1].role == "tool":
                 seq, result = entries[j]
                 if seq is not None:

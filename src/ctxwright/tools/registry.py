@@ -225,7 +225,7 @@ class Tool:
         ``**kwargs``, positional-only), ``ValueError`` for an invalid name or missing
         description -- mistakes worth catching at import time, not mid-conversation.
         """
-        tool_name = name or getattr(func, "__name__", "")
+        tool_name = name or str(getattr(func, "__name__", ""))
         if not _TOOL_NAME.match(tool_name):
             raise ValueError(f"invalid tool name {tool_name!r}: use 1-64 letters, digits, '_' or '-' (pass name=...)")
         summary, param_docs = _parse_docstring(inspect.getdoc(func))
@@ -254,7 +254,7 @@ class Tool:
             hint = hints[param.name]
             has_default = param.default is not inspect.Parameter.empty
             if has_default and param.default is None and not _split_optional(hint)[1]:
-                hint = typing.Optional[hint]  # `x: int = None` means "may be null"
+                hint = typing.Optional[hint]  # noqa: UP045 -- a runtime value: `x: int = None` means "may be null"
             try:
                 prop = _schema_for(hint)
             except TypeError as exc:
@@ -273,7 +273,7 @@ class Tool:
             fields[f"p{index}"] = (hint, Field(default, alias=param.name))
 
         schema = {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
-        args_model = create_model(  # type: ignore[call-overload]
+        args_model = create_model(
             f"{tool_name}_arguments",
             __config__=ConfigDict(extra="forbid", populate_by_name=False),
             **fields,
