@@ -1,4 +1,5 @@
-# The two commands: `make demo` runs the main job on the embedded model; `make test` runs the suite.
+# The two commands: `make demo` runs the main job on the embedded model; `make test` runs the linters
+# (ruff, ruff format, mypy) and then the suite.
 # Both create .venv if missing. The first run builds llama-cpp-python from its sdist (~3 min on 2 cores);
 # pip caches the wheel after that.
 PY ?= python3
@@ -40,7 +41,11 @@ $(STAMP_DEV): $(STAMP_RUN)
 demo: $(STAMP_RUN)
 	$(BIN)/ctxwright run "What's the current time and weather in Vancouver?"
 
+# Lint and types first (CI runs `make test`, so it enforces them), then the whole suite.
 test: $(STAMP_DEV)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP_DEV)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ctxwright.core.messages import Message, ToolCall, Usage
 from ctxwright.core.request import ChatRequest, Completion
@@ -21,7 +22,7 @@ from ctxwright.errors import BackendError
 Reply = Message | str | BackendError | Callable[[ChatRequest], Message | str]
 
 
-def call(name: str, arguments: str | dict, call_id: str | None = None) -> ToolCall:
+def call(name: str, arguments: str | dict[str, Any], call_id: str | None = None) -> ToolCall:
     """Shorthand for a scripted tool call; dict arguments are JSON-encoded."""
     import json
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 from ctxwright.core.events import TodoEvent, TodoItem
@@ -26,7 +27,7 @@ STATUSES: tuple[str, ...] = ("pending", "in_progress", "completed", "cancelled")
 class TodoList:
     """Ordered items with stable ids; at most one ``in_progress`` at a time."""
 
-    def __init__(self, session: Session | None = None, clock=time.time) -> None:
+    def __init__(self, session: Session | None = None, clock: Callable[[], float] = time.time) -> None:
         self.session = session
         self.clock = clock
         self.items: list[TodoItem] = []
