@@ -1,7 +1,7 @@
 """The audit inside a live session: turning each rendered request into an
-:class:`~ctxwright.audit.AuditRequest`, and rebuilding the audit of a resumed session.
+:class:`~ctxwright.audit.compare.AuditRequest`, and rebuilding the audit of a resumed session.
 
-Why separate from ``audit.py``: the core compares requests from any agent; this module
+Why separate from ``audit/compare.py``: that module compares requests from any agent; this module
 knows ctxwright's own request, usage and event types.
 """
 

@@ -1,4 +1,4 @@
-"""Reading any agent's request log into :class:`~ctxwright.audit.AuditRequest` s, offline.
+"""Reading any agent's request log into :class:`~ctxwright.audit.compare.AuditRequest` s, offline.
 
 Why this module exists: the cache audit is only useful if it runs on the logs people
 already have, whatever agent wrote them. So the reader accepts what agents actually

@@ -195,7 +195,7 @@ def _assistant_message(wire: dict[str, Any]) -> Message:
 
 def _usage(data: dict[str, Any], latency_ms: float) -> Usage:
     """Token counts and cache hits from whichever provider's fields are present
-    (:func:`ctxwright.usage.read_usage`), plus llama.cpp server timings when given."""
+    (:func:`ctxwright.core.usage.read_usage`), plus llama.cpp server timings when given."""
     counts = read_usage(data)
     usage = as_object(data.get("usage"))
     timings = as_object(data.get("timings"))

@@ -2,7 +2,7 @@
 a preview.
 
 Provider rule protected: a request larger than the window is rejected outright, and one
-huge result can overflow the window before any other layer runs (DESIGN.md, complaint 5).
+huge result can overflow the window before any other layer runs (a common failure in peer frameworks).
 So the cap is applied *when the result is recorded*, and the preview string is decided
 then, once, and stored as the tool message's content: a resumed session renders the same
 bytes, and the provider's cache of that message stays valid forever.

@@ -2,8 +2,9 @@
 
 The last resort before trimming (seeds: 全量壓縮). Stage 1 summarizes the *older half* of
 what may be removed; only if the request is still over the trigger does stage 2 summarize
-everything up to the newest turn. The summary follows the retention priorities of
-DESIGN.md and replaces the span with one note (a ``compaction`` event: the events stay in
+everything up to the newest turn. The summary follows the retention priorities in
+:data:`INSTRUCTION` (decisions and constraints verbatim first, tool outputs only as their
+conclusion) and replaces the span with one note (a ``compaction`` event: the events stay in
 the store). Identifiers are checked and re-attached by the summarizer. Cut points come from
 ``cutpoints.py``: never half a batch, never the first user message, never the newest turn.
 """

@@ -5,7 +5,7 @@ assistant message carrying its ``tool_call_id`` ("messages with role 'tool' must
 response to a preceding message with 'tool_calls'") and an assistant tool call whose
 results are missing before the next turn; Anthropic requires each ``tool_use`` to be
 answered by a ``tool_result`` in the very next message. Trimming that ignores this is
-the most reported compaction bug in peer frameworks (DESIGN.md, complaint 1).
+the most reported compaction bug in peer frameworks.
 """
 
 from __future__ import annotations

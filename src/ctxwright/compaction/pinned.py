@@ -2,7 +2,8 @@
 
 Why: the system prompt is the cached prefix and the agent's rules; the first user message
 is the task itself. Every summary or trim that dropped it produced an agent that kept
-working on nothing (DESIGN.md, complaint 2: summaries that lose the task). Layers may
+working on nothing (summaries that lose the task are a common complaint about peer
+frameworks). Layers may
 rewrite tool results and drop later turns, never these two.
 """
 

@@ -1,6 +1,6 @@
 """One LLM summary request, checked: the only place ctxwright asks a model to compress.
 
-Rules it enforces, each from a failure peer frameworks' users report (DESIGN.md):
+Rules it enforces, each from a failure peer frameworks' users report:
 
 * the summary runs on its *own* request (and, on the embedded backend, its own model
   object), so it never disturbs the main session's cached prefix;

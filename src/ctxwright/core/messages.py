@@ -154,7 +154,7 @@ class Usage:
     """What one model call cost, as the backend reported it.
 
     ``cached_tokens`` is ``None`` when the backend did not say: a missing field means
-    *unknown*, never zero (DESIGN.md, cached-token fields).
+    *unknown*, never zero (``core/usage.py`` reads every provider's field).
     """
 
     prompt_tokens: int | None = None

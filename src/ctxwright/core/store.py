@@ -1,8 +1,8 @@
 """SQLite persistence of sessions, events and model calls, with a versioned schema.
 
 Why it looks like this: every event is written *as it happens* (autocommit, WAL), so a
-crash mid-session keeps everything recorded before it (DESIGN.md complaint 8: tool calls
-missing from saved sessions). Events are stored once each -- never the full state per
+crash mid-session keeps everything recorded before it (peer frameworks lose tool calls from
+saved sessions). Events are stored once each -- never the full state per
 step -- so a long session grows the database linearly, not quadratically.
 
 The schema changes only through named migrations (:data:`MIGRATIONS`), applied in order

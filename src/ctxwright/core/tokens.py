@@ -1,8 +1,8 @@
 """Token counting and the four-part ledger.
 
 Why: every budget decision (when to clear, when to compact, whether a result is too big)
-is a token decision, and estimates that undercount JSON or base64 let a window overflow
-(DESIGN.md complaint 6). So we count with the model's own tokenizer when there is one
+is a token decision, and estimates that undercount JSON or base64 let a window overflow.
+So we count with the model's own tokenizer when there is one
 (llama.cpp ``tokenize``), else an offline tokenizer if installed, else the CJK-aware
 estimate from the seeds. Counts are cached per distinct text, so a new turn costs only its
 new tokens, not a recount of the whole history.

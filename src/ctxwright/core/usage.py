@@ -1,7 +1,7 @@
 """Reading usage and cached-token counts from any provider's response body.
 
 Provider rule protected: every vendor reports prompt-cache hits in its own field, and a
-missing field means the backend did not say -- *unknown*, never zero (DESIGN.md). One
+missing field means the backend did not say -- *unknown*, never zero. One
 reader serves both the live OpenAI-compatible backend and the offline audit of logs.
 """
 

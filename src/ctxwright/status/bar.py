@@ -6,7 +6,7 @@ count its whole trajectory, and weak models get it wrong. So the harness compute
 state -- counters, TODO list, time, timings, the last error, environment, budget -- and
 shows it as ``key: value`` lines inside ``<agent_status>`` in a user-role message placed
 last before each model call. Never in the system prompt: it changes every call and would
-break the prefix cache (see ``prefix.py``).
+break the prefix cache (see ``core/prefix.py``).
 
 Two update modes, and a chooser
 -------------------------------
@@ -26,7 +26,7 @@ backend's cached-token price ratio (cached price ÷ uncached price):
 * replace: each update re-prefills the R tokens after the old status, which would have
   been cached: (1−α)·R per update.
 
-So append wins when α·S·N/2 < (1−α)·R (seed 003) -- small statuses, fast-growing
+So append wins when α·S·N/2 < (1−α)·R (the seeds' cost model) -- small statuses, fast-growing
 suffixes. ``auto`` measures S and R in the session and decides before each update.
 """
 
