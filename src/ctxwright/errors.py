@@ -122,7 +122,15 @@ class ContextWindowExceeded(BackendError):
 
 
 class MalformedResponse(BackendError):
-    """The backend answered, but not in a shape we can read."""
+    """The backend answered, but not in a shape we can read. The message ends with what to check."""
+
+    HINT = (
+        "Check that the base URL is the API root of an OpenAI-compatible server (it ends in /v1) "
+        "and that no proxy in between rewrites the replies."
+    )
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message} -- {self.HINT}")
 
 
 # -- tools ---------------------------------------------------------------------------------

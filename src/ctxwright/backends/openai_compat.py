@@ -106,7 +106,9 @@ class OpenAIBackend:
         except openai.APIStatusError as exc:
             raise self._status_error(exc) from exc
         except openai.OpenAIError as exc:
-            raise BackendError(f"request to {self.base_url} failed: {exc}") from exc
+            raise BackendError(
+                f"request to {self.base_url} failed: {exc}. Check the base URL and the server's log."
+            ) from exc
         latency_ms = (time.perf_counter() - started) * 1000.0
         return self._parse(text, latency_ms)
 
@@ -134,6 +136,12 @@ class OpenAIBackend:
             hint = f" Check the API key (passed in, or in ${self.api_key_env})."
         elif status == 404:
             hint = f" Check that the base URL ends in /v1 and that the server serves model {self.model!r}."
+        elif status == 429:
+            hint = " The server is rate-limiting (the retries are used up): wait, or lower the request rate."
+        elif status >= 500:
+            hint = " The server failed on this request: check its log, or retry later."
+        elif status == 400:
+            hint = " The server rejected the request as invalid: its message above says which field."
         return BackendError(f"{self.base_url} returned HTTP {status}: {message}.{hint}")
 
     def _parse(self, text: str, latency_ms: float) -> Completion:
@@ -156,7 +164,7 @@ class OpenAIBackend:
                 if _is_context_error(code, etype, message, 400):
                     raise ContextWindowExceeded(
                         f"the request does not fit the context window of model {self.model!r} "
-                        f"({self.base_url}: {message})"
+                        f"({self.base_url}: {message}). Shorten the context or compact the trajectory."
                     )
                 raise MalformedResponse(f"{self.base_url} answered HTTP 200 with an error: {message}")
             raise MalformedResponse(
