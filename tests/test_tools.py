@@ -648,3 +648,86 @@ def test_default_tools_end_to_end(workspace: Path) -> None:
     assert calc.ok and math.isclose(float(calc.content), 2.0)
     now = reg.execute(ToolCall("3", "get_current_time", '{"timezone":"Europe/London"}'))
     assert now.ok and json.loads(now.content)["timezone"] == "Europe/London"
+
+
+# -- read_file: regular files only, a hard byte cap ------------------------------------------
+
+
+def _within(seconds: float, fn, *args):
+    """``fn(*args)`` in a daemon thread: its result or exception, or a failure if it is still
+    running after ``seconds`` (a read that blocks or never ends must fail the test, not hang it)."""
+    import threading
+
+    box: list = []
+
+    def target():
+        try:
+            box.append(("ok", fn(*args)))
+        except BaseException as exc:
+            box.append(("raised", exc))
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    th.join(seconds)
+    assert box, f"still running after {seconds} s"
+    kind, value = box[0]
+    if kind == "raised":
+        raise value
+    return value
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_read_file_refuses_a_fifo_at_once(workspace: Path) -> None:
+    fifo = workspace / "pipe"
+    os.mkfifo(fifo)
+    read = _file_tools(workspace).get("read_file")
+    try:
+        with pytest.raises(ValueError, match=r"named pipe.*regular files only"):
+            _within(5, read, "pipe")
+        (workspace / "pipe-link").symlink_to(fifo)  # and through a link inside the workspace
+        with pytest.raises(ValueError, match="named pipe"):
+            _within(5, read, "pipe-link")
+    finally:  # a reader stuck in open() (the bug) is released by a writer
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_read_file_refuses_dev_zero_through_a_symlink(tmp_path: Path) -> None:
+    """A workspace that contains ``/dev`` (here ``/``): a link to ``/dev/zero`` stays inside
+    it, so only the file-type check stands between the tool and an endless read."""
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    read = ToolRegistry(make_file_tools(Path("/"))).get("read_file")
+    with pytest.raises(ValueError, match="character device"):
+        _within(5, read, str(tmp_path / "zero"))
+    out = ToolRegistry(make_file_tools(Path("/"))).execute(
+        ToolCall("z", "read_file", canonical_json({"path": str(tmp_path / "zero")}))
+    )
+    assert _err(out)["type"] == "ValueError" and "regular files only" in _err(out)["message"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+def test_read_file_cap_holds_whatever_size_the_file_claims(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``/proc`` files are regular files that claim 0 bytes: the cap counts what is read."""
+    import ctxwright.tools.builtin as builtin
+
+    read = ToolRegistry(make_file_tools(Path("/"))).get("read_file")
+    whole = read("/proc/self/status")
+    length = int(whole.split("(", 1)[1].split(" bytes")[0])
+    assert length > 100 and "Name:" in whole  # its real length, not the 0 it claims
+    monkeypatch.setattr(builtin, "MAX_FILE_BYTES", 100)
+    with pytest.raises(ValueError, match=r"holds more than 100 bytes .*claimed 0"):
+        read("/proc/self/status")
+
+
+@pytest.mark.skipif(not Path("/proc/self/pagemap").exists(), reason="needs /proc/self/pagemap")
+def test_read_file_of_an_endless_regular_file_stops_at_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``/proc/self/pagemap`` is a regular file that claims 0 bytes and never ends (8 bytes
+    per page of the address space): the /dev/zero of regular files, and a file that grows
+    faster than it is read looks the same to the reader. Only the byte cap stops it."""
+    import ctxwright.tools.builtin as builtin
+
+    monkeypatch.setattr(builtin, "MAX_FILE_BYTES", 1 << 20)
+    read = ToolRegistry(make_file_tools(Path("/"))).get("read_file")
+    with pytest.raises(ValueError, match=r"holds more than 1048576 bytes \(it claimed 0"):
+        _within(10, read, "/proc/self/pagemap")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import os
+import stat
 import unicodedata
 from collections.abc import Callable
 from datetime import datetime
@@ -331,6 +333,62 @@ def _confine(workspace: Path, path: str) -> Path:
     return resolved
 
 
+_KINDS = {
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
+
+
+def _refuse_non_regular(mode: int, shown: str) -> None:
+    if not stat.S_ISREG(mode):
+        kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise ValueError(
+            f"{shown!r} is {kind}: read_file reads regular files only (a device or a pipe can be endless "
+            "or block forever); ask for a regular file"
+        )
+
+
+def _read_regular_file(target: Path, shown: str, cap: int) -> bytearray:
+    """The bytes of the regular file ``target``, at most ``cap`` of them, else ``ValueError``.
+
+    Why each step: a device such as ``/dev/zero`` reports size 0 and never ends (one took
+    2.9 GB in 8 s, and its abandoned thread kept reading after the tool timeout); opening a
+    FIFO for reading blocks until a writer appears, and a thread stuck in ``open`` cannot be
+    stopped. So the file's type is checked before it is opened (opening some devices has
+    effects of its own), then opened with ``O_NONBLOCK`` (a FIFO swapped in meanwhile cannot
+    block the open) and ``O_NOFOLLOW`` (nor a symlink: ``target`` is already resolved), and
+    checked again on the open descriptor with ``fstat`` -- what is read is what was checked.
+    Whatever size the file claims (``/proc`` files claim 0, and ``/proc/self/pagemap`` never
+    ends; a log grows while it is read), reading stops once more than ``cap`` bytes came:
+    at most ``cap + 1`` bytes rounded up to a 4 KiB page (some ``/proc`` files refuse reads
+    that are not whole records).
+    """
+    _refuse_non_regular(target.stat().st_mode, shown)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(target, flags)
+    try:
+        info = os.fstat(fd)
+        _refuse_non_regular(info.st_mode, shown)
+        if info.st_size > cap:
+            raise ValueError(f"{shown!r} is {info.st_size} bytes; files over {cap} bytes are not read")
+        data = bytearray()
+        while len(data) <= cap:
+            want = cap + 1 - len(data)
+            chunk = os.read(fd, min(1 << 20, -(-want // 4096) * 4096))
+            if not chunk:
+                return data
+            data += chunk
+    finally:
+        os.close(fd)
+    raise ValueError(
+        f"{shown!r} holds more than {cap} bytes (it claimed {info.st_size}: it grew while being read, or its "
+        f"size is not its length); files over {cap} bytes are not read"
+    )
+
+
 def _display(workspace: Path, resolved: Path) -> str:
     rel = resolved.relative_to(workspace).as_posix()
     return rel if rel != "." else "."
@@ -366,10 +424,8 @@ def make_file_tools(workspace: Path) -> list[Tool]:
             raise FileNotFoundError(f"no such file in the workspace: {shown!r} (use list_dir to look)")
         if target.is_dir():
             raise IsADirectoryError(f"{shown!r} is a directory; use list_dir to list it")
-        size = target.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ValueError(f"{shown!r} is {size} bytes; files over {MAX_FILE_BYTES} bytes are not read")
-        raw = target.read_bytes()
+        raw = _read_regular_file(target, shown, MAX_FILE_BYTES)
+        size = len(raw)
         try:
             text, note = raw.decode("utf-8"), ""
         except UnicodeDecodeError:
