@@ -8,6 +8,7 @@ import itertools
 import json
 import tracemalloc
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from ctxwright.compaction.check import violations
 from ctxwright.compaction.clearing import clear_old_results
 from ctxwright.compaction.cutpoints import legal_boundaries
 from ctxwright.compaction.noise import salient_terms, unused_results
-from ctxwright.compaction.offload import ResultFiles
+from ctxwright.compaction.offload import SLICE, ResultFiles
 from ctxwright.compaction.pairing import pairing_violations
 from ctxwright.compaction.reasoning_loops import reasoning_violations
 from ctxwright.compaction.retrieval import ResultReader
@@ -231,6 +232,81 @@ def test_fifty_megabyte_output_is_held_once(tmp_path):
     assert a.context.reader.read("h1", size - 5, 10).endswith("xxxx\n")
     ev = next(e for e in s.events if isinstance(e, ToolEvent))
     assert len(ev.message.content or "") < 4000
+
+
+@pytest.mark.parametrize("kind", ["text", pytest.param("binary", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("compaction", [True, False], ids=["compaction", "no-compaction"])
+def test_fifty_megabytes_of_bytes_are_held_at_most_twice(tmp_path, kind, compaction):
+    """A tool returning 50 MB of ``bytes``: with compaction (offloaded whole) and without
+    (cut to the head and tail it shows), the run's peak memory stays within twice the
+    output, the bytes included. Binary bytes are the hard case: decoded whole they are a
+    100 MB string (two bytes per character once one U+FFFD is in it) next to the 50 MB."""
+    import hashlib
+
+    from ctxwright import Harness
+
+    size = 50 * 1024 * 1024
+
+    @tool
+    def dump() -> bytes:
+        """Return 50 MB."""
+        if kind == "text":
+            return b"0123456789abcde\n" * (size // 16)
+        return hashlib.shake_128(b"50 MB").digest(size)  # random-looking, made in place
+
+    backend = ScriptedBackend([A(call("dump", {}, "d1")), "done"])
+    cfg = CompactionConfig(results_dir=tmp_path) if compaction else False
+    with Harness("sys", [dump], backend=backend, db=None, compaction=cfg, tool_timeout=300) as h:
+        tracemalloc.start()
+        try:
+            r = h.run("go")
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert r.stop_reason == "final_answer"
+        assert peak <= 2 * size, f"peak {peak / 2**20:.1f} MiB for 50 MiB of {kind} bytes"
+        ev = next(e for e in h.session.events if isinstance(e, ToolEvent))
+        content = ev.message.content or ""
+        assert len(content) < 250_000  # the head and the tail
+        expected = hashlib.shake_128(b"50 MB").digest(size).decode("utf-8", "replace") if kind == "binary" else None
+        if compaction:
+            assert ev.offload is not None and ev.offload.path.endswith("d1.txt")
+            reader = h.agent.context.reader
+            total = ev.offload.chars
+            if expected is not None:
+                assert total == len(expected)
+                data = hashlib.shake_128(b"50 MB").digest(size)
+                assert ev.invalid_utf8 == size - len(data.decode("utf-8", "ignore").encode())
+                del data
+                for off in (0, SLICE - 3, total // 2, total - 10):  # pages back across slice edges
+                    assert reader.read("d1", off, 10).endswith(expected[off : off + 10])
+            else:
+                assert total == size and reader.read("d1", size - 16, 16).endswith("0123456789abcde\n")
+        else:
+            assert "characters omitted" in content
+            if expected is not None:
+                assert content.startswith(expected[:1000]) and content.endswith(expected[-1000:])
+
+
+def test_bytes_decoded_in_slices_are_the_whole_decode(tmp_path):
+    """The slice-by-slice decoding of a large bytes result gives the text, the invalid-byte
+    count and the hash a whole decode gives, with multi-byte characters, invalid bytes and
+    genuine U+FFFD cut at every slice edge; and its offload file pages back the same."""
+    from ctxwright.compaction.budget import ByteScan, text_sha256
+
+    unit = "é€😀\ufffd".encode() + b"\xff\xc3(\xe2\x82 ok\n"
+    data = (unit * (3 * SLICE // len(unit) + 7))[: 3 * SLICE + 5]
+    whole = data.decode("utf-8", "replace")
+    scan = ByteScan(1000, 500)
+    files = ResultFiles(tmp_path)
+    saved = files.save_pieces("r", scan.watch(data))
+    assert scan.chars == saved.chars == len(whole)
+    assert scan.head == whole[:1000] and scan.tail == whole[-500:]
+    assert scan.replaced == len(data) - len(data.decode("utf-8", "ignore").encode())
+    assert scan.sha256 == text_sha256(whole)
+    for off in (0, SLICE - 2, SLICE, 2 * SLICE + 1, len(whole) - 3):
+        assert files.read("r", off, 7) == (whole[off : off + 7], len(whole))
+    assert (tmp_path / "r.txt").read_bytes() == whole.encode()
 
 
 def test_invalid_utf8_output_is_replaced_and_said(store, tmp_path):

@@ -29,6 +29,7 @@ from ctxwright.core.events import UserEvent
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.reasoning import ReasoningMode, ReasoningPolicy
 from ctxwright.core.reasoning import install as install_reasoning
+from ctxwright.core.repeats import DEFAULT_MAX_REPEATS
 from ctxwright.core.request import ToolChoice, ToolSpec
 from ctxwright.core.session import Session
 from ctxwright.core.store import Store
@@ -161,10 +162,15 @@ class Harness:
             once the session has a user message (a follow-up needs no forced tool call).
         max_tokens: cap on each reply's tokens.
         tool_timeout: seconds before a tool call is abandoned (a tool's own ``timeout_s`` wins).
+        max_repeats: identical tool calls (same tool, same arguments) in a row before the
+            model is told so on the result (and in the status bar); the next identical call
+            is not run and ends the run with ``repeated_tool_call`` (``core/repeats.py``).
+            ``None`` or 0: no limit.
         timestamps: prefix user and tool contents with ``[YYYY-MM-DD HH:MM:SS]``.
         on_event: ``on_event(kind, data)`` for progress: ``user``, ``status``, ``compaction``,
-            ``request``, ``assistant``, ``tool``, ``error``, ``stop`` (the data of each:
-            ``agent/loop.py``). A sub-agent's events come with ``data["child"]``, its session id.
+            ``request``, ``token`` (streamed text, from a backend that streams),
+            ``assistant``, ``tool_start``, ``tool``, ``repeated_call``, ``error``, ``stop``
+            (the data of each: ``agent/loop.py``). A sub-agent's events come with ``data["child"]``, its session id.
     """
 
     def __init__(
@@ -196,6 +202,7 @@ class Harness:
         tool_choice_first: ToolChoice | None = None,
         max_tokens: int | None = 256,
         tool_timeout: float = 30.0,
+        max_repeats: int | None = DEFAULT_MAX_REPEATS,
         timestamps: bool = False,
         on_event: EventSink | None = None,
     ) -> None:
@@ -225,6 +232,10 @@ class Harness:
 
     # -- assembly ------------------------------------------------------------------------
     def _setup(self, opts: dict[str, Any]) -> None:
+        if opts["max_repeats"] is not None and opts["max_repeats"] < 0:
+            raise ConfigError(
+                f"max_repeats={opts['max_repeats']}: give 1 or more identical calls in a row, or 0 for no limit"
+            )
         self.on_event: EventSink = opts["on_event"] or (lambda kind, data: None)
         self.store: Store | None = self._open_store(opts["db"])
         stored: Session | None = None
@@ -310,6 +321,7 @@ class Harness:
                 StatusConfig(
                     mode=opts["status_mode"],
                     max_iterations=opts["max_iterations"],
+                    max_repeats=opts["max_repeats"],
                     alpha=d.cache_price_ratio if ratio is None else ratio,
                 ),
                 todo=self.todo,
@@ -321,6 +333,7 @@ class Harness:
         config = AgentConfig(
             max_iterations=opts["max_iterations"],
             tool_timeout_s=opts["tool_timeout"],
+            max_repeats=opts["max_repeats"],
             tool_choice_first=self._first_choice(),
             max_tool_rounds=d.max_tool_rounds if rounds is None else rounds,
             max_tokens=opts["max_tokens"],

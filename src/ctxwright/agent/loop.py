@@ -9,6 +9,10 @@ Rules it enforces, each from a failure the seeds describe:
 * every failure (unknown tool, arguments that are not JSON, a schema mismatch, a tool
   that raises or hangs) becomes a structured ``tool`` message answering that call, and
   the loop goes on -- the model can correct itself only if it sees what went wrong;
+* the same tool called with the same arguments more than ``max_repeats`` times in a row
+  gets a note on its result (``core/repeats.py``), and the next identical call is answered
+  without running and ends the run (``repeated_tool_call``) -- a model that loops on one
+  call would otherwise spend every iteration on it;
 * a reply without tool calls is the final answer.
 """
 
@@ -24,9 +28,10 @@ from ctxwright.audit.compare import Auditor
 from ctxwright.audit.live import audit_record, audit_request, past_requests
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import CompactionConfig, CompactionReport, ContextManager
-from ctxwright.compaction.budget import sanitize
+from ctxwright.compaction.budget import ByteScan, sanitize
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.core.messages import ToolCall
+from ctxwright.core.repeats import DEFAULT_MAX_REPEATS, repeat_counts, repeat_note
 from ctxwright.core.request import Completion, ToolChoice
 from ctxwright.core.session import Session
 from ctxwright.core.tokens import Ledger, TokenCounter, build_ledger
@@ -34,7 +39,7 @@ from ctxwright.errors import BackendError
 from ctxwright.status.bar import StatusBar
 from ctxwright.tools.registry import ToolOutcome, ToolRegistry, error_outcome
 
-StopReason = Literal["final_answer", "max_iterations", "backend_error"]
+StopReason = Literal["final_answer", "max_iterations", "backend_error", "repeated_tool_call"]
 EventSink = Callable[[str, dict[str, Any]], None]
 
 
@@ -52,6 +57,9 @@ class AgentConfig:
     max_tool_rounds: int | None = None
     tool_timeout_s: float = 30.0
     max_result_chars: int = 200_000
+    #: identical tool calls in a row before the model is told (``core/repeats.py``); the
+    #: next one ends the run. ``None`` or 0: no limit
+    max_repeats: int | None = DEFAULT_MAX_REPEATS
     tool_choice_first: ToolChoice = "auto"
     max_tokens: int | None = 512
     temperature: float | None = 0.0
@@ -189,23 +197,31 @@ class Agent:
         tool = self.tools.get(call.name) if call.name in self.tools else None
         return (tool.timeout_s if tool is not None and tool.timeout_s else None) or self.config.tool_timeout_s
 
-    def _run_tools(self, calls: tuple[ToolCall, ...]) -> list[ToolOutcome]:
+    def _run_tools(
+        self, calls: tuple[ToolCall, ...], blocked: dict[int, ToolOutcome] | None = None
+    ) -> list[ToolOutcome]:
         """Run one reply's calls concurrently, each in a daemon thread with its own deadline
         from the start of the batch; a call still running then is abandoned (a thread cannot
-        be killed) and answered with a timeout error, so one hung tool never stalls the loop."""
+        be killed) and answered with a timeout error, so one hung tool never stalls the loop.
+        ``blocked``: calls not to run, by position, with the outcome that answers them."""
         t0 = time.perf_counter()
-        boxes: list[list[ToolOutcome]] = [[] for _ in calls]
-        threads = []
+        boxes: list[list[ToolOutcome]] = [[blocked[i]] if blocked and i in blocked else [] for i in range(len(calls))]
+        threads: list[threading.Thread | None] = []
         for call, box in zip(calls, boxes, strict=False):
-            th = threading.Thread(
+            if box:
+                threads.append(None)
+                continue
+            self.on_event("tool_start", {"call": call})
+            worker = threading.Thread(
                 target=lambda c=call, b=box: b.append(self.tools.execute(c)), daemon=True, name=f"tool-{call.name}"
             )
-            th.start()
-            threads.append(th)
+            worker.start()
+            threads.append(worker)
         outcomes = []
         for call, th, box in zip(calls, threads, boxes, strict=False):
             timeout = self._timeout_for(call)
-            th.join(max(0.0, t0 + timeout - time.perf_counter()))
+            if th is not None:
+                th.join(max(0.0, t0 + timeout - time.perf_counter()))
             outcomes.append(
                 box[0]
                 if box
@@ -219,15 +235,49 @@ class Agent:
             )
         return outcomes
 
-    def _cap(self, content: str) -> str:
-        """Hard cap on one result's characters, so one huge output cannot fill the window."""
+    def _repeats(self, calls: tuple[ToolCall, ...]) -> tuple[list[int], dict[int, ToolOutcome]]:
+        """How many identical calls in a row end with each of this reply's calls (the reply is
+        recorded by now), and the calls past the limit and its note: not run, answered with
+        a ``repeated_tool_call`` error."""
+        limit = self.config.max_repeats
+        if not limit:
+            return [1] * len(calls), {}
+        counts = [n for _, n in repeat_counts(self.session.events)[-len(calls) :]]
+        blocked = {
+            i: error_outcome(
+                call,
+                "repeated_tool_call",
+                f"not run: {call.name} was called with these same arguments {n} times in a row, "
+                f"over the limit of {limit}; the run ends here",
+                "its result does not change; use the result you already have, or change the arguments",
+            )
+            for i, (call, n) in enumerate(zip(calls, counts, strict=False))
+            if n > limit + 1
+        }
+        return counts, blocked
+
+    def _cap(self, content: str | bytes) -> str:
+        """Hard cap on one result's characters, so one huge output cannot fill the window;
+        text that is not valid UTF-8 becomes U+FFFD (no provider accepts it). A large bytes
+        result is decoded a slice at a time, keeping only the head and tail it shows
+        (``compaction/budget.py`` says why)."""
         n = self.config.max_result_chars
+        if isinstance(content, bytes):
+            scan = ByteScan(n * 3 // 4, n // 4)
+            for _ in scan.watch(content):
+                pass
+            if scan.chars > n:
+                return self._capped(scan.head, scan.tail, scan.chars)
+            content = content.decode("utf-8", "surrogateescape")
+        content = sanitize(content)[0]
         if len(content) <= n:
             return content
-        head, tail = content[: n * 3 // 4], content[-(n // 4) :]
+        return self._capped(content[: n * 3 // 4], content[-(n // 4) :], len(content))
+
+    def _capped(self, head: str, tail: str, total: int) -> str:
         return (
-            f"{head}\n[... ctxwright: {len(content) - len(head) - len(tail):,} characters omitted; the "
-            f"tool returned {len(content):,} characters, over the {n:,}-character cap. Ask for a "
+            f"{head}\n[... ctxwright: {total - len(head) - len(tail):,} characters omitted; the "
+            f"tool returned {total:,} characters, over the {self.config.max_result_chars:,}-character cap. Ask for a "
             f"smaller slice (offset/limit) if you need the middle ...]\n{tail}"
         )
 
@@ -254,16 +304,22 @@ class Agent:
             if not msg.tool_calls:
                 return RunResult(msg.content or "", "final_answer", it, reports)
             rounds += 1  # noqa: SIM113 -- counts tool rounds, not loop iterations
-            outcomes = self._run_tools(msg.tool_calls)
+            repeats, blocked = self._repeats(msg.tool_calls)
+            outcomes = self._run_tools(msg.tool_calls, blocked)
             t_res = time.perf_counter()
             if self.context is not None:  # layer 1, repeats and the record-time strategy, decided once
                 bodies = self.context.process_batch(
                     s, [(c.name, c.id, o.content, o.ok) for c, o in zip(msg.tool_calls, outcomes, strict=False)]
                 )
             else:  # still never record text that is not valid UTF-8 (no provider accepts it)
-                bodies = [(self._cap(sanitize(o.content)[0]), {}) for o in outcomes]
-            for call, out, (body, extra) in zip(msg.tool_calls, outcomes, bodies, strict=False):
+                bodies = [(self._cap(o.content), {}) for o in outcomes]
+            for call, out, (body, extra), n in zip(msg.tool_calls, outcomes, bodies, repeats, strict=False):
                 content = self._stamp(body)
+                limit = self.config.max_repeats
+                if limit and n == limit + 1:
+                    note = repeat_note(call, n, limit)
+                    content = f"{content}\n{note}"
+                    self.on_event("repeated_call", {"call": call, "count": n, "note": note})
                 s.add_tool_result(
                     call.id,
                     content,
@@ -276,6 +332,9 @@ class Agent:
                 self.on_event("tool", {"call": call, "content": content, "ok": out.ok, "elapsed_ms": out.elapsed_ms})
             del outcomes, out  # the tools' full outputs: offloaded or recorded by now, not kept twice
             self._carry_ms += (time.perf_counter() - t_res) * 1000
+            if blocked:
+                self.on_event("stop", {"reason": "repeated_tool_call"})
+                return RunResult(None, "repeated_tool_call", it, reports)
         self.on_event("stop", {"reason": "max_iterations"})
         return RunResult(None, "max_iterations", self.config.max_iterations, reports)
 

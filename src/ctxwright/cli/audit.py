@@ -121,7 +121,7 @@ def rows_table(rows: list[AuditRow]) -> Table:
             _n(r.prompt_tokens),
             _n(r.reusable_prefix_tokens),
             _n(r.cached_tokens),
-            where(d) if d else "-",
+            Text(where(d)) if d else "-",  # a field name from the log: shown as it is, never as markup
             context(d) if d else Text(""),
         )
     return t
@@ -147,7 +147,7 @@ def print_summary(console: Console, s: AuditSummary, prices: Prices | None, toke
         "(Σcached ÷ Σreusable)"
         + ("" if s.cached_tokens is None else " · over the requests whose cached count is known")
     )
-    console.print("causes: " + " · ".join(f"{k} {v:,}" for k, v in s.causes.items()))
+    console.print(Text("causes: " + " · ".join(f"{k} {v:,}" for k, v in s.causes.items())))
     if prices is not None and s.est_cost is not None and s.est_cost_if_stable is not None:
         saving = s.est_cost - s.est_cost_if_stable
         share = f", {saving / s.est_cost:.1%}" if s.est_cost else ""

@@ -11,19 +11,19 @@ import json
 import sqlite3
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 from rich.traceback import Traceback
 
+from ctxwright.cli.progress import RunPrinter, calls_table
 from ctxwright.errors import CtxwrightError
 
 if TYPE_CHECKING:
-    from ctxwright.agent.loop import Agent, CallReport, RunResult
+    from ctxwright.agent.loop import Agent, RunResult
 
 # Rich falls back to 80 columns when stdout is not a terminal (CI logs, `make demo | tee`),
 # which folds the per-call table; give it room.
@@ -37,83 +37,6 @@ def _store(args: argparse.Namespace) -> Any:
     from ctxwright.core.store import Store
 
     return Store(args.db) if args.db else Store()
-
-
-def _fmt(v: Any, digits: int = 0) -> str:
-    if v is None:
-        return "?"
-    if isinstance(v, float):
-        return f"{v:,.{digits}f}"
-    return f"{v:,}"
-
-
-def _print_event(kind: str, data: dict[str, Any]) -> None:
-    """Progress of a run (the Harness's ``on_event``); of a sub-agent, only its calls and results."""
-    if "child" in data and kind not in ("tool", "assistant"):
-        return
-    if kind == "user":
-        console.print(f"[bold cyan]user[/]  {data['content']}")
-    elif kind == "assistant":
-        msg = data["message"]
-        for tc in msg.tool_calls:
-            console.print(f"[bold yellow]call[/]  {tc.name}({tc.arguments})  [dim]{tc.id}[/]")
-        if not msg.tool_calls:
-            console.print(f"[bold green]answer[/] {msg.content}")
-    elif kind == "tool":
-        content = data["content"]
-        short = content if len(content) <= 300 else content[:300] + f"… ({len(content):,} chars)"
-        tag = "result" if data["ok"] else "[red]error[/]"
-        console.print(f"[bold]{tag}[/] {data['call'].name} [dim]{data['elapsed_ms']:.0f} ms[/]  {short}")
-    elif kind == "compaction":
-        c = data["report"]
-        console.print(
-            f"[bold blue]compaction[/] {c.layer}: {c.messages_changed} message(s) · request "
-            f"{c.tokens_before:,} → {c.tokens_after:,} tokens [dim](event #{c.event_seq})[/]"
-        )
-    elif kind == "status":
-        body = data["content"].replace("<agent_status>\n", "").replace("\n</agent_status>", "")
-        console.print("[dim]status  " + body.replace("\n", " · ") + "[/]")
-    elif kind == "error":
-        err_console.print(f"[red]error[/] {data['error']}")
-    elif kind == "stop":
-        console.print(f"[red]stopped[/] {data['reason']}")
-
-
-def calls_table(reports: Sequence[CallReport]) -> Table:
-    """One row per model call: what it cost, what it reused, and what its prompt was made of."""
-    t = Table(title="model calls")
-    for col in (
-        "call",
-        "prompt tok",
-        "reused tok",
-        "reusable tok",
-        "cause",
-        "prefill ms",
-        "decode ms",
-        "out tok",
-        "sys+tools",
-        "tool results",
-        "history",
-        "latest user",
-    ):
-        t.add_column(col, justify="right")
-    for r in reports:
-        sh = r.ledger.shares()
-        t.add_row(
-            str(r.index),
-            _fmt(r.prompt_tokens),
-            _fmt(r.cached_tokens),
-            _fmt(r.reusable_tokens),
-            r.cause or "",
-            _fmt(r.prefill_ms),
-            _fmt(r.decode_ms),
-            _fmt(r.completion_tokens),
-            *[
-                f"{r.ledger.to_dict()[k]:,} ({sh[k]:.0%})"
-                for k in ("system_and_tools", "tool_results", "history", "latest_user")
-            ],
-        )
-    return t
 
 
 def _system_text(value: str) -> str:
@@ -181,35 +104,44 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         tool_timeout=args.tool_timeout,
         timestamps=args.timestamps or None,
+        max_repeats=args.max_repeats,
     )
+    printer = RunPrinter(console, err_console)
     with Harness(
         system,
         tools,
         db=args.db or default_db_path(),
         resume=args.resume,
         compaction=compaction,
-        on_event=_print_event,
+        on_event=printer,
         **options,
     ) as h:
         s, b = h.session, h.backend
+        printer.session_id = s.id
         if args.resume:
-            console.print(f"[dim]resumed session {s.id} ({len(s.events)} events)[/]")
+            console.print(Text(f"resumed session {s.id} ({len(s.events)} events)", style="dim"))
         else:
-            console.print(f"[dim]session {s.id} · backend {b.name} · model {b.model}[/]")
-        result = h.run(args.prompt or (None if args.resume else DEFAULT_PROMPT))
-        _print_summary(h.agent, result)
+            console.print(Text(f"session {s.id} · backend {b.name} · model {b.model}", style="dim"), soft_wrap=True)
+        try:
+            result = h.run(args.prompt or (None if args.resume else DEFAULT_PROMPT))
+        finally:
+            printer.close()
+        _print_summary(h.agent, result, wide=args.wide)
     if result.stop_reason == "backend_error":
         err_console.print(
-            f"[red]The model call failed:[/] {escape(result.error or '')}\nEvery event before the failure is "
-            f'saved; continue with: ctxwright run --resume {s.id} "..."'
+            Text.assemble(
+                ("The model call failed:", "red"),
+                f" {result.error or ''}\nEvery event before the failure is saved; continue with: "
+                f'ctxwright run --resume {s.id} "..."',
+            )
         )
         return 2
     return 0
 
 
-def _print_summary(agent: Agent, result: RunResult) -> None:
+def _print_summary(agent: Agent, result: RunResult, *, wide: bool = False) -> None:
     """The per-call table, the session's cache reuse, and why the run stopped."""
-    console.print(calls_table(result.calls))
+    console.print(calls_table(result.calls, wide=wide))
     summ = agent.auditor.summary()
     if summ.hit_ratio is not None:
         console.print(
@@ -225,8 +157,13 @@ def _print_summary(agent: Agent, result: RunResult) -> None:
             f"{len(comp)} call(s); their cache cost: {cost:,} prompt tokens prefilled again"
         )
     console.print(
-        f"stop reason: [bold]{result.stop_reason}[/] after {result.iterations} iteration(s) · "
-        f"session {agent.session.id} · tokens counted by {agent.counter.source}"
+        Text.assemble(
+            "stop reason: ",
+            (result.stop_reason, "bold"),
+            f" after {result.iterations} iteration(s) · session {agent.session.id} · tokens counted by "
+            f"{agent.counter.source}",
+        ),
+        soft_wrap=True,
     )
 
 
@@ -236,18 +173,18 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, ensure_ascii=False, indent=1))
         return 0
-    t = Table(title=f"sessions in {store.path}")
+    t = Table(title=Text(f"sessions in {store.path}"))
     for c in ("id", "created", "backend", "model", "events", "calls", "first message"):
         t.add_column(c)
-    for r in rows:
+    for r in rows:  # stored text is shown as it is, never read as console markup
         t.add_row(
-            r["id"],
+            Text(r["id"]),
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_at"])),
-            r["backend"] or "",
-            r["model"] or "",
+            Text(r["backend"] or ""),
+            Text(r["model"] or ""),
             str(r["events"]),
             str(r["calls"]),
-            (r["first_user"] or "")[:60],
+            Text((r["first_user"] or "")[:60]),
         )
     console.print(t)
     return 0
@@ -257,7 +194,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from ctxwright.cli.show import render_session
 
     store = _store(args)
-    render_session(store, args.id, console, as_json=args.json)
+    render_session(store, args.id, console, as_json=args.json, wide=args.wide)
     return 0
 
 
@@ -273,6 +210,25 @@ def cmd_audit(args: argparse.Namespace) -> int:
         else None
     )
     return run_audit(args.file, as_json=args.json, prices=prices, console=console)
+
+
+def result_cap_help() -> str:
+    """What ``--result-cap`` does, with the numbers the code uses (``compaction/config.py``
+    ``cap_for``, ``compaction/budget.py``, ``AgentConfig.max_result_chars``)."""
+    from ctxwright.agent.loop import AgentConfig
+    from ctxwright.compaction import CompactionConfig
+
+    c = CompactionConfig()
+    small = 8192  # the embedded model's default window (harness.py)
+    return (
+        f"tokens of one tool result before it is saved whole to disk (when it is recorded) and the model "
+        f"gets a preview instead: up to its first {c.preview_head_chars:,} and last {c.preview_tail_chars:,} "
+        f"characters and its result_id, for read_result (--read-result) to page through. The cap used is the "
+        f"smaller of this (default {c.result_cap_tokens:,}) and {c.max_result_share:.0%} of the window less the "
+        f"{c.reserve_output_tokens:,} tokens kept for the reply: {c.cap_for('', small - c.reserve_output_tokens):,} on the embedded "
+        f"model's {small:,}-token window. No effect with --no-compaction, which cuts every result to {AgentConfig().max_result_chars:,} "
+        "characters instead"
+    )
 
 
 def _add_switch(parser: Any, name: str, help_text: str) -> None:
@@ -294,8 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     from ctxwright.compaction.strategies import STRATEGIES
 
     p = argparse.ArgumentParser(prog="ctxwright", description="Context engineering for LLM agents.")
-    p.add_argument("--db", help="SQLite database (default: $CTXWRIGHT_DB or the user data dir)")
-    p.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
+    p.add_argument("--version", action="version", version=f"ctxwright {_version()}")
+    _add_global_options(p, None)
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run the agent on a prompt")
@@ -347,6 +303,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-tokens", type=int, help="cap on each reply's tokens (default: 256)")
     r.add_argument("--tool-timeout", type=float, help="seconds before a tool call is abandoned (default: 30)")
     r.add_argument(
+        "--max-repeats",
+        type=int,
+        metavar="N",
+        help="identical tool calls (same tool, same arguments) in a row before the model is told; the next "
+        "one is not run and ends the run with repeated_tool_call (default: 3; 0: no limit)",
+    )
+    r.add_argument("--wide", action="store_true", help="the per-call table with all its columns (wider than 80)")
+    r.add_argument(
         "--tool-choice-first",
         choices=["auto", "required", "none"],
         help="tool_choice of the first call (embedded default: required)",
@@ -366,8 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument(
         "--result-cap",
         type=int,
-        help="tokens per tool result before it is offloaded to disk (default 25,000; also at most a share "
-        "of the window, CompactionConfig.max_result_share)",
+        metavar="TOKENS",
+        help=result_cap_help().replace("%", "%%"),  # argparse formats help with %
     )
     comp.add_argument(
         "--clear-at",
@@ -401,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     sh = sub.add_parser("show", help="print one session: messages, tool calls, per-call usage")
     sh.add_argument("id")
     sh.add_argument("--json", action="store_true")
+    sh.add_argument("--wide", action="store_true", help="the calls table with all its columns (wider than 80)")
     sh.set_defaults(func=cmd_show)
 
     au = sub.add_parser("audit", help="audit a request log's prompt-cache reuse, offline")
@@ -418,7 +383,38 @@ def build_parser() -> argparse.ArgumentParser:
     from ctxwright.cli.export import add_export_parser
 
     add_export_parser(sub)
+    for command in sub.choices.values():  # `ctxwright show ID --db x.db` as well as `ctxwright --db x.db show ID`
+        _add_global_options(command, argparse.SUPPRESS)
     return p
+
+
+def _add_global_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    """``--db`` and ``--debug``, before the command or after it. On a command's parser the
+    default is ``SUPPRESS``: an option not given there leaves what was given before the
+    command in place, instead of resetting it."""
+    parser.add_argument(
+        "--db",
+        default=default,
+        help="SQLite database (default: $CTXWRIGHT_DB or the user data dir); before or after the command",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=False if default is None else default,
+        help="on an error, show the traceback too; before or after the command",
+    )
+
+
+def _version() -> str:
+    """The installed distribution's version (what pip knows), else the package's own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ctxwright")
+    except PackageNotFoundError:
+        from ctxwright import __version__
+
+        return __version__
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -429,12 +425,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        err_console.print("[red]interrupted[/]; every event so far is saved in the store")
+        err_console.print(Text.assemble(("interrupted", "red"), "; every event so far is saved in the store"))
         return 130
     except Exception as exc:
         if args.debug:
             err_console.print(Traceback.from_exception(type(exc), exc, exc.__traceback__))
-        err_console.print(f"[red]ctxwright:[/] {escape(explain(exc, debug=args.debug))}", soft_wrap=True)
+        err_console.print(Text.assemble(("ctxwright:", "red"), " ", explain(exc, debug=args.debug)), soft_wrap=True)
         return 2 if isinstance(exc, CtxwrightError) else 1
 
 

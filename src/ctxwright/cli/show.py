@@ -11,8 +11,8 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape as esc
 from rich.table import Table
+from rich.text import Text
 
 from ctxwright.audit.compare import cache_ratios
 from ctxwright.core.events import (
@@ -37,12 +37,14 @@ def _n(v: Any) -> str:
     return f"{v:,.0f}" if isinstance(v, float) else f"{v:,}"
 
 
-def render_session(store: Store, session_id: str, console: Console, *, as_json: bool = False) -> None:
+def render_session(
+    store: Store, session_id: str, console: Console, *, as_json: bool = False, wide: bool = False
+) -> None:
     data = session_export(store, session_id)
     if as_json:
         print(json.dumps(data, ensure_ascii=False, indent=1))
     else:
-        _render(data, console, "")
+        _render(data, console, "", wide=wide)
 
 
 def _parse_events(raw: list[Any]) -> tuple[list[Event], list[tuple[Any, str]]]:
@@ -67,110 +69,120 @@ def _current_view(data: dict[str, Any], events: list[Event]) -> dict[int, Messag
     return {seq: m for seq, m in r.shown_entries() if seq is not None}
 
 
-def _view_note(ev: Event, shown: dict[int, Message] | None) -> str:
+def _view_note(ev: Event, shown: dict[int, Message] | None) -> Text:
     """What the next request does with a recorded message: nothing to say when it is sent as
     recorded; else that it is no longer sent, or is sent shortened by a compaction."""
     if shown is None or not isinstance(ev, MessageEvent):
-        return ""
+        return Text("")
     now = shown.get(ev.seq)
     if now is None:
-        return " [dim](no longer sent)[/]"
+        return Text(" (no longer sent)", style="dim")
     if now.content != ev.message.content:
         c = now.content or ""
-        return f" [dim](now sent as: {esc(c[:80])}{'…' if len(c) > 80 else ''})[/]"
-    return ""
+        return Text(f" (now sent as: {c[:80]}{'…' if len(c) > 80 else ''})", style="dim")
+    return Text("")
 
 
-def _render(data: dict[str, Any], console: Console, indent: str) -> None:
-    """One exported session, then its children (already in the export) indented below it."""
+def _line(indent: str, seq: int, label: str, style: str, *parts: str | tuple[str, str] | Text) -> Text:
+    """``#seq label`` then the parts, each printed literally: recorded text is whatever a
+    user, a model or a tool wrote (``[/INST]``, ``[red]x[/red]``) and is never read as
+    console markup (``cli/progress.py`` says why)."""
+    out = Text(f"{indent}  #{seq} ")
+    out.append(label, style=style)
+    for p in parts:
+        if isinstance(p, Text):
+            out.append_text(p)
+        elif isinstance(p, tuple):
+            out.append(p[0], style=p[1])
+        else:
+            out.append(p)
+    return out
+
+
+def _render(data: dict[str, Any], console: Console, indent: str, *, wide: bool = False) -> None:
+    """One exported session, then its children (already in the export) indented below it.
+    Messages are printed whole (``run`` echoes a long one only in part and points here), with
+    ``soft_wrap`` so that rich does not lay out a 30 MB answer word by word."""
+
+    def say(text: Text) -> None:
+        console.print(text, soft_wrap=True)
+
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(data["created_at"]))
-    console.print(
-        f"{indent}[bold]session {data['id']}[/] · {when} · {data['backend']} · {data['model']}"
-        + (f" · child of {data['parent_id']}" if data["parent_id"] else "")
-    )
+    head = Text(indent)
+    head.append(f"session {data['id']}", style="bold")
+    head.append(f" · {when} · {data['backend']} · {data['model']}")
+    if data["parent_id"]:
+        head.append(f" · child of {data['parent_id']}")
+    say(head)
     tools = [t["function"]["name"] for t in data["prefix"].get("tools", [])]
-    console.print(
-        f"{indent}prefix sha256 {data['prefix_sha256'][:16]} · system prompt "
-        f"{len(data['prefix']['system']):,} chars · tools: {', '.join(tools) or '-'}"
+    say(
+        Text(
+            f"{indent}prefix sha256 {data['prefix_sha256'][:16]} · system prompt "
+            f"{len(data['prefix']['system']):,} chars · tools: {', '.join(tools) or '-'}"
+        )
     )
     events, unreadable = _parse_events(data["events"])
     for seq, problem in unreadable:
-        console.print(f"{indent}  #{seq} [red]unreadable event[/] {esc(problem)}")
+        say(_line(indent, seq, "unreadable event", "red", " ", problem))
     shown = _current_view(data, events)
     for ev in events:
         note = _view_note(ev, shown)
         if isinstance(ev, AssistantEvent):
             msg = ev.message
             for tc in msg.tool_calls:
-                console.print(
-                    f"{indent}  #{ev.seq} [yellow]call[/] {esc(tc.name)}({esc(tc.arguments)}) [dim]{esc(tc.id)}[/]{note}"
-                )
+                say(_line(indent, ev.seq, "call", "yellow", f" {tc.name}({tc.arguments}) ", (tc.id, "dim"), note))
             if msg.content is not None or not msg.tool_calls:
-                console.print(f"{indent}  #{ev.seq} [green]assistant[/] {esc(str(msg.content))}{note}")
+                say(_line(indent, ev.seq, "assistant", "green", " ", str(msg.content), note))
         elif isinstance(ev, ToolEvent):
             c = ev.message.content or ""
             short = c if len(c) <= 200 else c[:200] + f"… ({len(c):,} chars)"
             off = ev.offload
-            where = f" [dim](full {off.chars:,} chars offloaded to {off.path})[/]" if off else ""
-            console.print(
-                f"{indent}  #{ev.seq} [magenta]tool[/] {esc(ev.tool_name)} "
-                f"[dim]{esc(ev.message.tool_call_id or '')}[/] {esc(short)}{where}{note}"
+            where = Text(f" (full {off.chars:,} chars offloaded to {off.path})", style="dim") if off else Text("")
+            say(
+                _line(
+                    indent,
+                    ev.seq,
+                    "tool",
+                    "magenta",
+                    f" {ev.tool_name} ",
+                    (ev.message.tool_call_id or "", "dim"),
+                    f" {short}",
+                    where,
+                    note,
+                )
             )
         elif isinstance(ev, CompactionEvent):
             n = len(ev.replace) + len(ev.drop)
             how = "replaced" if ev.replace else "removed"
             before = ev.tokens_before
-            console.print(
-                f"{indent}  #{ev.seq} [blue]compaction[/] {ev.layer}: {n} message(s) {how}"
-                + (f" before call {ev.call_index}" if ev.call_index is not None else "")
-                + (f", request was {before:,} tokens" if before is not None else "")
+            say(
+                _line(
+                    indent,
+                    ev.seq,
+                    "compaction",
+                    "blue",
+                    f" {ev.layer}: {n} message(s) {how}"
+                    + (f" before call {ev.call_index}" if ev.call_index is not None else "")
+                    + (f", request was {before:,} tokens" if before is not None else ""),
+                )
             )
         elif isinstance(ev, UserEvent):
-            console.print(f"{indent}  #{ev.seq} [cyan]user[/] {esc(ev.message.content or '')}{note}")
+            say(_line(indent, ev.seq, "user", "cyan", " ", ev.message.content or "", note))
         else:
-            summary = ev.to_payload()
-            console.print(
-                f"{indent}  #{ev.seq} [blue]{esc(ev.kind)}[/] {esc(json.dumps(summary, ensure_ascii=False)[:200])}{note}"
-            )
+            summary = json.dumps(ev.to_payload(), ensure_ascii=False)[:200]
+            say(_line(indent, ev.seq, ev.kind, "blue", " ", summary, note))
     if data["calls"]:
-        t = Table(title=f"{indent}calls")
-        for c in (
-            "call",
-            "prompt tok",
-            "cached tok",
-            "reusable tok",
-            "cause",
-            "first divergence",
-            "out tok",
-            "prefill ms",
-            "decode ms",
-            "request sha256",
-            "error",
-        ):
-            t.add_column(c, justify="right")
+        console.print(_calls_table(data["calls"], indent, wide=wide))
         for c in data["calls"]:
-            a = c.get("audit") or {}
-            t.add_row(
-                str(c["call_index"]),
-                _n(c["prompt_tokens"]),
-                _n(c["cached_tokens"]),
-                _n(a.get("reusable_prefix_tokens")),
-                a.get("cause", ""),
-                a.get("where", ""),
-                _n(c["completion_tokens"]),
-                _n(c["prefill_ms"]),
-                _n(c["decode_ms"]),
-                c["request_sha256"][:12],
-                (c.get("error") or "")[:60],
-            )
-        console.print(t)
-        for c in data["calls"]:
-            ctx = (c.get("audit") or {}).get("context")
-            if ctx and (c.get("audit") or {}).get("cause") not in ("append", "first"):
-                console.print(
-                    f"{indent}  call {c['call_index']} diverges at {c['audit']['where']}: "
-                    f"…{ctx['before']}[red]|[/]{ctx['after']}…"
-                )
+            audit = c.get("audit") or {}
+            ctx = audit.get("context")
+            if ctx and audit.get("cause") not in ("append", "first"):
+                line = Text(f"{indent}  call {c['call_index']} diverges at {audit['where']}: …{ctx['before']}")
+                line.append("|", style="red")
+                line.append(f"{ctx['after']}…")
+                say(line)
+            if c.get("error") and not wide:
+                say(Text(f"{indent}  call {c['call_index']} failed: {c['error']}"))
         known = [c for c in data["calls"] if c["cached_tokens"] is not None and c["prompt_tokens"]]
         if known:
             hit, eff = cache_ratios(
@@ -179,8 +191,59 @@ def _render(data: dict[str, Any], console: Console, indent: str) -> None:
                 sum((c.get("audit") or {}).get("reusable_prefix_tokens") or 0 for c in known),
             )
             eff_text = f"{eff:.1%}" if eff is not None else "n/a (nothing reusable)"
-            console.print(
-                f"{indent}hit ratio {hit:.1%} (Σcached ÷ Σprompt) · efficiency {eff_text} (Σcached ÷ Σreusable)"
-            )
+            say(Text(f"{indent}hit ratio {hit:.1%} (Σcached ÷ Σprompt) · efficiency {eff_text} (Σcached ÷ Σreusable)"))
     for child in data["children"]:
-        _render(child, console, indent + "    ")
+        _render(child, console, indent + "    ", wide=wide)
+
+
+def _calls_table(calls: list[dict[str, Any]], indent: str, *, wide: bool) -> Table:
+    """The stored calls: compact by default (fits 80 columns; a failed call's error is
+    printed under the table), every column with ``wide``."""
+    t = Table(title=f"{indent}calls")
+    if not wide:
+        for col in ("call", "prompt", "cached/reusable", "cause", "ms", "out"):
+            t.add_column(col, justify="left" if col == "cause" else "right", no_wrap=True)
+        for c in calls:
+            a = c.get("audit") or {}
+            ms = None
+            if c["prefill_ms"] is not None or c["decode_ms"] is not None:
+                ms = (c["prefill_ms"] or 0.0) + (c["decode_ms"] or 0.0)
+            t.add_row(
+                str(c["call_index"]),
+                _n(c["prompt_tokens"]),
+                f"{_n(c['cached_tokens'])}/{_n(a.get('reusable_prefix_tokens'))}",
+                Text(a.get("cause", "") or ("error" if c.get("error") else "")),
+                _n(ms),
+                _n(c["completion_tokens"]),
+            )
+        return t
+    for col in (
+        "call",
+        "prompt tok",
+        "cached tok",
+        "reusable tok",
+        "cause",
+        "first divergence",
+        "out tok",
+        "prefill ms",
+        "decode ms",
+        "request sha256",
+        "error",
+    ):
+        t.add_column(col, justify="right")
+    for c in calls:
+        a = c.get("audit") or {}
+        t.add_row(
+            str(c["call_index"]),
+            _n(c["prompt_tokens"]),
+            _n(c["cached_tokens"]),
+            _n(a.get("reusable_prefix_tokens")),
+            Text(a.get("cause", "")),
+            Text(a.get("where", "")),
+            _n(c["completion_tokens"]),
+            _n(c["prefill_ms"]),
+            _n(c["decode_ms"]),
+            c["request_sha256"][:12],
+            Text((c.get("error") or "")[:60]),
+        )
+    return t

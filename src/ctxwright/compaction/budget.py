@@ -10,12 +10,21 @@ bytes, and the provider's cache of that message stays valid forever.
 Also here: text that is not valid UTF-8 (bytes decoded with ``surrogateescape``, or lone
 surrogates from a tool) is replaced by U+FFFD and the model is told so -- such text cannot
 be JSON-encoded for any provider and would break every later request.
+
+And a large bytes result (over ``INLINE_BYTES`` of ``tools/registry.py``) arrives as bytes
+and is decoded one slice at a time (:func:`decode_pieces`, :class:`ByteScan`): straight
+into its offload file here, or into the head and tail that are kept when compaction is
+off (``agent/loop.py``). Decoded whole, 50 MB of binary output would be a 100 MB string
+next to the 50 MB of bytes: one character outside Latin-1 (each invalid byte becomes one)
+makes Python store every character of a string in two bytes.
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,10 +44,15 @@ class BudgetedResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
 def sanitize(text: str) -> tuple[str, int]:
     """Replace lone surrogates by U+FFFD; returns the text and how many were replaced.
 
-    Checked slice by slice so a valid 50 MB text is never encoded whole (no second copy)."""
+    Checked slice by slice so a valid 50 MB text is never encoded whole (no second copy);
+    fixed in one regular-expression pass, not character by character in Python (bytes
+    decoded with ``surrogateescape`` come back as U+DC80..U+DCFF, one per invalid byte)."""
     for start in range(0, len(text), SLICE):
         try:
             text[start : start + SLICE].encode("utf-8")
@@ -46,10 +60,55 @@ def sanitize(text: str) -> tuple[str, int]:
             break
     else:
         return text, 0
-    bad = sum(1 for ch in text if 0xD800 <= ord(ch) <= 0xDFFF)
-    # bytes decoded with surrogateescape come back as U+DC80..U+DCFF: decode them properly
-    fixed = "".join("\ufffd" if 0xD800 <= ord(ch) <= 0xDFFF else ch for ch in text)
-    return fixed, bad
+    return _SURROGATES.subn("\ufffd", text)
+
+
+def decode_pieces(data: bytes) -> Iterator[str]:
+    """``data`` decoded as UTF-8 a slice at a time (pieces of at most ``SLICE`` characters),
+    invalid bytes shown as U+FFFD; a sequence cut at a slice edge is decoded whole. The
+    ``replace`` handler runs in C: replacing ``surrogateescape`` output in Python took 50 s
+    for 50 MB of random bytes."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    view = memoryview(data)
+    for start in range(0, len(data), SLICE):
+        yield decoder.decode(view[start : start + SLICE], start + SLICE >= len(data))
+
+
+@dataclass
+class ByteScan:
+    """What :meth:`watch` decoded: the first ``head_chars`` and last ``tail_chars``
+    characters, the length, how many bytes were not valid UTF-8, and the SHA-256 of the
+    text (as :func:`text_sha256` hashes it)."""
+
+    head_chars: int
+    tail_chars: int
+    head: str = ""
+    tail: str = ""
+    chars: int = 0
+    replaced: int = 0
+    _digest: Any = field(default_factory=hashlib.sha256)
+
+    def watch(self, data: bytes) -> Iterator[str]:
+        """The pieces of :func:`decode_pieces`, noted on the way through."""
+        encoded = marks = 0
+        for piece in decode_pieces(data):
+            raw = piece.encode("utf-8")
+            encoded += len(raw)
+            self._digest.update(raw)
+            marks += piece.count("\ufffd")
+            self.chars += len(piece)
+            if len(self.head) < self.head_chars:
+                self.head += piece[: self.head_chars - len(self.head)]
+            if self.tail_chars:
+                self.tail = (self.tail + piece)[-self.tail_chars :]
+            yield piece
+        # the valid bytes are the text's UTF-8 less the 3 bytes of each inserted U+FFFD
+        inserted = marks - data.count("\ufffd".encode())
+        self.replaced = len(data) - (encoded - 3 * inserted)
+
+    @property
+    def sha256(self) -> str:
+        return str(self._digest.hexdigest())
 
 
 def text_sha256(text: str) -> str:
@@ -89,22 +148,51 @@ def preview(
 ) -> str:
     """The frozen stand-in for an offloaded result: what it is, how big, how to read more,
     then its head and tail. Sized to stay well inside the cap."""
-    head_chars = min(head_chars, cap_tokens * 2)
-    tail_chars = min(tail_chars, cap_tokens // 2)
-    size = f"{len(text):,} characters" + (f" (~{tokens:,} tokens)" if tokens else "")
+    head_chars, tail_chars = preview_sizes(cap_tokens, head_chars, tail_chars)
+    tail = text[-tail_chars:] if tail_chars else ""
+    return _preview(
+        tool_name, result_id, cap_tokens, tokens, len(text), (text[:head_chars], head_chars), (tail, tail_chars), note
+    )
+
+
+def preview_sizes(cap_tokens: int, head_chars: int, tail_chars: int) -> tuple[int, int]:
+    """The characters of the head and of the tail a preview shows: fewer under a small cap."""
+    return min(head_chars, cap_tokens * 2), min(tail_chars, cap_tokens // 2)
+
+
+def _preview(
+    tool_name: str,
+    result_id: str,
+    cap_tokens: int,
+    tokens: int | None,
+    chars: int,
+    head: tuple[str, int],
+    tail: tuple[str, int],
+    note: str,
+) -> str:
+    """The preview's text from its parts: each of ``head`` and ``tail`` is the text shown
+    and the number of characters the header says it is."""
+    (head_text, head_chars), (tail_text, tail_chars) = head, tail
+    size = f"{chars:,} characters" + (f" (~{tokens:,} tokens)" if tokens else "")
     header = (
         f"[ctxwright: the {tool_name} result is {size}, over the {cap_tokens:,}-token budget for one "
         f'result, so it was saved in full as result_id "{result_id}". Shown: the first {head_chars:,} '
         f'and the last {tail_chars:,} characters. Read the rest with read_result(result_id="{result_id}", '
         f"offset={head_chars}, limit=4000).{(' ' + note) if note else ''}]"
     )
-    hidden = len(text) - head_chars - tail_chars
-    tail = text[-tail_chars:] if tail_chars else ""
-    return f"{header}\n{text[:head_chars]}\n[... {hidden:,} characters not shown ...]\n{tail}"
+    hidden = chars - head_chars - tail_chars
+    return f"{header}\n{head_text}\n[... {hidden:,} characters not shown ...]\n{tail_text}"
+
+
+def _invalid_note(replaced: int) -> str:
+    return (
+        f"{replaced:,} bytes of the output were not valid UTF-8 and are shown as U+FFFD; "
+        "treat the output as binary or ask for an encoded form."
+    )
 
 
 def apply_budget(
-    text: str,
+    text: str | bytes,
     *,
     tool_name: str,
     result_id: str,
@@ -114,16 +202,32 @@ def apply_budget(
     head_chars: int,
     tail_chars: int,
 ) -> BudgetedResult:
-    """The content to record for one tool result, and what to store about it."""
+    """The content to record for one tool result, and what to store about it. A bytes result
+    longer than the cap could be in characters is decoded slice by slice into its offload
+    file (the module docstring says why)."""
+    if isinstance(text, bytes):
+        if len(text) > cap_tokens * MAX_CHARS_PER_TOKEN:
+            scan = ByteScan(*preview_sizes(cap_tokens, head_chars, tail_chars))
+            saved = files.save_pieces(result_id, scan.watch(text))
+            if scan.chars > cap_tokens * MAX_CHARS_PER_TOKEN:  # over the cap without counting
+                info: dict[str, Any] = {"result_id": result_id, "chars": scan.chars}
+                note = ""
+                if scan.replaced:
+                    info["invalid_utf8"] = scan.replaced
+                    note = _invalid_note(scan.replaced)
+                info["sha256"] = scan.sha256
+                info["offload"] = {"path": saved.path, "chars": saved.chars, "bytes": saved.bytes}
+                shown = ((scan.head, scan.head_chars), (scan.tail, scan.tail_chars))
+                content = _preview(tool_name, result_id, cap_tokens, None, scan.chars, *shown, note)
+                return BudgetedResult(content, info)
+            files.discard(result_id)  # multi-byte text, few characters: budget it as text
+        text = text.decode("utf-8", "surrogateescape")  # at most cap * MAX_CHARS_PER_TOKEN characters
     text, replaced = sanitize(text)
-    info: dict[str, Any] = {"result_id": result_id, "chars": len(text)}
+    info = {"result_id": result_id, "chars": len(text)}
     note = ""
     if replaced:
         info["invalid_utf8"] = replaced
-        note = (
-            f"{replaced:,} bytes of the output were not valid UTF-8 and are shown as U+FFFD; "
-            "treat the output as binary or ask for an encoded form."
-        )
+        note = _invalid_note(replaced)
     over, tokens = over_cap(text, cap_tokens, count)
     if tokens is not None:
         info["tokens"] = tokens

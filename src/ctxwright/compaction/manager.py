@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxwright.compaction import pipeline
 from ctxwright.compaction.breaker import CircuitBreaker
-from ctxwright.compaction.budget import apply_budget, text_sha256
+from ctxwright.compaction.budget import apply_budget, sanitize, text_sha256
 from ctxwright.compaction.config import CompactionConfig
 from ctxwright.compaction.noise import repeat_marker
 from ctxwright.compaction.offload import ResultFiles
@@ -130,7 +130,9 @@ class ContextManager:
         self._ids.add(rid)
         return rid
 
-    def process_result(self, tool_name: str, tool_call_id: str, text: str, ok: bool) -> tuple[str, dict[str, Any]]:
+    def process_result(
+        self, tool_name: str, tool_call_id: str, text: str | bytes, ok: bool
+    ) -> tuple[str, dict[str, Any]]:
         """The content to record for one result, and the payload fields that describe it."""
         assert self.files is not None, "bind() the manager to a session first"
         rid = self._new_id(tool_call_id)
@@ -146,7 +148,9 @@ class ContextManager:
             tail_chars=self.config.preview_tail_chars,
         )
         if self.config.dedupe and ok and len(text) >= 200:
-            digest = res.info.get("sha256") or text_sha256(text)
+            digest = res.info.get("sha256") or text_sha256(
+                text if isinstance(text, str) else sanitize(text.decode("utf-8", "surrogateescape"))[0]
+            )
             res.info["sha256"] = digest
             key = f"{tool_name}:{digest}"
             earlier = self._seen.get(key)
@@ -174,16 +178,17 @@ class ContextManager:
         )
 
     def process_batch(
-        self, session: Session, items: list[tuple[str, str, str, bool]]
+        self, session: Session, items: list[tuple[str, str, str | bytes, bool]]
     ) -> list[tuple[str, dict[str, Any]]]:
         """One round's results ``(tool name, call id, text, ok)``: layer 1 and repeats for each,
-        then the record-time strategy over the round."""
+        then the record-time strategy over the round. A large bytes result is decoded where
+        it is saved (``budget.py``); a strategy reads its text back from there."""
         out = [self.process_result(name, cid, text, ok) for name, cid, text, ok in items]
         strategy = self.config.strategy
         if strategy in ("none", "adaptive"):
             return out
         todo = [
-            (i, NewResult(items[i][0], info["result_id"], items[i][2], content, items[i][3]))
+            (i, NewResult(items[i][0], info["result_id"], self._as_text(items[i][2], info), content, items[i][3]))
             for i, (content, info) in enumerate(out)
             if "repeat_of" not in info
         ]
@@ -201,6 +206,15 @@ class ContextManager:
             self.known.append(content)
             out[i] = (content, info)
         return out
+
+    def _as_text(self, text: str | bytes, info: dict[str, Any]) -> str:
+        """A result's text for a strategy: as given, or -- for bytes -- what was saved of it."""
+        if isinstance(text, str):
+            return text
+        rid = info["result_id"]
+        if self.files is not None and self.files.exists(rid):
+            return self.files.read(rid, 0, SCAN_CHARS)[0]
+        return sanitize(text.decode("utf-8", "surrogateescape"))[0]
 
     def original_text(self, session: Session, seq: int) -> str:
         """A recorded result's full text: its offload file, else its recorded content."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,18 +38,41 @@ class ResultFiles:
         return self.folder / f"{name}.txt", self.folder / f"{name}.idx.json"
 
     def save(self, result_id: str, text: str) -> Offloaded:
+        return self.save_pieces(result_id, (text[start : start + SLICE] for start in range(0, len(text), SLICE)))
+
+    def save_pieces(self, result_id: str, pieces: Iterable[str]) -> Offloaded:
+        """Save a text that arrives in pieces of any length (a large bytes result decoded a
+        slice at a time, ``budget.py``): the file is the same as :meth:`save` of the joined
+        text, and the whole text is never held."""
         self.folder.mkdir(parents=True, exist_ok=True)
         path, idx_path = self._paths(result_id)
-        offsets = []
-        pos = 0
+        offsets: list[int] = []
+        pos = chars = 0
+        pending = ""
         with open(path, "wb") as f:
-            for start in range(0, len(text), SLICE):
+
+            def write(chunk: str) -> None:
+                nonlocal pos
                 offsets.append(pos)
-                chunk = text[start : start + SLICE].encode("utf-8", "surrogatepass")
-                f.write(chunk)
-                pos += len(chunk)
-        idx_path.write_text(json.dumps({"chars": len(text), "bytes": pos, "slice": SLICE, "offsets": offsets}))
-        return Offloaded(result_id, str(path), len(text), pos)
+                data = chunk.encode("utf-8", "surrogatepass")
+                f.write(data)
+                pos += len(data)
+
+            for piece in pieces:
+                chars += len(piece)
+                pending += piece
+                while len(pending) >= SLICE:  # every indexed slice but the last is SLICE characters
+                    write(pending[:SLICE])
+                    pending = pending[SLICE:]
+            if pending:
+                write(pending)
+        idx_path.write_text(json.dumps({"chars": chars, "bytes": pos, "slice": SLICE, "offsets": offsets}))
+        return Offloaded(result_id, str(path), chars, pos)
+
+    def discard(self, result_id: str) -> None:
+        """Remove a saved result that turned out not to need offloading."""
+        for path in self._paths(result_id):
+            path.unlink(missing_ok=True)
 
     def exists(self, result_id: str) -> bool:
         return self._paths(result_id)[1].exists()

@@ -32,8 +32,10 @@ suffixes. ``auto`` measures S and R in the session and decides before each updat
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -44,13 +46,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ctxwright.core.events import AssistantEvent, BreakerEvent, MessageEvent, StatusEvent, ToolEvent
 from ctxwright.core.messages import Message, ToolCall
+from ctxwright.core.repeats import call_key, repeat_counts
 
 if TYPE_CHECKING:
     from ctxwright.core.session import Session
     from ctxwright.status.todo import TodoList
 
 Mode = Literal["replace", "append", "auto"]
-ITEMS = ("counters", "todo", "time", "timing", "error", "env", "budget", "compaction")
+ITEMS = ("counters", "repeats", "todo", "time", "timing", "error", "env", "budget", "compaction")
 STATUS_OPEN, STATUS_CLOSE = "<agent_status>", "</agent_status>"
 
 #: Fixed text for the system prompt (part of the stable prefix): what to do with the readings.
@@ -81,6 +84,9 @@ class StatusConfig:
     #: tool name -> expected milliseconds
     expected_ms: dict[str, float] = field(default_factory=dict)
     max_iterations: int | None = None
+    #: identical tool calls in a row before the loop tells the model (``core/repeats.py``);
+    #: past it, a ``repeated_call`` line. ``None``: no line
+    max_repeats: int | None = None
     token_budget: int | None = None
     wall_budget_s: float | None = None
     #: cached-token price ÷ uncached price of the backend (OpenAI 0.5/0.25/0.1, Anthropic 0.1, local 0)
@@ -88,6 +94,10 @@ class StatusConfig:
     #: expected number of updates in a session, for the chooser (defaults to max_iterations or 20)
     expected_updates: int | None = None
     last_timings: int = 3
+
+
+#: The timestamp the loop puts before user and tool contents (``AgentConfig.timestamps``).
+_STAMP = re.compile(r"\A\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] ")
 
 
 def _git_branch(cwd: str) -> str | None:
@@ -165,18 +175,35 @@ class StatusBar:
         return out
 
     def last_error(self, session: Session) -> str | None:
-        import json
-
+        """The latest failed tool call as ``tool: type: message``, read from its structured
+        error body (``tools/registry.py``), after the timestamp the loop puts in front of
+        every tool content with ``timestamps`` on (``agent/loop.py``)."""
         for ev in reversed(session.events):
             if isinstance(ev, ToolEvent) and not ev.ok:
+                body = _STAMP.sub("", ev.message.content or "", count=1)
                 try:
-                    err = json.loads(ev.message.content or "{}").get("error", {})
-                except json.JSONDecodeError:
+                    err = json.loads(body or "{}").get("error", {})
+                except (json.JSONDecodeError, AttributeError):
                     err = {}
                 if not isinstance(err, dict):
                     err = {}
                 return f"{ev.tool_name}: {err.get('type', 'error')}: {err.get('message', '')}"[:200]
         return None
+
+    def repeated_call(self, session: Session) -> str | None:
+        """While the latest tool call is one of more than ``max_repeats`` identical calls in
+        a row (the loop's rule, ``core/repeats.py``): say so."""
+        limit = self.config.max_repeats
+        counts = repeat_counts(session.events) if limit else []
+        if not limit or not counts or counts[-1][1] <= limit:
+            return None
+        call, n = counts[-1]
+        name, args = call_key(call)
+        shown = args if len(args) <= 120 else args[:119] + "…"
+        return (
+            f"{name} {shown} called {n} times in a row (limit {limit}); its result will not change, "
+            "and one more identical call ends the run"
+        )
 
     def environment(self) -> dict[str, str]:
         if self._env is None:  # fixed for the session: computed once
@@ -202,6 +229,10 @@ class StatusBar:
         if "counters" in items:
             for k, val in self.counters(session).items():
                 v[f"calls.{k}"] = val
+        if "repeats" in items:
+            line = self.repeated_call(session)
+            if line:
+                v["repeated_call"] = line
         if "todo" in items and self.todo is not None:
             v["todo"] = self.todo.render()
         if "time" in items:

@@ -327,10 +327,12 @@ def tool(
 
 @dataclass(frozen=True)
 class ToolOutcome:
-    """The result of one tool call: ``content`` is the exact text of the tool message."""
+    """The result of one tool call: ``content`` is the exact text of the tool message, or --
+    for a tool that returned more than :data:`INLINE_BYTES` of bytes -- those bytes, decoded
+    slice by slice where the result is recorded (``compaction/budget.py``)."""
 
     ok: bool
-    content: str
+    content: str | bytes
     error_type: str | None
     elapsed_ms: float
 
@@ -355,13 +357,23 @@ def _safe_str(value: object) -> str:
         return f"<unprintable {type(value).__name__}>"
 
 
-def render_result(value: Any) -> str:
+#: A bytes result up to this size is decoded here; a larger one stays bytes until it is
+#: recorded. Why: decoded whole, 50 MB of binary output is a string of up to 100 MB next to
+#: the 50 MB of bytes (each invalid byte becomes a character outside Latin-1, which makes
+#: Python store every character in two bytes); the recorder decodes it a slice at a time,
+#: writes it to disk or keeps only what it shows, and never holds the whole text.
+INLINE_BYTES = 1 << 20
+
+
+def render_result(value: Any) -> str | bytes:
     """Text for a tool's return value: str as is, bytes as UTF-8 (invalid bytes kept as
-    surrogate escapes for the budget layer to report), else canonical JSON, else ``str()``."""
+    surrogate escapes for the budget layer to report; more than :data:`INLINE_BYTES` of
+    them returned as bytes, see there), else canonical JSON, else ``str()``."""
     if isinstance(value, str):
         return value
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", "surrogateescape")
+        data = value if isinstance(value, bytes) else bytes(value)
+        return data if len(data) > INLINE_BYTES else data.decode("utf-8", "surrogateescape")
     try:
         return canonical_json(value)
     except (TypeError, ValueError):

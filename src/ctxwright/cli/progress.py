@@ -1,0 +1,349 @@
+"""What ``ctxwright run`` prints while it works: every event of the run, literally, with a
+live line during each model call and each tool batch, streamed answer tokens, and an echo
+cap; and the per-call table, sized for an 80-column terminal.
+
+Why each rule:
+
+* **Literal text.** User, model and tool text is arbitrary: a prompt quoting ``[/INST]``, a
+  path such as ``[/etc/hosts]``, a model that answers ``[red]x[/red]``. Rich parses any
+  string it prints as console markup, and an unmatched closing tag raises ``MarkupError``
+  -- which used to end ``run`` mid-session (and then ``show`` and ``sessions``, which print
+  the same text back). ``rich.markup.escape`` is not enough either: it doubles a trailing
+  backslash. So such text is only ever put into a :class:`~rich.text.Text` (never parsed);
+  only our own fixed labels carry styles.
+* **Feedback during long work.** A model call on a CPU can take minutes, a tool as long as
+  its timeout. When stderr is a terminal, a transient spinner there shows what is running
+  and for how long (rich ``Live``, redrawn in place, erased when the step ends). When it is
+  not (CI logs, ``| tee``), one plain line per step and no animation, so the log stays
+  readable: a spinner's redraws would fill it with carriage returns and escape codes.
+* **Streamed tokens.** A backend that streams delivers ``("token", {"text": ...})`` events
+  during its call; they are printed as they come, and the finished answer is then not
+  printed again. A backend that does not stream sends none, and the answer is printed
+  when it is complete: the printer works either way.
+* **Echo cap.** Rich lays out every character it prints; a 30 MB answer took six minutes.
+  The terminal gets the first and last part of a long text and one line saying how many
+  bytes are not shown and that ``ctxwright show ID`` has them: the store keeps everything,
+  the echo is only a view.
+* **80 columns.** The per-call table's default columns fit an 80-column terminal without
+  folding a number over two lines; ``--wide`` shows all twelve.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from ctxwright.agent.loop import CallReport
+
+__all__ = ["ECHO_HEAD_CHARS", "ECHO_TAIL_CHARS", "RunPrinter", "calls_table", "clip", "utf8_len"]
+
+#: The echo of one answer, prompt or argument list: its first and last characters.
+ECHO_HEAD_CHARS = 48 * 1024
+ECHO_TAIL_CHARS = 16 * 1024
+#: A tool result is echoed as a one-line preview (the model sees what was recorded).
+RESULT_PREVIEW_CHARS = 300
+_SLICE = 1 << 20
+
+
+def utf8_len(text: str) -> int:
+    """Bytes of ``text`` in UTF-8, counted in 1 MB slices (no second copy of a huge text)."""
+    return sum(len(text[i : i + _SLICE].encode("utf-8", "surrogatepass")) for i in range(0, len(text), _SLICE))
+
+
+def clip(
+    text: str, session_id: str | None, head: int = ECHO_HEAD_CHARS, tail: int = ECHO_TAIL_CHARS
+) -> tuple[str, str, str]:
+    """``(head, note, tail)`` of ``text`` for the terminal; ``note`` is empty when the text
+    is shown whole, else one line saying how many bytes are left out and where they are."""
+    if len(text) <= head + tail:
+        return text, "", ""
+    hidden = utf8_len(text[head : len(text) - tail])
+    where = f"`ctxwright show {session_id}` has it all" if session_id else "the session's store has it all"
+    return text[:head], f"\n… {hidden:,} bytes not shown; {where}\n", text[len(text) - tail :]
+
+
+def _literal(label: str, style: str, *parts: str | tuple[str, str]) -> Text:
+    """A styled label, then text that is printed exactly as given (never parsed as markup)."""
+    out = Text(label, style=style)
+    for p in parts:
+        if isinstance(p, tuple):
+            out.append(p[0], style=p[1])
+        else:
+            out.append(p)
+    return out
+
+
+class _Activity:
+    """The live line: a spinner, what is running, and its elapsed time (computed at each
+    redraw, so the clock moves while the call blocks)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.started = time.monotonic()
+        self.spinner = Spinner("dots", style="cyan")
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        frame = self.spinner.render(time.monotonic())
+        line = frame.copy() if isinstance(frame, Text) else Text()
+        line.append(" ")
+        line.append(self.label)
+        line.append(f" · {self.elapsed():.1f} s", style="dim")
+        line.truncate(max(10, options.max_width), overflow="ellipsis")
+        yield line
+
+
+class _Tail:
+    """The last ``limit`` characters (at least) of a stream of pieces, kept in a deque so
+    that a 30 MB stream of small tokens is not copied on every token; counts the UTF-8
+    bytes of what it dropped."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.pieces: deque[str] = deque()
+        self.chars = 0
+        self.dropped_bytes = 0
+
+    def add(self, text: str) -> None:
+        self.pieces.append(text)
+        self.chars += len(text)
+        while self.pieces and self.chars - len(self.pieces[0]) >= self.limit:
+            gone = self.pieces.popleft()
+            self.chars -= len(gone)
+            self.dropped_bytes += utf8_len(gone)
+
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+class RunPrinter:
+    """The ``on_event`` of ``ctxwright run``: prints each event of the run as it happens.
+
+    ``out`` gets the run's record (prompts, calls, results, answers); ``err`` the live line.
+    ``live`` forces the animated line on or off (default: whether ``err`` is a terminal).
+    Set :attr:`session_id` once the session exists, for the echo cap's pointer to ``show``.
+    """
+
+    def __init__(self, out: Console, err: Console, *, live: bool | None = None) -> None:
+        self.out = out
+        self.err = err
+        self.live = err.is_terminal if live is None else live
+        self.session_id: str | None = None
+        self._activity: _Activity | None = None
+        self._display: Live | None = None
+        self._streamed = 0  # characters of the current call's streamed text
+        self._tail: _Tail | None = None  # its end, once more than the head came
+
+    # -- the live line ---------------------------------------------------------------------
+    def _start(self, label: str) -> None:
+        self._stop()
+        self._activity = _Activity(label)
+        if self.live:
+            self._display = Live(self._activity, console=self.err, transient=True, refresh_per_second=8)
+            self._display.start()
+        else:
+            self.err.print(Text(f"… {label}", style="dim"), soft_wrap=True)
+
+    def _stop(self) -> None:
+        if self._display is not None:
+            self._display.stop()
+            self._display = None
+        self._activity = None
+
+    def close(self) -> None:
+        """Erase the live line and end a streamed answer (call when the run ends, however)."""
+        self._stop()
+        self._end_stream()
+
+    # -- streamed tokens -------------------------------------------------------------------
+    def _token(self, text: str) -> None:
+        if not text:
+            return
+        if self._streamed == 0:
+            self._stop()  # the tokens are the feedback now
+            self.out.print(Text("answer ", style="bold green"), end="")
+        room = max(0, ECHO_HEAD_CHARS - self._streamed)
+        if room:
+            self.out.print(Text(text[:room]), end="", soft_wrap=True)
+        if len(text) > room:
+            if self._tail is None:
+                self._tail = _Tail(ECHO_TAIL_CHARS)
+            self._tail.add(text[room:])
+        self._streamed += len(text)
+
+    def _end_stream(self) -> bool:
+        """Finish a streamed answer's echo; whether anything was streamed."""
+        if not self._streamed:
+            return False
+        if self._tail is not None:
+            if self._tail.dropped_bytes:
+                self.out.print(Text(self._not_shown(self._tail.dropped_bytes), style="dim"), end="")
+            self.out.print(Text(self._tail.text()), end="", soft_wrap=True)
+        self.out.print()
+        self._streamed, self._tail = 0, None
+        return True
+
+    def _not_shown(self, n_bytes: int) -> str:
+        where = f"`ctxwright show {self.session_id}` has it all" if self.session_id else "the store has it all"
+        return f"\n… {n_bytes:,} bytes not shown; {where}\n"
+
+    # -- the events --------------------------------------------------------------------------
+    def _clipped(self, label: str, style: str, text: str, *after: tuple[str, str]) -> None:
+        head, note, tail = clip(text, self.session_id)
+        line = _literal(label, style, head)
+        if note:
+            line.append(note, style="dim")
+            line.append(tail)
+        for part, part_style in after:
+            line.append(part, style=part_style)
+        # soft_wrap: the terminal wraps long lines itself; rich need not lay out every word
+        self.out.print(line, soft_wrap=True)
+
+    def __call__(self, kind: str, data: dict[str, Any]) -> None:
+        """Progress of a run (the Harness's ``on_event``); of a sub-agent, only its calls and results."""
+        child = "child" in data
+        if child and kind not in ("tool", "assistant"):
+            return
+        if kind == "token":
+            self._token(str(data.get("text") or ""))
+        elif kind == "user":
+            self._clipped("user  ", "bold cyan", str(data["content"]))
+        elif kind == "request":
+            self._start(f"model call {int(data.get('index', 0)) + 1}")
+        elif kind == "assistant":
+            streamed = False
+            if not child:
+                self._stop()
+                streamed = self._end_stream()
+            msg = data["message"]
+            for tc in msg.tool_calls:
+                self._clipped("call  ", "bold yellow", f"{tc.name}({tc.arguments})", ("  " + tc.id, "dim"))
+            if not msg.tool_calls and not streamed:
+                self._clipped("answer ", "bold green", str(msg.content or ""))
+        elif kind == "tool_start":
+            name = data["call"].name
+            if self._activity is not None and self._activity.label.startswith("tool"):
+                self._activity.label = "tools " + self._activity.label.split(" ", 1)[1] + ", " + name
+                if not self.live:
+                    self.err.print(Text(f"… tool {name}", style="dim"), soft_wrap=True)
+            else:
+                self._start(f"tool {name}")
+        elif kind == "tool":
+            if not child:
+                self._stop()
+            content = str(data["content"])
+            tag, tag_style = ("result", "bold") if data["ok"] else ("error", "bold red")
+            line = _literal(tag, tag_style, " ", data["call"].name, (f" {data['elapsed_ms']:.0f} ms", "dim"), "  ")
+            line.append(content[:RESULT_PREVIEW_CHARS])
+            if len(content) > RESULT_PREVIEW_CHARS:
+                line.append(f"… ({len(content):,} chars)", style="dim")
+            self.out.print(line, soft_wrap=True)
+        elif kind == "repeated_call":
+            self.out.print(_literal("repeated", "bold magenta", " ", str(data["note"])), soft_wrap=True)
+        elif kind == "compaction":
+            c = data["report"]
+            self.out.print(
+                _literal(
+                    "compaction",
+                    "bold blue",
+                    f" {c.layer}: {c.messages_changed} message(s) · request {c.tokens_before:,} → "
+                    f"{c.tokens_after:,} tokens",
+                    (f" (event #{c.event_seq})", "dim"),
+                ),
+                soft_wrap=True,
+            )
+        elif kind == "status":
+            body = str(data["content"]).replace("<agent_status>\n", "").replace("\n</agent_status>", "")
+            self.out.print(Text("status  " + body.replace("\n", " · "), style="dim"), soft_wrap=True)
+        elif kind == "error":
+            self.close()
+            self.err.print(_literal("error", "red", " ", str(data["error"])), soft_wrap=True)
+        elif kind == "stop":
+            self.close()
+            self.out.print(_literal("stopped", "red", " ", str(data["reason"])), soft_wrap=True)
+
+
+# -- the per-call table ------------------------------------------------------------------------
+
+
+def _fmt(v: Any, digits: int = 0) -> str:
+    if v is None:
+        return "?"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return f"{v:,}"
+
+
+def _ms(report: CallReport) -> str:
+    if report.prefill_ms is None and report.decode_ms is None:
+        return "?"
+    return _fmt((report.prefill_ms or 0.0) + (report.decode_ms or 0.0))
+
+
+def calls_table(reports: Sequence[CallReport], *, wide: bool = False) -> Table:
+    """One row per model call: what it cost, what it reused, and why.
+
+    Compact (default, fits 80 columns): call, prompt tokens, cached/reusable tokens, the
+    audit's cause, model milliseconds (prefill + decode), output tokens. ``wide``: every
+    column, the prompt's four-part ledger too.
+    """
+    if not wide:
+        t = Table(
+            title="model calls", caption="cached: the provider's count; reusable: the prefix shared with earlier calls"
+        )
+        for col in ("call", "prompt", "cached/reusable", "cause", "ms", "out"):
+            t.add_column(col, justify="left" if col == "cause" else "right", no_wrap=True)
+        for r in reports:
+            t.add_row(
+                str(r.index),
+                _fmt(r.prompt_tokens),
+                f"{_fmt(r.cached_tokens)}/{_fmt(r.reusable_tokens)}",
+                Text(r.cause or ""),
+                _ms(r),
+                _fmt(r.completion_tokens),
+            )
+        return t
+    t = Table(title="model calls")
+    for col in (
+        "call",
+        "prompt tok",
+        "reused tok",
+        "reusable tok",
+        "cause",
+        "prefill ms",
+        "decode ms",
+        "out tok",
+        "sys+tools",
+        "tool results",
+        "history",
+        "latest user",
+    ):
+        t.add_column(col, justify="right")
+    for r in reports:
+        sh = r.ledger.shares()
+        t.add_row(
+            str(r.index),
+            _fmt(r.prompt_tokens),
+            _fmt(r.cached_tokens),
+            _fmt(r.reusable_tokens),
+            Text(r.cause or ""),
+            _fmt(r.prefill_ms),
+            _fmt(r.decode_ms),
+            _fmt(r.completion_tokens),
+            *[
+                f"{r.ledger.to_dict()[k]:,} ({sh[k]:.0%})"
+                for k in ("system_and_tools", "tool_results", "history", "latest_user")
+            ],
+        )
+    return t

@@ -1,0 +1,70 @@
+"""Repeated tool calls: the same tool with the same arguments, again and again in a row.
+
+Why: a tool's result does not change when it is called again with the same arguments, but
+a model that did not take it in (a weak model, a long context, a result it did not expect)
+asks again -- and again, one model call each time, until the iteration cap ends the run
+with nothing. The seeds' status bar answers "how often did I call this?" by code for the
+same reason: a model cannot count its own trajectory. So the loop (``agent/loop.py``)
+counts identical calls in a row here, tells the model once the count passes the limit (a
+note on that result, and a status-bar line, ``status/bar.py``), and ends the run with stop
+reason ``repeated_tool_call`` if the model still goes on. One rule, read by both, so the
+status bar says exactly what the loop enforces.
+
+"In a row" runs over the tool calls since the latest user message, in order, across
+replies and within a parallel batch; a different call (or different arguments) breaks it,
+and a new user message starts afresh (a new task may rightly need the same call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ctxwright.core.events import AssistantEvent, Event, UserEvent
+from ctxwright.core.messages import ToolCall, canonical_json
+
+__all__ = ["DEFAULT_MAX_REPEATS", "call_key", "repeat_counts", "repeat_note"]
+
+#: Identical calls in a row that are allowed before the model is told.
+DEFAULT_MAX_REPEATS = 3
+
+
+def call_key(call: ToolCall) -> tuple[str, str]:
+    """The tool's name and its arguments as canonical JSON, so that spacing or key order
+    does not make two calls differ; arguments that are not a JSON object are compared as
+    sent."""
+    try:
+        args = canonical_json(call.parsed_arguments())
+    except ValueError:
+        args = call.arguments
+    return call.name, args
+
+
+def repeat_counts(events: Sequence[Event]) -> list[tuple[ToolCall, int]]:
+    """Each tool call since the latest user message, in order, with how many identical
+    calls in a row end with it (1 for a call unlike the one before)."""
+    start = 0
+    for i in range(len(events) - 1, -1, -1):
+        if isinstance(events[i], UserEvent):
+            start = i
+            break
+    out: list[tuple[ToolCall, int]] = []
+    prev: tuple[str, str] | None = None
+    n = 0
+    for ev in events[start:]:
+        if not isinstance(ev, AssistantEvent):
+            continue
+        for tc in ev.message.tool_calls:
+            key = call_key(tc)
+            n = n + 1 if key == prev else 1
+            prev = key
+            out.append((tc, n))
+    return out
+
+
+def repeat_note(call: ToolCall, count: int, limit: int) -> str:
+    """What the model is told on the first call past the limit (appended to its result)."""
+    return (
+        f"[ctxwright: {call.name} was called with these same arguments {count} times in a row (limit {limit}); "
+        "its result will not change. Use the result you have, or change the arguments or the approach: "
+        "one more identical call ends the run.]"
+    )
