@@ -30,8 +30,9 @@ def main() -> None:
         ["audit_speed.py", *(["--requests", "200"] if args.quick else [])],
         ["long_session.py"],
         ["compression.py", *(["--quick"] if args.quick else [])],
+        ["terminal.py"],
     ]
-    no_model = {"audit_speed.py", "long_session.py"}  # offline: no backend arguments
+    no_model = {"audit_speed.py", "long_session.py", "terminal.py"}  # offline: no backend arguments
     failed = []
     for script, *extra in runs:
         name = script.removesuffix(".py") + ("_quick" if args.quick else "")

@@ -335,7 +335,7 @@ def test_shows_calls_table_fits_80_columns(tmp_path):
     store.close()
 
 
-def test_a_30_mb_answer_is_echoed_in_part_and_stored_whole(tmp_path):
+def test_a_30_mb_answer_is_echoed_in_part_and_stored_whole(tmp_path, capsys):
     """The terminal gets the start and the end of a 30 MB answer and one line saying how
     much it did not show and where it is; the store has every byte, and ``show`` prints it."""
     size = 30 * 1024 * 1024
@@ -358,6 +358,12 @@ def test_a_30_mb_answer_is_echoed_in_part_and_stored_whole(tmp_path):
     (ev,) = [e for e in store.events(sid) if isinstance(e, AssistantEvent)]
     assert ev.message.content == answer
     store.close()
+    capsys.readouterr()
+    t0 = time.perf_counter()
+    assert main(["--db", str(db), "show", sid]) == 0
+    show_s = time.perf_counter() - t0
+    assert answer in capsys.readouterr().out  # all of it
+    assert show_s < 60
 
 
 def test_a_30_mb_streamed_answer_is_echoed_in_part():

@@ -299,9 +299,7 @@ def calls_table(reports: Sequence[CallReport], *, wide: bool = False) -> Table:
     column, the prompt's four-part ledger too.
     """
     if not wide:
-        t = Table(
-            title="model calls", caption="cached: the provider's count; reusable: the prefix shared with earlier calls"
-        )
+        t = Table(title="model calls")
         for col in ("call", "prompt", "cached/reusable", "cause", "ms", "out"):
             t.add_column(col, justify="left" if col == "cause" else "right", no_wrap=True)
         for r in reports:

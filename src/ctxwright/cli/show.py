@@ -99,6 +99,23 @@ def _line(indent: str, seq: int, label: str, style: str, *parts: str | tuple[str
     return out
 
 
+#: A message longer than this is written to the terminal as it is, not laid out by rich.
+LONG_TEXT_CHARS = 64 * 1024
+
+
+def _say_long(console: Console, label: Text, text: str, note: Text) -> None:
+    """A message after its label, whole. Rich lays out every line it prints (a 30 MB answer
+    of short lines took 40 s even with ``soft_wrap``), so a long one goes straight to the
+    console's file, the way ``show --json`` prints; a short one as literal :class:`Text`."""
+    if len(text) <= LONG_TEXT_CHARS or console.record:
+        console.print(Text.assemble(label, text, note), soft_wrap=True)
+        return
+    console.print(label, end="", soft_wrap=True)
+    for start in range(0, len(text), 1 << 20):
+        console.file.write(text[start : start + (1 << 20)])
+    console.print(note, soft_wrap=True)
+
+
 def _render(data: dict[str, Any], console: Console, indent: str, *, wide: bool = False) -> None:
     """One exported session, then its children (already in the export) indented below it.
     Messages are printed whole (``run`` echoes a long one only in part and points here), with
@@ -132,7 +149,7 @@ def _render(data: dict[str, Any], console: Console, indent: str, *, wide: bool =
             for tc in msg.tool_calls:
                 say(_line(indent, ev.seq, "call", "yellow", f" {tc.name}({tc.arguments}) ", (tc.id, "dim"), note))
             if msg.content is not None or not msg.tool_calls:
-                say(_line(indent, ev.seq, "assistant", "green", " ", str(msg.content), note))
+                _say_long(console, _line(indent, ev.seq, "assistant", "green", " "), str(msg.content), note)
         elif isinstance(ev, ToolEvent):
             c = ev.message.content or ""
             short = c if len(c) <= 200 else c[:200] + f"… ({len(c):,} chars)"
@@ -167,7 +184,7 @@ def _render(data: dict[str, Any], console: Console, indent: str, *, wide: bool =
                 )
             )
         elif isinstance(ev, UserEvent):
-            say(_line(indent, ev.seq, "user", "cyan", " ", ev.message.content or "", note))
+            _say_long(console, _line(indent, ev.seq, "user", "cyan", " "), ev.message.content or "", note)
         else:
             summary = json.dumps(ev.to_payload(), ensure_ascii=False)[:200]
             say(_line(indent, ev.seq, ev.kind, "blue", " ", summary, note))
