@@ -235,7 +235,7 @@ def test_a_terminal_gets_a_live_line_with_the_elapsed_time(tmp_path):
     assert printer.live
     _slow_run(printer)
     live = err.getvalue()
-    assert "tool slow · 0." in live and "model call 1" in live  # the clock moved while the tool slept
+    assert "tool slow · 0." in live and "model call 0" in live  # the clock moved while the tool slept
     assert "\x1b[" in live  # redrawn in place (cursor movement)
     assert "tool slow ·" not in out.getvalue() and "answer rested" in out.getvalue()
 
@@ -248,7 +248,7 @@ def test_a_log_gets_one_plain_line_per_step_and_no_animation(tmp_path):
     assert not printer.live
     _slow_run(printer)
     log = err.getvalue()
-    assert log.splitlines() == ["… model call 1", "… tool slow", "… model call 2"]
+    assert log.splitlines() == ["… model call 0", "… tool slow", "… model call 1"]  # as the table numbers them
     assert "\x1b" not in log + out.getvalue() and "\r" not in log + out.getvalue()
 
 

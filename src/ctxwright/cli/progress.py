@@ -220,7 +220,7 @@ class RunPrinter:
         elif kind == "user":
             self._clipped("user  ", "bold cyan", str(data["content"]))
         elif kind == "request":
-            self._start(f"model call {int(data.get('index', 0)) + 1}")
+            self._start(f"model call {int(data.get('index', 0))}")  # numbered as in the per-call table
         elif kind == "assistant":
             streamed = False
             if not child:
