@@ -150,7 +150,15 @@ class RunPrinter:
         self._stop()
         self._activity = _Activity(label)
         if self.live:
-            self._display = Live(self._activity, console=self.err, transient=True, refresh_per_second=8)
+            # not redirecting stdout: the record goes to stdout, never into the live line's stream
+            self._display = Live(
+                self._activity,
+                console=self.err,
+                transient=True,
+                refresh_per_second=8,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
             self._display.start()
         else:
             self.err.print(Text(f"… {label}", style="dim"), soft_wrap=True)
@@ -215,6 +223,8 @@ class RunPrinter:
         child = "child" in data
         if child and kind not in ("tool", "assistant"):
             return
+        if not child and kind not in ("token", "request", "tool_start"):
+            self._stop()  # a line of the record: the live line goes first
         if kind == "token":
             self._token(str(data.get("text") or ""))
         elif kind == "user":
@@ -222,10 +232,7 @@ class RunPrinter:
         elif kind == "request":
             self._start(f"model call {int(data.get('index', 0))}")  # numbered as in the per-call table
         elif kind == "assistant":
-            streamed = False
-            if not child:
-                self._stop()
-                streamed = self._end_stream()
+            streamed = False if child else self._end_stream()
             msg = data["message"]
             for tc in msg.tool_calls:
                 self._clipped("call  ", "bold yellow", f"{tc.name}({tc.arguments})", ("  " + tc.id, "dim"))
@@ -240,8 +247,6 @@ class RunPrinter:
             else:
                 self._start(f"tool {name}")
         elif kind == "tool":
-            if not child:
-                self._stop()
             content = str(data["content"])
             tag, tag_style = ("result", "bold") if data["ok"] else ("error", "bold red")
             line = _literal(tag, tag_style, " ", data["call"].name, (f" {data['elapsed_ms']:.0f} ms", "dim"), "  ")
