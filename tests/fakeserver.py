@@ -14,6 +14,13 @@ Usage::
 
 A behaviour may also be a callable ``(request_json) -> Behaviour`` so a benchmark can
 compute replies from what was sent; ``fallback`` answers once the queue is empty.
+
+Streaming as OpenAI does it: a request with ``"stream": true`` gets a 200 completion body
+as server-sent events over chunked transfer encoding -- a role delta, the content in small
+pieces, each tool call's id and name then its arguments in pieces, a chunk with the finish
+reason, a final ``choices: []`` chunk with the usage only when ``stream_options.include_usage``
+asked for it, then ``data: [DONE]``. ``Behaviour.cut_after`` ends a stream (or a plain
+body) early and closes the connection, as a crashing server or proxy does.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -39,6 +46,9 @@ class Behaviour:
     headers: dict[str, str] = field(default_factory=dict)
     content_type: str = "application/json"
     delay_s: float = 0.0
+    #: close the connection after this many bytes of the body (a plain reply, whose
+    #: Content-Length still announces the whole body) or stream events (a streamed one)
+    cut_after: int | None = None
 
 
 Responder = Callable[[Any], Behaviour]
@@ -227,7 +237,7 @@ class FakeOpenAIServer:
     @classmethod
     def reply_tool_calls(
         cls,
-        calls: Iterable[tuple[str, str, str]],
+        calls: Iterable[tuple[str | None, str, str]],
         *,
         content: str | None = None,
         usage: JSONDict | None = None,
@@ -235,13 +245,19 @@ class FakeOpenAIServer:
         model: str = "fake-model",
         headers: dict[str, str] | None = None,
     ) -> Behaviour:
-        """An assistant reply requesting tool calls, given as ``(id, name, arguments)``.
+        """An assistant reply requesting tool calls, given as ``(id, name, arguments)``;
+        an id of ``None`` leaves the ``id`` key out (servers that send none).
 
         ``arguments`` is sent as the exact string given, so tests can check it survives
         byte-for-byte (including invalid JSON).
         """
         tool_calls = [
-            {"id": cid, "type": "function", "function": {"name": name, "arguments": args}} for cid, name, args in calls
+            {
+                "type": "function",
+                "function": {"name": name, "arguments": args},
+                **({"id": cid} if cid is not None else {}),
+            }
+            for cid, name, args in calls
         ]
         body = cls.completion_body(
             {"content": content, "tool_calls": tool_calls},
@@ -251,6 +267,11 @@ class FakeOpenAIServer:
             model=model,
         )
         return cls.reply_json(body, headers=headers)
+
+    @staticmethod
+    def cut(behaviour: Behaviour, after: int) -> Behaviour:
+        """``behaviour`` cut off after ``after`` bytes (plain) or stream events (streamed)."""
+        return replace(behaviour, cut_after=after)
 
     @staticmethod
     def error(status: int, body: Any, headers: dict[str, str] | None = None) -> Behaviour:
@@ -404,24 +425,51 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 server._recorded.append(rec)
             return parsed
 
-        def _send(self, b: Behaviour) -> None:
+        def _send(self, b: Behaviour, request: Any = None) -> None:
             if b.delay_s:
                 time.sleep(b.delay_s)
+            events = _stream_events(b, request)
             try:
+                if events is not None:
+                    self._send_stream(b, events)
+                    return
                 self.send_response(b.status)
                 self.send_header("Content-Type", b.content_type)
                 self.send_header("Content-Length", str(len(b.body)))
                 for k, v in b.headers.items():
                     self.send_header(k, v)
                 self.end_headers()
-                self.wfile.write(b.body)
+                if b.cut_after is None:
+                    self.wfile.write(b.body)
+                else:  # announce the whole body, send part of it, hang up
+                    self.wfile.write(b.body[: b.cut_after])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(2)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (e.g. a timeout test): nothing to tell it
+
+        def _send_stream(self, b: Behaviour, events: list[bytes]) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            for k, v in b.headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            for i, event in enumerate(events):
+                if b.cut_after is not None and i >= b.cut_after:
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
 
         def do_POST(self) -> None:
             parsed = self._record(self._read())
             if self.path.rstrip("/").endswith("/chat/completions"):
-                self._send(server._next(parsed))
+                self._send(server._next(parsed), parsed)
             else:
                 self._send(
                     FakeOpenAIServer.error(
@@ -452,3 +500,50 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 )
 
     return Handler
+
+
+def _pieces(text: str, size: int = 4) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _stream_events(b: Behaviour, request: Any) -> list[bytes] | None:
+    """The server-sent events OpenAI sends for a streamed request whose non-streamed answer
+    would be ``b``; ``None`` when ``b`` is not streamed (no ``stream: true``, an error, or a
+    body that is not a completion)."""
+    if not (isinstance(request, dict) and request.get("stream") is True and b.status == 200):
+        return None
+    try:
+        body = json.loads(b.body)
+    except ValueError:
+        return None
+    if not (isinstance(body, dict) and isinstance(body.get("choices"), list) and body["choices"]):
+        return None
+    choice = body["choices"][0]
+    message = choice.get("message") or {}
+    base = {k: body[k] for k in ("id", "created", "model") if k in body} | {"object": "chat.completion.chunk"}
+
+    def chunk(delta: JSONDict, finish: str | None = None) -> JSONDict:
+        return base | {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    out: list[JSONDict] = [chunk({"role": "assistant", "content": ""})]
+    if isinstance(message.get("reasoning_content"), str):
+        out += [chunk({"reasoning_content": p}) for p in _pieces(message["reasoning_content"])]
+    if isinstance(message.get("content"), str) and message["content"]:
+        out += [chunk({"content": p}) for p in _pieces(message["content"])]
+    for i, tc in enumerate(message.get("tool_calls") or ()):
+        fn = tc.get("function") or {}
+        head: JSONDict = {"index": i, "type": "function", "function": {"name": fn.get("name"), "arguments": ""}}
+        if "id" in tc:
+            head["id"] = tc["id"]
+        out.append(chunk({"tool_calls": [head]}))
+        out += [
+            chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]})
+            for p in _pieces(fn.get("arguments", ""))
+        ]
+    out.append(chunk({}, choice.get("finish_reason")))
+    options = request.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") and "usage" in body:
+        out.append(base | {"choices": [], "usage": body["usage"]})
+    if "timings" in body:  # llama.cpp's own server puts timings on the last chunk
+        out[-1] = out[-1] | {"timings": body["timings"]}
+    return [b"data: " + _json_bytes(c) + b"\n\n" for c in out] + [b"data: [DONE]\n\n"]

@@ -29,6 +29,7 @@ __all__ = [
     "PrefixMismatch",
     "ReasoningMissing",
     "ReasoningPolicyConflict",
+    "ResponseTruncated",
     "SchemaTooNew",
     "SessionNotFound",
     "StoreUnusable",
@@ -115,6 +116,12 @@ class BackendError(CtxwrightError):
 
 class BackendUnavailable(BackendError):
     """The backend cannot be reached or loaded (dead URL, missing model file)."""
+
+
+class ResponseTruncated(BackendError):
+    """The server answered, but the reply stopped mid-transfer (fewer bytes than its
+    ``Content-Length``, or a stream without its end): the server or a proxy closed the
+    connection early. Not a connection failure: the host and port are right."""
 
 
 class ContextWindowExceeded(BackendError):

@@ -13,11 +13,17 @@ Rules it enforces, each from a failure the seeds describe:
   gets a note on its result (``core/repeats.py``), and the next identical call is answered
   without running and ends the run (``repeated_tool_call``) -- a model that loops on one
   call would otherwise spend every iteration on it;
-* a reply without tool calls is the final answer.
+* a reply without tool calls is the final answer;
+* every tool call has an id unique in the session before the reply is recorded
+  (``core/tool_ids.py``) -- some servers send none, and a result cannot be paired without;
+* each call's wall time is measured around the backend call and stored with it, and the
+  server's prompt tokens are checked against the ledger (``core/tokens.py``): a server that
+  drops the tools or cuts the prompt is warned about (``ledger_mismatch``), once per kind.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections.abc import Callable
@@ -30,11 +36,13 @@ from ctxwright.backends.base import Backend
 from ctxwright.compaction import CompactionConfig, CompactionReport, ContextManager
 from ctxwright.compaction.budget import ByteScan, sanitize
 from ctxwright.compaction.retrieval import ResultReader
-from ctxwright.core.messages import ToolCall
+from ctxwright.core.events import AssistantEvent
+from ctxwright.core.messages import ToolCall, canonical_json
 from ctxwright.core.repeats import DEFAULT_MAX_REPEATS, repeat_counts, repeat_note
-from ctxwright.core.request import Completion, ToolChoice
+from ctxwright.core.request import ChatRequest, Completion, ToolChoice
 from ctxwright.core.session import Session
-from ctxwright.core.tokens import Ledger, TokenCounter, build_ledger
+from ctxwright.core.tokens import Ledger, TokenCounter, build_ledger, check_reported
+from ctxwright.core.tool_ids import assign_ids, ids_in
 from ctxwright.errors import BackendError
 from ctxwright.status.bar import StatusBar
 from ctxwright.tools.registry import ToolOutcome, ToolRegistry, error_outcome
@@ -88,6 +96,11 @@ class CallReport:
     #: ctxwright's own time for this turn (status, layers, render, count, audit, store), not the model's
     overhead_ms: float | None = None
     compactions: list[CompactionReport] = field(default_factory=list)
+    #: the backend call's wall time (retries included): shows prompt reuse on servers that
+    #: report no cached tokens
+    wall_ms: float | None = None
+    #: what probably happened when the server's prompt tokens are far from the ledger's
+    mismatch: str | None = None
 
 
 @dataclass
@@ -134,6 +147,11 @@ class Agent:
                 self.context.reader = reader
             self.context.bind(session)
         self._carry_ms = 0.0  # overhead spent on tool results, charged to the next call
+        # backends of this package take on_event (retries, streamed tokens); others may not
+        self._backend_events = "on_event" in _parameters(backend.complete)
+        self._tools_text = canonical_json([t.to_wire() for t in session.prefix.tools]) if session.prefix.tools else ""
+        self._call_ids: set[str] | None = None  # every tool-call id the session holds, built on first use
+        self._warned: set[str] = set()  # ledger mismatch kinds already reported in this run
 
     # -- one model call ----------------------------------------------------------------
     def _stamp(self, text: str) -> str:
@@ -157,22 +175,36 @@ class Agent:
         request = s.build_request(
             tool_choice=tool_choice, max_tokens=self.config.max_tokens, temperature=self.config.temperature
         )
-        ledger = build_ledger(self.counter, s.prefix.canonical(), list(request.messages[1:]))
+        ledger = build_ledger(self.counter, s.prefix.canonical(), list(request.messages[1:]), self._tools_text)
         self.on_event("request", {"index": s.call_count, "messages": len(request.messages)})
         pre_ms = (time.perf_counter() - t0) * 1000
+        t_call = time.perf_counter()
         try:
-            completion = self.backend.complete(request)
+            completion = self._complete(request)
         except BackendError as exc:
+            wall = round((time.perf_counter() - t_call) * 1000, 3)
             s.record_call(
-                request, None, ledger=ledger.to_dict(), error=f"{type(exc).__name__}: {exc}", model=self.backend.model
+                request,
+                None,
+                ledger=ledger.to_dict(),
+                error=f"{type(exc).__name__}: {exc}",
+                model=self.backend.model,
+                wall_ms=wall,
             )
             raise
         t1 = time.perf_counter()
+        wall_ms = round((t1 - t_call) * 1000, 3)
         u = completion.usage
+        message, assigned = assign_ids(completion.message, s.id, s.call_count, self._ids())
+        completion = Completion(message, u, completion.finish_reason, completion.model)
         self.tokens_used += (u.prompt_tokens or 0) + (u.completion_tokens or 0)
         row = self.auditor.add(audit_request(request, u, marker=s.marker_since_last_call()))
         audit = audit_record(row)
-        idx = s.record_call(request, u, ledger=ledger.to_dict(), audit=audit, model=self.backend.model)
+        mismatch = check_reported(ledger, u.prompt_tokens, self.counter.source)
+        ledger_rec: dict[str, Any] = dict(ledger.to_dict())
+        if mismatch is not None:
+            ledger_rec["mismatch"] = {"kind": mismatch.kind, "reported": mismatch.reported, "message": mismatch.message}
+        idx = s.record_call(request, u, ledger=ledger_rec, audit=audit, model=self.backend.model, wall_ms=wall_ms)
         report = CallReport(
             idx,
             u.prompt_tokens,
@@ -186,11 +218,29 @@ class Agent:
             cause=row.cause,
             divergence=audit.get("where"),
             compactions=compactions,
+            wall_ms=wall_ms,
+            mismatch=mismatch.message if mismatch is not None else None,
         )
-        s.add_assistant(completion.message, u, call_index=idx, finish_reason=completion.finish_reason)
+        if mismatch is not None and mismatch.kind not in self._warned:
+            self._warned.add(mismatch.kind)
+            self.on_event("ledger_mismatch", {"index": idx, "kind": mismatch.kind, "message": mismatch.message})
+        ids = {"assigned_ids": {str(i): v for i, v in assigned.items()}} if assigned else {}
+        s.add_assistant(message, u, call_index=idx, finish_reason=completion.finish_reason, **ids)
         report.overhead_ms = round(pre_ms + (time.perf_counter() - t1) * 1000 + self._carry_ms, 3)
         self._carry_ms = 0.0
         return completion, report
+
+    def _complete(self, request: ChatRequest) -> Completion:
+        """The backend call; a backend that takes ``on_event`` reports retries and streamed
+        tokens through the harness's callback while it runs."""
+        if self._backend_events:
+            return self.backend.complete(request, on_event=self.on_event)  # type: ignore[call-arg]
+        return self.backend.complete(request)
+
+    def _ids(self) -> set[str]:
+        if self._call_ids is None:
+            self._call_ids = ids_in(ev.message for ev in self.session.events if isinstance(ev, AssistantEvent))
+        return self._call_ids
 
     # -- tools ---------------------------------------------------------------------------
     def _timeout_for(self, call: ToolCall) -> float:
@@ -337,6 +387,13 @@ class Agent:
                 return RunResult(None, "repeated_tool_call", it, reports)
         self.on_event("stop", {"reason": "max_iterations"})
         return RunResult(None, "max_iterations", self.config.max_iterations, reports)
+
+
+def _parameters(fn: Callable[..., Any]) -> tuple[str, ...]:
+    try:
+        return tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return ()
 
 
 def _reader_in(tools: ToolRegistry) -> ResultReader | None:

@@ -6,25 +6,68 @@ they word a context-window error, so this module reads the *raw* JSON reply (the
 typed model drops fields it does not know) and maps every provider's dialect onto our
 :class:`Usage` and our exception types.
 
-Retries with backoff on 429/5xx/timeouts are the SDK's job (``max_retries``); we only
-translate what is left after it gives up.
+Retries are ours, not the SDK's (it runs with ``max_retries=0``): the SDK retries in
+silence, so a server that never answers stalled a run for ``timeout`` × 4 with nothing on
+screen. Here every retry is announced before its wait, as a ``("retry", {...})`` event
+through the ``on_event`` callback that :meth:`OpenAIBackend.complete` takes (the agent
+passes the Harness's). What is retried follows the SDK's rules (timeouts, connection
+failures, HTTP 408/409/429/5xx, a server's ``x-should-retry``; a ``retry-after`` of up to
+60 s is honoured, else exponential backoff from 0.5 s to 8 s).
+
+Failures are told apart, because each has its own fix: nothing listens (refused, the host
+name does not resolve), the server closed the connection without answering, the reply was
+cut off mid-transfer (:class:`~ctxwright.errors.ResponseTruncated`), no answer within the
+timeout. Every message passes through :func:`~ctxwright.core.redact.redact`: a base URL
+may carry credentials (``user:pass@``, ``?api-key=``), and these messages are printed and
+stored with the failed call.
+
+Streaming (``stream=True``) sends ``"stream": true`` and ``stream_options.include_usage``
+and hands each text delta to ``on_event`` as ``("token", {"text": ...})``; the reply is
+assembled into exactly the message and usage a non-streamed call returns. The stream flags
+are transport, not prompt: they are not part of the recorded request (``ChatRequest``).
+A server that cannot stream what was asked falls back cleanly to non-streamed calls for
+the rest of the session, announced as a ``("stream_fallback", {"reason": ...})`` event:
+llama-cpp-python's server answers a streamed request with tools and ``tool_choice``
+``"auto"`` with HTTP 200 and an empty body, and its streams carry no usage.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import openai
 
 from ctxwright.core.messages import Message, Usage
+from ctxwright.core.redact import redact
 from ctxwright.core.request import ChatRequest, Completion
 from ctxwright.core.usage import as_object, read_usage
-from ctxwright.errors import BackendError, BackendUnavailable, ContextWindowExceeded, MalformedResponse
+from ctxwright.errors import (
+    BackendError,
+    BackendUnavailable,
+    ContextWindowExceeded,
+    MalformedResponse,
+    ResponseTruncated,
+)
 
 _PLACEHOLDER_KEY = "not-needed"
+
+#: Seconds without an answer (a read that receives no byte) before a try is given up.
+DEFAULT_TIMEOUT_S = 120.0
+#: Retries after the first try. Each is announced (``("retry", ...)`` events), so a dead
+#: server costs at most (1 + 2) × timeout, on screen, instead of 4 × 120 s in silence.
+DEFAULT_MAX_RETRIES = 2
+_INITIAL_BACKOFF_S = 0.5
+_MAX_BACKOFF_S = 8.0
+_MAX_RETRY_AFTER_S = 60.0
+
+EventSink = Callable[[str, dict[str, Any]], None]
 
 # Lower-cased fragments that providers put in context-window errors. Matched only on
 # 400/413/422 replies: on a 429, "too many tokens" means a rate limit, not the window.
@@ -43,6 +86,64 @@ _CONTEXT_CODES: frozenset[str] = frozenset({"context_length_exceeded", "exceed_c
 _CONTEXT_STATUSES: frozenset[int] = frozenset({400, 413, 422})
 
 
+def _ignore(kind: str, data: dict[str, Any]) -> None:
+    pass
+
+
+@dataclass
+class _Failure:
+    """One failed try: the error to raise if no retry is left (``cause``: the SDK's or the
+    transport's exception, kept for ``--debug``), whether a retry may help, the wait the
+    server asked for, and a short reason for the ``retry`` event."""
+
+    error: BackendError
+    retryable: bool
+    reason: str
+    wait_s: float | None = None
+    cause: BaseException | None = None
+
+
+@dataclass
+class _Fallback:
+    """The server cannot stream this request: send it again without streaming."""
+
+    reason: str
+
+
+@dataclass
+class _Assembly:
+    """A streamed reply, put back together chunk by chunk."""
+
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finish: str | None = None
+    model: str | None = None
+    usage: dict[str, Any] | None = None
+    timings: dict[str, Any] | None = None
+    chunks: int = 0
+    done: bool = False
+
+    def body(self) -> dict[str, Any]:
+        """The non-streamed response body this stream stands for."""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) if self.content else None}
+        if self.calls:
+            message["tool_calls"] = [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for _, c in sorted(self.calls.items())
+            ]
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        out: dict[str, Any] = {"choices": [{"index": 0, "message": message, "finish_reason": self.finish}]}
+        if self.model is not None:
+            out["model"] = self.model
+        if self.usage is not None:
+            out["usage"] = self.usage
+        if self.timings is not None:
+            out["timings"] = self.timings
+        return out
+
+
 class OpenAIBackend:
     """A model served behind an OpenAI-compatible ``/v1/chat/completions`` endpoint."""
 
@@ -54,63 +155,216 @@ class OpenAIBackend:
         base_url: str | None = None,
         api_key: str | None = None,
         api_key_env: str = "OPENAI_API_KEY",
-        timeout: float = 120.0,
-        max_retries: int = 3,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        max_retries: int = DEFAULT_MAX_RETRIES,
         context_window: int | None = None,
+        stream: bool = False,
     ) -> None:
+        if not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be 0 or more, not {max_retries!r}")
         self.model = model
         #: the served model's window in tokens, if known (the API does not say); the
         #: compaction layers plan for it, else for 128,000
         self.context_window = context_window
-        self.timeout = timeout
-        self.max_retries = max_retries
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
         self.api_key_env = api_key_env
+        #: stream replies (token events); switched off for good when the server cannot
+        self.stream = stream
         # Local servers (vLLM, Ollama, llama.cpp) accept any key, but the SDK refuses to
         # start without one, so a missing key becomes a harmless placeholder.
         key = api_key or os.environ.get(api_key_env) or _PLACEHOLDER_KEY
-        kwargs: dict[str, Any] = {"api_key": key, "max_retries": max_retries, "timeout": timeout}
+        kwargs: dict[str, Any] = {"api_key": key, "max_retries": 0, "timeout": self.timeout}
         if base_url is not None:
             kwargs["base_url"] = base_url
         self._client = openai.OpenAI(**kwargs)
 
     @property
     def base_url(self) -> str:
-        """The endpoint actually used (after the SDK applied ``OPENAI_BASE_URL`` or its default)."""
+        """The endpoint actually used (after the SDK applied ``OPENAI_BASE_URL`` or its default).
+        It may carry credentials: print :attr:`shown_url` instead."""
         return str(self._client.base_url).rstrip("/")
 
-    def complete(self, request: ChatRequest) -> Completion:
-        """Send one rendered request and translate the reply, or raise one of our errors."""
+    @property
+    def shown_url(self) -> str:
+        """:attr:`base_url` without its credentials, for messages."""
+        return redact(self.base_url)
+
+    def complete(self, request: ChatRequest, *, on_event: EventSink | None = None) -> Completion:
+        """Send one rendered request and translate the reply, or raise one of our errors.
+
+        ``on_event`` receives ``("retry", {...})`` before each retry, ``("token", {"text"})``
+        for each streamed text delta, ``("stream_fallback", {"reason"})`` when streaming is
+        switched off."""
+        sink = on_event or _ignore
         body = request.openai_body(self.model)
-        model = body.pop("model")
-        messages = body.pop("messages")
+        attempt = 0
+        while True:
+            result = self._try(body, sink)
+            if isinstance(result, Completion):
+                return result
+            if not result.retryable or attempt >= self.max_retries:
+                raise result.error from result.cause
+            attempt += 1
+            wait = result.wait_s if result.wait_s is not None else _backoff(attempt)
+            sink(
+                "retry",
+                {
+                    "attempt": attempt,
+                    "max_retries": self.max_retries,
+                    "reason": result.reason,
+                    "wait_s": round(wait, 3),
+                    "url": self.shown_url,
+                },
+            )
+            time.sleep(wait)
+
+    def _try(self, body: dict[str, Any], sink: EventSink) -> Completion | _Failure:
+        """One try, streamed when enabled; a stream the server cannot give falls back here."""
+        if self.stream:
+            result = self._streamed(body, sink)
+            if not isinstance(result, _Fallback):
+                return result
+            self.stream = False
+            sink("stream_fallback", {"reason": result.reason, "url": self.shown_url})
+        return self._plain(body)
+
+    def _plain(self, body: dict[str, Any]) -> Completion | _Failure:
+        wire = dict(body)
+        model = wire.pop("model")
+        messages = wire.pop("messages")
         started = time.perf_counter()
         try:
             # Everything but the two required arguments goes through ``extra_body``, which
             # the SDK sends untouched: the server sees exactly what the harness rendered.
             raw = self._client.chat.completions.with_raw_response.create(
-                model=model, messages=messages, extra_body=body
+                model=model, messages=messages, extra_body=wire
             )
             text = raw.text
-        except openai.APITimeoutError as exc:
-            raise BackendUnavailable(
-                f"{self.base_url} did not answer within {self.timeout:g}s "
-                f"({self.max_retries} retries tried). "
-                "The model may be overloaded or still loading: raise `timeout`, or check the server."
-            ) from exc
-        except openai.APIConnectionError as exc:
-            raise BackendUnavailable(
-                f"cannot connect to {self.base_url} ({_cause(exc)}). Check that the server is "
-                "running and listening on that host and port, and that the base URL is the API "
-                "root ending in /v1 (e.g. http://127.0.0.1:8000/v1)."
-            ) from exc
-        except openai.APIStatusError as exc:
-            raise self._status_error(exc) from exc
         except openai.OpenAIError as exc:
-            raise BackendError(
-                f"request to {self.base_url} failed: {exc}. Check the base URL and the server's log."
+            return self._failure(exc)
+        return self._parse(text, (time.perf_counter() - started) * 1000.0)
+
+    def _streamed(self, body: dict[str, Any], sink: EventSink) -> Completion | _Failure | _Fallback:
+        wire = dict(body)
+        model = wire.pop("model")
+        messages = wire.pop("messages")
+        wire["stream"] = True
+        wire["stream_options"] = {"include_usage": True}
+        started = time.perf_counter()
+        got = _Assembly()
+        try:
+            with self._client.chat.completions.with_streaming_response.create(
+                model=model, messages=messages, extra_body=wire
+            ) as response:
+                try:
+                    for data in _sse_events(response.iter_lines()):
+                        if data == "[DONE]":
+                            got.done = True
+                            break
+                        self._take_chunk(got, data, sink)
+                except (BackendError, openai.OpenAIError):
+                    raise
+                except Exception as exc:  # the transport failed mid-stream (httpx's own errors)
+                    return self._stream_broken(exc, got)
+        except openai.APIStatusError as exc:
+            if exc.status_code in (400, 422) and "stream" in _error_fields(exc.body, _text(exc))[2].lower():
+                return _Fallback(f"HTTP {exc.status_code} to a streamed request")
+            return self._failure(exc)
+        except openai.OpenAIError as exc:
+            return self._failure(exc)
+        latency = (time.perf_counter() - started) * 1000.0
+        if got.chunks == 0:
+            return _Fallback("the server answered the streamed request with an empty stream")
+        if not got.done and got.finish is None:
+            return self._stream_broken(None, got)
+        assembled = got.body()
+        completion = self._from_data(assembled, json.dumps(assembled), latency)
+        if got.usage is None:
+            # The call's usage stays unknown (never guessed); later calls go unstreamed,
+            # because the audit needs each call's prompt and cached tokens more than live text.
+            self.stream = False
+            sink("stream_fallback", {"reason": "the server sends no usage in streamed replies", "url": self.shown_url})
+        return completion
+
+    def _stream_broken(self, exc: BaseException | None, got: _Assembly) -> _Failure:
+        """A stream that stopped before its end: a read timeout, or cut off mid-transfer."""
+        names = {type(e).__name__ for e in _chain(exc)} if exc is not None else set()
+        if any("Timeout" in n for n in names):
+            return _Failure(
+                BackendUnavailable(
+                    f"{self.shown_url} stopped sending the streamed reply for {self.timeout:g} s after "
+                    f"{got.chunks} chunk(s). The model may be overloaded: raise the timeout (--timeout SECONDS, "
+                    "Harness(timeout=...)), or check the server."
+                ),
+                retryable=True,
+                reason=f"no data for {self.timeout:g} s mid-stream",
+                cause=exc,
+            )
+        if exc is not None and not names & {"RemoteProtocolError", "ReadError", "ConnectionResetError"}:
+            raise exc
+        return _Failure(
+            ResponseTruncated(
+                f"the streamed reply from {self.shown_url} was cut off mid-transfer after {got.chunks} chunk(s), "
+                "without its end: the server or a proxy closed the connection. This is not a connection "
+                "problem: check the server's log (it may have crashed or run out of memory), then retry."
+            ),
+            retryable=True,
+            reason="the streamed reply was cut off mid-transfer",
+            cause=exc,
+        )
+
+    def _take_chunk(self, got: _Assembly, data: str, sink: EventSink) -> None:
+        try:
+            chunk = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise MalformedResponse(
+                f"{self.shown_url} sent a stream event that is not JSON ({exc.msg}); it starts with {data[:200]!r}"
             ) from exc
-        latency_ms = (time.perf_counter() - started) * 1000.0
-        return self._parse(text, latency_ms)
+        if not isinstance(chunk, dict):
+            raise MalformedResponse(f"{self.shown_url} sent a stream event that is a JSON {type(chunk).__name__}")
+        if "error" in chunk and not chunk.get("choices"):
+            code, etype, message = _error_fields(chunk["error"], data)
+            if _is_context_error(code, etype, message, 400):
+                raise self._context_error(message, None)
+            raise BackendError(redact(f"{self.shown_url} reported an error mid-stream: {message}. Check its log."))
+        got.chunks += 1
+        if isinstance(chunk.get("model"), str):
+            got.model = chunk["model"]
+        if isinstance(chunk.get("usage"), dict):
+            got.usage = chunk["usage"]
+        if isinstance(chunk.get("timings"), dict):
+            got.timings = chunk["timings"]
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = as_object(choice.get("delta"))
+            text = delta.get("content")
+            if isinstance(text, str) and text:
+                got.content.append(text)
+                sink("token", {"text": text})
+            thinking = delta.get("reasoning_content")
+            if not isinstance(thinking, str):
+                thinking = delta.get("reasoning")
+            if isinstance(thinking, str) and thinking:
+                got.reasoning.append(thinking)
+            for tc in delta.get("tool_calls") or ():
+                if not isinstance(tc, dict):
+                    continue
+                index = tc.get("index")
+                i = index if isinstance(index, int) else len(got.calls)
+                entry = got.calls.setdefault(i, {"id": None, "name": "", "arguments": ""})
+                if isinstance(tc.get("id"), str) and tc["id"]:
+                    entry["id"] = tc["id"]
+                fn = as_object(tc.get("function"))
+                if isinstance(fn.get("name"), str) and fn["name"] and not entry["name"]:
+                    entry["name"] = fn["name"]
+                if isinstance(fn.get("arguments"), str):
+                    entry["arguments"] += fn["arguments"]
+            if isinstance(choice.get("finish_reason"), str):
+                got.finish = choice["finish_reason"]
 
     def count_tokens(self, text: str) -> int | None:
         """Always ``None``: a served model's tokenizer is not available offline."""
@@ -121,16 +375,102 @@ class OpenAIBackend:
 
     # -- translation -----------------------------------------------------------------
 
-    def _status_error(self, exc: openai.APIStatusError) -> BackendError:
-        """Map an HTTP error the SDK gave up on to our exception, keeping the server's words."""
-        status = exc.status_code
-        code, etype, message = _error_fields(exc.body, exc.response.text)
-        if _is_context_error(code, etype, message, status):
-            return ContextWindowExceeded(
-                f"the request does not fit the context window of model {self.model!r} "
-                f"(HTTP {status} from {self.base_url}: {message}). Shorten the context or "
-                "compact the trajectory."
+    def _failure(self, exc: openai.OpenAIError) -> _Failure:
+        """What one failed try means, in our terms, and whether a retry may help."""
+        url = self.shown_url
+        if isinstance(exc, openai.APITimeoutError):
+            tries = self.max_retries + 1
+            return _Failure(
+                BackendUnavailable(
+                    f"{url} did not answer within {self.timeout:g} s ({tries} tr{'y' if tries == 1 else 'ies'}). "
+                    "The model may be overloaded, still loading, or slow on this prompt: raise the timeout "
+                    "(--timeout SECONDS, Harness(timeout=...)), or check the server."
+                ),
+                retryable=True,
+                reason=f"no answer within {self.timeout:g} s",
+                cause=exc,
             )
+        if isinstance(exc, openai.APIConnectionError):
+            return self._connection_failure(exc)
+        if isinstance(exc, openai.APIStatusError):
+            error = self._status_error(exc)
+            retryable, wait = _should_retry(exc)
+            ok = retryable and not isinstance(error, ContextWindowExceeded)
+            return _Failure(error, ok, f"HTTP {exc.status_code}", wait, cause=exc)
+        return _Failure(
+            BackendError(redact(f"request to {url} failed: {exc}. Check the base URL and the server's log.")),
+            retryable=False,
+            reason=type(exc).__name__,
+            cause=exc,
+        )
+
+    def _connection_failure(self, exc: openai.APIConnectionError) -> _Failure:
+        """Nothing listening, a name that does not resolve, a connection closed before any
+        answer, and a reply cut off mid-transfer are four different problems."""
+        url = self.shown_url
+        chain = _chain(exc)
+        names = {type(e).__name__ for e in chain}
+        inner = redact(_cause(exc))
+        lowered = inner.lower()
+        if "without sending complete message body" in lowered or "incomplete chunked read" in lowered:
+            sizes = re.search(r"received (\d+) bytes, expected (\d+)", inner)
+            got = f" after {int(sizes[1]):,} of {int(sizes[2]):,} bytes" if sizes else ""
+            return _Failure(
+                ResponseTruncated(
+                    f"the reply from {url} was cut off mid-transfer{got}: the server or a proxy closed the "
+                    "connection before the whole body arrived (not a connection problem). Check the server's "
+                    "log (it may have crashed or run out of memory) and any proxy's size and time limits, "
+                    "then retry."
+                ),
+                retryable=True,
+                reason="the reply was cut off mid-transfer",
+                cause=exc,
+            )
+        if "without sending a response" in lowered or "ConnectionResetError" in names or "ReadError" in names:
+            return _Failure(
+                BackendUnavailable(
+                    f"{url} accepted the connection but closed it without answering ({inner}). The server may "
+                    "have crashed on this request or be restarting: check its log."
+                ),
+                retryable=True,
+                reason="the server closed the connection without answering",
+                cause=exc,
+            )
+        if "gaierror" in names or "name or service not known" in lowered or "nodename nor servname" in lowered:
+            return _Failure(
+                BackendUnavailable(
+                    f"cannot connect to {url}: the host name does not resolve ({inner}). Check the host in the "
+                    "base URL (--base-url) and your DNS or network."
+                ),
+                retryable=True,
+                reason="the host name does not resolve",
+                cause=exc,
+            )
+        return _Failure(
+            BackendUnavailable(
+                f"cannot connect to {url} ({inner}). Check that the server is running and listening on that "
+                "host and port, and that the base URL is the API root ending in /v1 (e.g. http://127.0.0.1:8000/v1)."
+            ),
+            retryable=True,
+            reason=f"cannot connect ({inner})",
+            cause=exc,
+        )
+
+    def _context_error(self, message: str, status: int | None) -> ContextWindowExceeded:
+        where = f"HTTP {status} from {self.shown_url}" if status is not None else self.shown_url
+        return ContextWindowExceeded(
+            redact(
+                f"the request does not fit the context window of model {self.model!r} ({where}: {message}). "
+                "Shorten the context or compact the trajectory."
+            )
+        )
+
+    def _status_error(self, exc: openai.APIStatusError) -> BackendError:
+        """Map an HTTP error to our exception, keeping the server's words."""
+        status = exc.status_code
+        code, etype, message = _error_fields(exc.body, _text(exc))
+        if _is_context_error(code, etype, message, status):
+            return self._context_error(message, status)
         hint = ""
         if status in (401, 403):
             hint = f" Check the API key (passed in, or in ${self.api_key_env})."
@@ -142,42 +482,42 @@ class OpenAIBackend:
             hint = " The server failed on this request: check its log, or retry later."
         elif status == 400:
             hint = " The server rejected the request as invalid: its message above says which field."
-        return BackendError(f"{self.base_url} returned HTTP {status}: {message}.{hint}")
+        return BackendError(redact(f"{self.shown_url} returned HTTP {status}: {message}.{hint}"))
 
     def _parse(self, text: str, latency_ms: float) -> Completion:
         """Turn a 200 reply's raw JSON into a :class:`Completion`."""
+        url = self.shown_url
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise MalformedResponse(
-                f"{self.base_url} answered HTTP 200 but the body is not JSON ({exc.msg} at "
+                f"{url} answered HTTP 200 but the body is not JSON ({exc.msg} at "
                 f"position {exc.pos}); body starts with {text[:200]!r}"
             ) from exc
         if not isinstance(data, dict):
-            raise MalformedResponse(
-                f"{self.base_url} answered HTTP 200 with a JSON {type(data).__name__}, not an object"
-            )
+            raise MalformedResponse(f"{url} answered HTTP 200 with a JSON {type(data).__name__}, not an object")
+        return self._from_data(data, text, latency_ms)
+
+    def _from_data(self, data: dict[str, Any], text: str, latency_ms: float) -> Completion:
+        url = self.shown_url
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             if "error" in data:  # some proxies report failures inside a 200
                 code, etype, message = _error_fields(data["error"], text)
                 if _is_context_error(code, etype, message, 400):
-                    raise ContextWindowExceeded(
-                        f"the request does not fit the context window of model {self.model!r} "
-                        f"({self.base_url}: {message}). Shorten the context or compact the trajectory."
-                    )
-                raise MalformedResponse(f"{self.base_url} answered HTTP 200 with an error: {message}")
+                    raise self._context_error(message, None)
+                raise MalformedResponse(redact(f"{url} answered HTTP 200 with an error: {message}"))
             raise MalformedResponse(
-                f"{self.base_url} answered HTTP 200 without a non-empty `choices` list; body starts with {text[:200]!r}"
+                f"{url} answered HTTP 200 without a non-empty `choices` list; body starts with {text[:200]!r}"
             )
         choice = choices[0]
         wire = choice.get("message")
         if not isinstance(wire, dict):
-            raise MalformedResponse(f"{self.base_url}: choices[0] has no `message` object")
+            raise MalformedResponse(f"{url}: choices[0] has no `message` object")
         try:
             reply = _assistant_message(wire)
         except (TypeError, ValueError, AttributeError) as exc:
-            raise MalformedResponse(f"{self.base_url}: cannot read choices[0].message ({exc})") from exc
+            raise MalformedResponse(f"{url}: cannot read choices[0].message ({exc})") from exc
         finish = choice.get("finish_reason")
         model = data.get("model")
         return Completion(
@@ -186,6 +526,61 @@ class OpenAIBackend:
             finish_reason=finish if isinstance(finish, str) else None,
             model=model if isinstance(model, str) else None,
         )
+
+
+def _sse_events(lines: Iterator[str]) -> Iterator[str]:
+    """The ``data`` of each server-sent event (multi-line data joined by newlines)."""
+    buf: list[str] = []
+    for line in lines:
+        if not line:
+            if buf:
+                yield "\n".join(buf)
+                buf = []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        if name == "data":
+            buf.append(value[1:] if value.startswith(" ") else value)
+    if buf:
+        yield "\n".join(buf)
+
+
+def _backoff(attempt: int) -> float:
+    """The SDK's schedule: 0.5 s doubling to at most 8 s, minus up to 25% jitter."""
+    return min(_INITIAL_BACKOFF_S * 2.0 ** (attempt - 1), _MAX_BACKOFF_S) * (1 - 0.25 * random.random())
+
+
+def _should_retry(exc: openai.APIStatusError) -> tuple[bool, float | None]:
+    """The SDK's rule for an HTTP error (``x-should-retry``, then 408/409/429/5xx), and the
+    server's ``retry-after-ms`` / ``retry-after`` in seconds when it gave one (≤ 60 s)."""
+    headers = exc.response.headers
+    wait: float | None = None
+    for header, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(header)
+        if value is None:
+            continue
+        try:
+            wait = float(value) / divisor
+        except ValueError:
+            continue
+        break
+    if wait is not None and wait > _MAX_RETRY_AFTER_S:
+        return False, None
+    if wait is not None and wait < 0:
+        wait = None
+    flag = headers.get("x-should-retry")
+    if flag in ("true", "false"):
+        return flag == "true", wait
+    status = exc.status_code
+    return status in (408, 409, 429) or status >= 500, wait
+
+
+def _text(exc: openai.APIStatusError) -> str:
+    try:
+        return exc.response.text
+    except Exception:  # a streamed error body that was never read
+        return ""
 
 
 def _assistant_message(wire: dict[str, Any]) -> Message:
@@ -259,9 +654,17 @@ def _is_context_error(code: str | None, etype: str | None, message: str, status:
     return any(phrase in lowered for phrase in _CONTEXT_PHRASES)
 
 
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and every exception it was raised from, outermost first."""
+    out: list[BaseException] = []
+    inner: BaseException | None = exc
+    while inner is not None and inner not in out:
+        out.append(inner)
+        inner = inner.__cause__ or inner.__context__
+    return out
+
+
 def _cause(exc: BaseException) -> str:
     """The innermost reason of a connection failure, e.g. "Connection refused"."""
-    inner: BaseException = exc
-    while inner.__cause__ is not None:
-        inner = inner.__cause__
+    inner = _chain(exc)[-1]
     return str(inner) or type(inner).__name__

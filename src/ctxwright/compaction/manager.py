@@ -37,14 +37,12 @@ from ctxwright.compaction.strategies import SCAN_CHARS, NewResult, StrategyConte
 from ctxwright.compaction.summarizer import Summarizer
 from ctxwright.core.events import CompactionEvent, SummaryFailedEvent, ToolEvent, UserEvent
 from ctxwright.core.messages import Message, canonical_json
-from ctxwright.core.tokens import TokenCounter
+from ctxwright.core.tokens import PER_MESSAGE_OVERHEAD, TokenCounter
 from ctxwright.errors import ContextWindowExceeded, SummaryFailed
 
 if TYPE_CHECKING:
     from ctxwright.core.session import Session
 
-#: Per-message framing tokens a chat template adds (role markers); an upper estimate.
-PER_MESSAGE_OVERHEAD = 4
 DEFAULT_SERVED_WINDOW = 128_000
 
 

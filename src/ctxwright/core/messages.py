@@ -62,7 +62,10 @@ class ToolCall:
         args = fn.get("arguments", "")
         if not isinstance(args, str):
             args = canonical_json(args)
-        return cls(id=str(data.get("id", "")), name=str(fn.get("name", "")), arguments=args)
+        # a missing or null id is "" (never the text "None"): the agent loop gives it one
+        # (``core/tool_ids.py``) before anything is recorded
+        raw_id = data.get("id")
+        return cls(id="" if raw_id is None else str(raw_id), name=str(fn.get("name") or ""), arguments=args)
 
 
 @dataclass(frozen=True)

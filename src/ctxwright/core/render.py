@@ -13,7 +13,15 @@ recorded state only:
    (the previous one is invalidated once, instead of every stale status staying in the
    context -- ``status/bar.py`` weighs the two modes);
 3. **the reasoning policy** (``core/reasoning.py``) recorded in the session's meta: whether
-   each assistant turn's thinking is sent back, stripped, or kept for the current turn only.
+   each assistant turn's thinking is sent back, stripped, or kept for the current turn only;
+4. **the wire form of an assistant turn without text** (a tool-call turn), recorded in the
+   session's meta under :data:`NULL_CONTENT_KEY`: ``"content": ""`` for sessions started
+   now, ``"content": null`` for sessions recorded before. Why: llama-cpp-python's server
+   answers ``null`` with HTTP 500 (its request model refuses it) and a missing key with
+   HTTP 500 (its template reads ``message.content``); ``""`` is accepted there and by
+   OpenAI, vLLM and llama.cpp's own server. The form is fixed per session: switching an
+   old session to ``""`` would change bytes the provider already cached, and its resume,
+   audit and export must rebuild exactly what it sent.
 
 :func:`render` is the pure function. :class:`Renderer` is its incremental form for the live
 session (a long session renders on every call; re-decoding every event each time would be
@@ -26,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
-from typing import Any
+from typing import Any, Literal, cast
 
 from ctxwright.core.compaction_view import CompactionView
 from ctxwright.core.events import AssistantEvent, CompactionEvent, Event, MessageEvent, StatusEvent
@@ -35,6 +43,12 @@ from ctxwright.core.messages import Message
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.reasoning import META_KEY, ReasoningMode, ReasoningPolicy
 
+#: Session meta key: how an assistant message without text is sent (see the module docstring).
+NULL_CONTENT_KEY = "null_content"
+NullContent = Literal["null", "empty"]
+#: The form recorded with every session started from now on (``Session.start``).
+CURRENT_NULL_CONTENT: NullContent = "empty"
+
 
 @dataclass(frozen=True)
 class RenderSettings:
@@ -42,16 +56,21 @@ class RenderSettings:
     never from live objects: a resumed session and an offline reader get the same settings.
 
     ``reasoning`` is ``None`` when no policy was recorded: reasoning goes back as recorded.
+    ``null_content`` is ``"null"`` when no form was recorded (a session from before the rule).
     """
 
     reasoning: ReasoningMode | None = None
+    null_content: NullContent = "null"
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any] | None) -> RenderSettings:
-        mode = (meta or {}).get(META_KEY)
-        if mode is None:
-            return cls()
-        return cls(reasoning=ReasoningPolicy(mode).mode)  # an unknown mode raises, naming the valid ones
+        meta = meta or {}
+        form = meta.get(NULL_CONTENT_KEY, "null")
+        if form not in ("null", "empty"):
+            raise ValueError(f"session meta {NULL_CONTENT_KEY}={form!r}: expected 'null' or 'empty'")
+        mode = meta.get(META_KEY)
+        reasoning = ReasoningPolicy(mode).mode if mode is not None else None  # an unknown mode raises
+        return cls(reasoning=reasoning, null_content=cast(NullContent, form))
 
     @property
     def policy(self) -> ReasoningPolicy | None:
@@ -93,6 +112,7 @@ class Renderer:
         self._shown: list[Entry] | None = []  # ... minus hidden statuses
         self._out: list[Message] | None = None  # ... with the reasoning policy applied
         self._memo: dict[int, tuple[Message, Message]] = {}  # id(message) -> (message, as rendered)
+        self._wired: dict[int, tuple[Message, Message]] = {}  # the same for the empty-content form
 
     # -- feeding -----------------------------------------------------------------------------
     def feed(self, event: Event) -> None:
@@ -151,8 +171,23 @@ class Renderer:
     def trajectory(self) -> list[Message]:
         """The messages after the system prompt, as sent."""
         if self._out is None:
-            self._out = self._reasoned([m for _, m in self.shown_entries()])
+            out = self._reasoned([m for _, m in self.shown_entries()])
+            self._out = self._empty_content(out) if self.settings.null_content == "empty" else out
         return list(self._out)
+
+    def _empty_content(self, msgs: list[Message]) -> list[Message]:
+        """Assistant messages without text get ``content=""`` (the session's wire form), the
+        same object every call (memoized by identity, like :meth:`_reasoned`)."""
+        memo = self._wired
+        out = list(msgs)
+        for i, m in enumerate(msgs):
+            if m.role != "assistant" or m.content is not None:
+                continue
+            hit = memo.get(id(m))
+            if hit is None or hit[0] is not m:
+                hit = memo[id(m)] = (m, dc_replace(m, content=""))
+            out[i] = hit[1]
+        return out
 
     def _reasoned(self, msgs: list[Message]) -> list[Message]:
         """The reasoning policy over the shown messages. A message the policy rewrites is

@@ -35,7 +35,7 @@ from ctxwright.core.events import (
 )
 from ctxwright.core.messages import Message, Usage, sha256_text
 from ctxwright.core.prefix import Prefix
-from ctxwright.core.render import Renderer, RenderSettings
+from ctxwright.core.render import CURRENT_NULL_CONTENT, NULL_CONTENT_KEY, Renderer, RenderSettings
 from ctxwright.core.request import ChatRequest, RequestOptions, ToolChoice
 from ctxwright.core.store import Store
 from ctxwright.errors import PrefixFrozenError
@@ -97,6 +97,8 @@ class Session:
     ) -> Session:
         import uuid
 
+        # every new session records the wire form of a tool-call turn it sends (core/render.py)
+        meta = {NULL_CONTENT_KEY: CURRENT_NULL_CONTENT, **(meta or {})}
         sid = uuid.uuid4().hex[:12]
         if store is not None:
             sid = store.create_session(
@@ -265,10 +267,12 @@ class Session:
         audit: dict[str, Any] | None = None,
         error: str | None = None,
         model: str | None = None,
+        wall_ms: float | None = None,
     ) -> int:
         """Persist one model call: its request hash, the options it was sent with (``model``:
         the name the backend sent, default the session's), how many events it was rendered
-        from, and its usage. Returns its index."""
+        from, its usage and its wall time (``wall_ms``, measured around the backend call).
+        Returns its index."""
         idx = self.call_count
         self.call_count += 1
         if self.store is not None:
@@ -299,6 +303,7 @@ class Session:
                     "temperature": opts.temperature,
                     "extra": dict(opts.extra),
                     "event_count": events,
+                    "wall_ms": wall_ms,
                 },
             )
         return idx

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxwright.core.events import AssistantEvent, Event, UserEvent, event_from_row
 from ctxwright.core.messages import canonical_json
+from ctxwright.core.redact import redact
 from ctxwright.core.request import RequestOptions
 from ctxwright.errors import CtxwrightError, NotADatabase, SchemaTooNew, SessionNotFound, StoreUnusable
 
@@ -158,6 +159,17 @@ def m002_call_request_options(db: sqlite3.Connection) -> None:
                 "WHERE session_id=? AND call_index=?",
                 (opts.model, opts.tool_choice, event_count, json.dumps(list(opts.unknown)), srow["id"], call_index),
             )
+
+
+@migration
+def m003_call_wall_ms(db: sqlite3.Connection) -> None:
+    """Per call: its wall time in ms, measured around the backend call by the agent loop.
+
+    Servers that report no cached-token field (llama-cpp-python's server) leave the cache
+    columns unknown; the wall time still shows reuse (a call that reuses most of its prompt
+    is much faster). Calls stored before have none (null): it was never measured.
+    """
+    db.execute("ALTER TABLE calls ADD COLUMN wall_ms REAL")
 
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -343,6 +355,7 @@ _CALL_COLUMNS = (
     "max_tokens",
     "temperature",
     "event_count",
+    "wall_ms",
 )
 _CALL_JSON_COLUMNS = ("usage", "ledger", "audit", "extra", "options_unknown")
 
@@ -426,8 +439,11 @@ class Store:
 
     def record_call(self, session_id: str, call_index: int, row: Mapping[str, Any]) -> None:
         """One model call; ``row`` holds the columns of :data:`_CALL_COLUMNS` and the JSON
-        fields of :data:`_CALL_JSON_COLUMNS` (missing ones are null / empty)."""
+        fields of :data:`_CALL_JSON_COLUMNS` (missing ones are null / empty). Its ``error``
+        is stored with any URL credential redacted (``core/redact.py``)."""
         columns = ["session_id", "call_index", "created_at", *_CALL_COLUMNS, *(f"{c}_json" for c in _CALL_JSON_COLUMNS)]
+        if isinstance(row.get("error"), str):  # an error may quote a base URL with its credentials
+            row = {**row, "error": redact(row["error"])}
         values = [
             session_id,
             call_index,

@@ -85,26 +85,41 @@ class TokenCounter:
         return sum(self.count_message(m) for m in messages)
 
 
+#: Framing tokens a chat template adds per message (role markers, separators); an upper
+#: estimate. The compaction layers plan with it (``compaction/manager.py``) and the ledger
+#: shows it as its own part, so the parts add up to the prompt ctxwright counts.
+PER_MESSAGE_OVERHEAD = 4
+
+
 @dataclass(frozen=True)
 class Ledger:
-    """The four parts of a request the seeds name, in tokens.
+    """The four parts of a request the seeds name, in tokens, plus the template framing.
 
     Their growth curves differ (fixed / explosive / linear / one-off), so each has its own
-    management strategy; the ledger shows which part is eating the window.
+    management strategy; the ledger shows which part is eating the window. ``framing`` is
+    the remainder: what the chat template adds around the messages
+    (:data:`PER_MESSAGE_OVERHEAD` per message after the system prompt). ``total`` -- the
+    four parts plus the framing -- is the prompt size ctxwright counts for the request, the
+    same number the compaction layers plan with (``ContextManager.request_tokens``).
+    ``tools`` is the part of ``system_and_tools`` that is tool definitions.
     """
 
     system_and_tools: int
     tool_results: int
     history: int
     latest_user: int
+    framing: int = 0
+    tools: int = 0
+
+    PARTS = ("system_and_tools", "tool_results", "history", "latest_user", "framing")
 
     @property
     def total(self) -> int:
-        return self.system_and_tools + self.tool_results + self.history + self.latest_user
+        return self.system_and_tools + self.tool_results + self.history + self.latest_user + self.framing
 
     def shares(self) -> dict[str, float]:
         t = self.total or 1
-        return {k: getattr(self, k) / t for k in ("system_and_tools", "tool_results", "history", "latest_user")}
+        return {k: getattr(self, k) / t for k in self.PARTS}
 
     def to_dict(self) -> dict[str, int | float]:
         return {
@@ -112,12 +127,20 @@ class Ledger:
             "tool_results": self.tool_results,
             "history": self.history,
             "latest_user": self.latest_user,
+            "framing": self.framing,
+            "tools": self.tools,
             "total": self.total,
         }
 
 
-def build_ledger(counter: TokenCounter, system_and_tools_text: str, messages: list[Message]) -> Ledger:
-    """Split ``messages`` (without the system prompt) into the ledger's parts."""
+def build_ledger(
+    counter: TokenCounter, system_and_tools_text: str, messages: list[Message], tools_text: str = ""
+) -> Ledger:
+    """Split ``messages`` (without the system prompt) into the ledger's parts.
+
+    ``system_and_tools_text`` is the prefix as counted (``Prefix.canonical()``);
+    ``tools_text`` its tool definitions alone, when the caller wants them told apart (the
+    server check below uses them to recognise a server that dropped the tools)."""
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
     tool_results = history = latest = 0
     for i, m in enumerate(messages):
@@ -128,4 +151,72 @@ def build_ledger(counter: TokenCounter, system_and_tools_text: str, messages: li
             latest += n
         else:
             history += n
-    return Ledger(counter.count(system_and_tools_text), tool_results, history, latest)
+    return Ledger(
+        counter.count(system_and_tools_text),
+        tool_results,
+        history,
+        latest,
+        framing=PER_MESSAGE_OVERHEAD * len(messages),
+        tools=counter.count(tools_text) if tools_text else 0,
+    )
+
+
+#: How far the server's prompt tokens may be from ctxwright's count before a warning: 30%
+#: of the count and at least 64 tokens. Why so wide: a served model's tokenizer is not
+#: available offline, so the count is cl100k_base or the 4-characters-a-token estimate,
+#: which differ from a model's own tokenizer by up to ~20% on ordinary text and JSON; a
+#: server that drops the tools or truncates the prompt is off by far more.
+MISMATCH_RATIO = 0.30
+MISMATCH_MIN_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class LedgerMismatch:
+    """The server counted a prompt of a very different size than the ledger describes."""
+
+    counted: int
+    reported: int
+    #: ``tools_dropped``, ``prompt_cut`` or ``template_adds``
+    kind: str
+    message: str
+
+
+def check_reported(ledger: Ledger, reported: int | None, source: str) -> LedgerMismatch | None:
+    """Compare the server's ``prompt_tokens`` with the ledger's total; ``None`` within the
+    margin (or when the server reported none). ``source`` names the tokenizer that counted
+    the ledger (``TokenCounter.source``). The message says what probably happened."""
+    if reported is None:
+        return None
+    counted = ledger.total
+    diff = reported - counted
+    if abs(diff) <= max(MISMATCH_MIN_TOKENS, MISMATCH_RATIO * counted):
+        return None
+    head = f"the server counted {reported:,} prompt tokens, ctxwright {counted:,} (by {source})"
+    if diff < 0:
+        missing = -diff
+        if ledger.tools and abs(missing - ledger.tools) <= max(MISMATCH_MIN_TOKENS, MISMATCH_RATIO * ledger.tools):
+            return LedgerMismatch(
+                counted,
+                reported,
+                "tools_dropped",
+                f"{head}: about the {ledger.tools:,} tokens of the tool definitions are missing, so the server "
+                "probably dropped the tools (its chat template or chat format has no tool support) and the model "
+                "cannot see them. Start the server with a tool-capable template (llama.cpp: --jinja; "
+                "llama-cpp-python: --chat_format chatml-function-calling).",
+            )
+        return LedgerMismatch(
+            counted,
+            reported,
+            "prompt_cut",
+            f"{head}: {missing:,} fewer. The server probably cut the prompt to its context size (its window "
+            "is smaller than the request) or dropped part of it; check its context size (llama.cpp: --ctx-size / "
+            "n_ctx) and pass the real window with --window so compaction plans for it.",
+        )
+    return LedgerMismatch(
+        counted,
+        reported,
+        "template_adds",
+        f"{head}: {diff:,} more. The server's chat template probably adds text ctxwright does not see "
+        "(tool-calling instructions, a default system prompt), or its tokenizer splits this text finer; "
+        "compaction plans with ctxwright's count, so leave that much room (a smaller --window).",
+    )
