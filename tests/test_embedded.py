@@ -142,3 +142,33 @@ def test_delegate_runs_on_a_fork_and_keeps_the_parents_kv_cache(backend, store):
     second = agent._call_model("none")[1]
     assert second.cached_tokens is not None and second.cached_tokens >= first.prompt_tokens - 8
     d._child_backend.close()
+
+
+def test_streamed_answer_tokens_leave_the_recorded_call_unchanged(backend):
+    """Token events only observe the generation: the same request gives the same message and
+    token counts with and without a listener, and the tokens joined are the answer."""
+    request = ChatRequest(
+        messages=(
+            Message(role="system", content=SYSTEM),
+            Message(role="user", content="Say hello to Ada in one short sentence."),
+        ),
+        tool_choice="none",
+        max_tokens=40,
+        temperature=0.0,
+    )
+    backend.reset_cache()
+    quiet = backend.complete(request)
+    backend.reset_cache()
+    tokens: list[str] = []
+    loud = backend.complete(
+        request, on_event=lambda kind, data: tokens.append(data["text"]) if kind == "token" else None
+    )
+    assert loud.message == quiet.message and loud.finish_reason == quiet.finish_reason
+    assert (loud.usage.prompt_tokens, loud.usage.completion_tokens, loud.usage.cached_tokens) == (
+        quiet.usage.prompt_tokens,
+        quiet.usage.completion_tokens,
+        quiet.usage.cached_tokens,
+    )
+    assert len(tokens) > 3
+    content = loud.message.content or ""
+    assert "".join(tokens) == content.removesuffix(" [cut at max_tokens]")

@@ -29,6 +29,7 @@ from ctxwright.core.events import UserEvent
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.reasoning import ReasoningMode, ReasoningPolicy
 from ctxwright.core.reasoning import install as install_reasoning
+from ctxwright.core.redact import is_redacted, redact
 from ctxwright.core.repeats import DEFAULT_MAX_REPEATS
 from ctxwright.core.request import ToolChoice, ToolSpec
 from ctxwright.core.session import Session
@@ -125,6 +126,15 @@ class Harness:
         api_key: the API key; default read from the ``api_key_env`` variable (local servers
             need none). Never recorded.
         api_key_env: the environment variable holding the API key.
+        timeout: seconds the served model may take to answer (without sending a byte) before
+            a try is given up (``backend="openai"``). ``None``: 120.
+        max_retries: retries after a failed try (timeouts, connection failures, HTTP 408,
+            409, 429, 5xx), each announced with a ``retry`` event before its wait
+            (``backend="openai"``). ``None``: 2.
+        stream: stream each reply's text as ``token`` events while it is generated. ``None``:
+            on for the embedded model (it generates as a stream anyway), off for served
+            models (a streamed request differs on the wire, and some servers send no usage
+            with it; ``backends/openai_compat.py`` falls back when a server cannot stream).
         gguf: path of a GGUF chat model for the embedded backend instead of the bundled one.
         db: where the session is stored: a SQLite file path or a :class:`Store`. ``None``
             keeps the session in memory only (it cannot be resumed). Resume needs it.
@@ -168,9 +178,12 @@ class Harness:
             ``None`` or 0: no limit.
         timestamps: prefix user and tool contents with ``[YYYY-MM-DD HH:MM:SS]``.
         on_event: ``on_event(kind, data)`` for progress: ``user``, ``status``, ``compaction``,
-            ``request``, ``token`` (streamed text, from a backend that streams),
-            ``assistant``, ``tool_start``, ``tool``, ``repeated_call``, ``error``, ``stop``
-            (the data of each: ``agent/loop.py``). A sub-agent's events come with ``data["child"]``, its session id.
+            ``request``, ``token`` (streamed text, from a backend that streams), ``assistant``,
+            ``tool_start``, ``tool``, ``repeated_call``, ``error``, ``stop``, ``ledger_mismatch``
+            (the data of each: ``agent/loop.py``), and from the backend during a call:
+            ``retry`` (``attempt``, ``max_retries``, ``reason``, ``wait_s``) and
+            ``stream_fallback`` (``reason``). A sub-agent's events come with ``data["child"]``,
+            its session id.
     """
 
     def __init__(
@@ -183,6 +196,9 @@ class Harness:
         base_url: str | None = None,
         api_key: str | None = None,
         api_key_env: str = "OPENAI_API_KEY",
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        stream: bool | None = None,
         gguf: str | Path | None = None,
         db: str | Path | Store | None = None,
         resume: str | None = None,
@@ -358,7 +374,7 @@ class Harness:
                     f"backend={backend!r} is not a backend: pass 'embedded', 'openai', or an object with "
                     "name, model, complete(request), count_tokens(text) and close()"
                 )
-            for opt in ("model", "base_url", "gguf", "api_key"):
+            for opt in ("model", "base_url", "gguf", "api_key", "timeout", "max_retries", "stream"):
                 if opts[opt] is not None:
                     raise ConfigError(f"{opt}= is for the backends the harness creates; configure the object instead")
             return backend
@@ -380,14 +396,29 @@ class Harness:
                 raise ConfigError("gguf= (--gguf) is for the embedded backend; drop it or drop backend='openai'")
             if not model:
                 raise ConfigError("the openai backend needs the served model's name: model=NAME (CLI: --model NAME)")
-            from ctxwright.backends.openai_compat import OpenAIBackend
+            from ctxwright.backends.openai_compat import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, OpenAIBackend
 
             api_env = opts["api_key_env"]
             if stored is not None and api_env == "OPENAI_API_KEY":
                 api_env = recorded.get("api_key_env", api_env)
-            self._owned_backend = OpenAIBackend(
-                model=model, base_url=base_url, api_key=opts["api_key"], api_key_env=api_env, context_window=window
-            )
+            if stored is not None and opts["base_url"] is None and base_url is not None and is_redacted(base_url):
+                raise ConfigError(
+                    f"session {stored.id} was started on a base URL with credentials ({base_url}), which are never "
+                    "stored; pass the full URL again: base_url= (CLI: --base-url)"
+                )
+            try:
+                self._owned_backend = OpenAIBackend(
+                    model=model,
+                    base_url=base_url,
+                    api_key=opts["api_key"],
+                    api_key_env=api_env,
+                    context_window=window,
+                    timeout=DEFAULT_TIMEOUT_S if opts["timeout"] is None else opts["timeout"],
+                    max_retries=DEFAULT_MAX_RETRIES if opts["max_retries"] is None else opts["max_retries"],
+                    stream=bool(opts["stream"]),
+                )
+            except ValueError as exc:
+                raise ConfigError(f"{exc} (CLI: --timeout, --max-retries)") from None
             return self._owned_backend
         if backend is None or backend == "embedded":
             if model is not None or base_url is not None or opts["api_key"] is not None:
@@ -395,13 +426,20 @@ class Harness:
                     "model=, base_url= and api_key= are for backend='openai' (CLI: --backend openai); "
                     "the embedded backend takes gguf= (--gguf PATH) for another model"
                 )
+            if opts["timeout"] is not None or opts["max_retries"] is not None:
+                raise ConfigError(
+                    "timeout= and max_retries= (--timeout, --max-retries) are for a served model "
+                    "(backend='openai'); the embedded model runs in-process"
+                )
             if stored is not None:
                 gguf = gguf or recorded.get("gguf")
                 window = window or recorded.get("window")
             path = check_gguf(gguf) if gguf is not None else None
             from ctxwright.backends.embedded import EmbeddedBackend
 
-            self._owned_backend = EmbeddedBackend(model_path=path, n_ctx=window or 8192)
+            self._owned_backend = EmbeddedBackend(
+                model_path=path, n_ctx=window or 8192, stream=opts["stream"] is not False
+            )
             return self._owned_backend
         raise ConfigError(f"unknown backend {backend!r}: use 'embedded', 'openai', or pass a backend object")
 
@@ -427,7 +465,8 @@ class Harness:
         b: Any = self.backend
         out: dict[str, Any] = {}
         if self.backend.name == "openai":
-            out["base_url"] = getattr(b, "base_url", None)
+            url = getattr(b, "base_url", None)
+            out["base_url"] = redact(url) if isinstance(url, str) else url  # credentials are never stored
             if opts["api_key_env"] != "OPENAI_API_KEY":
                 out["api_key_env"] = opts["api_key_env"]
         if self.backend.name == "embedded" and opts["gguf"] is not None:

@@ -200,7 +200,7 @@ class Agent:
         self.tokens_used += (u.prompt_tokens or 0) + (u.completion_tokens or 0)
         row = self.auditor.add(audit_request(request, u, marker=s.marker_since_last_call()))
         audit = audit_record(row)
-        mismatch = check_reported(ledger, u.prompt_tokens, self.counter.source)
+        mismatch = check_reported(ledger, u.prompt_tokens, self.counter.source, request.tool_choice)
         ledger_rec: dict[str, Any] = dict(ledger.to_dict())
         if mismatch is not None:
             ledger_rec["mismatch"] = {"kind": mismatch.kind, "reported": mismatch.reported, "message": mismatch.message}

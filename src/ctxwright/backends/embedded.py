@@ -15,6 +15,13 @@ template (from the GGUF metadata) and adapt only what the template cannot expres
 Every reply is constrained by a JSON-schema grammar built from the tool definitions, so
 tool calls always parse (argument *values* may still be wrong -- the model is tiny).
 
+Streaming: the reply is always generated as a stream (for the prefill/decode split); with
+``stream=True`` and an ``on_event`` callback, the text of a final answer reaches the caller
+as ``("token", {"text": ...})`` events while it is generated -- decoded from inside the
+constrained ``{"answer": "..."}`` JSON (:class:`AnswerDeltas`), so a terminal shows the
+answer, not its JSON wrapper. Tool-call replies send no tokens. What is recorded is the
+same either way: the events only observe the generation.
+
 Why one ``Llama`` object per session: llama.cpp keeps the KV state of the last prompt and
 re-evaluates only the tokens after the longest common token prefix. A different prompt on
 the same object (a side task) overwrites that state; side tasks use :meth:`fork`.
@@ -29,7 +36,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -211,6 +218,82 @@ def _response_schema(request: ChatRequest) -> dict[str, Any] | None:
     return None
 
 
+EventSink = Callable[[str, dict[str, Any]], None]
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\", '"': '"'}
+_ANSWER_OPEN = re.compile(r'\s*\{\s*"answer"\s*:\s*"')
+_ANSWER_HEAD = '{"answer":"'
+
+
+class AnswerDeltas:
+    """Decodes the answer text out of a reply streamed as ``{"answer": "..."}`` JSON, piece by
+    piece, and passes each decoded piece to ``emit``; a reply that is not an answer (tool
+    calls) emits nothing. A piece that ends inside an escape (``\\``, ``\\u00e9``) waits
+    for the rest, so the pieces joined equal the decoded answer."""
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self._emit = emit
+        self._raw = ""
+        self._pos: int | None = None  # where the answer string's unread text starts
+        self._done = False
+
+    def feed(self, piece: str) -> None:
+        if self._done or not piece:
+            return
+        self._raw += piece
+        if self._pos is None:
+            head = re.sub(r"\s", "", self._raw)
+            m = _ANSWER_OPEN.match(self._raw)
+            if m is not None:
+                self._pos = m.end()
+            elif not _ANSWER_HEAD.startswith(head):
+                self._done = True  # tool calls, or not an answer at all
+                return
+            else:
+                return
+        raw, i, out = self._raw, self._pos, []
+        while i < len(raw):
+            c = raw[i]
+            if c == '"':
+                self._done = True
+                break
+            if c != "\\":
+                out.append(c)
+                i += 1
+                continue
+            if i + 1 >= len(raw):
+                break
+            e = raw[i + 1]
+            if e != "u":
+                out.append(_ESCAPES.get(e, e))
+                i += 2
+                continue
+            if i + 6 > len(raw):
+                break
+            try:
+                code = int(raw[i + 2 : i + 6], 16)
+            except ValueError:
+                out.append(raw[i : i + 6])
+                i += 6
+                continue
+            if 0xD800 <= code < 0xDC00:  # a surrogate pair: wait for its second half
+                if i + 12 > len(raw):
+                    break
+                try:
+                    low = int(raw[i + 8 : i + 12], 16) if raw[i + 6 : i + 8] == "\\u" else -1
+                except ValueError:
+                    low = -1
+                if 0xDC00 <= low < 0xE000:
+                    out.append(chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)))
+                    i += 12
+                    continue
+            out.append(chr(code))
+            i += 6
+        self._pos = i
+        if out:
+            self._emit("".join(out))
+
+
 def _common_prefix(a: list[int], b: list[int]) -> int:
     n = 0
     for x, y in zip(a, b, strict=False):
@@ -226,7 +309,13 @@ class EmbeddedBackend:
     name = "embedded"
 
     def __init__(
-        self, model_path: str | Path | None = None, *, n_ctx: int = 8192, n_threads: int | None = None, seed: int = 0
+        self,
+        model_path: str | Path | None = None,
+        *,
+        n_ctx: int = 8192,
+        n_threads: int | None = None,
+        seed: int = 0,
+        stream: bool = True,
     ) -> None:
         try:
             from llama_cpp import Llama
@@ -238,6 +327,8 @@ class EmbeddedBackend:
         self.model_path = Path(model_path) if model_path else find_model_file()
         self.model = MODEL_NAME if self.model_path.name == MODEL_FILE else self.model_path.stem
         self.n_ctx = n_ctx
+        #: send a final answer's text as ``token`` events while it is generated
+        self.stream = stream
         #: For answer-only replies: the 135M model loops ("Canada, 2022-…, Canada, 2022-…") at
         #: temperature 0 without one; on tool calls it distorts arguments, so it is off there.
         self.repeat_penalty = 1.2
@@ -288,7 +379,9 @@ class EmbeddedBackend:
         return len(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     # -- the call ------------------------------------------------------------------------
-    def complete(self, request: ChatRequest) -> Completion:
+    def complete(self, request: ChatRequest, *, on_event: EventSink | None = None) -> Completion:
+        """Generate one reply. With :attr:`stream` on, ``on_event`` receives the answer's text
+        as ``("token", {"text": ...})`` events while it is generated."""
         prompt = self.render_prompt(request)
         tokens = self.tokenize(prompt)
         max_new = request.max_tokens or 512
@@ -308,6 +401,12 @@ class EmbeddedBackend:
         pieces: list[str] = []
         n_out = 0
         finish = None
+        sink = on_event
+        deltas = (
+            AnswerDeltas(lambda text: sink("token", {"text": text}))
+            if sink is not None and self.stream and _response_schema(request) is None
+            else None
+        )
         # stream=True: an iterator of chunks (llama_cpp's return type is the union of both shapes)
         stream = cast(
             Iterator[dict[str, Any]],
@@ -326,7 +425,10 @@ class EmbeddedBackend:
             if first is None:
                 first = time.perf_counter()
             choice = chunk["choices"][0]
-            pieces.append(choice.get("text") or "")
+            piece = choice.get("text") or ""
+            pieces.append(piece)
+            if deltas is not None:
+                deltas.feed(piece)
             n_out += 1
             finish = choice.get("finish_reason") or finish
         t1 = time.perf_counter()
@@ -389,7 +491,9 @@ class EmbeddedBackend:
 
     def fork(self) -> EmbeddedBackend:
         """A second model object for side tasks (summaries, sub-agents), so this one's KV state stays."""
-        return EmbeddedBackend(self.model_path, n_ctx=self.n_ctx, n_threads=self._n_threads, seed=self._seed)
+        return EmbeddedBackend(
+            self.model_path, n_ctx=self.n_ctx, n_threads=self._n_threads, seed=self._seed, stream=self.stream
+        )
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -69,6 +69,8 @@ _MAX_RETRY_AFTER_S = 60.0
 
 EventSink = Callable[[str, dict[str, Any]], None]
 
+_CLOSED_WITHOUT_ANSWER = "the server closed the connection without answering"
+
 # Lower-cased fragments that providers put in context-window errors. Matched only on
 # 400/413/422 replies: on a 429, "too many tokens" means a rate limit, not the window.
 _CONTEXT_PHRASES: tuple[str, ...] = (
@@ -229,6 +231,12 @@ class OpenAIBackend:
                 return result
             self.stream = False
             sink("stream_fallback", {"reason": result.reason, "url": self.shown_url})
+            plain = self._plain(body)
+            if isinstance(plain, _Failure) and plain.reason == _CLOSED_WITHOUT_ANSWER:
+                # the failed stream left a dead keep-alive connection in the pool (llama-cpp-python's
+                # server closes it after its empty stream): one silent new try, on a new connection
+                plain = self._plain(body)
+            return plain
         return self._plain(body)
 
     def _plain(self, body: dict[str, Any]) -> Completion | _Failure:
@@ -433,7 +441,7 @@ class OpenAIBackend:
                     "have crashed on this request or be restarting: check its log."
                 ),
                 retryable=True,
-                reason="the server closed the connection without answering",
+                reason=_CLOSED_WITHOUT_ANSWER,
                 cause=exc,
             )
         if "gaierror" in names or "name or service not known" in lowered or "nodename nor servname" in lowered:

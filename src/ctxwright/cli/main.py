@@ -103,6 +103,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         tool_choice_first=args.tool_choice_first,
         max_tokens=args.max_tokens,
         tool_timeout=args.tool_timeout,
+        timeout=args.timeout,
+        max_retries=args.max_retries,
+        stream=args.stream,
         timestamps=args.timestamps or None,
         max_repeats=args.max_repeats,
     )
@@ -277,6 +280,27 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     r.add_argument("--model", help="model name on the served endpoint")
     r.add_argument("--api-key-env", help="environment variable holding the API key (default: OPENAI_API_KEY)")
+    r.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="seconds a served model may take to answer before a try is given up (default: 120)",
+    )
+    r.add_argument(
+        "--max-retries",
+        type=int,
+        metavar="N",
+        help="retries after a timeout, connection failure, HTTP 429 or 5xx, each printed (default: 2)",
+    )
+    stream = r.add_mutually_exclusive_group()
+    stream.add_argument(
+        "--stream",
+        dest="stream",
+        action="store_true",
+        default=None,
+        help="stream the answer's tokens as they are generated (default: on for the embedded model, off for served)",
+    )
+    stream.add_argument("--no-stream", dest="stream", action="store_false")
     r.add_argument("--resume", metavar="ID", help="continue a stored session")
     r.add_argument("--max-iterations", type=int, help="model calls before the run stops (default: 20)")
     r.add_argument(
@@ -436,8 +460,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def explain(exc: BaseException, *, debug: bool = False) -> str:
     """One line for ``exc``: our own errors already say what to do; for anything else, say
-    what kind of failure it is and how to see more."""
-    text = " ".join(str(exc).split())
+    what kind of failure it is and how to see more. URL credentials never reach the screen
+    (``core/redact.py``)."""
+    from ctxwright.core.redact import redact
+
+    text = " ".join(redact(str(exc)).split())
     if isinstance(exc, CtxwrightError):
         return text
     if isinstance(exc, sqlite3.Error):  # Store's own messages name the file and the fix

@@ -221,9 +221,9 @@ class RunPrinter:
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
         """Progress of a run (the Harness's ``on_event``); of a sub-agent, only its calls and results."""
         child = "child" in data
-        if child and kind not in ("tool", "assistant"):
+        if child and kind not in ("tool", "assistant", "retry"):
             return
-        if not child and kind not in ("token", "request", "tool_start"):
+        if not child and kind not in ("token", "request", "tool_start", "retry"):
             self._stop()  # a line of the record: the live line goes first
         if kind == "token":
             self._token(str(data.get("text") or ""))
@@ -271,6 +271,23 @@ class RunPrinter:
         elif kind == "status":
             body = str(data["content"]).replace("<agent_status>\n", "").replace("\n</agent_status>", "")
             self.out.print(Text("status  " + body.replace("\n", " · "), style="dim"), soft_wrap=True)
+        elif kind == "retry":  # on stderr, as it happens: a server that does not answer is not silent
+            self.err.print(
+                _literal(
+                    "retry",
+                    "yellow",
+                    f" {data['attempt']}/{data['max_retries']} in {float(data['wait_s']):.1f} s: ",
+                    str(data["reason"]),
+                    (f" ({data.get('url', '')})", "dim"),
+                ),
+                soft_wrap=True,
+            )
+        elif kind == "stream_fallback":
+            self.err.print(Text(f"streaming off: {data['reason']}", style="dim"), soft_wrap=True)
+        elif kind == "ledger_mismatch":
+            self.err.print(
+                _literal("warning", "yellow", f" call {data['index']}: ", str(data["message"])), soft_wrap=True
+            )
         elif kind == "error":
             self.close()
             self.err.print(_literal("error", "red", " ", str(data["error"])), soft_wrap=True)
@@ -291,6 +308,10 @@ def _fmt(v: Any, digits: int = 0) -> str:
 
 
 def _ms(report: CallReport) -> str:
+    """The call's wall time (around the backend call); prefill + decode for a report that
+    has none."""
+    if report.wall_ms is not None:
+        return _fmt(report.wall_ms)
     if report.prefill_ms is None and report.decode_ms is None:
         return "?"
     return _fmt((report.prefill_ms or 0.0) + (report.decode_ms or 0.0))
@@ -300,20 +321,25 @@ def calls_table(reports: Sequence[CallReport], *, wide: bool = False) -> Table:
     """One row per model call: what it cost, what it reused, and why.
 
     Compact (default, fits 80 columns): call, prompt tokens, cached/reusable tokens, the
-    audit's cause, model milliseconds (prefill + decode), output tokens. ``wide``: every
-    column, the prompt's four-part ledger too.
+    call's wall time beside them, the audit's cause, output tokens. ``wide``: every column,
+    the prompt's ledger too.
+
+    Why the wall time sits by the reusable tokens: servers that report no cached tokens
+    (llama-cpp-python's) leave ``cached`` at ``?``; a call that reused most of its prompt is
+    still visibly faster. The ledger's parts and framing add up to ``counted``, ctxwright's
+    count of the prompt (``core/tokens.py``).
     """
     if not wide:
         t = Table(title="model calls")
-        for col in ("call", "prompt", "cached/reusable", "cause", "ms", "out"):
+        for col in ("call", "prompt", "cached/reusable", "wall ms", "cause", "out"):
             t.add_column(col, justify="left" if col == "cause" else "right", no_wrap=True)
         for r in reports:
             t.add_row(
                 str(r.index),
                 _fmt(r.prompt_tokens),
                 f"{_fmt(r.cached_tokens)}/{_fmt(r.reusable_tokens)}",
-                Text(r.cause or ""),
                 _ms(r),
+                Text(r.cause or ""),
                 _fmt(r.completion_tokens),
             )
         return t
@@ -323,6 +349,7 @@ def calls_table(reports: Sequence[CallReport], *, wide: bool = False) -> Table:
         "prompt tok",
         "reused tok",
         "reusable tok",
+        "wall ms",
         "cause",
         "prefill ms",
         "decode ms",
@@ -331,6 +358,8 @@ def calls_table(reports: Sequence[CallReport], *, wide: bool = False) -> Table:
         "tool results",
         "history",
         "latest user",
+        "framing",
+        "counted",
     ):
         t.add_column(col, justify="right")
     for r in reports:
@@ -340,13 +369,12 @@ def calls_table(reports: Sequence[CallReport], *, wide: bool = False) -> Table:
             _fmt(r.prompt_tokens),
             _fmt(r.cached_tokens),
             _fmt(r.reusable_tokens),
+            _fmt(r.wall_ms),
             Text(r.cause or ""),
             _fmt(r.prefill_ms),
             _fmt(r.decode_ms),
             _fmt(r.completion_tokens),
-            *[
-                f"{r.ledger.to_dict()[k]:,} ({sh[k]:.0%})"
-                for k in ("system_and_tools", "tool_results", "history", "latest_user")
-            ],
+            *[f"{r.ledger.to_dict()[k]:,} ({sh[k]:.0%})" for k in r.ledger.PARTS],
+            f"{r.ledger.total:,}",
         )
     return t

@@ -218,19 +218,20 @@ def _calls_table(calls: list[dict[str, Any]], indent: str, *, wide: bool) -> Tab
     printed under the table), every column with ``wide``."""
     t = Table(title=f"{indent}calls")
     if not wide:
-        for col in ("call", "prompt", "cached/reusable", "cause", "ms", "out"):
+        for col in ("call", "prompt", "cached/reusable", "wall ms", "cause", "out"):
             t.add_column(col, justify="left" if col == "cause" else "right", no_wrap=True)
         for c in calls:
             a = c.get("audit") or {}
-            ms = None
-            if c["prefill_ms"] is not None or c["decode_ms"] is not None:
+            # the stored wall time (store m003); prefill + decode for calls recorded before it
+            ms = c.get("wall_ms")
+            if ms is None and (c["prefill_ms"] is not None or c["decode_ms"] is not None):
                 ms = (c["prefill_ms"] or 0.0) + (c["decode_ms"] or 0.0)
             t.add_row(
                 str(c["call_index"]),
                 _n(c["prompt_tokens"]),
                 f"{_n(c['cached_tokens'])}/{_n(a.get('reusable_prefix_tokens'))}",
-                Text(a.get("cause", "") or ("error" if c.get("error") else "")),
                 _n(ms),
+                Text(a.get("cause", "") or ("error" if c.get("error") else "")),
                 _n(c["completion_tokens"]),
             )
         return t
@@ -239,6 +240,7 @@ def _calls_table(calls: list[dict[str, Any]], indent: str, *, wide: bool) -> Tab
         "prompt tok",
         "cached tok",
         "reusable tok",
+        "wall ms",
         "cause",
         "first divergence",
         "out tok",
@@ -255,6 +257,7 @@ def _calls_table(calls: list[dict[str, Any]], indent: str, *, wide: bool) -> Tab
             _n(c["prompt_tokens"]),
             _n(c["cached_tokens"]),
             _n(a.get("reusable_prefix_tokens")),
+            _n(c.get("wall_ms")),
             Text(a.get("cause", "")),
             Text(a.get("where", "")),
             _n(c["completion_tokens"]),

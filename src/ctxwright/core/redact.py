@@ -47,4 +47,9 @@ def has_credentials(url: str) -> bool:
     return redact(url) != url
 
 
-__all__ = ["MASK", "has_credentials", "redact"]
+def is_redacted(url: str) -> bool:
+    """True when ``url`` had credentials that :func:`redact` replaced (it cannot be used as is)."""
+    return f"{MASK}@" in url or f"={MASK}" in url
+
+
+__all__ = ["MASK", "has_credentials", "is_redacted", "redact"]

@@ -181,10 +181,13 @@ class LedgerMismatch:
     message: str
 
 
-def check_reported(ledger: Ledger, reported: int | None, source: str) -> LedgerMismatch | None:
+def check_reported(
+    ledger: Ledger, reported: int | None, source: str, tool_choice: str | None = None
+) -> LedgerMismatch | None:
     """Compare the server's ``prompt_tokens`` with the ledger's total; ``None`` within the
     margin (or when the server reported none). ``source`` names the tokenizer that counted
-    the ledger (``TokenCounter.source``). The message says what probably happened."""
+    the ledger (``TokenCounter.source``); ``tool_choice`` is the request's. The message
+    says what probably happened."""
     if reported is None:
         return None
     counted = ledger.total
@@ -195,6 +198,16 @@ def check_reported(ledger: Ledger, reported: int | None, source: str) -> LedgerM
     if diff < 0:
         missing = -diff
         if ledger.tools and abs(missing - ledger.tools) <= max(MISMATCH_MIN_TOKENS, MISMATCH_RATIO * ledger.tools):
+            if tool_choice == "none":
+                return LedgerMismatch(
+                    counted,
+                    reported,
+                    "tools_dropped",
+                    f"{head}: about the {ledger.tools:,} tokens of the tool definitions are missing. The server "
+                    'probably left the tools out because tool_choice is "none" (llama-cpp-python\'s '
+                    "chatml-function-calling does): the prompt's start changes, so this call reuses no cached "
+                    "prefix of the calls before it.",
+                )
             return LedgerMismatch(
                 counted,
                 reported,
