@@ -153,7 +153,7 @@ def test_streamed_answer_tokens_leave_the_recorded_call_unchanged(backend):
             Message(role="user", content="Say hello to Ada in one short sentence."),
         ),
         tool_choice="none",
-        max_tokens=40,
+        max_tokens=24,
         temperature=0.0,
     )
     backend.reset_cache()
