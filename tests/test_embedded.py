@@ -170,5 +170,4 @@ def test_streamed_answer_tokens_leave_the_recorded_call_unchanged(backend):
         quiet.usage.cached_tokens,
     )
     assert len(tokens) > 3
-    content = loud.message.content or ""
-    assert "".join(tokens) == content.removesuffix(" [cut at max_tokens]")
+    assert "".join(tokens) == loud.message.content  # a cut answer's mark is streamed too

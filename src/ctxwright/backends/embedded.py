@@ -129,6 +129,9 @@ def reply_schema(tools: tuple[ToolSpec, ...], tool_choice: str) -> dict[str, Any
 #: llama.cpp processes on 2 cores) grammar sampling slowed to over a second per token.
 ANSWER_MIN_CHARS = 50
 
+#: Appended to an answer cut off by ``max_tokens`` inside its JSON string.
+CUT_MARK = " [cut at max_tokens]"
+
 RESULTS_TRAILER = (
     "Write the answer to the user's question as one sentence that repeats the key values from these results."
 )
@@ -236,6 +239,8 @@ class AnswerDeltas:
         self._raw = ""
         self._pos: int | None = None  # where the answer string's unread text starts
         self._done = False
+        #: whether any answer text was passed on
+        self.emitted = False
 
     def feed(self, piece: str) -> None:
         if self._done or not piece:
@@ -291,6 +296,7 @@ class AnswerDeltas:
             i += 6
         self._pos = i
         if out:
+            self.emitted = True
             self._emit("".join(out))
 
 
@@ -437,6 +443,8 @@ class EmbeddedBackend:
         self._seen.append(list(self.llm._input_ids[: self.llm.n_tokens]))
         # a caller-given response_format gets the raw JSON back, as a served model returns it
         message = Message(role="assistant", content=text) if _response_schema(request) else self._parse(text)
+        if deltas is not None and sink is not None and (message.content or "").endswith(CUT_MARK) and deltas.emitted:
+            sink("token", {"text": CUT_MARK})  # the streamed text ends as the recorded answer does
         usage = Usage(
             prompt_tokens=len(tokens),
             completion_tokens=n_out,
@@ -467,7 +475,7 @@ class EmbeddedBackend:
                 partial = text[m.end() :]
                 with contextlib.suppress(json.JSONDecodeError):
                     partial = json.loads('"' + partial.rstrip("\\") + '"')
-                return Message(role="assistant", content=partial + " [cut at max_tokens]")
+                return Message(role="assistant", content=partial + CUT_MARK)
             return Message(role="assistant", content=text)
         if isinstance(data, dict) and isinstance(data.get("tool_calls"), dict):
             calls = tuple(
