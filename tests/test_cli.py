@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from ctxwright.cli.main import main
+from ctxwright.compaction.offload import file_stem
 from ctxwright.core.store import Store
 from fakeserver import FakeOpenAIServer as F
 
@@ -186,7 +187,7 @@ def test_run_offloads_a_big_file_and_pages_it_back(tmp_path, capsys):
     assert page.startswith("[result r1: characters 1,200-1,232 of ") and "event 00" in page
     assert "read_result" in [t["function"]["name"] for t in srv.requests[0]["tools"]]
     sid = Store(db).list_sessions()[0]["id"]
-    assert (db.parent / "ctxwright-results" / sid / "r1.txt").exists()
+    assert (db.parent / "ctxwright-results" / sid / f"{file_stem('r1')}.txt").exists()
 
 
 def test_no_compaction_switch_keeps_results_whole(tmp_path, capsys):

@@ -20,7 +20,7 @@ from ctxwright.compaction.check import violations
 from ctxwright.compaction.clearing import clear_old_results
 from ctxwright.compaction.cutpoints import legal_boundaries
 from ctxwright.compaction.noise import salient_terms, unused_results
-from ctxwright.compaction.offload import SLICE, ResultFiles
+from ctxwright.compaction.offload import SLICE, ResultFiles, file_stem
 from ctxwright.compaction.pairing import pairing_violations
 from ctxwright.compaction.reasoning_loops import reasoning_violations
 from ctxwright.compaction.retrieval import ResultReader
@@ -228,7 +228,7 @@ def test_fifty_megabyte_output_is_held_once(tmp_path):
         tracemalloc.stop()
     assert r.stop_reason == "final_answer"
     assert peak < size * 1.3, f"peak {peak / 2**20:.1f} MiB for a 50 MiB output"
-    assert (tmp_path / s.id / "h1.txt").stat().st_size == size
+    assert (tmp_path / s.id / f"{file_stem('h1')}.txt").stat().st_size == size
     assert a.context.reader.read("h1", size - 5, 10).endswith("xxxx\n")
     ev = next(e for e in s.events if isinstance(e, ToolEvent))
     assert len(ev.message.content or "") < 4000
@@ -270,7 +270,7 @@ def test_fifty_megabytes_of_bytes_are_held_at_most_twice(tmp_path, kind, compact
         assert len(content) < 250_000  # the head and the tail
         expected = hashlib.shake_128(b"50 MB").digest(size).decode("utf-8", "replace") if kind == "binary" else None
         if compaction:
-            assert ev.offload is not None and ev.offload.path.endswith("d1.txt")
+            assert ev.offload is not None and ev.offload.path.endswith(f"{file_stem('d1')}.txt")
             reader = h.agent.context.reader
             total = ev.offload.chars
             if expected is not None:
@@ -306,7 +306,7 @@ def test_bytes_decoded_in_slices_are_the_whole_decode(tmp_path):
     assert scan.sha256 == text_sha256(whole)
     for off in (0, SLICE - 2, SLICE, 2 * SLICE + 1, len(whole) - 3):
         assert files.read("r", off, 7) == (whole[off : off + 7], len(whole))
-    assert (tmp_path / "r.txt").read_bytes() == whole.encode()
+    assert (tmp_path / f"{file_stem('r')}.txt").read_bytes() == whole.encode()
 
 
 def test_invalid_utf8_output_is_replaced_and_said(store, tmp_path):

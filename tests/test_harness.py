@@ -192,7 +192,8 @@ def test_resume_refuses_a_tool_list_that_differs_from_the_prefix(tmp_path, start
 
 def test_resume_rederives_the_harness_tools_from_the_prefix_not_the_backend(tmp_path):
     db = tmp_path / "a.db"
-    with Harness(tools=[add], backend=ScriptedBackend(["x"]), db=db) as h:  # served: all extras on
+    extras = dict(status=True, todo=True, read_result=True, delegate=True)
+    with Harness(tools=[add], backend=EmbeddedLike(["x"]), db=db, **extras) as h:  # all extras, asked for
         sid = h.session_id
         h.run("hi")
     backend = EmbeddedLike(["y"])  # whose defaults would switch every extra off
@@ -221,6 +222,7 @@ def test_resume_keeps_the_recorded_reasoning_mode(tmp_path):
 def test_resume_recreates_a_served_backend_from_the_store(tmp_path, monkeypatch):
     for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-the-store-4711")
     db = tmp_path / "a.db"
     with F([F.reply_text("first"), F.reply_text("second")]) as srv:
         with Harness(tools=[add], backend="openai", model="fake", base_url=srv.url, window=32_000, db=db) as h:
@@ -233,7 +235,9 @@ def test_resume_recreates_a_served_backend_from_the_store(tmp_path, monkeypatch)
             assert h2.agent.context is not None and h2.agent.context.window_tokens == 32_000
         assert [r["model"] for r in srv.requests] == ["fake", "fake"]
         assert srv.requests[1]["messages"][0] == srv.requests[0]["messages"][0]
-    assert "api_key" not in json.dumps(Store(db).get_session(sid).meta)
+    meta = Store(db).get_session(sid).meta
+    assert "sk-not-for-the-store" not in json.dumps(meta) and "api_key" not in meta["harness"]
+    assert meta["harness"]["api_key_env"] == "OPENAI_API_KEY"  # only the variable's name
 
 
 def test_events_reach_the_callback():

@@ -31,8 +31,12 @@ __all__ = [
     "ReasoningPolicyConflict",
     "ResponseTruncated",
     "SchemaTooNew",
+    "SessionInUse",
     "SessionNotFound",
+    "StoreLocked",
+    "StoreReadOnly",
     "StoreUnusable",
+    "StoreWriteFailed",
     "SummaryFailed",
     "TodoError",
 ]
@@ -74,6 +78,31 @@ class NotADatabase(StoreUnusable):
 
 class SchemaTooNew(StoreUnusable):
     """The database was written by a newer ctxwright, with migrations this build does not know."""
+
+
+class StoreLocked(StoreUnusable):
+    """Another process held the database's lock for longer than ctxwright waits
+    (``CTXWRIGHT_DB_WAIT`` seconds, retried with backoff); nothing was written."""
+
+
+class StoreReadOnly(StoreUnusable):
+    """The database file, or the folder SQLite must create its ``-wal``/``-shm`` files in, is
+    not writable; nothing was written."""
+
+
+class StoreWriteFailed(StoreUnusable):
+    """An event (a model reply, a tool result) could not be written to the database. It was
+    saved to a private recovery file instead (``recovery_path``), which resuming the session
+    imports; ``recovery_path`` is ``None`` only if that file could not be written either."""
+
+    def __init__(self, message: str, *, recovery_path: str | None = None) -> None:
+        super().__init__(message)
+        self.recovery_path = recovery_path
+
+
+class SessionInUse(CtxwrightError):
+    """Another live process is running the session (one writer per session: two would both
+    append the same event numbers); the message names it (pid, host, since when)."""
 
 
 # -- assembling an agent (harness.py, cli/) -------------------------------------------------

@@ -14,23 +14,27 @@ Defaults that depend on the backend live in :func:`backend_defaults` and nowhere
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
 
+from ctxwright.agent import recipe
 from ctxwright.agent.delegate import Delegator
 from ctxwright.agent.loop import Agent, AgentConfig, EventSink, RunResult
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import CompactionConfig
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.core.events import UserEvent
+from ctxwright.core.lease import Lease
+from ctxwright.core.lease import acquire as acquire_lease
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.reasoning import ReasoningMode, ReasoningPolicy
 from ctxwright.core.reasoning import install as install_reasoning
+from ctxwright.core.recovery import import_pending
 from ctxwright.core.redact import is_redacted, redact
-from ctxwright.core.repeats import DEFAULT_MAX_REPEATS
 from ctxwright.core.request import ToolChoice, ToolSpec
 from ctxwright.core.session import Session
 from ctxwright.core.store import Store
@@ -125,7 +129,7 @@ class Harness:
             the SDK's (``OPENAI_BASE_URL`` or OpenAI). Recorded with the session for resume.
         api_key: the API key; default read from the ``api_key_env`` variable (local servers
             need none). Never recorded.
-        api_key_env: the environment variable holding the API key.
+        api_key_env: the environment variable holding the API key (default ``OPENAI_API_KEY``).
         timeout: seconds the served model may take to answer (without sending a byte) before
             a try is given up (``backend="openai"``). ``None``: 120.
         max_retries: retries after a failed try (timeouts, connection failures, HTTP 408,
@@ -138,14 +142,23 @@ class Harness:
         gguf: path of a GGUF chat model for the embedded backend instead of the bundled one.
         db: where the session is stored: a SQLite file path or a :class:`Store`. ``None``
             keeps the session in memory only (it cannot be resumed). Resume needs it.
-        resume: the id (or a unique prefix of it) of a stored session to continue.
+        resume: the id (or a unique prefix of it) of a stored session to continue. Every
+            option left out (``None``) is then the one the session recorded
+            (``agent/recipe.py``); one given again overrides it. Another backend or model
+            than the session's is refused (:class:`ConfigError`).
+        take_over: continue the session even if the store says another process runs it
+            (one writer per session, ``core/lease.py``); for a process on another host, or
+            after checking it is gone. A lease of a dead process on this host is taken over
+            without it.
         workspace: a folder; gives the agent ``read_file`` and ``list_dir`` confined to it
             (off by default: fewer tools, less for a small model to confuse).
         window: the model's context window in tokens: the embedded model's ``n_ctx``
             (default 8,192), the served model's window (default 128,000), and what
             compaction plans for unless ``compaction.window_tokens`` says otherwise.
-        compaction: a :class:`CompactionConfig`; ``True`` for the defaults; ``False`` or
-            ``None`` sends the trajectory as recorded (a character cap per result only).
+        compaction: a :class:`CompactionConfig`; ``True`` for the defaults; a mapping of
+            its fields for those fields over the session's recorded config (or the
+            defaults); ``False`` sends the trajectory as recorded (a character cap per
+            result only). ``None``: on resume, as the session recorded; else the defaults.
         summaries: the LLM compaction layers (``archival_summaries`` and ``full_compaction``
             of the config). ``None``: as the given config says if it switched one on, else on
             for served models and off on the embedded one (:func:`backend_defaults`).
@@ -153,7 +166,8 @@ class Harness:
             results (only with compaction on). ``None``: by backend.
         status: an ``<agent_status>`` message before each call (``status/bar.py``). ``None``:
             by backend; on resume, as the session was started.
-        status_mode: ``"auto"`` (the cost model decides), ``"replace"`` or ``"append"``.
+        status_mode: ``"auto"`` (the cost model decides, the default), ``"replace"`` or
+            ``"append"``.
         cache_price_ratio: cached ÷ uncached input price, for ``status_mode="auto"``.
             ``None``: by backend.
         todo: give the agent the TODO tools, shown in the status bar. ``None``: by backend;
@@ -164,19 +178,21 @@ class Harness:
             ``"must_send_back"``, ``"qwen3"`` or a :class:`ReasoningPolicy`. ``None``: the
             mode recorded with the session, else by model family (``core/reasoning.py``).
             Fixed for a session: a different mode on resume raises ``ReasoningPolicyConflict``.
-        max_iterations: model calls per :meth:`run` before it stops with ``max_iterations``.
+        max_iterations: model calls per :meth:`run` before it stops with ``max_iterations``
+            (default 20).
         max_tool_rounds: rounds of tool calls per run before an answer is required.
             ``None``: by backend (1 on the embedded model, unbounded on served ones).
         tool_choice_first: ``tool_choice`` of each run's first call (``"auto"``,
             ``"required"``, ``"none"`` or a tool name). ``None``: by backend, and ``"auto"``
             once the session has a user message (a follow-up needs no forced tool call).
-        max_tokens: cap on each reply's tokens.
-        tool_timeout: seconds before a tool call is abandoned (a tool's own ``timeout_s`` wins).
+        max_tokens: cap on each reply's tokens (default 256).
+        tool_timeout: seconds before a tool call is abandoned (a tool's own ``timeout_s``
+            wins; default 30).
         max_repeats: identical tool calls (same tool, same arguments) in a row before the
             model is told so on the result (and in the status bar); the next identical call
             is not run and ends the run with ``repeated_tool_call`` (``core/repeats.py``).
-            ``None`` or 0: no limit.
-        timestamps: prefix user and tool contents with ``[YYYY-MM-DD HH:MM:SS]``.
+            Default 3; 0: no limit.
+        timestamps: prefix user and tool contents with ``[YYYY-MM-DD HH:MM:SS]`` (default off).
         on_event: ``on_event(kind, data)`` for progress: ``user``, ``status``, ``compaction``,
             ``request``, ``token`` (streamed text, from a backend that streams), ``assistant``,
             ``tool_start``, ``tool``, ``repeated_call``, ``error``, ``stop``, ``ledger_mismatch``
@@ -195,36 +211,38 @@ class Harness:
         model: str | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
+        api_key_env: str | None = None,
         timeout: float | None = None,
         max_retries: int | None = None,
         stream: bool | None = None,
         gguf: str | Path | None = None,
         db: str | Path | Store | None = None,
         resume: str | None = None,
+        take_over: bool = False,
         workspace: str | Path | None = None,
         window: int | None = None,
-        compaction: CompactionConfig | bool | None = True,
+        compaction: CompactionConfig | Mapping[str, Any] | bool | None = None,
         summaries: bool | None = None,
         read_result: bool | None = None,
         status: bool | None = None,
-        status_mode: Mode = "auto",
+        status_mode: Mode | None = None,
         cache_price_ratio: float | None = None,
         todo: bool | None = None,
         delegate: bool | None = None,
         reasoning: ReasoningMode | ReasoningPolicy | None = None,
-        max_iterations: int = 20,
+        max_iterations: int | None = None,
         max_tool_rounds: int | None = None,
         tool_choice_first: ToolChoice | None = None,
-        max_tokens: int | None = 256,
-        tool_timeout: float = 30.0,
-        max_repeats: int | None = DEFAULT_MAX_REPEATS,
-        timestamps: bool = False,
+        max_tokens: int | None = None,
+        tool_timeout: float | None = None,
+        max_repeats: int | None = None,
+        timestamps: bool | None = None,
         on_event: EventSink | None = None,
     ) -> None:
         self._closed = False
         self._owned_backend: Backend | None = None
         self._owned_store: Store | None = None
+        self._lease: Lease | None = None
         try:  # every parameter by name, so a new and a resumed session take one path
             self._setup(locals())
         except BaseException:
@@ -239,10 +257,11 @@ class Harness:
 
         Everything the session recorded is re-derived from it: the backend and model (and
         the base URL or GGUF path it was started with), the workspace, whether the status
-        bar, TODO tools, ``read_result`` and ``delegate`` were on (from its prefix), and its
-        reasoning mode. Pass ``tools`` again (the same ones: functions are not stored);
-        every other keyword of :class:`Harness` may override what was derived, but nothing
-        that would change the stored prefix.
+        bar, TODO tools, ``read_result`` and ``delegate`` were on (from its prefix), its
+        reasoning mode, and every run option (``agent/recipe.py``). Pass ``tools`` again
+        (the same ones: functions are not stored); every other keyword of :class:`Harness`
+        may override what was recorded, but nothing that would change the stored prefix,
+        the backend or the model.
         """
         return cls(tools=tools, resume=session_id, **options)
 
@@ -259,11 +278,20 @@ class Harness:
         if opts["resume"] is not None:
             if self.store is None:
                 raise ConfigError("resuming a session needs the database it is stored in: db=PATH (CLI: --db PATH)")
-            stored = Session.resume(self.store, opts["resume"])
+            sid = self.store.get_session(opts["resume"]).id
+            # one writer per session (core/lease.py), then what the store could not take last time
+            self._lease = acquire_lease(self.store, sid, take_over=opts["take_over"])
+            import_pending(self.store, sid)
+            stored = Session.resume(self.store, sid)
             recorded = dict(stored.meta.get(META_KEY) or {})
+        # every option not given: as the session recorded it, else the default (agent/recipe.py)
+        opts = {**opts, **{k: recipe.pick(k, opts, recorded, v) for k, v in recipe.DEFAULTS.items()}}
+        opts.update({k: recipe.pick(k, opts, recorded, None) for k in recipe.WHEN_GIVEN})
 
         # the backend first: what is switched on by default depends on it
         self.backend: Backend = self._backend(opts, stored, recorded)
+        if stored is not None:
+            recipe.check_same_model(stored.id, stored.backend, stored.model, self.backend.name, self.backend.model)
         d = backend_defaults(self.backend.name)
         names = stored.prefix.tool_names() if stored is not None else ()
 
@@ -273,7 +301,7 @@ class Harness:
                 return bool(value)
             return in_prefix if stored is not None else d.features
 
-        compaction = self._compaction(opts, d)
+        compaction, compaction_record = self._compaction(opts, d, recorded)
         use_status = on("status", stored is not None and stored.prefix.system_prompt.endswith(OPERATING_MANUAL))
         use_todo = on("todo", all(n in names for n in TODO_TOOLS))
         use_reader = compaction is not None and on("read_result", READ_RESULT_TOOL in names)
@@ -319,8 +347,26 @@ class Harness:
                 store=self.store,
                 backend=self.backend.name,
                 model=self.backend.model,
-                meta={"workspace": str(self.workspace) if self.workspace else None, META_KEY: self._recipe(opts)},
+                meta={"workspace": str(self.workspace) if self.workspace else None},
             )
+            if self.store is not None:
+                self._lease = acquire_lease(self.store, self.session.id)
+        rounds = recipe.pick("max_tool_rounds", opts, recorded, d.max_tool_rounds)
+        ratio = recipe.pick("cache_price_ratio", opts, recorded, d.cache_price_ratio)
+        first = opts["tool_choice_first"]
+        config_record = {
+            **recorded,
+            **self._recipe(opts),
+            **{k: opts[k] for k in recipe.DEFAULTS},
+            "max_tool_rounds": rounds,
+            "cache_price_ratio": ratio,
+            "compaction": compaction_record,
+        }
+        config_record.update({k: opts[k] for k in recipe.WHEN_GIVEN if opts[k] is not None})
+        if config_record != recorded:  # recorded for the next resume, overrides included
+            self.session.meta[META_KEY] = config_record
+            if self.store is not None:
+                self.store.update_meta(self.session.id, self.session.meta)
         reasoning = opts["reasoning"]
         try:
             policy = ReasoningPolicy(cast(ReasoningMode, reasoning)) if isinstance(reasoning, str) else reasoning
@@ -332,26 +378,24 @@ class Harness:
             self.todo.bind(self.session)
         status_bar = None
         if use_status:
-            ratio = opts["cache_price_ratio"]
             status_bar = StatusBar(
                 StatusConfig(
                     mode=opts["status_mode"],
                     max_iterations=opts["max_iterations"],
                     max_repeats=opts["max_repeats"],
-                    alpha=d.cache_price_ratio if ratio is None else ratio,
+                    alpha=ratio,
                 ),
                 todo=self.todo,
                 cwd=str(self.workspace or Path.cwd()),
             )
-        self._explicit_first_choice: ToolChoice | None = opts["tool_choice_first"]
+        self._explicit_first_choice: ToolChoice | None = first
         self._default_first_choice = d.tool_choice_first
-        rounds = opts["max_tool_rounds"]
         config = AgentConfig(
             max_iterations=opts["max_iterations"],
             tool_timeout_s=opts["tool_timeout"],
             max_repeats=opts["max_repeats"],
             tool_choice_first=self._first_choice(),
-            max_tool_rounds=d.max_tool_rounds if rounds is None else rounds,
+            max_tool_rounds=rounds,
             max_tokens=opts["max_tokens"],
             timestamps=opts["timestamps"],
             compaction=compaction,
@@ -380,6 +424,9 @@ class Harness:
             return backend
         model, base_url, gguf = opts["model"], opts["base_url"], opts["gguf"]
         window = opts["window"]
+        if stored is not None:  # refused before anything is loaded or sent (agent/recipe.py)
+            implied = backend or ("openai" if model or base_url else "embedded" if gguf else None)
+            recipe.check_same_model(stored.id, stored.backend, stored.model, implied, model)
         if backend is None and stored is not None:
             backend = stored.backend
             if backend not in ("embedded", "openai"):
@@ -398,9 +445,6 @@ class Harness:
                 raise ConfigError("the openai backend needs the served model's name: model=NAME (CLI: --model NAME)")
             from ctxwright.backends.openai_compat import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, OpenAIBackend
 
-            api_env = opts["api_key_env"]
-            if stored is not None and api_env == "OPENAI_API_KEY":
-                api_env = recorded.get("api_key_env", api_env)
             if stored is not None and opts["base_url"] is None and base_url is not None and is_redacted(base_url):
                 raise ConfigError(
                     f"session {stored.id} was started on a base URL with credentials ({base_url}), which are never "
@@ -411,7 +455,7 @@ class Harness:
                     model=model,
                     base_url=base_url,
                     api_key=opts["api_key"],
-                    api_key_env=api_env,
+                    api_key_env=opts["api_key_env"],
                     context_window=window,
                     timeout=DEFAULT_TIMEOUT_S if opts["timeout"] is None else opts["timeout"],
                     max_retries=DEFAULT_MAX_RETRIES if opts["max_retries"] is None else opts["max_retries"],
@@ -443,21 +487,39 @@ class Harness:
             return self._owned_backend
         raise ConfigError(f"unknown backend {backend!r}: use 'embedded', 'openai', or pass a backend object")
 
-    def _compaction(self, opts: dict[str, Any], d: BackendDefaults) -> CompactionConfig | None:
+    def _compaction(
+        self, opts: dict[str, Any], d: BackendDefaults, recorded: Mapping[str, Any]
+    ) -> tuple[CompactionConfig | None, dict[str, Any] | bool]:
+        """The compaction config to run with, and what to record of it (``False``: off)."""
         given = opts["compaction"]
-        if given is None or given is False:
-            return None
-        if given is not True and not isinstance(given, CompactionConfig):
-            raise ConfigError(f"compaction={given!r}: pass a CompactionConfig, True (defaults) or False (off)")
-        cfg = CompactionConfig() if given is True else replace(given)  # a copy: the caller's stays as given
+        stored = recorded.get("compaction")
+        from_record = given is None and stored is not None
+        if given is None:
+            given = True if stored is None else stored
+        if given is False:
+            return None, False
+        if isinstance(given, CompactionConfig):
+            cfg = replace(given)  # a copy: the caller's stays as given
+        elif given is True:
+            cfg = CompactionConfig()
+        elif isinstance(given, Mapping):  # fields over the recorded config (or the defaults)
+            base = stored if isinstance(stored, Mapping) else {}
+            fields = given if from_record else {**base, **recipe.overrides(given)}
+            cfg = recipe.compaction_from_dict(fields, "compaction")
+            from_record = from_record or isinstance(stored, Mapping)
+        else:
+            raise ConfigError(
+                f"compaction={given!r}: pass a CompactionConfig, a mapping of its fields, True (defaults) or False (off)"
+            )
         summaries = opts["summaries"]
         if summaries is not None:
             cfg.archival_summaries = cfg.full_compaction = bool(summaries)
-        elif not (cfg.archival_summaries or cfg.full_compaction):
+        elif not from_record and not (cfg.archival_summaries or cfg.full_compaction):
             cfg.archival_summaries = cfg.full_compaction = d.features
+        record = recipe.compaction_to_dict(cfg)
         if cfg.window_tokens is None:
             cfg.window_tokens = opts["window"]
-        return cfg
+        return cfg, record
 
     def _recipe(self, opts: dict[str, Any]) -> dict[str, Any]:
         """What :meth:`resume` needs to rebuild this backend, stored in ``Session.meta``
@@ -467,8 +529,6 @@ class Harness:
         if self.backend.name == "openai":
             url = getattr(b, "base_url", None)
             out["base_url"] = redact(url) if isinstance(url, str) else url  # credentials are never stored
-            if opts["api_key_env"] != "OPENAI_API_KEY":
-                out["api_key_env"] = opts["api_key_env"]
         if self.backend.name == "embedded" and opts["gguf"] is not None:
             out["gguf"] = str(getattr(b, "model_path", opts["gguf"]))
         window = getattr(b, "n_ctx", None) or getattr(b, "context_window", None)
@@ -494,6 +554,8 @@ class Harness:
         the session already holds, e.g. to retry after a backend error."""
         if self._closed:
             raise CtxwrightError("this Harness is closed; resume the session in a new one: Harness.resume(session_id)")
+        if self._lease is not None:  # a newer harness of this process may have taken the session
+            self._lease.check()
         self.agent.config.tool_choice_first = self._first_choice()
         return self.agent.run(prompt)
 
@@ -509,6 +571,10 @@ class Harness:
             child.close()
         if self._owned_backend is not None:
             self._owned_backend.close()
+        if self._lease is not None:
+            # a store that cannot be written: the lease of this (ending) process is stale anyway
+            with suppress(CtxwrightError):
+                self._lease.release()
         if self._owned_store is not None:
             self._owned_store.close()
 

@@ -59,29 +59,29 @@ def _given(**options: Any) -> dict[str, Any]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Turn the arguments into one :class:`~ctxwright.harness.Harness` and print its run."""
-    from ctxwright.compaction import CompactionConfig
     from ctxwright.core.store import default_db_path
     from ctxwright.harness import Harness
     from ctxwright.tools.imported import import_tool
 
     tools = [import_tool(spec) for spec in args.tool] if args.tool else None
     system = _system_text(args.system) if args.system is not None else None
+    if args.resume and args.continue_:
+        raise CtxwrightError("--resume ID and --continue both name the session to continue: give one of them")
+    if args.continue_:
+        args.resume = _latest_session(args.db or default_db_path())
     if args.resume and not args.prompt:
-        raise CtxwrightError('--resume needs a follow-up message: ctxwright run --resume ID "follow-up"')
+        how = "--continue" if args.continue_ else "--resume ID"
+        raise CtxwrightError(f'{how} needs a follow-up message: ctxwright run {how} "follow-up"')
     if not args.prompt and (tools is not None or system is not None) and not args.resume:
         raise CtxwrightError('give your agent its task: ctxwright run --system ... --tool ... "the task"')
-    compaction = (
-        False
-        if args.no_compaction
-        else CompactionConfig(
-            **_given(
-                result_cap_tokens=args.result_cap,
-                trigger_ratio=args.clear_at,
-                keep_recent_results=args.keep_results,
-                strategy=args.compaction,
-            )
-        )
+    # only the compaction flags given: on --resume the others are the session's (agent/recipe.py)
+    fields = _given(
+        result_cap_tokens=args.result_cap,
+        trigger_ratio=args.clear_at,
+        keep_recent_results=args.keep_results,
+        strategy=args.compaction,
     )
+    compaction: Any = False if args.no_compaction else (fields or None)
     options = _given(
         backend=args.backend,
         model=args.model,
@@ -108,6 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         stream=args.stream,
         timestamps=args.timestamps or None,
         max_repeats=args.max_repeats,
+        compaction=compaction,
     )
     printer = RunPrinter(console, err_console)
     with Harness(
@@ -115,7 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         tools,
         db=args.db or default_db_path(),
         resume=args.resume,
-        compaction=compaction,
+        take_over=args.take_over,
         on_event=printer,
         **options,
     ) as h:
@@ -140,6 +141,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return 2
     return 0
+
+
+def _latest_session(db: str | Path) -> str:
+    """``--continue``: the top-level session of ``db`` used last."""
+    from ctxwright.core.store import Store
+
+    store = Store(db)
+    try:
+        sid = store.latest_session()
+    finally:
+        store.close()
+    if sid is None:
+        raise CtxwrightError(f'no session to continue in {db}: start one with ctxwright run "the task"')
+    return sid
 
 
 def _print_summary(agent: Agent, result: RunResult, *, wide: bool = False) -> None:
@@ -301,7 +316,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="stream the answer's tokens as they are generated (default: on for the embedded model, off for served)",
     )
     stream.add_argument("--no-stream", dest="stream", action="store_false")
-    r.add_argument("--resume", metavar="ID", help="continue a stored session")
+    r.add_argument(
+        "--resume", metavar="ID", help="continue a stored session, with the options it recorded (flags given override)"
+    )
+    r.add_argument(
+        "--continue",
+        dest="continue_",
+        action="store_true",
+        help="continue the session used last (top-level) in the database, like --resume ID",
+    )
+    r.add_argument(
+        "--take-over",
+        action="store_true",
+        help="continue a session another process is recorded as running (after checking it is gone)",
+    )
     r.add_argument("--max-iterations", type=int, help="model calls before the run stops (default: 20)")
     r.add_argument(
         "--max-tool-rounds", type=int, help="rounds of tool calls before an answer is required (embedded default: 1)"
@@ -449,7 +477,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        err_console.print(Text.assemble(("interrupted", "red"), "; every event so far is saved in the store"))
+        err_console.print(
+            Text.assemble(
+                ("interrupted", "red"),
+                '; every event so far is saved in the store: continue with ctxwright run --continue "..."',
+            )
+        )
         return 130
     except Exception as exc:
         if args.debug:

@@ -33,7 +33,8 @@ class CompactionConfig:
     preview_head_chars: int = 1_200
     preview_tail_chars: int = 400
     #: Where offloaded results go: ``<results_dir>/<session id>/``. ``None``: a
-    #: ``ctxwright-results`` folder next to the database (a temporary one without a store).
+    #: ``ctxwright-results`` folder next to the database; without a store, a fresh private
+    #: temporary folder, removed when the session's agent is gone (``compaction/offload.py``).
     results_dir: Path | None = None
 
     # -- layer 2: noise ----------------------------------------------------------------

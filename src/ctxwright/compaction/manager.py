@@ -20,7 +20,6 @@ layers only rewrite what the model has already seen.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,9 +101,8 @@ class ContextManager:
             store_path = getattr(getattr(session, "store", None), "path", None)
             if store_path is not None and str(store_path) != ":memory:":
                 base = Path(store_path).parent / "ctxwright-results"
-            else:
-                base = Path(tempfile.gettempdir()) / "ctxwright-results"
-        self.files = ResultFiles(Path(base) / session.id)
+        # no store: a fresh private temporary folder, never a fixed /tmp path (compaction/offload.py)
+        self.files = ResultFiles(Path(base) / session.id if base is not None else None)
         self.reader.bind(session, self.files)
         for ev in session.events:
             if isinstance(ev, ToolEvent):

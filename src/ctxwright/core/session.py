@@ -6,7 +6,9 @@ and must send the same bytes again for everything it already sent (that is what 
 provider cached). Events are therefore only ever *appended*; an older part of the
 trajectory can be shown differently only by a later event that says so (a compaction,
 added by later layers), never by editing the event in place. Every event goes to the
-store the moment it is appended, so a crash loses nothing already recorded.
+store the moment it is appended, so a crash loses nothing already recorded; an event the
+store refuses (locked too long, read-only, full) goes to a private recovery file that
+resuming imports (``core/recovery.py``), so a reply already received is never lost.
 
 Events are typed (``core/events.py``); every request is rendered from them by the one
 renderer (``core/render.py``) that resume, the offline audit and ``ctxwright export``
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace as dc_replace
 from typing import Any, TypeVar, overload
 
@@ -35,10 +37,11 @@ from ctxwright.core.events import (
 )
 from ctxwright.core.messages import Message, Usage, sha256_text
 from ctxwright.core.prefix import Prefix
+from ctxwright.core.recovery import RecoveryLog
 from ctxwright.core.render import CURRENT_NULL_CONTENT, NULL_CONTENT_KEY, Renderer, RenderSettings
 from ctxwright.core.request import ChatRequest, RequestOptions, ToolChoice
 from ctxwright.core.store import Store
-from ctxwright.errors import PrefixFrozenError
+from ctxwright.errors import PrefixFrozenError, StoreUnusable, StoreWriteFailed
 
 E = TypeVar("E", bound=Event)
 
@@ -70,6 +73,9 @@ class Session:
         self._append_lock = threading.Lock()
         self._renderer: Renderer | None = None
         self._built: tuple[ChatRequest, int] | None = None  # the last request built, from how many events
+        #: set once the store refused a write: from then on every write goes to the recovery file
+        self.recovery: RecoveryLog | None = None
+        self._store_problem: StoreUnusable | None = None
 
     # The prefix has no setter: replacing it mid-session is the cache-breaking mistake.
     @property
@@ -151,10 +157,45 @@ class Session:
             event = event_from_row(-1, event, time.time(), dict(payload or {}))
         with self._append_lock:  # tools running in parallel threads may record events too
             ev = dc_replace(event, seq=len(self.events))
+            problem: StoreUnusable | None = None
             if self.store is not None:
-                self.store.append_event(self.id, ev)
+                if self.recovery is None:
+                    try:
+                        self.store.append_event(self.id, ev)
+                    except StoreUnusable as exc:
+                        problem = exc
+                if self.recovery is not None or problem is not None:
+                    self._recover(lambda log: log.save_event(self.id, ev), problem, what=f"{ev.kind} event {ev.seq}")
             self.events.append(ev)
+        if self.recovery is not None:  # the event is safe on disk, but the run cannot go on
+            raise self._write_failed(f"{ev.kind} event {ev.seq}", problem)
         return ev
+
+    def _recover(self, save: Callable[[RecoveryLog], object], problem: StoreUnusable | None, *, what: str) -> None:
+        """Write to the recovery file (``core/recovery.py``); once the store failed, every
+        later write goes there too, in order."""
+        assert self.store is not None
+        if self.recovery is None:
+            self.recovery = RecoveryLog(self.store.path, self.id)
+            self._store_problem = problem
+        try:
+            save(self.recovery)
+        except OSError as exc:
+            reason = f"{problem}" if problem is not None else "the database refused an earlier write"
+            raise StoreWriteFailed(
+                f"could not store {what} of session {self.id} ({reason}), nor write a recovery file ({exc}); "
+                "it is lost. Fix the database or its folder before running again."
+            ) from exc
+
+    def _write_failed(self, what: str, problem: StoreUnusable | None) -> StoreWriteFailed:
+        assert self.recovery is not None
+        problem = problem or self._store_problem
+        reason = f"{problem}".rstrip(".") if problem is not None else "the database refused an earlier write"
+        return StoreWriteFailed(
+            f"could not store {what} of session {self.id}: {reason}. Nothing is lost: it is "
+            f"{self.recovery.how_to_import()} once the database is usable again.",
+            recovery_path=str(self.recovery.path) if self.recovery.path else None,
+        )
 
     def add_user(self, text: str, **extra: Any) -> UserEvent:
         return self.append(UserEvent(message=Message(role="user", content=text), extra=extra))
@@ -281,29 +322,37 @@ class Session:
             built = self._built
             events = built[1] if built is not None and built[0] is request else len(self.events)
             opts = RequestOptions.of(request, model if model is not None else self.model)
-            self.store.record_call(
-                self.id,
-                idx,
-                {
-                    "request_sha256": sha256_text(raw.decode("utf-8")),
-                    "request_bytes": len(raw),
-                    "prefix_sha256": self._prefix.sha256,
-                    "prompt_tokens": u.prompt_tokens,
-                    "cached_tokens": u.cached_tokens,
-                    "completion_tokens": u.completion_tokens,
-                    "prefill_ms": u.prefill_ms,
-                    "decode_ms": u.decode_ms,
-                    "usage": u.to_dict(),
-                    "ledger": ledger,
-                    "audit": audit,
-                    "error": error,
-                    "model": opts.model,
-                    "tool_choice": opts.tool_choice,
-                    "max_tokens": opts.max_tokens,
-                    "temperature": opts.temperature,
-                    "extra": dict(opts.extra),
-                    "event_count": events,
-                    "wall_ms": wall_ms,
-                },
-            )
+            row = {
+                "request_sha256": sha256_text(raw.decode("utf-8")),
+                "request_bytes": len(raw),
+                "prefix_sha256": self._prefix.sha256,
+                "prompt_tokens": u.prompt_tokens,
+                "cached_tokens": u.cached_tokens,
+                "completion_tokens": u.completion_tokens,
+                "prefill_ms": u.prefill_ms,
+                "decode_ms": u.decode_ms,
+                "usage": u.to_dict(),
+                "ledger": ledger,
+                "audit": audit,
+                "error": error,
+                "model": opts.model,
+                "tool_choice": opts.tool_choice,
+                "max_tokens": opts.max_tokens,
+                "temperature": opts.temperature,
+                "extra": dict(opts.extra),
+                "event_count": events,
+                "wall_ms": wall_ms,
+                "created_at": time.time(),
+            }
+            # never raises for the store: the reply this call returned must still be recorded
+            # (Session.append raises once it is safe in the recovery file)
+            problem: StoreUnusable | None = None
+            with self._append_lock:
+                if self.recovery is None:
+                    try:
+                        self.store.record_call(self.id, idx, row)
+                    except StoreUnusable as exc:
+                        problem = exc
+                if self.recovery is not None or problem is not None:
+                    self._recover(lambda log: log.save_call(self.id, idx, row), problem, what=f"model call {idx}")
         return idx

@@ -16,6 +16,15 @@ Either failure is one :class:`~ctxwright.errors.StoreUnusable` that says what to
 the file left byte for byte as it was.
 
 All SQL names its columns: a migration that adds one never shifts what a read returns.
+
+Faults (issue 11): every file and folder the store creates is private (``core/private.py``).
+A write that meets another process's lock waits -- SQLite's busy timeout, then retries with
+backoff -- for at most ``CTXWRIGHT_DB_WAIT`` seconds (default 60), because SQLite's own
+default gives up after 5 s with ``database is locked`` while a reply is waiting to be
+stored. Every SQLite failure becomes one :class:`~ctxwright.errors.StoreUnusable` (locked,
+read-only, damaged, ...) that names the file and says what to do, never a bare
+``sqlite3.Error``. One session has one writer at a time: the ``session_leases`` table
+records which process runs it (``core/lease.py`` decides when a lease is stale).
 """
 
 from __future__ import annotations
@@ -30,13 +39,22 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ctxwright.core.events import AssistantEvent, Event, UserEvent, event_from_row
 from ctxwright.core.messages import canonical_json
+from ctxwright.core.private import create_private, private_dir
 from ctxwright.core.redact import redact
 from ctxwright.core.request import RequestOptions
-from ctxwright.errors import CtxwrightError, NotADatabase, SchemaTooNew, SessionNotFound, StoreUnusable
+from ctxwright.errors import (
+    CtxwrightError,
+    NotADatabase,
+    SchemaTooNew,
+    SessionNotFound,
+    StoreLocked,
+    StoreReadOnly,
+    StoreUnusable,
+)
 
 if TYPE_CHECKING:
     from ctxwright.core.messages import Message
@@ -44,6 +62,11 @@ if TYPE_CHECKING:
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _USER_VERSION_OFFSET = 60  # of the 100-byte database header: "user version", big-endian
+#: seconds a read or write waits for another process's lock before it fails (env CTXWRIGHT_DB_WAIT)
+DEFAULT_WAIT_S = 60.0
+#: SQLite's own busy timeout per attempt; between attempts the store backs off and retries
+_BUSY_TIMEOUT_S = 5.0
+T = TypeVar("T")
 
 
 def default_db_path() -> Path:
@@ -172,6 +195,27 @@ def m003_call_wall_ms(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE calls ADD COLUMN wall_ms REAL")
 
 
+@migration
+def m004_session_leases(db: sqlite3.Connection) -> None:
+    """Which process runs each session (one writer per session, ``core/lease.py``).
+
+    Two processes appending to one session both number their next event ``len(events)``:
+    the second insert fails with ``IntegrityError`` and its reply is lost. A row here names
+    the holder (a token per harness, its pid, host and process start time, since when); it
+    is deleted when the harness closes, and a row whose process is gone is taken over.
+    """
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS session_leases (
+            session_id TEXT PRIMARY KEY,
+            holder TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            host TEXT NOT NULL,
+            process_started REAL,
+            since REAL NOT NULL
+        )"""
+    )
+
+
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -256,7 +300,7 @@ def _check_file(path: Path) -> None:
     except FileNotFoundError:
         return  # a new store
     except OSError as exc:
-        raise StoreUnusable(f"cannot read the ctxwright database at {path}: {exc}. Check its permissions.") from exc
+        raise StoreUnusable(_os_problem(path, exc)) from exc
     if not head:
         return  # an empty file is an empty SQLite database
     if not head.startswith(_SQLITE_MAGIC) or len(head) < 100:
@@ -275,6 +319,67 @@ def _too_new(path: Path, version: int, names: list[str]) -> SchemaTooNew:
         f"the database at {path} was written by a newer ctxwright ({what}; this build knows schema version "
         f"{SCHEMA_VERSION}); it was not changed. Upgrade ctxwright (pip install -U ctxwright), or point --db or "
         "CTXWRIGHT_DB at another file."
+    )
+
+
+def _os_problem(path: Path, exc: OSError) -> str:
+    """One line for an OS error on the database file or its folder."""
+    why = exc.strerror or str(exc)
+    return (
+        f"cannot use the ctxwright database at {path}: {why} ({exc.filename or path}). Check that the folder "
+        "exists and that you may read and write it, or point --db or CTXWRIGHT_DB at another file."
+    )
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def describe_problem(path: Path, exc: sqlite3.Error, waited_s: float | None = None) -> StoreUnusable:
+    """The one-line error for an SQLite failure on ``path``: what is wrong, what to do."""
+    text = str(exc)
+    low = text.lower()
+    unchanged = "it was not changed"
+    if _is_busy(exc):
+        waited = f" for {waited_s:.0f} s" if waited_s else ""
+        return StoreLocked(
+            f"the ctxwright database at {path} is locked by another process (another ctxwright run or a program "
+            f"writing to it) and stayed locked{waited}; {unchanged}. Wait for that process to finish and run the "
+            "command again, or raise CTXWRIGHT_DB_WAIT (seconds to wait, default 60)."
+        )
+    if "readonly" in low or "read-only" in low:
+        folder = path.parent
+        if path.exists() and os.access(path, os.W_OK) and not os.access(folder, os.W_OK):
+            where = (
+                f"its folder {folder} is read-only, and SQLite must create {path.name}-wal and {path.name}-shm "
+                "next to it"
+            )
+        else:
+            where = "the file is read-only"
+        return StoreReadOnly(
+            f"cannot write the ctxwright database at {path}: {where}; {unchanged}. Make it writable "
+            "(chmod u+w), or copy it to a writable folder and point --db or CTXWRIGHT_DB at the copy."
+        )
+    if "malformed" in low or "not a database" in low or "corrupt" in low:
+        return NotADatabase(
+            f"the ctxwright database at {path} is damaged ({text}: truncated or partly overwritten); {unchanged}. "
+            f"Restore it from a backup (`sqlite3 {path} .recover` may save what is left), or point --db or "
+            "CTXWRIGHT_DB at another file."
+        )
+    if "unable to open" in low:
+        return StoreUnusable(
+            f"cannot open the ctxwright database at {path} ({text}). Check that its folder exists and that you "
+            "may read and write it, or point --db or CTXWRIGHT_DB at another file."
+        )
+    if "full" in low or "disk i/o" in low:
+        return StoreUnusable(
+            f"cannot write the ctxwright database at {path}: {text}. Free some disk space (or check the disk), "
+            "then run the command again."
+        )
+    return StoreUnusable(
+        f"cannot use the ctxwright database at {path}: {text}. Point --db or CTXWRIGHT_DB at another file, or "
+        "move this one away and start again."
     )
 
 
@@ -360,45 +465,110 @@ _CALL_COLUMNS = (
 _CALL_JSON_COLUMNS = ("usage", "ledger", "audit", "extra", "options_unknown")
 
 
-class Store:
-    """One SQLite database (WAL mode). Thread-safe: tool threads may record concurrently."""
+@dataclass(frozen=True)
+class LeaseRow:
+    """Who runs a session: one harness (``holder``, a random token) in one process."""
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    session_id: str
+    holder: str
+    pid: int
+    host: str
+    process_started: float | None
+    since: float
+
+
+def _wait_from_env() -> float:
+    raw = os.environ.get("CTXWRIGHT_DB_WAIT")
+    if not raw:
+        return DEFAULT_WAIT_S
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        raise StoreUnusable(f"CTXWRIGHT_DB_WAIT={raw!r} is not a number of seconds; set it to e.g. 60") from None
+
+
+class Store:
+    """One SQLite database (WAL mode). Thread-safe: tool threads may record concurrently.
+
+    ``wait_s``: how long a read or write waits for another process's lock, in SQLite busy
+    timeouts of at most 5 s with backoff between them (default ``CTXWRIGHT_DB_WAIT`` or 60 s).
+    """
+
+    def __init__(self, path: str | Path | None = None, *, wait_s: float | None = None) -> None:
         self.path = Path(path) if path is not None else default_db_path()
+        self.wait_s = _wait_from_env() if wait_s is None else max(0.0, wait_s)
         memory = str(self.path) == ":memory:"
+        created = False
         if not memory:
             _check_file(self.path)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:  # private: folders made here 0700, the file 0600 (core/private.py)
+                private_dir(self.path.parent)
+                created = create_private(self.path)
+            except OSError as exc:
+                raise StoreUnusable(_os_problem(self.path, exc)) from exc
         self._lock = threading.RLock()
+        busy_s = min(_BUSY_TIMEOUT_S, self.wait_s)
         try:
-            self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+            self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=busy_s)
         except sqlite3.Error as exc:
-            raise StoreUnusable(
-                f"cannot open the ctxwright database at {self.path}: {exc}. "
-                "Point CTXWRIGHT_DB (or --db) at another file, or check the folder's permissions."
-            ) from exc
+            raise describe_problem(self.path, exc) from exc
         self._db.row_factory = sqlite3.Row
         try:
-            applied = _check_schema(self._db, self.path)  # reads only
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            _migrate(self._db, self.path, applied)
-        except StoreUnusable:
+            self._run(self._open)
+        except BaseException:
             self._db.close()
             raise
-        except sqlite3.DatabaseError as exc:
-            self._db.close()
-            raise StoreUnusable(
-                f"cannot open the ctxwright database at {self.path}: {exc}. "
-                "Point CTXWRIGHT_DB (or --db) at another file, or move the damaged one away."
-            ) from exc
+        if created:  # SQLite gives -wal/-shm the database's mode; make sure of it
+            for side in ("-wal", "-shm"):
+                side_path = Path(f"{self.path}{side}")
+                if side_path.exists() and not side_path.is_symlink():
+                    os.chmod(side_path, 0o600)
+
+    def _open(self, db: sqlite3.Connection) -> None:
+        applied = _check_schema(db, self.path)  # reads only
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        _migrate(db, self.path, applied)
+
+    def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(db)`` under the store's thread lock. A lock held by another process is waited
+        out: SQLite's busy timeout per attempt, then backoff and retry, for ``wait_s`` in all.
+        Any SQLite failure becomes one :class:`StoreUnusable` naming the file and the fix."""
+        start = time.monotonic()
+        delay = 0.05
+        while True:
+            try:
+                with self._lock:
+                    return fn(self._db)
+            except StoreUnusable:
+                raise
+            except sqlite3.Error as exc:
+                waited = time.monotonic() - start
+                if _is_busy(exc) and waited + delay < self.wait_s:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+                    continue
+                raise describe_problem(self.path, exc, waited) from exc
+
+    def _execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> None:
+        self._run(lambda db: db.execute(sql, params))
+
+    def _fetchall(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[sqlite3.Row]:
+        return self._run(lambda db: db.execute(sql, params).fetchall())
+
+    def _fetchone(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self._run(lambda db: db.execute(sql, params).fetchone())
+        return row
 
     def schema(self) -> tuple[int, list[str]]:
         """(``user_version``, applied migration names in order)."""
-        with self._lock:
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            names = [r["name"] for r in self._db.execute("SELECT name FROM _migrations ORDER BY rowid").fetchall()]
-        return version, names
+
+        def read(db: sqlite3.Connection) -> tuple[int, list[str]]:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            names = [r["name"] for r in db.execute("SELECT name FROM _migrations ORDER BY rowid").fetchall()]
+            return version, names
+
+        return self._run(read)
 
     # -- writes -------------------------------------------------------------------------
     def create_session(
@@ -413,29 +583,27 @@ class Store:
         session_id: str | None = None,
     ) -> str:
         sid = session_id or uuid.uuid4().hex[:12]
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO sessions (id, parent_id, created_at, prefix_json, prefix_sha256, backend, model, "
-                "meta_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    sid,
-                    parent_id,
-                    time.time(),
-                    canonical_json(prefix),
-                    prefix_sha256,
-                    backend,
-                    model,
-                    canonical_json(meta or {}),
-                ),
-            )
+        self._execute(
+            "INSERT INTO sessions (id, parent_id, created_at, prefix_json, prefix_sha256, backend, model, "
+            "meta_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                sid,
+                parent_id,
+                time.time(),
+                canonical_json(prefix),
+                prefix_sha256,
+                backend,
+                model,
+                canonical_json(meta or {}),
+            ),
+        )
         return sid
 
     def append_event(self, session_id: str, event: Event) -> None:
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO events (session_id, seq, kind, created_at, payload_json) VALUES (?, ?, ?, ?, ?)",
-                (session_id, event.seq, event.kind, event.created_at, canonical_json(event.to_payload())),
-            )
+        self._execute(
+            "INSERT INTO events (session_id, seq, kind, created_at, payload_json) VALUES (?, ?, ?, ?, ?)",
+            (session_id, event.seq, event.kind, event.created_at, canonical_json(event.to_payload())),
+        )
 
     def record_call(self, session_id: str, call_index: int, row: Mapping[str, Any]) -> None:
         """One model call; ``row`` holds the columns of :data:`_CALL_COLUMNS` and the JSON
@@ -447,30 +615,70 @@ class Store:
         values = [
             session_id,
             call_index,
-            time.time(),
+            row.get("created_at") or time.time(),
             *[row.get(c) for c in _CALL_COLUMNS],
             *[canonical_json(row.get(c) or ([] if c == "options_unknown" else {})) for c in _CALL_JSON_COLUMNS],
         ]
-        with self._lock:
-            self._db.execute(
-                f"INSERT OR REPLACE INTO calls ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-                values,
-            )
+        self._execute(
+            f"INSERT OR REPLACE INTO calls ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+            values,
+        )
 
     def update_meta(self, session_id: str, meta: dict[str, Any]) -> None:
-        with self._lock:
-            self._db.execute("UPDATE sessions SET meta_json=? WHERE id=?", (canonical_json(meta), session_id))
+        self._execute("UPDATE sessions SET meta_json=? WHERE id=?", (canonical_json(meta), session_id))
+
+    # -- one writer per session (core/lease.py) ----------------------------------------------
+    def acquire_lease(self, lease: LeaseRow, may_take: Callable[[LeaseRow], bool]) -> LeaseRow | None:
+        """Record ``lease`` as the session's writer unless another holder's lease stands;
+        returns that standing lease (nothing written), or ``None`` when ``lease`` is now held.
+        ``may_take(other)`` decides whether another holder's lease is stale. One transaction
+        (``BEGIN IMMEDIATE``): two processes racing for a session are serialized."""
+
+        def take(db: sqlite3.Connection) -> LeaseRow | None:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                r = db.execute(
+                    "SELECT session_id, holder, pid, host, process_started, since FROM session_leases "
+                    "WHERE session_id=?",
+                    (lease.session_id,),
+                ).fetchone()
+                other = LeaseRow(**dict(r)) if r is not None else None
+                if other is not None and other.holder != lease.holder and not may_take(other):
+                    db.execute("ROLLBACK")
+                    return other
+                db.execute(
+                    "INSERT OR REPLACE INTO session_leases (session_id, holder, pid, host, process_started, since) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (lease.session_id, lease.holder, lease.pid, lease.host, lease.process_started, lease.since),
+                )
+                db.execute("COMMIT")
+                return None
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+
+        return self._run(take)
+
+    def release_lease(self, session_id: str, holder: str) -> None:
+        self._execute("DELETE FROM session_leases WHERE session_id=? AND holder=?", (session_id, holder))
+
+    def lease(self, session_id: str) -> LeaseRow | None:
+        r = self._fetchone(
+            "SELECT session_id, holder, pid, host, process_started, since FROM session_leases WHERE session_id=?",
+            (session_id,),
+        )
+        return LeaseRow(**dict(r)) if r is not None else None
 
     # -- reads --------------------------------------------------------------------------
     def get_session(self, session_id: str) -> SessionRow:
         cols = "id, parent_id, created_at, prefix_json, prefix_sha256, backend, model, meta_json"
-        with self._lock:
-            row = self._db.execute(f"SELECT {cols} FROM sessions WHERE id=?", (session_id,)).fetchone()
-            if row is None:
-                # allow unique prefixes of IDs, like git
-                rows = self._db.execute(f"SELECT {cols} FROM sessions WHERE id LIKE ?", (session_id + "%",)).fetchall()
-                if len(rows) == 1:
-                    row = rows[0]
+        row = self._fetchone(f"SELECT {cols} FROM sessions WHERE id=?", (session_id,))
+        if row is None:
+            # allow unique prefixes of IDs, like git
+            rows = self._fetchall(f"SELECT {cols} FROM sessions WHERE id LIKE ?", (session_id + "%",))
+            if len(rows) == 1:
+                row = rows[0]
         if row is None:
             raise SessionNotFound(
                 f"no session {session_id!r} in {self.path}. Run `ctxwright sessions` to list the IDs "
@@ -487,20 +695,27 @@ class Store:
             meta=json.loads(row["meta_json"]),
         )
 
+    def latest_session(self) -> str | None:
+        """The id of the top-level session used last (its newest event, else its creation)."""
+        row = self._fetchone(
+            """SELECT s.id AS id FROM sessions s WHERE s.parent_id IS NULL
+               ORDER BY COALESCE((SELECT MAX(e.created_at) FROM events e WHERE e.session_id=s.id), s.created_at)
+               DESC, s.created_at DESC LIMIT 1"""
+        )
+        return None if row is None else str(row["id"])
+
     def events(self, session_id: str) -> list[Event]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT seq, kind, created_at, payload_json FROM events WHERE session_id=? ORDER BY seq", (session_id,)
-            ).fetchall()
+        rows = self._fetchall(
+            "SELECT seq, kind, created_at, payload_json FROM events WHERE session_id=? ORDER BY seq", (session_id,)
+        )
         return [event_from_row(r["seq"], r["kind"], r["created_at"], json.loads(r["payload_json"])) for r in rows]
 
     def calls(self, session_id: str) -> list[dict[str, Any]]:
         """Every call of the session as a dict: the columns, the JSON fields decoded."""
         columns = ["call_index", "created_at", *_CALL_COLUMNS, *(f"{c}_json" for c in _CALL_JSON_COLUMNS)]
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT {', '.join(columns)} FROM calls WHERE session_id=? ORDER BY call_index", (session_id,)
-            ).fetchall()
+        rows = self._fetchall(
+            f"SELECT {', '.join(columns)} FROM calls WHERE session_id=? ORDER BY call_index", (session_id,)
+        )
         out = []
         for r in rows:
             d: dict[str, Any] = {"session_id": session_id}
@@ -511,19 +726,18 @@ class Store:
 
     def list_sessions(self, limit: int = 50, include_children: bool = False) -> list[dict[str, Any]]:
         where = "" if include_children else "WHERE s.parent_id IS NULL"
-        with self._lock:
-            rows = self._db.execute(
-                f"""SELECT s.id AS id, s.created_at AS created_at, s.backend AS backend, s.model AS model,
-                       s.parent_id AS parent_id,
-                       (SELECT COUNT(*) FROM events e WHERE e.session_id=s.id) AS events,
-                       (SELECT COUNT(*) FROM calls c WHERE c.session_id=s.id) AS calls,
-                       (SELECT seq FROM events e WHERE e.session_id=s.id AND e.kind=:user
-                        ORDER BY seq LIMIT 1) AS first_seq,
-                       (SELECT payload_json FROM events e WHERE e.session_id=s.id AND e.kind=:user
-                        ORDER BY seq LIMIT 1) AS first_payload
-                   FROM sessions s {where} ORDER BY s.created_at DESC LIMIT :limit""",
-                {"user": UserEvent.KIND, "limit": limit},
-            ).fetchall()
+        rows = self._fetchall(
+            f"""SELECT s.id AS id, s.created_at AS created_at, s.backend AS backend, s.model AS model,
+                   s.parent_id AS parent_id,
+                   (SELECT COUNT(*) FROM events e WHERE e.session_id=s.id) AS events,
+                   (SELECT COUNT(*) FROM calls c WHERE c.session_id=s.id) AS calls,
+                   (SELECT seq FROM events e WHERE e.session_id=s.id AND e.kind=:user
+                    ORDER BY seq LIMIT 1) AS first_seq,
+                   (SELECT payload_json FROM events e WHERE e.session_id=s.id AND e.kind=:user
+                    ORDER BY seq LIMIT 1) AS first_payload
+               FROM sessions s {where} ORDER BY s.created_at DESC LIMIT :limit""",
+            {"user": UserEvent.KIND, "limit": limit},
+        )
         out = []
         for r in rows:
             first = ""
@@ -548,17 +762,21 @@ class Store:
         return out
 
     def children(self, session_id: str) -> list[str]:
-        with self._lock:
-            return [
-                r["id"]
-                for r in self._db.execute(
-                    "SELECT id FROM sessions WHERE parent_id=? ORDER BY created_at", (session_id,)
-                ).fetchall()
-            ]
+        rows = self._fetchall("SELECT id FROM sessions WHERE parent_id=? ORDER BY created_at", (session_id,))
+        return [r["id"] for r in rows]
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SessionRow", "Store", "default_db_path", "options_of"]
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "LeaseRow",
+    "SessionRow",
+    "Store",
+    "default_db_path",
+    "describe_problem",
+    "options_of",
+]
