@@ -21,6 +21,13 @@ pieces, each tool call's id and name then its arguments in pieces, a chunk with 
 reason, a final ``choices: []`` chunk with the usage only when ``stream_options.include_usage``
 asked for it, then ``data: [DONE]``. ``Behaviour.cut_after`` ends a stream (or a plain
 body) early and closes the connection, as a crashing server or proxy does.
+
+It rejects what OpenAI rejects about tool pairing, with OpenAI's own HTTP 400 bodies (see
+:func:`pairing_error`), before any scripted behaviour is used: an assistant message whose
+``tool_calls`` are not all answered by the ``tool`` messages right after it, and a ``tool``
+message that answers no such call. ``validate_pairing=False`` turns that off for a test that
+plays a lenient server (llama.cpp's server does not check). Rejected requests are recorded
+too, and listed in ``rejected``.
 """
 
 from __future__ import annotations
@@ -74,10 +81,18 @@ class FakeOpenAIServer:
     """A ThreadingHTTPServer on 127.0.0.1 (free port) that replays scripted behaviours."""
 
     def __init__(
-        self, behaviours: Iterable[Scripted] = (), *, model: str = "fake-model", fallback: Responder | None = None
+        self,
+        behaviours: Iterable[Scripted] = (),
+        *,
+        model: str = "fake-model",
+        fallback: Responder | None = None,
+        validate_pairing: bool = True,
     ) -> None:
         self.model = model
         self.fallback = fallback
+        self.validate_pairing = validate_pairing
+        #: the 400 bodies sent for requests that broke tool pairing, in order
+        self.rejected: list[JSONDict] = []
         self._queue: deque[Scripted] = deque(behaviours)
         self._recorded: list[RecordedRequest] = []
         self._lock = threading.Lock()
@@ -88,7 +103,7 @@ class FakeOpenAIServer:
 
     def start(self) -> FakeOpenAIServer:
         handler = _make_handler(self)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd = _QuietServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
         self._httpd.block_on_close = False  # a slow scripted reply must not hang shutdown
         # A short poll interval keeps stop() fast (the default makes every test wait 0.5 s).
@@ -398,6 +413,73 @@ class FakeOpenAIServer:
         }
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that vanished (killed, timed out) is not a server error worth a traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
+
+
+def pairing_error(messages: Any) -> JSONDict | None:
+    """OpenAI's HTTP 400 body for a request whose tool messages are not paired, else ``None``.
+
+    The wording is OpenAI's (typo "preceeding" included), with ``param`` naming the offending
+    message as ``messages.[i].role``:
+
+    * an assistant message with ``tool_calls`` must be followed, before any other message or
+      the end, by one ``tool`` message per call id -- "An assistant message with 'tool_calls'
+      must be followed by tool messages responding to each 'tool_call_id'. The following
+      tool_call_ids did not have response messages: ...";
+    * a ``tool`` message must answer a call of that assistant message not answered yet --
+      "Invalid parameter: messages with role 'tool' must be a response to a preceeding
+      message with 'tool_calls'."
+    """
+    if not isinstance(messages, list):
+        return None
+    open_ids: list[str] = []
+
+    def err(message: str, index: int) -> JSONDict:
+        return {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": f"messages.[{index}].role",
+                "code": None,
+            }
+        }
+
+    def unanswered(index: int) -> JSONDict:
+        return err(
+            "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+            f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(open_ids)}",
+            index,
+        )
+
+    for i, m in enumerate(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role == "tool":
+            cid = m.get("tool_call_id")
+            if cid not in open_ids:
+                return err(
+                    "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with "
+                    "'tool_calls'.",
+                    i,
+                )
+            open_ids.remove(cid)
+            continue
+        if open_ids:
+            return unanswered(i)
+        if role == "assistant":
+            open_ids = [tc.get("id") for tc in m.get("tool_calls") or [] if isinstance(tc, dict)]
+    if open_ids:
+        return unanswered(len(messages))
+    return None
+
+
 def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, like real servers
@@ -469,6 +551,12 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             parsed = self._record(self._read())
             if self.path.rstrip("/").endswith("/chat/completions"):
+                problem = pairing_error(parsed.get("messages")) if isinstance(parsed, dict) else None
+                if problem is not None and server.validate_pairing:
+                    with server._lock:
+                        server.rejected.append(problem)
+                    self._send(FakeOpenAIServer.error(400, problem))
+                    return
                 self._send(server._next(parsed), parsed)
             else:
                 self._send(

@@ -37,6 +37,7 @@ from ctxwright.compaction import CompactionConfig, CompactionReport, ContextMana
 from ctxwright.compaction.budget import ByteScan, sanitize
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.core.events import AssistantEvent
+from ctxwright.core.interrupted import close_open_rounds
 from ctxwright.core.messages import ToolCall, canonical_json
 from ctxwright.core.repeats import DEFAULT_MAX_REPEATS, repeat_counts, repeat_note
 from ctxwright.core.request import ChatRequest, Completion, ToolChoice
@@ -334,6 +335,10 @@ class Agent:
     # -- the loop ------------------------------------------------------------------------
     def run(self, user_input: str | None = None) -> RunResult:
         s = self.session
+        # calls a crash or Ctrl-C left without results: answered before any request (core/interrupted.py)
+        for call, ev in close_open_rounds(s, self._stamp):
+            content = ev.message.content or ""
+            self.on_event("tool", {"call": call, "content": content, "ok": False, "elapsed_ms": 0.0})
         if user_input is not None:
             s.add_user(self._stamp(user_input))
             self.on_event("user", {"content": user_input})

@@ -229,7 +229,9 @@ class ToolEvent(MessageEvent):
 
     ``result_id`` names the result for ``read_result``; ``offload`` is set when the full text
     went to disk; ``repeat_of`` when it equals an earlier result; ``compressed`` names the
-    record-time strategy that shortened it.
+    record-time strategy that shortened it. ``interrupted`` marks the answer the harness
+    recorded for a call whose run was cut short (Ctrl-C, a crash, ``kill -9``) before its
+    result was stored (``core/interrupted.py``): the call may have partially run.
     """
 
     KIND: ClassVar[str] = "tool"
@@ -248,6 +250,7 @@ class ToolEvent(MessageEvent):
             "repeat_of",
             "compressed",
             "invalid_utf8",
+            "interrupted",
         }
     )
 
@@ -263,6 +266,7 @@ class ToolEvent(MessageEvent):
     repeat_of: str | None = None
     compressed: str | None = None
     invalid_utf8: int | None = None
+    interrupted: bool = False
 
     @classmethod
     def build(
@@ -285,6 +289,7 @@ class ToolEvent(MessageEvent):
             repeat_of=fields.pop("repeat_of", None),
             compressed=fields.pop("compressed", None),
             invalid_utf8=fields.pop("invalid_utf8", None),
+            interrupted=bool(fields.pop("interrupted", False)),
             extra=fields,
         )
 
@@ -301,6 +306,8 @@ class ToolEvent(MessageEvent):
             _put(out, key, getattr(self, key))
         if self.offload is not None:
             out["offload"] = self.offload.to_dict()
+        if self.interrupted:  # written only when set: older rows stay byte for byte as they were
+            out["interrupted"] = True
         return out
 
     @classmethod
@@ -309,6 +316,9 @@ class ToolEvent(MessageEvent):
         ok = p.get("ok", True)
         if not isinstance(ok, bool):
             raise EventFormatError(f"{w}: 'ok' is {type(ok).__name__}, not true or false")
+        interrupted = p.get("interrupted", False)
+        if not isinstance(interrupted, bool):
+            raise EventFormatError(f"{w}: 'interrupted' is {type(interrupted).__name__}, not true or false")
         return cls(
             seq=seq,
             created_at=created_at,
@@ -325,6 +335,7 @@ class ToolEvent(MessageEvent):
             repeat_of=_str(p, "repeat_of", w),
             compressed=_str(p, "compressed", w),
             invalid_utf8=_int(p, "invalid_utf8", w),
+            interrupted=interrupted,
             extra=_extra(p, cls.KNOWN),
         )
 
