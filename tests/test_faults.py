@@ -14,6 +14,7 @@ import queue
 import random
 import select
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -393,3 +394,202 @@ def test_a_hundred_kills_lose_nothing_and_every_session_resumes(tmp_path, capsys
     assert stats.corrupt == 0 and stats.lost == 0
     assert rejected == [] and stats.not_resumable == [] and stats.final_runs_ok == sessions
     assert interrupted[0] > 0
+
+
+# -- one writer per session -------------------------------------------------------------------------
+
+
+def _cli(db: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """``ctxwright --db DB ARGV...`` in its own process."""
+    full = {**os.environ, "PYTHONPATH": str(SRC), "NO_PROXY": "127.0.0.1", **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, "-m", "ctxwright.cli.main", "--db", str(db), *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full,
+    )
+
+
+def _session(db: Path, url: str) -> str:
+    """A session the command line can resume: the demo tools (it has no ``--tool`` here)."""
+    with Harness(backend="openai", model="fake", base_url=url, db=db, todo=False, delegate=False) as h:
+        h.run("first")
+        return h.session_id
+
+
+def _wait_for(what: Any, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def _asked(srv: F, text: str) -> bool:
+    return any(m.get("content") == text for r in srv.requests for m in r["messages"])
+
+
+@pytest.mark.slow
+def test_two_processes_on_one_session_the_second_is_refused_and_nothing_is_lost(tmp_path):
+    db = tmp_path / "c.db"
+
+    def respond(req: dict[str, Any]) -> Any:
+        return F.reply_text("the answer to A", delay_s=2.0)
+
+    with F([F.reply_text("hello")], fallback=respond) as srv:
+        sid = _session(db, srv.url)
+        a = _cli(db, "run", "--resume", sid, "from A")
+        _wait_for(lambda: _asked(srv, "from A"))  # A holds the session and waits for its reply
+        b = _cli(db, "run", "--resume", sid, "from B")
+        _b_out, b_err = b.communicate(timeout=60)
+        _a_out, a_err = a.communicate(timeout=60)
+        assert not _asked(srv, "from B")
+    assert a.returncode == 0, a_err
+    assert b.returncode == 2
+    line = _one_line(b_err)
+    assert f"session {sid} is being run by process {a.pid} on host " in line and ", since " in line
+    assert "--take-over" in line and "IntegrityError" not in b_err
+    events = Store(db).events(sid)
+    contents = [e.message.content for e in events if hasattr(e, "message")]
+    assert "from A" in contents and "the answer to A" in contents and "from B" not in contents
+    assert [e.seq for e in events] == list(range(len(events)))
+    assert Store(db).lease(sid) is None  # released when A closed
+
+
+@pytest.mark.slow
+def test_the_lease_of_a_killed_process_is_taken_over(tmp_path):
+    db = tmp_path / "c.db"
+    with F([F.reply_text("hello"), F.reply_text("never read", delay_s=30), F.reply_text("after the kill")]) as srv:
+        sid = _session(db, srv.url)
+        a = _cli(db, "run", "--resume", sid, "from A")
+        _wait_for(lambda: _asked(srv, "from A"))
+        lease = Store(db).lease(sid)
+        assert lease is not None and lease.pid == a.pid
+        a.kill()  # SIGKILL: nothing runs to release the lease
+        a.wait()
+        b = _cli(db, "run", "--resume", sid, "from B")
+        out, err = b.communicate(timeout=60)
+    assert b.returncode == 0, err
+    assert "after the kill" in out
+
+
+def test_the_lease_rules_in_one_process(tmp_path):
+    """Another host's lease is refused (its process cannot be checked from here) unless
+    ``take_over``; a newer harness of this process takes the session from an older one."""
+    from ctxwright.core.lease import acquire
+    from ctxwright.core.store import LeaseRow
+    from ctxwright.errors import SessionInUse
+
+    db = tmp_path / "c.db"
+    with F([F.reply_text("one"), F.reply_text("two"), F.reply_text("three")]) as srv:
+        sid = _session(db, srv.url)
+        store = Store(db)
+        far = LeaseRow(sid, "other-holder", 4242, "build-host-7", None, time.time())
+        assert store.acquire_lease(far, lambda other: True) is None
+        with pytest.raises(SessionInUse, match=r"process 4242 on host build-host-7.*cannot check a process"):
+            acquire(store, sid)
+        acquire(store, sid, take_over=True).release()
+        dead = subprocess.Popen(["true"])
+        dead.wait()  # a pid that no longer exists, on this host
+        here = socket.gethostname()
+        assert store.acquire_lease(LeaseRow(sid, "killed", dead.pid, here, None, time.time()), lambda o: True) is None
+        acquire(store, sid).release()  # stale: taken over without asking
+        old = Harness.resume(sid, db=db, base_url=srv.url)
+        new = Harness.resume(sid, db=db, base_url=srv.url)  # without closing the old one
+        assert new.run("new one").stop_reason == "final_answer"
+        with pytest.raises(SessionInUse, match="taken over by another harness"):
+            old.run("old one")
+        new.close()
+        old.close()
+        store.close()
+
+
+# -- the database is locked while a reply arrives ---------------------------------------------------
+
+
+LOCKER = """
+import sqlite3, sys, time
+con = sqlite3.connect(sys.argv[1], isolation_level=None)
+con.execute("BEGIN IMMEDIATE")  # the write lock: every other writer waits
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+con.execute("COMMIT")
+"""
+
+
+def _lock_when_asked(db: Path, seconds: float, reply: str) -> Any:
+    """A responder that, when the run's follow-up arrives, has another process take the
+    database's write lock for ``seconds``, then answers: the reply reaches the run while it
+    cannot write."""
+    lockers: list[subprocess.Popen[str]] = []
+
+    def respond(req: dict[str, Any]) -> Any:
+        p = subprocess.Popen([sys.executable, "-c", LOCKER, str(db), str(seconds)], stdout=subprocess.PIPE, text=True)
+        assert p.stdout is not None and p.stdout.readline().strip() == "locked"
+        lockers.append(p)
+        return F.reply_text(reply)
+
+    respond.lockers = lockers  # type: ignore[attr-defined]
+    return respond
+
+
+@pytest.mark.slow
+def test_a_write_lock_held_past_sqlites_five_seconds_is_waited_out(tmp_path):
+    db = tmp_path / "c.db"
+    with F([F.reply_text("hello")]) as srv:
+        sid = _session(db, srv.url)
+        respond = _lock_when_asked(db, 7.0, "worth the wait")
+        srv.fallback = respond
+        t0 = time.monotonic()
+        out, err = _cli(db, "run", "--resume", sid, "--base-url", srv.url, "q").communicate(timeout=120)
+        waited = time.monotonic() - t0
+        for p in respond.lockers:
+            p.wait(timeout=30)
+    assert "worth the wait" in out, err
+    assert waited > 6.5  # it really waited past SQLite's own 5 s
+    contents = [e.message.content for e in Store(db).events(sid) if hasattr(e, "message")]
+    assert "worth the wait" in contents
+
+
+@pytest.mark.slow
+def test_a_reply_the_store_cannot_take_goes_to_a_private_recovery_file_and_resume_imports_it(tmp_path):
+    db = tmp_path / "c.db"
+    with F([F.reply_text("hello")]) as srv:
+        sid = _session(db, srv.url)
+        respond = _lock_when_asked(db, 4.0, "a reply worth keeping")
+        srv.fallback = respond
+        run = _cli(db, "run", "--resume", sid, "q", env={"CTXWRIGHT_DB_WAIT": "1"})
+        _out, err = run.communicate(timeout=120)
+        for p in respond.lockers:
+            p.wait(timeout=30)
+        assert run.returncode == 2
+        line = _one_line(err)
+        recovery = tmp_path / "ctxwright-recovery" / f"{sid}.jsonl"
+        assert f"saved in {recovery}" in line and f"ctxwright run --resume {sid}" in line and "is locked" in line
+        assert recovery.stat().st_mode & 0o777 == 0o600 and recovery.parent.stat().st_mode & 0o777 == 0o700
+        assert "a reply worth keeping" in recovery.read_text()
+        stored = Store(db).events(sid)
+        assert "a reply worth keeping" not in [e.message.content for e in stored if hasattr(e, "message")]
+        srv.fallback = None
+        srv.enqueue(F.reply_text("imported and continued"))
+        assert main_run(db, sid, "next") == 0
+        sent = srv.requests[-1]["messages"]
+    assert any(m["role"] == "assistant" and m.get("content") == "a reply worth keeping" for m in sent)
+    assert not recovery.exists()
+    events = Store(db).events(sid)
+    assert [e.seq for e in events] == list(range(len(events)))
+    calls = Store(db).calls(sid)
+    assert [c["call_index"] for c in calls] == list(range(len(calls)))  # the call record came back too
+
+
+def main_run(db: Path, sid: str, prompt: str) -> int:
+    from ctxwright.cli.main import main
+
+    return main(["--db", str(db), "run", "--resume", sid, prompt])
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("ctxwright: ") and "Traceback" not in err
+    return lines[0]

@@ -348,6 +348,12 @@ def describe_problem(path: Path, exc: sqlite3.Error, waited_s: float | None = No
             f"writing to it) and stayed locked{waited}; {unchanged}. Wait for that process to finish and run the "
             "command again, or raise CTXWRIGHT_DB_WAIT (seconds to wait, default 60)."
         )
+    if isinstance(exc, sqlite3.IntegrityError):
+        return StoreUnusable(
+            f"the ctxwright database at {path} already holds that row ({text}): another process wrote to the same "
+            "session at the same time. Run one process per session (a second one is refused unless --take-over "
+            "was given), then resume it."
+        )
     if "readonly" in low or "read-only" in low:
         folder = path.parent
         if path.exists() and os.access(path, os.W_OK) and not os.access(folder, os.W_OK):
