@@ -331,26 +331,7 @@ class Harness:
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"the tool list cannot be used: {exc}") from None
 
-        # the session: new, or the stored one if the tools and prompt still match its prefix
-        manual = "\n\n" + OPERATING_MANUAL if use_status else ""
-        if stored is not None:
-            self.session = stored
-            _check_prefix(stored, opts["system"], manual, use_status, self.tools.specs())
-        else:
-            system = (DEFAULT_SYSTEM if opts["system"] is None else opts["system"]) + manual
-            try:
-                prefix = Prefix.build(system, self.tools.specs())
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
-            self.session = Session.start(
-                prefix,
-                store=self.store,
-                backend=self.backend.name,
-                model=self.backend.model,
-                meta={"workspace": str(self.workspace) if self.workspace else None},
-            )
-            if self.store is not None:
-                self._lease = acquire_lease(self.store, self.session.id)
+        # the run configuration, recorded with the session for the next resume (agent/recipe.py)
         rounds = recipe.pick("max_tool_rounds", opts, recorded, d.max_tool_rounds)
         ratio = recipe.pick("cache_price_ratio", opts, recorded, d.cache_price_ratio)
         first = opts["tool_choice_first"]
@@ -363,10 +344,31 @@ class Harness:
             "compaction": compaction_record,
         }
         config_record.update({k: opts[k] for k in recipe.WHEN_GIVEN if opts[k] is not None})
-        if config_record != recorded:  # recorded for the next resume, overrides included
-            self.session.meta[META_KEY] = config_record
-            if self.store is not None:
-                self.store.update_meta(self.session.id, self.session.meta)
+
+        # the session: new, or the stored one if the tools and prompt still match its prefix
+        manual = "\n\n" + OPERATING_MANUAL if use_status else ""
+        if stored is not None:
+            self.session = stored
+            _check_prefix(stored, opts["system"], manual, use_status, self.tools.specs())
+            if config_record != recorded:  # overrides given again are remembered too
+                self.session.meta[META_KEY] = config_record
+                if self.store is not None:
+                    self.store.update_meta(self.session.id, self.session.meta)
+        else:
+            system = (DEFAULT_SYSTEM if opts["system"] is None else opts["system"]) + manual
+            try:
+                prefix = Prefix.build(system, self.tools.specs())
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            self.session = Session.start(
+                prefix,
+                store=self.store,
+                backend=self.backend.name,
+                model=self.backend.model,
+                meta={"workspace": str(self.workspace) if self.workspace else None, META_KEY: config_record},
+            )
+            if self.store is not None:  # one writer per session (core/lease.py)
+                self._lease = acquire_lease(self.store, self.session.id)
         reasoning = opts["reasoning"]
         try:
             policy = ReasoningPolicy(cast(ReasoningMode, reasoning)) if isinstance(reasoning, str) else reasoning

@@ -147,6 +147,8 @@ def _latest_session(db: str | Path) -> str:
     """``--continue``: the top-level session of ``db`` used last."""
     from ctxwright.core.store import Store
 
+    if not Path(db).expanduser().exists():
+        raise CtxwrightError(f'no session to continue in {db}: start one with ctxwright run "the task"')
     store = Store(db)
     try:
         sid = store.latest_session()
