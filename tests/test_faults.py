@@ -593,3 +593,42 @@ def _one_line(err: str) -> str:
     assert len(lines) == 1, err
     assert lines[0].startswith("ctxwright: ") and "Traceback" not in err
     return lines[0]
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_tool_then_continue(tmp_path):
+    """The story of the issue with a real Ctrl-C: SIGINT while a tool runs, the CLI's advice
+    (``--continue``), and the provider accepting the resumed request."""
+    (tmp_path / "slowtools.py").write_text(
+        "import pathlib, time\n\n\n"
+        "def slow(topic: str) -> str:\n"
+        '    """Look a topic up, slowly."""\n'
+        "    pathlib.Path('started').write_text(topic)\n"
+        "    time.sleep(60)\n"
+        "    return topic\n"
+    )
+    db = tmp_path / "c.db"
+    calls = [("c1", "slow", '{"topic":"tides"}')]
+    with F([F.reply_tool_calls(calls), F.reply_text("The lookup was interrupted.")]) as srv:
+        env = {**os.environ, "PYTHONPATH": str(SRC), "NO_PROXY": "127.0.0.1"}
+        base = [sys.executable, "-m", "ctxwright.cli.main", "--db", str(db), "run", "--tool", "slowtools:slow"]
+        run = subprocess.Popen(
+            [*base, "--backend", "openai", "--model", "fake", "--base-url", srv.url, "look up the tides"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        _wait_for(lambda: (tmp_path / "started").exists())
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=30)
+        assert run.returncode == 130 and 'ctxwright run --continue "..."' in err
+        again = subprocess.run(
+            [*base, "--continue", "what happened?"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert again.returncode == 0, again.stderr
+        assert srv.rejected == [] and "The lookup was interrupted." in again.stdout
+        sent = srv.requests[-1]["messages"]
+    assert [m["role"] for m in sent[-3:]] == ["tool", "user", "user"]  # the answer, the follow-up, the status
+    assert json.loads(sent[-3]["content"])["error"]["type"] == "interrupted"
