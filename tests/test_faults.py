@@ -589,7 +589,8 @@ def main_run(db: Path, sid: str, prompt: str) -> int:
 
 
 def _one_line(err: str) -> str:
-    lines = err.strip().splitlines()
+    """The one error line of a run's stderr (progress lines, "… model call 1", may precede it)."""
+    lines = [line for line in err.strip().splitlines() if not line.startswith("… ")]
     assert len(lines) == 1, err
     assert lines[0].startswith("ctxwright: ") and "Traceback" not in err
     return lines[0]

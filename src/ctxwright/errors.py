@@ -69,7 +69,14 @@ class EventFormatError(CtxwrightError, ValueError):
 
 
 class StoreUnusable(CtxwrightError):
-    """The database file cannot be used as a ctxwright store; it was left untouched."""
+    """The database file cannot be used as a ctxwright store; it was left untouched.
+
+    ``reason`` says what is wrong without the advice (a message built around it, such as
+    :class:`StoreWriteFailed`'s, gives its own)."""
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
 class NotADatabase(StoreUnusable):

@@ -181,7 +181,7 @@ class Session:
         try:
             save(self.recovery)
         except OSError as exc:
-            reason = f"{problem}" if problem is not None else "the database refused an earlier write"
+            reason = problem.reason if problem is not None else "the database refused an earlier write"
             raise StoreWriteFailed(
                 f"could not store {what} of session {self.id} ({reason}), nor write a recovery file ({exc}); "
                 "it is lost. Fix the database or its folder before running again."
@@ -190,7 +190,7 @@ class Session:
     def _write_failed(self, what: str, problem: StoreUnusable | None) -> StoreWriteFailed:
         assert self.recovery is not None
         problem = problem or self._store_problem
-        reason = f"{problem}".rstrip(".") if problem is not None else "the database refused an earlier write"
+        reason = problem.reason.rstrip(".") if problem is not None else "the database refused an earlier write"
         return StoreWriteFailed(
             f"could not store {what} of session {self.id}: {reason}. Nothing is lost: it is "
             f"{self.recovery.how_to_import()} once the database is usable again.",

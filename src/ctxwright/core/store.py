@@ -343,10 +343,14 @@ def describe_problem(path: Path, exc: sqlite3.Error, waited_s: float | None = No
     unchanged = "it was not changed"
     if _is_busy(exc):
         waited = f" for {waited_s:.0f} s" if waited_s else ""
-        return StoreLocked(
+        reason = (
             f"the ctxwright database at {path} is locked by another process (another ctxwright run or a program "
-            f"writing to it) and stayed locked{waited}; {unchanged}. Wait for that process to finish and run the "
-            "command again, or raise CTXWRIGHT_DB_WAIT (seconds to wait, default 60)."
+            f"writing to it) and stayed locked{waited}"
+        )
+        return StoreLocked(
+            f"{reason}; {unchanged}. Wait for that process to finish and run the command again, or raise "
+            "CTXWRIGHT_DB_WAIT (seconds to wait, default 60).",
+            reason=f"{reason} (CTXWRIGHT_DB_WAIT sets how long to wait)",
         )
     if isinstance(exc, sqlite3.IntegrityError):
         return StoreUnusable(
@@ -365,13 +369,15 @@ def describe_problem(path: Path, exc: sqlite3.Error, waited_s: float | None = No
             where = "the file is read-only"
         return StoreReadOnly(
             f"cannot write the ctxwright database at {path}: {where}; {unchanged}. Make it writable "
-            "(chmod u+w), or copy it to a writable folder and point --db or CTXWRIGHT_DB at the copy."
+            "(chmod u+w), or copy it to a writable folder and point --db or CTXWRIGHT_DB at the copy.",
+            reason=f"cannot write the ctxwright database at {path}: {where}",
         )
     if "malformed" in low or "not a database" in low or "corrupt" in low:
         return NotADatabase(
             f"the ctxwright database at {path} is damaged ({text}: truncated or partly overwritten); {unchanged}. "
             f"Restore it from a backup (`sqlite3 {path} .recover` may save what is left), or point --db or "
-            "CTXWRIGHT_DB at another file."
+            "CTXWRIGHT_DB at another file.",
+            reason=f"the ctxwright database at {path} is damaged ({text})",
         )
     if "unable to open" in low:
         return StoreUnusable(
@@ -381,11 +387,13 @@ def describe_problem(path: Path, exc: sqlite3.Error, waited_s: float | None = No
     if "full" in low or "disk i/o" in low:
         return StoreUnusable(
             f"cannot write the ctxwright database at {path}: {text}. Free some disk space (or check the disk), "
-            "then run the command again."
+            "then run the command again.",
+            reason=f"cannot write the ctxwright database at {path}: {text}",
         )
     return StoreUnusable(
         f"cannot use the ctxwright database at {path}: {text}. Point --db or CTXWRIGHT_DB at another file, or "
-        "move this one away and start again."
+        "move this one away and start again.",
+        reason=f"cannot use the ctxwright database at {path}: {text}",
     )
 
 
