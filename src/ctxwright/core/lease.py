@@ -65,6 +65,10 @@ def process_started(pid: int) -> float | None:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (signal 0 checks without signalling).
+    On Windows ``os.kill`` would terminate it, so there every pid counts as alive."""
+    if os.name == "nt":
+        return True
     if pid <= 0:
         return False
     try:
@@ -118,7 +122,8 @@ class Lease:
         raise SessionInUse(_busy_message(self.row.session_id, current, taken=True))
 
     def release(self) -> None:
-        self.store.release_lease(self.row.session_id, self.row.holder)
+        # a short wait: a lease this ending process cannot delete is stale once it exits
+        self.store.release_lease(self.row.session_id, self.row.holder, wait_s=2.0)
 
 
 def acquire(store: Store, session_id: str, *, take_over: bool = False, holder: str | None = None) -> Lease:

@@ -48,7 +48,7 @@ def open_private(path: Path, *, append: bool = False) -> BinaryIO:
     flags = os.O_WRONLY | os.O_CREAT | _NOFOLLOW | _CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
     fd = os.open(path, flags, FILE_MODE)
     try:
-        os.fchmod(fd, FILE_MODE)
+        _fchmod(fd)
         return os.fdopen(fd, "ab" if append else "wb")
     except BaseException:
         os.close(fd)
@@ -62,10 +62,17 @@ def create_private(path: Path) -> bool:
     except FileExistsError:
         return False
     try:
-        os.fchmod(fd, FILE_MODE)
+        _fchmod(fd)
     finally:
         os.close(fd)
     return True
+
+
+def _fchmod(fd: int) -> None:
+    """Exactly 0600 whatever the umask (POSIX; Windows has no such modes)."""
+    fchmod = getattr(os, "fchmod", None)
+    if fchmod is not None:
+        fchmod(fd, FILE_MODE)
 
 
 __all__ = ["DIR_MODE", "FILE_MODE", "create_private", "open_private", "private_dir"]

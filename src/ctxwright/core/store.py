@@ -544,10 +544,12 @@ class Store:
         db.execute("PRAGMA synchronous=NORMAL")
         _migrate(db, self.path, applied)
 
-    def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _run(self, fn: Callable[[sqlite3.Connection], T], *, wait_s: float | None = None) -> T:
         """``fn(db)`` under the store's thread lock. A lock held by another process is waited
-        out: SQLite's busy timeout per attempt, then backoff and retry, for ``wait_s`` in all.
-        Any SQLite failure becomes one :class:`StoreUnusable` naming the file and the fix."""
+        out: SQLite's busy timeout per attempt, then backoff and retry, for ``wait_s`` in all
+        (default the store's). Any SQLite failure becomes one :class:`StoreUnusable` naming the
+        file and the fix."""
+        budget = self.wait_s if wait_s is None else wait_s
         start = time.monotonic()
         delay = 0.05
         while True:
@@ -558,7 +560,7 @@ class Store:
                 raise
             except sqlite3.Error as exc:
                 waited = time.monotonic() - start
-                if _is_busy(exc) and waited + delay < self.wait_s:
+                if _is_busy(exc) and waited + delay < budget:
                     time.sleep(delay)
                     delay = min(delay * 2, 1.0)
                     continue
@@ -674,8 +676,19 @@ class Store:
 
         return self._run(take)
 
-    def release_lease(self, session_id: str, holder: str) -> None:
-        self._execute("DELETE FROM session_leases WHERE session_id=? AND holder=?", (session_id, holder))
+    def release_lease(self, session_id: str, holder: str, *, wait_s: float | None = None) -> None:
+        """Delete the lease if ``holder`` still holds it, waiting at most ``wait_s`` for a lock."""
+
+        def release(db: sqlite3.Connection) -> None:
+            if wait_s is not None:
+                db.execute(f"PRAGMA busy_timeout = {int(min(wait_s, _BUSY_TIMEOUT_S) * 1000)}")
+            try:
+                db.execute("DELETE FROM session_leases WHERE session_id=? AND holder=?", (session_id, holder))
+            finally:
+                if wait_s is not None:
+                    db.execute(f"PRAGMA busy_timeout = {int(min(self.wait_s, _BUSY_TIMEOUT_S) * 1000)}")
+
+        self._run(release, wait_s=wait_s)
 
     def lease(self, session_id: str) -> LeaseRow | None:
         r = self._fetchone(
