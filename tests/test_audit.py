@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,8 @@ from ctxwright.tools.builtin import default_tools
 
 REQUEST_KEYS = {
     "index",
+    "conversation",
+    "options_changed",
     "prompt_tokens",
     "reusable_prefix_tokens",
     "reusable_prefix_bytes",
@@ -45,6 +48,11 @@ REQUEST_KEYS = {
 }
 SUMMARY_KEYS = {
     "requests",
+    "conversations",
+    "usage_known",
+    "cached_known",
+    "causes",
+    "options_changed",
     "prompt_tokens",
     "reusable_tokens",
     "cached_tokens",
@@ -176,13 +184,14 @@ def test_tools_changed_by_order_and_by_set(tmp_path):
 
 
 def test_history_edited_with_cjk_offset(tmp_path):
-    log = [openai("s", [U("你好世界，请帮忙")]), openai("s", [U("你好地球，请帮忙"), A("a")])]
+    q = U("q")
+    log = [openai("s", [q, A("你好世界，请帮忙")]), openai("s", [q, A("你好地球，请帮忙"), U("more")])]
     rows, _ = audit(write_jsonl(tmp_path / "log.jsonl", log))
     assert causes(rows) == ["first", "history_edited"]
-    assert div(rows[1]) == {"message_index": 1, "field": "content", "byte_offset": 6}
+    assert div(rows[1]) == {"message_index": 2, "field": "content", "byte_offset": 6}
     assert rows[1].first_divergence.after.startswith("地球")
-    # reusable: "s" + '{"content":"你好' (12 + 6 bytes)
-    assert rows[1].reusable_prefix_bytes == 1 + 12 + 6
+    # reusable: "s" + the user message + '{"content":"你好' (12 + 6 bytes)
+    assert rows[1].reusable_prefix_bytes == 1 + nbytes(q) + 12 + 6
 
 
 def test_history_removed_by_a_sliding_window(tmp_path):
@@ -214,7 +223,8 @@ def test_inserted_message_of_another_role_is_other(tmp_path):
 
 
 def test_body_without_system_message_has_empty_message_zero(tmp_path):
-    rows, _ = audit(write_jsonl(tmp_path / "log.jsonl", [openai(None, [U("ab")]), openai(None, [U("ac")])]))
+    log = [openai(None, [U("ab"), A("x")]), openai(None, [U("ac"), A("x"), U("y")])]
+    rows, _ = audit(write_jsonl(tmp_path / "log.jsonl", log))
     assert causes(rows) == ["first", "history_edited"]
     assert div(rows[1]) == {"message_index": 1, "field": "content", "byte_offset": 1}
 
@@ -252,7 +262,7 @@ def test_anthropic_bodies_system_is_message_zero(tmp_path):
     r0 = anthropic(system, first)
     r1 = anthropic(system, [*first, tool_use("t1"), tool_result("t1", "你好世界")])
     r2 = anthropic(system, [*first, tool_use("t1"), tool_result("t1", "你好地球")])
-    r3 = anthropic(system, [{"role": "user", "content": "你好地球"}])
+    r3 = anthropic(system, [{"role": "user", "content": "你好地球"}, *r1["messages"][1:]])
     path = write_jsonl(tmp_path / "log.jsonl", [r0, r1, r2, r3])
     reqs, problems = load_requests(path)
     assert problems == []
@@ -552,13 +562,14 @@ def test_session_export_one_request_per_call_with_markers(tmp_path):
 
 
 def test_compaction_that_rewrote_history_is_compaction_not_history_edited():
-    """A hand-built request pair where the compacted request really differs."""
+    """A hand-built request pair where the compacted request really differs (requests of a
+    log without sessions: the conversation is found by the log rules)."""
     exp = hand_built_export()
-    reqs, _ = parse_log(json.dumps(exp).encode())
+    reqs = [replace(r, conversation=None) for r in parse_log(json.dumps(exp).encode())[0]]
     compacted = AuditRequest(
         reqs[2].system,
         reqs[2].tools,
-        [U("[summary] the user asked the time"), *reqs[2].messages[3:]],
+        [U("[summary] the user asked the time"), *reqs[2].messages[1:]],
         marker="compaction",
     )
     a = Auditor()
@@ -642,7 +653,7 @@ def test_cli_audit_json_has_exactly_the_documented_keys(tmp_path, capsys):
     assert main(["audit", str(cli_log(tmp_path)), "--json"]) == 0
     cap = capsys.readouterr()
     doc = json.loads(cap.out)
-    assert set(doc) == {"requests", "summary"}
+    assert set(doc) == {"requests", "conversations", "summary"}
     assert all(set(r) == REQUEST_KEYS for r in doc["requests"])
     assert set(doc["summary"]) == SUMMARY_KEYS
     assert [r["cause"] for r in doc["requests"]] == ["first", "append", "history_edited"]

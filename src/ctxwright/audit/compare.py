@@ -1,17 +1,57 @@
-"""Per-call prefix audit: where each request first differs from the previous one, how much
-of it a prompt cache could have reused, and how much the backend says it did reuse.
+"""Per-call prefix audit: where each request first differs from the previous one of its
+conversation, how much of it a prompt cache could have reused, and how much the backend says
+it did reuse.
 
 Provider rule protected: prompt caches reuse only the longest identical prefix (OpenAI in
 128-token steps above 1,024 tokens, vLLM in 16-token blocks, llama.cpp token by token).
 The audit therefore measures three things per request:
 
-* **reusable** -- the longest common prefix with the *best* earlier request of the
-  session, in bytes and tokens: the physical maximum any cache could reuse;
-* **first divergence** from the previous request -- message index (the system prompt is
-  message 0), field, byte offset in that field's UTF-8 text, and the text around it;
-* **cause** -- ``first``, ``append``, ``system_changed``, ``tools_changed``,
-  ``history_edited``, ``history_removed``, ``compaction`` (a compaction the harness
-  recorded), ``status_replaced`` (the status bar's replace mode) or ``other``.
+* **reusable** -- the longest common prefix with the *best* earlier request of the log (any
+  conversation: a cache holds every request's prefix, whichever conversation sent it), in
+  bytes and tokens: the physical maximum any cache could reuse;
+* **first divergence** from the previous request *of the same conversation* -- message index
+  (the system prompt is message 0), field, byte offset in that field's UTF-8 text, and the
+  text around it;
+* **cause** -- ``first`` (of its conversation), ``append``, ``system_changed``,
+  ``tools_changed``, ``options_changed``, ``history_edited``, ``history_removed``,
+  ``compaction`` (a compaction the harness recorded), ``status_replaced`` (the status bar's
+  replace mode) or ``other``.
+
+**Options.** ``tool_choice``, ``response_format``, ``parallel_tool_calls``, the model and the
+sampling fields are not part of the message bytes, yet a change of them is a change of the
+request: several servers render them into the prompt (llama.cpp's function-calling chat
+formats write the tool list into the system message only when ``tool_choice`` is set and not
+``"none"``), and a different model or cache key routes to a cold cache. A request whose
+messages only append but whose options changed is ``options_changed``, with the options
+named; the options that changed are listed on every row, whatever its cause.
+
+**Conversations.** A log often holds several independent conversations, one after another
+or interleaved. Comparing each request with the line before it would call every new
+conversation a ``history_edited``. So each request is first assigned to a conversation, by
+its messages only (never by the system prompt or tools, so that a changed system prompt stays
+a ``system_changed`` of the same conversation):
+
+1. it **continues** an open conversation whose latest request's messages are a prefix of its
+   own (equal included): an append, or the same messages under a changed system prompt,
+   tool list or option (the longest such prefix wins);
+2. else it continues the open conversation whose latest request **shares** the most whole
+   messages with it (a sliding window, an edit, a compaction kept the rest) -- except that a
+   request made of one message, the same first message as that conversation, is a new run
+   of the same task, not a cut of the old one;
+3. else it **starts a new conversation**: it is ``first`` of that conversation.
+
+A request with an explicit conversation (a session of a ctxwright export, the live session)
+is assigned by it and never by these rules; one marked as following a recorded compaction or
+status replacement continues the most recent conversation. Two conversations whose requests are identical so
+far cannot be told apart: they are one until they differ.
+
+**Memory.** The audit keeps no request's text except each open conversation's latest request:
+the prefix index holds the distinct segments of the recent requests within a byte budget (two
+generations: when the young one is full the old one is forgotten), at most
+:data:`MAX_OPEN_CONVERSATIONS` conversations are open (the least recently used is closed and
+its summary handed on), and the totals are running sums. A log of any length is audited in
+memory bounded by those limits, not by its size. Forgetting old requests matches the caches it
+models: providers evict a prefix minutes after its last use.
 
 A request is linearised as segments in prompt order -- system text, tool definitions,
 then each message's canonical JSON. Whole segments are matched through a hash chain (so
@@ -24,7 +64,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +72,22 @@ from ctxwright.core.messages import canonical_json
 from ctxwright.core.tokens import TokenCounter
 
 _MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
+
+#: bytes of distinct segments the prefix index keeps (two generations of half this each)
+DEFAULT_INDEX_BYTES = 128 * 1024 * 1024
+#: conversations open at once; the least recently used one beyond this is closed
+MAX_OPEN_CONVERSATIONS = 32
+#: bytes of latest requests the open conversations may hold together
+MAX_OPEN_BYTES = 128 * 1024 * 1024
+#: what one index node costs besides its segment's bytes (dict entries, hashes, list slots)
+_NODE_OVERHEAD = 400
+#: distinct segments whose token count is memoized (by hash) before the memo starts over
+_TOKEN_MEMO = 50_000
+
+
+def utf8(text: str) -> bytes:
+    """UTF-8 bytes of ``text``; a lone surrogate (JSON allows ``"\\ud800"``) is kept, not fatal."""
+    return text.encode("utf-8", "surrogatepass")
 
 
 @dataclass(frozen=True)
@@ -51,6 +107,14 @@ class AuditRequest:
     #: the canonical bytes of each message, when the caller has them already (a live session
     #: caches them per message); must equal ``canonical_json(m)`` of ``messages``
     message_bytes: Sequence[bytes] | None = None
+    #: the request options besides messages and tools (tool_choice, temperature, ...);
+    #: ``None`` when not known, and then never compared
+    options: Mapping[str, Any] | None = None
+    #: the conversation this request belongs to, when the log says (a session id); ``None``:
+    #: decided by the rules of the module docstring
+    conversation: str | None = None
+    #: a name for that conversation in reports (the session id of an export)
+    session: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,16 +140,24 @@ class AuditRow:
     first_divergence: Divergence | None
     cause: str
     completion_tokens: int | None = None
+    #: the conversation's number in the log (0, 1, ... in order of first request)
+    conversation: int = 0
+    #: request options that differ from the previous request of the conversation
+    options_changed: tuple[str, ...] = ()
+    #: the log reported this request's prompt size (its usage), rather than it being counted
+    usage_known: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
             "index": self.index,
+            "conversation": self.conversation,
             "prompt_tokens": self.prompt_tokens,
             "reusable_prefix_tokens": self.reusable_prefix_tokens,
             "reusable_prefix_bytes": self.reusable_prefix_bytes,
             "cached_tokens": self.cached_tokens,
             "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
             "cause": self.cause,
+            "options_changed": list(self.options_changed),
         }
 
 
@@ -109,10 +181,18 @@ class AuditSummary:
     est_cost: float | None = None
     est_cost_if_stable: float | None = None
     causes: dict[str, int] = field(default_factory=dict)
+    conversations: int = 0
+    #: requests whose usage (prompt size) the log reported
+    usage_known: int = 0
+    #: requests whose cached-token count the log reported
+    cached_known: int = 0
+    #: how many requests changed each option
+    options_changed: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "requests": self.requests,
+            "conversations": self.conversations,
             "prompt_tokens": self.prompt_tokens,
             "reusable_tokens": self.reusable_tokens,
             "cached_tokens": self.cached_tokens,
@@ -120,6 +200,10 @@ class AuditSummary:
             "efficiency": self.efficiency,
             "est_cost": self.est_cost,
             "est_cost_if_stable": self.est_cost_if_stable,
+            "usage_known": self.usage_known,
+            "cached_known": self.cached_known,
+            "causes": dict(self.causes),
+            "options_changed": dict(self.options_changed),
         }
 
 
@@ -154,73 +238,123 @@ def _text_of(value: Any) -> str:
     return value if isinstance(value, str) else canonical_json(value)
 
 
-def _context(text: str, byte_offset: int, width: int = 40) -> tuple[str, str]:
-    raw = text.encode("utf-8")
+def _context(raw: bytes, byte_offset: int, width: int = 40) -> tuple[str, str]:
     before = raw[:byte_offset].decode("utf-8", "ignore")[-width:]
     after = raw[byte_offset:].decode("utf-8", "ignore")[:width]
     return before, after
 
 
-def _text_divergence(old: str, new: str) -> tuple[int, str, str]:
-    """(byte offset, text before, text after) of the first difference of two texts.
+def _bytes_divergence(a: bytes, b: bytes) -> tuple[int, str, str]:
+    """(byte offset, text before, text after) of the first difference of ``a`` (old) and ``b`` (new).
 
     The offset is moved back to the start of the UTF-8 character it falls in: 周一 and
     周二 share the first byte of their second character, but the change is the whole
     character, and the context must show it rather than drop its broken tail.
     """
-    a, b = old.encode("utf-8"), new.encode("utf-8")
     off = common_prefix_len(a, b)
     raw = b if off < len(b) else a
     while 0 < off < len(raw) and raw[off] & 0xC0 == 0x80:  # a continuation byte
         off -= 1
-    before, after = _context(new, off)
+    before, after = _context(b, off)
     return off, before, after
+
+
+def _text_divergence(old: str, new: str) -> tuple[int, str, str]:
+    return _bytes_divergence(utf8(old), utf8(new))
 
 
 def _field_divergence(index: int, a: dict[str, Any], b: dict[str, Any]) -> Divergence:
     """The first field of message ``index`` that differs between ``a`` (before) and ``b``."""
-    keys = list(_MESSAGE_FIELDS) + sorted((set(a) | set(b)) - set(_MESSAGE_FIELDS))
+    keys = list(_MESSAGE_FIELDS) + sorted((set(a) | set(b)) - set(_MESSAGE_FIELDS), key=str)
     for k in keys:
         if a.get(k) != b.get(k):
             off, before, after = _text_divergence(_text_of(a.get(k)), _text_of(b.get(k)))
-            return Divergence(index, k, off, role=b.get("role"), before=before, after=after)
-    return Divergence(index, "message", 0, role=b.get("role"))
+            role = b.get("role")
+            return Divergence(
+                index, str(k), off, role=role if isinstance(role, str) else None, before=before, after=after
+            )
+    role = b.get("role")
+    return Divergence(index, "message", 0, role=role if isinstance(role, str) else None)
 
 
-def first_divergence(prev: AuditRequest, cur: AuditRequest) -> Divergence | None:
-    """Where ``cur`` first differs from ``prev`` in prompt order; ``None`` for a pure append."""
-    if prev.system != cur.system:
-        off, before, after = _text_divergence(prev.system, cur.system)
+def changed_options(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The names of the options that differ (an option set on one side only counts); none
+    when either side's options are unknown."""
+    if before is None or after is None:
+        return ()
+    out = []
+    for k in set(before) | set(after):
+        a, b = before.get(k), after.get(k)
+        if a != b and canonical_json(a) != canonical_json(b):  # NaN, 1 vs 1.0: compared as sent
+            out.append(str(k))
+    return tuple(sorted(out))
+
+
+def _option_text(value: Any) -> str:
+    """An option's value, short: a tool_choice that names a function shows as that name."""
+    if isinstance(value, Mapping) and isinstance(value.get("function"), Mapping):
+        name = value["function"].get("name")
+        if isinstance(name, str):
+            return f"function {name}"
+    return "(not set)" if value is None else canonical_json(value)
+
+
+def _options_divergence(before: Mapping[str, Any], after: Mapping[str, Any], names: tuple[str, ...]) -> Divergence:
+    """The options that changed as a divergence: ``before``/``after`` hold their values (the
+    option name too when more than one changed)."""
+
+    def show(opts: Mapping[str, Any]) -> str:
+        if len(names) == 1:
+            return _option_text(opts.get(names[0]))[:40]
+        return "; ".join(f"{k}={_option_text(opts.get(k))}" for k in names)[:60]
+
+    return Divergence(None, "options", 0, before=show(before), after=show(after))
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What the comparison needs of a request besides its messages: hashes, not text."""
+
+    system: str
+    tools: bytes  # canonical JSON of the tool list ("[]" when there is none)
+    hashes: list[bytes]  # one per message
+
+
+def _divergence(prev: AuditRequest, p: _Shape, cur: AuditRequest, c: _Shape) -> Divergence | None:
+    if p.system != c.system:
+        off, before, after = _text_divergence(p.system, c.system)
         return Divergence(0, "content", off, role="system", before=before, after=after)
-    if canonical_json(list(prev.tools)) != canonical_json(list(cur.tools)):
-        off, before, after = _text_divergence(canonical_json(list(prev.tools)), canonical_json(list(cur.tools)))
+    if p.tools != c.tools:
+        off, before, after = _bytes_divergence(p.tools, c.tools)
         return Divergence(None, "tools", off, before=before, after=after)
-    for i, (a, b) in enumerate(zip(prev.messages, cur.messages, strict=False)):
-        if a != b:
-            return _field_divergence(i + 1, a, b)
-    if len(cur.messages) < len(prev.messages):
-        return Divergence(len(cur.messages) + 1, "message", 0)
+    ph, ch = p.hashes, c.hashes
+    for i in range(min(len(ph), len(ch))):
+        if ph[i] != ch[i]:
+            return _field_divergence(i + 1, prev.messages[i], cur.messages[i])
+    if len(ch) < len(ph):
+        return Divergence(len(ch) + 1, "message", 0)
     return None
 
 
-def classify(prev: AuditRequest | None, cur: AuditRequest, div: Divergence | None) -> str:
-    """The cause of the difference between two consecutive requests (see module docstring)."""
-    if prev is None:
+def _classify(
+    prev: AuditRequest | None, p: _Shape | None, cur: AuditRequest, c: _Shape, div: Divergence | None, options: bool
+) -> str:
+    if prev is None or p is None:
         return "first"
     if cur.marker in ("compaction", "status_replaced"):
         return cur.marker
     if div is None:
-        return "append"
+        return "options_changed" if options else "append"
     if div.field == "tools":
         return "tools_changed"
     if div.message_index == 0:
         return "system_changed"
     i = (div.message_index or 1) - 1  # index into .messages
-    if i >= len(cur.messages):
+    if i >= len(c.hashes):
         return "history_removed"
-    if cur.messages[i] in list(prev.messages[i + 1 :]):
+    if c.hashes[i] in p.hashes[i + 1 :]:
         return "history_removed"  # a later message moved up: earlier ones were dropped
-    if i < len(prev.messages) and cur.messages[i].get("role") == prev.messages[i].get("role"):
+    if i < len(p.hashes) and cur.messages[i].get("role") == prev.messages[i].get("role"):
         return "history_edited"
     return "other"
 
@@ -229,13 +363,35 @@ def _h(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
+def _tools_bytes(tools: Sequence[Any]) -> bytes:
+    return utf8(canonical_json(list(tools)))
+
+
+def _shape(req: AuditRequest, segments: list[bytes] | None = None) -> _Shape:
+    segs = segments if segments is not None else segments_of(req)
+    n = len(req.messages)
+    return _Shape(req.system, _tools_bytes(req.tools), [_h(s) for s in segs[len(segs) - n :]] if n else [])
+
+
+def first_divergence(prev: AuditRequest, cur: AuditRequest) -> Divergence | None:
+    """Where ``cur`` first differs from ``prev`` in prompt order; ``None`` for a pure append."""
+    return _divergence(prev, _shape(prev), cur, _shape(cur))
+
+
+def classify(prev: AuditRequest | None, cur: AuditRequest, div: Divergence | None) -> str:
+    """The cause of the difference between two consecutive requests of one conversation."""
+    opts = bool(changed_options(prev.options, cur.options)) if prev is not None else False
+    return _classify(prev, _shape(prev) if prev is not None else None, cur, _shape(cur), div, opts)
+
+
 class PrefixIndex:
     """Every earlier request's segment chain, to find the best earlier match in one pass.
 
     Each chain node keeps its children's segments sorted, because the longest common
     prefix of a byte string with any member of a sorted set is reached at one of its two
     neighbours in that order: a log of many requests that share only the system prompt
-    then costs two comparisons per request, not one per earlier request.
+    then costs two comparisons per request, not one per earlier request. ``size`` is the
+    memory the stored segments take, roughly, so a caller can bound it.
     """
 
     def __init__(self) -> None:
@@ -243,25 +399,30 @@ class PrefixIndex:
         self._children: dict[bytes, dict[bytes, bytes]] = {}
         # chain hash -> the same segments, sorted
         self._sorted: dict[bytes, list[bytes]] = {}
+        self.size = 0
 
-    def add(self, segments: list[bytes]) -> None:
+    def add(self, segments: list[bytes], hashes: list[bytes] | None = None) -> None:
         chain = b""
-        for seg in segments:
-            sh = _h(seg)
-            kids = self._children.setdefault(chain, {})
+        for i, seg in enumerate(segments):
+            sh = hashes[i] if hashes is not None else _h(seg)
+            kids = self._children.get(chain)
+            if kids is None:
+                kids = self._children[chain] = {}
+                self.size += _NODE_OVERHEAD
             if sh not in kids:
                 kids[sh] = seg
                 bisect.insort(self._sorted.setdefault(chain, []), seg)
+                self.size += len(seg) + _NODE_OVERHEAD
             chain = _h(chain + sh)
 
-    def match(self, segments: list[bytes]) -> tuple[int, int]:
+    def match(self, segments: list[bytes], hashes: list[bytes] | None = None) -> tuple[int, int]:
         """(whole segments matched, bytes matched inside the next segment)."""
         chain = b""
         for i, seg in enumerate(segments):
             kids = self._children.get(chain)
             if not kids:
                 return i, 0
-            sh = _h(seg)
+            sh = hashes[i] if hashes is not None else _h(seg)
             if sh in kids:
                 chain = _h(chain + sh)
                 continue
@@ -275,70 +436,47 @@ class PrefixIndex:
         return max(common_prefix_len(seg, sibs[k]) for k in (j - 1, j) if 0 <= k < len(sibs))
 
 
+class RecentPrefixIndex:
+    """A :class:`PrefixIndex` over the recent requests only, in at most ``budget`` bytes.
+
+    Two generations: requests go into the young index; when it holds half the budget it
+    becomes the old one and the previous old one is forgotten. A match looks in both, so every
+    request of the last half-budget of distinct text is always found, whatever the log's length.
+    """
+
+    def __init__(self, budget: int = DEFAULT_INDEX_BYTES) -> None:
+        self.budget = budget
+        self._young = PrefixIndex()
+        self._old: PrefixIndex | None = None
+
+    @property
+    def size(self) -> int:
+        return self._young.size + (self._old.size if self._old is not None else 0)
+
+    def match(self, segments: list[bytes], hashes: list[bytes] | None = None) -> tuple[int, int]:
+        best = self._young.match(segments, hashes)
+        if self._old is not None:
+            best = max(best, self._old.match(segments, hashes))  # more whole segments = more bytes
+        return best
+
+    def add(self, segments: list[bytes], hashes: list[bytes] | None = None) -> None:
+        self._young.add(segments, hashes)
+        if self._young.size > self.budget // 2:
+            self._old, self._young = self._young, PrefixIndex()
+
+
 def segments_of(req: AuditRequest) -> list[bytes]:
-    segs = [req.system.encode("utf-8")]
+    segs = [utf8(req.system)]
     if req.tools:
-        segs.append(canonical_json(list(req.tools)).encode("utf-8"))
+        segs.append(_tools_bytes(req.tools))
     if req.message_bytes is not None:
         segs.extend(req.message_bytes)
     else:
-        segs.extend(canonical_json(m).encode("utf-8") for m in req.messages)
+        segs.extend(utf8(canonical_json(m)) for m in req.messages)
     return segs
 
 
-class Auditor:
-    """Audits a sequence of requests incrementally; one instance per session or log."""
-
-    def __init__(self, counter: TokenCounter | None = None) -> None:
-        self.counter = counter or TokenCounter()
-        self.index = PrefixIndex()
-        self.prev: AuditRequest | None = None
-        self.rows: list[AuditRow] = []
-        self._seg_tokens: dict[bytes, int] = {}
-
-    def _tokens(self, seg: bytes) -> int:
-        n = self._seg_tokens.get(seg)  # bytes cache their hash: a repeated segment costs one lookup
-        if n is None:
-            n = self.counter.count(seg.decode("utf-8", "ignore"))
-            if len(self._seg_tokens) > 20_000:
-                self._seg_tokens.clear()
-            self._seg_tokens[seg] = n
-        return n
-
-    def add(self, req: AuditRequest) -> AuditRow:
-        segs = segments_of(req)
-        whole, partial = self.index.match(segs)
-        reusable_bytes = sum(len(s) for s in segs[:whole]) + partial
-        counted = sum(self._tokens(s) for s in segs)
-        reusable_tok = sum(self._tokens(s) for s in segs[:whole])
-        if partial:
-            reusable_tok += self._tokens(segs[whole][:partial])
-        prompt = req.prompt_tokens if req.prompt_tokens is not None else counted
-        if req.reusable_tokens_hint is not None:
-            reusable_tok = req.reusable_tokens_hint
-        elif req.prompt_tokens is not None and counted:
-            # Our count is of canonical JSON segments, the provider's of its own rendering;
-            # scale to the provider's units so Σcached ÷ Σreusable compares like with like.
-            reusable_tok = round(reusable_tok * req.prompt_tokens / counted)
-        reusable_tok = min(reusable_tok, prompt)
-        div = first_divergence(self.prev, req) if self.prev is not None else None
-        row = AuditRow(
-            len(self.rows),
-            prompt,
-            reusable_tok,
-            reusable_bytes,
-            req.cached_tokens,
-            div,
-            classify(self.prev, req, div),
-            req.completion_tokens,
-        )
-        self.index.add(segs)
-        self.prev = req
-        self.rows.append(row)
-        return row
-
-    def summary(self, prices: Prices | None = None) -> AuditSummary:
-        return summarize(self.rows, prices)
+# -- running totals -------------------------------------------------------------------------
 
 
 def cache_ratios(cached: int, prompt: int, reusable: int) -> tuple[float | None, float | None]:
@@ -347,45 +485,337 @@ def cache_ratios(cached: int, prompt: int, reusable: int) -> tuple[float | None,
     return (round(cached / prompt, 4) if prompt else None, round(cached / reusable, 4) if reusable else None)
 
 
-def summarize(rows: Sequence[AuditRow], prices: Prices | None = None) -> AuditSummary:
-    """Session totals. Hit ratio = Σcached ÷ Σprompt; efficiency = Σcached ÷ Σreusable.
-
-    Both use only requests whose cached count is known. Cost: what the log cost (known
-    cached counts; where unknown, the reusable prefix is assumed cached) and what it
-    would have cost with a stable prefix (each request reusing all of the previous one).
+class Totals:
+    """Running sums over audit rows: the summary of a log (or of one conversation) without
+    keeping its rows. Hit ratio = Σcached ÷ Σprompt; efficiency = Σcached ÷ Σreusable, both
+    over the requests whose cached count is known. Cost: what the log cost (known cached
+    counts; where unknown, the reusable prefix is assumed cached) and what it would have cost
+    with a stable prefix (each request reusing all of the previous one of its conversation).
     """
-    s = AuditSummary(requests=len(rows))
-    s.prompt_tokens = sum(r.prompt_tokens for r in rows)
-    s.reusable_tokens = sum(r.reusable_prefix_tokens for r in rows)
-    known = [r for r in rows if r.cached_tokens is not None]
+
+    def __init__(self) -> None:
+        self.requests = self.prompt = self.reusable = self.completion = 0
+        self.cached = self.cached_known = self.prompt_known = self.reusable_known = self.usage_known = 0
+        self.causes: dict[str, int] = {}
+        self.options: dict[str, int] = {}
+        # token sums the cost estimates need, so prices can be applied at the end
+        self._uncached = self._cached_paid = self._stable_uncached = self._stable_cached = 0
+
+    def add(self, row: AuditRow, prev_prompt: int) -> None:
+        """One row; ``prev_prompt`` is the prompt size of the previous request of its
+        conversation (0 for its first)."""
+        self.requests += 1
+        self.prompt += row.prompt_tokens
+        self.reusable += row.reusable_prefix_tokens
+        self.completion += row.completion_tokens or 0
+        self.usage_known += row.usage_known
+        self.causes[row.cause] = self.causes.get(row.cause, 0) + 1
+        for name in row.options_changed:
+            self.options[name] = self.options.get(name, 0) + 1
+        if row.cached_tokens is not None:
+            self.cached_known += 1
+            self.cached += row.cached_tokens
+            self.prompt_known += row.prompt_tokens
+            self.reusable_known += row.reusable_prefix_tokens
+        paid = min(
+            row.cached_tokens if row.cached_tokens is not None else row.reusable_prefix_tokens, row.prompt_tokens
+        )
+        self._cached_paid += paid
+        self._uncached += row.prompt_tokens - paid
+        stable = min(prev_prompt, row.prompt_tokens)
+        self._stable_cached += stable
+        self._stable_uncached += row.prompt_tokens - stable
+
+    def summary(self, prices: Prices | None = None, conversations: int = 1) -> AuditSummary:
+        s = AuditSummary(
+            requests=self.requests,
+            prompt_tokens=self.prompt,
+            reusable_tokens=self.reusable,
+            causes=dict(self.causes),
+            conversations=conversations if self.requests else 0,
+            usage_known=self.usage_known,
+            cached_known=self.cached_known,
+            options_changed=dict(sorted(self.options.items())),
+        )
+        if self.cached_known:
+            s.cached_tokens = self.cached
+            s.hit_ratio, s.efficiency = cache_ratios(self.cached, self.prompt_known, self.reusable_known)
+        if prices is not None:
+            pc = prices.cached if prices.cached is not None else prices.input
+            out = self.completion * prices.output
+            s.est_cost = round((self._uncached * prices.input + self._cached_paid * pc + out) / 1e6, 6)
+            s.est_cost_if_stable = round(
+                (self._stable_uncached * prices.input + self._stable_cached * pc + out) / 1e6, 6
+            )
+        return s
+
+
+def summarize(rows: Sequence[AuditRow], prices: Prices | None = None) -> AuditSummary:
+    """Session totals of rows already in memory (see :class:`Totals`)."""
+    t = Totals()
+    last: dict[int, int] = {}
     for r in rows:
-        s.causes[r.cause] = s.causes.get(r.cause, 0) + 1
-    if known:
-        s.cached_tokens = sum(r.cached_tokens or 0 for r in known)
-        s.hit_ratio, s.efficiency = cache_ratios(
-            s.cached_tokens, sum(r.prompt_tokens for r in known), sum(r.reusable_prefix_tokens for r in known)
-        )
-    if prices is not None:
-        pc = prices.cached if prices.cached is not None else prices.input
+        t.add(r, 0 if r.cause == "first" else last.get(r.conversation, 0))
+        last[r.conversation] = r.prompt_tokens
+    return t.summary(prices, conversations=len(last))
 
-        def cost(prompt: int, cached: int, out: int | None) -> float:
-            cached = min(cached, prompt)
-            return ((prompt - cached) * prices.input + cached * pc + (out or 0) * prices.output) / 1e6
 
-        s.est_cost = round(
-            sum(
-                cost(
-                    r.prompt_tokens,
-                    r.cached_tokens if r.cached_tokens is not None else r.reusable_prefix_tokens,
-                    r.completion_tokens,
-                )
-                for r in rows
-            ),
-            6,
+# -- conversations --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConversationSummary:
+    """One conversation of a log: where it starts and ends, and its totals."""
+
+    number: int
+    session: str | None
+    first_request: int
+    last_request: int
+    summary: AuditSummary
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.summary
+        return {
+            "conversation": self.number,
+            "session": self.session,
+            "first_request": self.first_request,
+            "last_request": self.last_request,
+            "requests": s.requests,
+            "prompt_tokens": s.prompt_tokens,
+            "reusable_tokens": s.reusable_tokens,
+            "cached_tokens": s.cached_tokens,
+            "hit_ratio": s.hit_ratio,
+            "efficiency": s.efficiency,
+            "causes": s.causes,
+        }
+
+
+@dataclass(eq=False)
+class _Conversation:
+    number: int
+    key: str | None
+    session: str | None
+    first_request: int
+    prev: AuditRequest
+    shape: _Shape
+    size: int
+    last_request: int = 0
+    last_prompt: int = 0
+    totals: Totals = field(default_factory=Totals)
+    _hashset: set[bytes] | None = None
+
+    def hashset(self) -> set[bytes]:
+        if self._hashset is None:
+            self._hashset = set(self.shape.hashes)
+        return self._hashset
+
+    def close(self) -> ConversationSummary:
+        return ConversationSummary(
+            self.number, self.session, self.first_request, self.last_request, self.totals.summary()
         )
-        stable = 0.0
-        for i, r in enumerate(rows):
-            prev_prompt = rows[i - 1].prompt_tokens if i else 0
-            stable += cost(r.prompt_tokens, prev_prompt, r.completion_tokens)
-        s.est_cost_if_stable = round(stable, 6)
-    return s
+
+
+class Conversations:
+    """The open conversations of a log, and the rules that assign a request to one (see the
+    module docstring). Open conversations are kept in least-recently-used order; beyond
+    ``max_open`` of them, or ``max_bytes`` of their latest requests, the oldest is closed and
+    its summary handed to ``on_close``."""
+
+    def __init__(
+        self,
+        max_open: int = MAX_OPEN_CONVERSATIONS,
+        max_bytes: int = MAX_OPEN_BYTES,
+        on_close: Callable[[ConversationSummary], None] | None = None,
+    ) -> None:
+        self.max_open, self.max_bytes, self.on_close = max_open, max_bytes, on_close
+        self._open: dict[int, _Conversation] = {}  # insertion order = least recently used first
+        self._by_key: dict[str, int] = {}
+        self._bytes = 0
+        self.count = 0
+
+    def find(self, req: AuditRequest, hashes: list[bytes]) -> _Conversation | None:
+        if req.conversation is not None:
+            n = self._by_key.get(req.conversation)
+            return self._open.get(n) if n is not None else None
+        best: _Conversation | None = None
+        if req.marker in ("compaction", "status_replaced") and self._open:  # this conversation, changed
+            return next(reversed(self._open.values()))
+        longest = -1
+        for c in self._open.values():  # rule 1: its latest messages are a prefix of these
+            h = c.shape.hashes
+            n = len(h)
+            if c.key is None and n <= len(hashes) and n >= longest and (not n or h[0] == hashes[0]) and hashes[:n] == h:
+                best, longest = c, n
+        if best is not None or not hashes:
+            return best
+        shared_most = 0
+        for c in self._open.values():  # rule 2: the most whole messages in common
+            h = c.shape.hashes
+            if c.key is not None or not h or (len(hashes) == 1 and h[0] == hashes[0]):
+                continue
+            shared = len(c.hashset().intersection(hashes))
+            if shared and shared >= shared_most:
+                best, shared_most = c, shared
+        return best
+
+    def start(self, req: AuditRequest, shape: _Shape, size: int, index: int) -> _Conversation:
+        c = _Conversation(self.count, req.conversation, req.session, index, req, shape, size, last_request=index)
+        self.count += 1
+        self._open[c.number] = c
+        self._bytes += size
+        if req.conversation is not None:
+            self._by_key[req.conversation] = c.number
+        self._evict(keep=c)
+        return c
+
+    def update(self, c: _Conversation, req: AuditRequest, shape: _Shape, size: int, index: int) -> None:
+        """``req`` is now the latest request of ``c`` (and ``c`` the most recently used)."""
+        self._bytes += size - c.size
+        c.prev, c.shape, c.size, c.last_request, c._hashset = req, shape, size, index, None
+        del self._open[c.number]
+        self._open[c.number] = c
+        self._evict(keep=c)
+
+    def _evict(self, keep: _Conversation) -> None:
+        while len(self._open) > self.max_open or (self._bytes > self.max_bytes and len(self._open) > 1):
+            oldest = next(iter(self._open.values()))
+            if oldest is keep:
+                break
+            self._close(oldest)
+
+    def _close(self, c: _Conversation) -> None:
+        del self._open[c.number]
+        self._bytes -= c.size
+        if c.key is not None and self._by_key.get(c.key) == c.number:
+            del self._by_key[c.key]
+        if self.on_close is not None:
+            self.on_close(c.close())
+
+    def close_all(self) -> None:
+        """Close every open conversation, in order of their first request."""
+        for c in sorted(self._open.values(), key=lambda c: c.number):
+            self._close(c)
+
+
+# -- the auditor ----------------------------------------------------------------------------
+
+
+class Auditor:
+    """Audits a sequence of requests incrementally; one instance per session or log.
+
+    ``keep_rows`` keeps every row in :attr:`rows` (a live session shows them); a log of
+    millions of requests is audited with it off, each row handed back by :meth:`add` and the
+    summary kept as running totals. ``on_close`` receives each conversation's summary when it
+    is closed (see :class:`Conversations`; :meth:`finish` closes the rest).
+    """
+
+    def __init__(
+        self,
+        counter: TokenCounter | None = None,
+        *,
+        keep_rows: bool = True,
+        index_budget: int = DEFAULT_INDEX_BYTES,
+        max_open: int = MAX_OPEN_CONVERSATIONS,
+        max_open_bytes: int = MAX_OPEN_BYTES,
+        on_close: Callable[[ConversationSummary], None] | None = None,
+    ) -> None:
+        self.counter = counter or TokenCounter()
+        self.index = RecentPrefixIndex(index_budget)
+        self.conversations = Conversations(max_open, max_open_bytes, on_close)
+        self.keep_rows = keep_rows
+        self.rows: list[AuditRow] = []
+        self.count = 0
+        self.totals = Totals()
+        self._seg_tokens: dict[bytes, int] = {}
+        self._tools: tuple[Sequence[Any], bytes] | None = None
+
+    def _tokens(self, seg: bytes, key: bytes) -> int:
+        n = self._seg_tokens.get(key)
+        if n is None:
+            n = self.counter.count(seg.decode("utf-8", "ignore"))
+            if len(self._seg_tokens) >= _TOKEN_MEMO:
+                self._seg_tokens.clear()
+            self._seg_tokens[key] = n
+        return n
+
+    def _segments(self, req: AuditRequest) -> tuple[list[bytes], bytes]:
+        """The request's segments, and its tool list's bytes (a log repeats one tool list on
+        every line; the reader hands the same object back, serialized here once)."""
+        cached = self._tools
+        if cached is not None and cached[0] is req.tools:
+            tools = cached[1]
+        else:
+            tools = _tools_bytes(req.tools)
+            self._tools = (req.tools, tools)
+        segs = [utf8(req.system)]
+        if req.tools:
+            segs.append(tools)
+        if req.message_bytes is not None:
+            segs.extend(req.message_bytes)
+        else:
+            segs.extend(utf8(canonical_json(m)) for m in req.messages)
+        return segs, tools
+
+    def add(self, req: AuditRequest) -> AuditRow:
+        segs, tools = self._segments(req)
+        hashes = [_h(s) for s in segs]
+        whole, partial = self.index.match(segs, hashes)
+        reusable_bytes = sum(len(s) for s in segs[:whole]) + partial
+        tokens = [self._tokens(s, h) for s, h in zip(segs, hashes, strict=True)]
+        counted = sum(tokens)
+        reusable_tok = sum(tokens[:whole])
+        if partial:
+            reusable_tok += self.counter.count(segs[whole][:partial].decode("utf-8", "ignore"))
+        prompt = req.prompt_tokens if req.prompt_tokens is not None else counted
+        if req.reusable_tokens_hint is not None:
+            reusable_tok = req.reusable_tokens_hint
+        elif req.prompt_tokens is not None and counted:
+            # Our count is of canonical JSON segments, the provider's of its own rendering;
+            # scale to the provider's units so Σcached ÷ Σreusable compares like with like.
+            reusable_tok = round(reusable_tok * req.prompt_tokens / counted)
+        reusable_tok = min(reusable_tok, prompt)
+
+        n_msgs = len(segs) - (2 if req.tools else 1)
+        shape = _Shape(req.system, tools, hashes[len(segs) - n_msgs :])
+        size = sum(len(s) for s in segs)
+        conv = self.conversations.find(req, shape.hashes)
+        prev = conv.prev if conv is not None else None
+        div = _divergence(prev, conv.shape, req, shape) if conv is not None and prev is not None else None
+        options = changed_options(prev.options, req.options) if prev is not None else ()
+        cause = _classify(prev, conv.shape if conv is not None else None, req, shape, div, bool(options))
+        if cause == "options_changed" and prev is not None and prev.options is not None and req.options is not None:
+            div = _options_divergence(prev.options, req.options, options)
+        if conv is None:
+            conv = self.conversations.start(req, shape, size, self.count)
+            prev_prompt = 0
+        else:
+            prev_prompt = conv.last_prompt
+            self.conversations.update(conv, req, shape, size, self.count)
+        row = AuditRow(
+            self.count,
+            prompt,
+            reusable_tok,
+            reusable_bytes,
+            req.cached_tokens,
+            div,
+            cause,
+            req.completion_tokens,
+            conversation=conv.number,
+            options_changed=options,
+            usage_known=req.prompt_tokens is not None,
+        )
+        conv.last_prompt = prompt
+        conv.totals.add(row, prev_prompt)
+        self.totals.add(row, prev_prompt)
+        self.index.add(segs, hashes)
+        self.count += 1
+        if self.keep_rows:
+            self.rows.append(row)
+        return row
+
+    def summary(self, prices: Prices | None = None) -> AuditSummary:
+        return self.totals.summary(prices, conversations=self.conversations.count)
+
+    def finish(self) -> None:
+        """Close every open conversation (each summary goes to ``on_close``)."""
+        self.conversations.close_all()

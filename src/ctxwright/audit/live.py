@@ -17,6 +17,10 @@ from ctxwright.core.render import replay_calls
 from ctxwright.core.request import ChatRequest
 from ctxwright.core.session import Session
 
+#: The conversation of every request a live session audits: one auditor audits one session, so
+#: its requests are never split into conversations by the log rules of ``audit/compare.py``.
+LIVE_CONVERSATION = "live session"
+
 
 def audit_request(request: ChatRequest, usage: Usage | None, marker: str | None = None) -> AuditRequest:
     u = usage or Usage()
@@ -35,6 +39,7 @@ def audit_request(request: ChatRequest, usage: Usage | None, marker: str | None 
         marker=marker,
         reusable_tokens_hint=_hint(u),
         message_bytes=[m.canonical_utf8 for m in rest],
+        conversation=LIVE_CONVERSATION,
     )
 
 
@@ -78,6 +83,7 @@ def past_requests(session: Session) -> Iterator[AuditRequest]:
             marker=rc.marker,
             reusable_tokens_hint=_hint(u),
             message_bytes=[m.canonical_utf8 for m in rc.messages],
+            conversation=LIVE_CONVERSATION,
         )
 
 

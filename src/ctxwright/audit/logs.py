@@ -2,7 +2,7 @@
 
 Why this module exists: the cache audit is only useful if it runs on the logs people
 already have, whatever agent wrote them. So the reader accepts what agents actually
-log and normalises it to one shape (system text, tool list, message dicts, usage):
+log and normalises it to one shape (system text, tool list, message dicts, options, usage):
 
 * JSONL of OpenAI chat-completions request bodies -- the system prompt is the first
   message of role ``system`` or ``developer`` -- or of ``{"request": body, "response":
@@ -11,29 +11,38 @@ log and normalises it to one shape (system text, tool list, message dicts, usage
   content blocks), in either of the two line forms above;
 * ctxwright's own session export (``ctxwright show ID --json``), one object for the
   whole file (pretty-printed or not) or one per JSONL line, expanded into one request
-  per model call.
+  per model call; each session (and each child session) is a conversation of its own.
 
 Messages of a request log are kept exactly as logged, never re-serialised or "cleaned": the
 cache matches bytes, so normalising them would hide the very differences the audit looks
 for. A session export is different: it holds events, not requests, and its requests are
-rendered by the same renderer that rendered the live ones (``core/render.py``).
+rendered by the same renderer that rendered the live ones (``core/render.py``), so its audit
+is the audit the live session stored (request options are not compared there: the live audit
+does not compare them either).
 
-A log is evidence, not input we control: a bad line is reported as a
-:class:`ParseProblem` with its 1-based line number and skipped, never raised.
+A log is evidence, not input we control: a bad line, a bad event or a compaction record that
+names events that are not there is reported as a :class:`ParseProblem` with its 1-based line
+number (and the session and event seq), and the rest is still read -- nothing raises on input.
+
+The log is read as a stream, one line at a time (:func:`read_log`): a log of any size costs
+the memory of its longest line, not of the file. The one exception is a file that is a single
+JSON value spread over many lines (a pretty-printed export): JSON gives no way to read part of
+a value, so that file is parsed whole.
 """
 
 from __future__ import annotations
 
+import io
 import json
-import re
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from ctxwright.audit.compare import AuditRequest
-from ctxwright.core.events import Event, event_from_dict
-from ctxwright.core.messages import Message
+from ctxwright.audit.compare import AuditRequest, utf8
+from ctxwright.core.events import CompactionEvent, Event, MessageEvent, event_from_dict
+from ctxwright.core.messages import Message, canonical_json
 from ctxwright.core.render import RenderSettings, replay_calls
 from ctxwright.core.usage import as_object, first_int, read_usage
 from ctxwright.errors import CtxwrightError, EventFormatError, LogRecordRejected
@@ -41,8 +50,56 @@ from ctxwright.errors import CtxwrightError, EventFormatError, LogRecordRejected
 _SYSTEM_ROLES = ("system", "developer")
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result"})
 _BOM = b"\xef\xbb\xbf"
-_LEADING_SPACE = re.compile(rb"[ \t\r\n]*")
-_ONLY_SPACE = re.compile(rb"[ \t\r\n]*\Z")
+#: a first line longer than this that does not parse is a broken JSONL record, not the
+#: opening line of a pretty-printed document
+_DOCUMENT_FIRST_LINE = 4096
+
+#: The request options compared between calls (OpenAI chat completions, Anthropic Messages,
+#: llama.cpp and vLLM extensions). A positive list, not "every other key": loggers write their
+#: own keys next to the body (timestamps, request ids), which would otherwise change on every
+#: line. What each does to a cache: ``tool_choice``, ``parallel_tool_calls``,
+#: ``response_format``, ``functions``/``function_call``, reasoning and template switches are
+#: rendered into the prompt by several servers' chat templates; ``model``, ``user`` and
+#: ``prompt_cache_key`` choose which cache a request is routed to; the sampling and length
+#: fields do not change the prompt, but a change of them between calls of one conversation
+#: means two call sites share it (a summarizer, a retry path), which is worth seeing.
+OPTION_KEYS = frozenset(
+    {
+        "model",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "functions",
+        "function_call",
+        "reasoning_effort",
+        "reasoning",
+        "thinking",
+        "chat_template_kwargs",
+        "grammar",
+        "json_schema",
+        "user",
+        "prompt_cache_key",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repeat_penalty",
+        "stop",
+        "stop_sequences",
+        "seed",
+        "n",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "service_tier",
+        "verbosity",
+        "modalities",
+    }
+)
 
 _NO_MESSAGES = (
     "no 'messages' list: expected a chat request body, "
@@ -58,150 +115,232 @@ class ParseProblem:
     message: str
 
 
+LogItem = AuditRequest | ParseProblem
+
+
 # -- entry points ---------------------------------------------------------------------------
 
 
-def load_requests(path: str | Path) -> tuple[list[AuditRequest], list[ParseProblem]]:
-    """Every request in the log at ``path``, in order, and the problems met on the way.
+def read_log(path: str | Path) -> Iterator[LogItem]:
+    """Every request in the log at ``path`` and every problem met, in file order, as read.
 
-    Raises ``OSError`` only when the file itself cannot be read; anything wrong inside
-    it becomes a :class:`ParseProblem`.
+    Raises ``OSError`` only when the file itself cannot be opened or read; anything wrong
+    inside it becomes a :class:`ParseProblem`.
     """
-    return parse_log(Path(path).read_bytes())
+    with Path(path).open("rb") as f:
+        yield from read_stream(f)
 
 
-def parse_log(data: bytes) -> tuple[list[AuditRequest], list[ParseProblem]]:
-    """:func:`load_requests` on bytes already in memory.
+def read_stream(f: IO[bytes]) -> Iterator[LogItem]:
+    """:func:`read_log` on an open binary stream (a file, a pipe, bytes in memory).
 
-    The file stays bytes and is decoded line by line: one line with CJK text would
+    The stream stays bytes and is decoded line by line: one line with CJK text would
     otherwise widen a whole decoded log to two or four bytes a character, and one line
     of bad UTF-8 would sink the file instead of being one problem.
     """
+    lines = _Lines(f)
     reader = _Reader()
-    doc = _whole_document(data)
-    if doc is not None:
-        reader.read_document(doc)
-    else:
-        reader.read_lines(_lines(data))
-    return reader.requests, reader.problems
+    head = lines.peek_nonblank(2)
+    if not head:
+        return
+    first = head[0][1]
+    if first.lstrip()[:1] in (b"{", b"["):
+        ok, value = _loads(first)
+        if ok and len(head) == 1 and isinstance(value, list):  # one JSON array on one line
+            yield from reader.read_document(value)
+            return
+        if not ok and len(head) == 2 and len(first) <= _DOCUMENT_FIRST_LINE and not _loads(head[1][1])[0]:
+            # neither line is a value of its own: one value spread over the file (pretty-printed)
+            start = lines.number_of_next()
+            data = lines.rest()
+            doc = _document(data)
+            if doc is not None:
+                yield from reader.read_document(doc)
+                return
+            lines = _Lines(io.BytesIO(data), start=start)
+    yield from reader.read_lines(lines)
 
 
-def _whole_document(data: bytes) -> list[Any] | dict[str, Any] | None:
-    """The file's content if it is exactly one JSON object or array, else ``None``.
+def load_requests(path: str | Path) -> tuple[list[AuditRequest], list[ParseProblem]]:
+    """Every request in the log at ``path``, in order, and the problems met on the way
+    (:func:`read_log`, collected; for logs that fit in memory)."""
+    return _collect(read_log(path))
 
-    A pretty-printed session export spans many lines; JSONL has one value per line. If
-    the first line parses on its own, the file is JSONL (unless it is its only line), so
-    a large log is never parsed twice.
-    """
-    lead = _LEADING_SPACE.match(data, len(_BOM) if data.startswith(_BOM) else 0)
-    start = lead.end() if lead is not None else 0  # the pattern matches the empty string: never None
-    if start >= len(data) or data[start] not in b"{[":
-        return None
-    end = data.find(b"\n", start)
-    if end >= 0 and not _ONLY_SPACE.match(data, end):
-        try:
-            json.loads(data[start:end])
-            return None  # a complete value on the first line, more lines after: JSONL
-        except (ValueError, RecursionError):
-            pass
+
+def parse_log(data: bytes) -> tuple[list[AuditRequest], list[ParseProblem]]:
+    """:func:`load_requests` on bytes already in memory."""
+    return _collect(read_stream(io.BytesIO(data)))
+
+
+def _collect(items: Iterator[LogItem]) -> tuple[list[AuditRequest], list[ParseProblem]]:
+    requests: list[AuditRequest] = []
+    problems: list[ParseProblem] = []
+    for item in items:
+        if isinstance(item, ParseProblem):
+            problems.append(item)
+        else:
+            requests.append(item)
+    return requests, problems
+
+
+def _loads(line: bytes) -> tuple[bool, Any]:
     try:
-        value = json.loads(data)
+        return True, json.loads(line)
     except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, (dict, list)) else None
+        return False, None
 
 
-def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
-    """(1-based number, line) pairs, sliced one at a time so a big log is not copied whole."""
-    pos, n, number = 0, len(data), 0
-    while pos < n:
-        end = data.find(b"\n", pos)
-        if end < 0:
-            end = n
-        number += 1
-        yield number, data[pos:end]
-        pos = end + 1
+def _document(data: bytes) -> list[Any] | dict[str, Any] | None:
+    ok, value = _loads(data)
+    return value if ok and isinstance(value, (dict, list)) else None
+
+
+class _Lines:
+    """(1-based number, line) pairs read lazily from a binary stream, with a look-ahead.
+
+    A line is split at ``\\n`` only and keeps a ``\\r`` (JSON ignores it as white space); a BOM
+    at the start of the stream is dropped.
+    """
+
+    def __init__(self, f: IO[bytes], start: int = 1) -> None:
+        self._f = f
+        self._next = start
+        self._ahead: deque[tuple[int, bytes]] = deque()
+        self._bom = start == 1
+
+    def _read(self) -> tuple[int, bytes] | None:
+        raw = self._f.readline()
+        if not raw:
+            return None
+        if self._bom:
+            self._bom = False
+            if raw.startswith(_BOM):
+                raw = raw[len(_BOM) :]
+        item = (self._next, raw[:-1] if raw.endswith(b"\n") else raw)
+        self._next += 1
+        return item
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        while True:
+            item = self._ahead.popleft() if self._ahead else self._read()
+            if item is None:
+                return
+            yield item
+
+    def peek_nonblank(self, k: int) -> list[tuple[int, bytes]]:
+        """The next ``k`` non-blank lines (fewer at the end), left in place to be read."""
+        found = [item for item in self._ahead if item[1].strip()]
+        while len(found) < k:
+            item = self._read()
+            if item is None:
+                break
+            self._ahead.append(item)
+            if item[1].strip():
+                found.append(item)
+        return found[:k]
+
+    def number_of_next(self) -> int:
+        return self._ahead[0][0] if self._ahead else self._next
+
+    def rest(self) -> bytes:
+        """Everything not read yet, as bytes (the lines looked ahead included)."""
+        head = b"".join(line + b"\n" for _, line in self._ahead)
+        self._ahead.clear()
+        return head + self._f.read()
 
 
 # -- the reader -----------------------------------------------------------------------------
 
 
 class _Reader:
-    """Accumulates requests and problems; shares unchanged messages between requests.
+    """Turns records into requests; shares unchanged messages between consecutive requests.
 
     An append-only log repeats its whole history on every line. Reusing the previous
-    request's message objects where they are equal keeps memory proportional to the
-    distinct text, not to the file size.
+    request's message objects (and their canonical bytes) where they are equal keeps the
+    work and the memory proportional to the new text, not to the file size.
     """
 
     def __init__(self) -> None:
-        self.requests: list[AuditRequest] = []
-        self.problems: list[ParseProblem] = []
         self._prev_messages: list[dict[str, Any]] = []
+        self._prev_bytes: list[bytes] = []
+        self._prev_tools: Sequence[Any] = []
 
-    def problem(self, line: int, message: str) -> None:
-        self.problems.append(ParseProblem(line, message))
-
-    def read_lines(self, lines: Iterator[tuple[int, bytes]]) -> None:
+    def read_lines(self, lines: Iterator[tuple[int, bytes]] | _Lines) -> Iterator[LogItem]:
         for number, line in lines:
             if not line or line.isspace():
                 continue
             try:
                 value = json.loads(line)
             except json.JSONDecodeError as exc:
-                self.problem(number, f"not valid JSON ({exc.msg} at column {exc.colno})")
+                yield ParseProblem(number, f"not valid JSON ({exc.msg} at column {exc.colno})")
                 continue
             except UnicodeDecodeError:
-                self.problem(number, "not valid UTF-8")
+                yield ParseProblem(number, "not valid UTF-8")
                 continue
             except (ValueError, RecursionError) as exc:
-                self.problem(number, f"not valid JSON ({type(exc).__name__})")
+                yield ParseProblem(number, f"not valid JSON ({type(exc).__name__})")
                 continue
-            self.read_record(value, number)
+            yield from self.read_record(value, number)
 
-    def read_document(self, doc: list[Any] | dict[str, Any]) -> None:
+    def read_document(self, doc: list[Any] | dict[str, Any]) -> Iterator[LogItem]:
         """A whole-file JSON value: one record, or an array of records (all on line 1)."""
         if isinstance(doc, list):
             for i, item in enumerate(doc, start=1):
-                self.read_record(item, 1, where=f"item {i}: ")
+                yield from self.read_record(item, 1, where=f"item {i}: ")
         else:
-            self.read_record(doc, 1)
+            yield from self.read_record(doc, 1)
 
-    def read_record(self, value: Any, line: int, where: str = "") -> None:
-        """One JSON value: a session export, a request/response pair or a bare body."""
+    def read_record(self, value: Any, line: int, where: str = "") -> Iterator[LogItem]:
+        """One JSON value: a session export, a request/response pair or a bare body.
+
+        Never raises: a record that breaks the reader in a way no rule below foresaw is still
+        one problem of its line, so the rest of the log is read.
+        """
         try:
             if not isinstance(value, dict):
                 raise LogRecordRejected(f"a JSON {_json_type(value)}, not an object")
             if "events" in value and "prefix" in value:
-                for req, issue in requests_from_export(value):
+                for req, issue in requests_from_export(value, key=f"{line}:{where}"):
                     if issue is not None:
-                        self.problem(line, where + issue)
+                        yield ParseProblem(line, where + issue)
                     if req is not None:
-                        self.add(req)
+                        yield req
                 return
-            self.add(request_from_record(value))
+            yield self.add(request_from_record(value))
         except LogRecordRejected as exc:
-            self.problem(line, where + str(exc))
+            yield ParseProblem(line, where + str(exc))
+        except Exception as exc:  # a last resort: input must never stop the audit
+            yield ParseProblem(
+                line, f"{where}cannot be read (unexpected {type(exc).__name__}: {exc}); skipped. Please report this"
+            )
 
-    def add(self, req: AuditRequest) -> None:
-        shared = _share_prefix(list(req.messages), self._prev_messages)
-        self._prev_messages = shared
-        self.requests.append(replace(req, messages=shared))
-
-
-def _share_prefix(messages: list[dict[str, Any]], prev: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` with its leading run of messages equal to ``prev``'s swapped for prev's objects."""
-    for i in range(min(len(messages), len(prev))):
-        if messages[i] is prev[i]:
-            continue
-        if messages[i] != prev[i]:  # deep comparison in C, no Python loop over text
-            break
-        messages[i] = prev[i]
-    return messages
+    def add(self, req: AuditRequest) -> AuditRequest:
+        """``req`` with the leading messages equal to the previous request's swapped for its
+        objects, their canonical bytes reused, and an equal tool list shared."""
+        if req.message_bytes is not None:  # a rendered export: bytes known already
+            return req
+        tools = req.tools
+        if tools == self._prev_tools:
+            tools = self._prev_tools
+        messages = list(req.messages)
+        prev, prev_bytes = self._prev_messages, self._prev_bytes
+        out: list[bytes] = []
+        try:
+            for i in range(min(len(messages), len(prev))):
+                if messages[i] is not prev[i]:
+                    if messages[i] != prev[i]:  # deep comparison in C, no Python loop over text
+                        break
+                    messages[i] = prev[i]
+                out.append(prev_bytes[i])
+            out.extend(utf8(canonical_json(m)) for m in messages[len(out) :])
+        except RecursionError as exc:
+            raise LogRecordRejected("a message is nested too deeply to compare") from exc
+        self._prev_messages, self._prev_bytes, self._prev_tools = messages, out, tools
+        return replace(req, tools=tools, messages=messages, message_bytes=out)
 
 
 def _json_type(value: Any) -> str:
-    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+    return {list: "array", str: "string", bool: "boolean", type(None): "null", dict: "object"}.get(
         type(value), "number" if isinstance(value, (int, float)) else type(value).__name__
     )
 
@@ -235,7 +374,13 @@ def request_from_record(record: dict[str, Any]) -> AuditRequest:
         cached_tokens=usage["cached_tokens"],
         prompt_tokens=usage["prompt_tokens"],
         completion_tokens=usage["completion_tokens"],
+        options=request_options(body),
     )
+
+
+def request_options(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of a request body that the audit compares (:data:`OPTION_KEYS`)."""
+    return {k: body[k] for k in OPTION_KEYS if k in body}
 
 
 def usage_of(response: Any) -> dict[str, int | None]:
@@ -294,24 +439,55 @@ def text_of(value: Any) -> str:
         return value
     if isinstance(value, list):
         return "".join(b["text"] for b in value if isinstance(b, dict) and isinstance(b.get("text"), str))
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return canonical_json(value)
 
 
 # -- ctxwright session exports --------------------------------------------------------------
 
+Issue = tuple[AuditRequest | None, str | None]
 
-def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest | None, str | None]]:
-    """One request per model call of a session export (and of its child sessions).
+
+def requests_from_export(export: dict[str, Any], key: str = "") -> Iterator[Issue]:
+    """One request per model call of a session export and of its child sessions, parent first.
 
     The events are parsed by ``core/events.py`` and replayed by the one renderer
     (``core/render.py``, the code that rendered the live requests) with the settings the
     export's ``meta`` records: the ``assistant`` event with ``call_index`` k answered the
     request rendered from every event before it. A ``compaction`` event, or a ``status`` event
     in ``replace`` mode, since the previous reply marks the next request, so the audit reports
-    the change as intended rather than as an edit. Yields ``(request, None)`` or
-    ``(None, problem)``.
+    the change as intended rather than as an edit. Each session is a conversation of its own
+    (``key`` makes it unique in the log). Yields ``(request, None)`` or ``(None, problem)``.
+
+    The children are walked with a stack, not by recursion: an export nested a thousand deep
+    is a problem to report, not a crash.
     """
-    sid = export.get("id") or "?"
+    stack: list[tuple[dict[str, Any], str]] = [(export, key + "0")]
+    while stack:
+        exp, path = stack.pop()
+        yield from _session_requests(exp, path)
+        children = exp.get("children")
+        if children is None:
+            continue
+        sid = _session_name(exp)
+        if not isinstance(children, list):
+            yield None, f"session {sid}: 'children' is a JSON {_json_type(children)}, not an array; skipped"
+            continue
+        kids = []
+        for i, child in enumerate(children):
+            if isinstance(child, dict):
+                kids.append((child, f"{path}.{i}"))
+            else:
+                yield None, f"session {sid}: child {i} is a JSON {_json_type(child)}, not a session; skipped"
+        stack.extend(reversed(kids))
+
+
+def _session_name(export: Mapping[str, Any]) -> str:
+    sid = export.get("id")
+    return sid if isinstance(sid, str) and sid else "?"
+
+
+def _session_requests(export: dict[str, Any], key: str) -> Iterator[Issue]:
+    sid = _session_name(export)
     prefix = export.get("prefix")
     raw_events = export.get("events")
     if not isinstance(prefix, dict) or not isinstance(raw_events, list):
@@ -319,7 +495,19 @@ def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest 
         return
     system = text_of(prefix.get("system"))
     tools: list[Any] = prefix["tools"] if isinstance(prefix.get("tools"), list) else []
-    calls = {c.get("call_index"): c for c in export.get("calls") or () if isinstance(c, dict)}
+    if prefix.get("tools") is not None and not isinstance(prefix.get("tools"), list):
+        yield None, f"session {sid}: 'prefix.tools' is a JSON {_json_type(prefix['tools'])}, not an array; no tools"
+    calls: dict[int, dict[str, Any]] = {}
+    raw_calls = export.get("calls")
+    if raw_calls is not None and not isinstance(raw_calls, list):
+        yield None, f"session {sid}: 'calls' is a JSON {_json_type(raw_calls)}, not an array; usage unknown"
+        raw_calls = []
+    for i, c in enumerate(raw_calls or ()):
+        index = first_int(c.get("call_index")) if isinstance(c, dict) else None
+        if not isinstance(c, dict) or index is None:
+            yield None, f"session {sid}: call record {i} has no integer call_index; its usage is unknown"
+            continue
+        calls[index] = c
     events: list[Event] = []
     for i, data in enumerate(raw_events):
         if not isinstance(data, dict):
@@ -329,25 +517,56 @@ def requests_from_export(export: dict[str, Any]) -> Iterator[tuple[AuditRequest 
             events.append(event_from_dict(data, default_seq=i))
         except EventFormatError as exc:
             yield None, f"session {sid}: {exc}; skipped"
+    for issue in compaction_problems(events):
+        yield None, f"session {sid}: {issue}"
     try:
         settings = RenderSettings.from_meta(as_object(export.get("meta")))
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
         yield None, f"session {sid}: {exc}; rendered as recorded"
         settings = RenderSettings()
     produced = 0
     wire = WireCache()
     try:
         for rc in replay_calls(events, settings, tools_in_use=bool(tools)):
-            call = calls.get(rc.reply.call_index) or {}
-            yield _export_request(system, tools, rc.messages, wire, call, rc.marker), None
+            call = calls.get(rc.reply.call_index if rc.reply.call_index is not None else -1) or {}
+            req = _export_request(system, tools, rc.messages, wire, call, rc.marker)
+            yield replace(req, conversation=key, session=sid), None
             produced += 1
     except CtxwrightError as exc:  # e.g. a reasoning policy the recorded messages violate
         yield None, f"session {sid}: {exc}"
     if not produced:
         yield None, f"session {sid}: no model calls (no assistant event with a call_index)"
-    for child in export.get("children") or ():
-        if isinstance(child, dict):
-            yield from requests_from_export(child)
+
+
+def compaction_problems(events: list[Event]) -> Iterator[str]:
+    """What a session's compaction records name that is not there.
+
+    A compaction may only replace or drop message events recorded before it, and place its
+    note before an event of the session. Anything else was not written by ctxwright: the
+    renderer ignores it (a note before no event is shown last), so the requests are still
+    rebuilt, and each such record is reported with its event seq.
+    """
+    seqs = {ev.seq for ev in events}
+    messages_before: set[int] = set()
+    for ev in events:
+        if isinstance(ev, CompactionEvent):
+            where = f"compaction event {ev.seq}"
+            for what, named in (("replace", sorted(ev.replace)), ("drop", sorted(set(ev.drop)))):
+                missing = [s for s in named if s not in messages_before]
+                if missing:
+                    yield (
+                        f"{where}: '{what}' names event(s) {_seq_list(missing)}, which are not message events "
+                        "recorded before it; ignored"
+                    )
+            if ev.note is not None and ev.note.before_seq not in seqs:
+                yield f"{where}: its note is placed before event {ev.note.before_seq}, which does not exist; shown last"
+        elif isinstance(ev, MessageEvent):
+            messages_before.add(ev.seq)
+
+
+def _seq_list(seqs: list[int]) -> str:
+    shown = ", ".join(str(s) for s in seqs[:5])
+    return shown + (f" and {len(seqs) - 5} more" if len(seqs) > 5 else "")
 
 
 class WireCache:

@@ -2,26 +2,36 @@
 
 Why a command of its own: the cheapest fix to a cache-hit problem is finding the one
 changed byte that breaks every later request's prefix. This prints, per request, where
-it first differs from the previous one and why, and for the whole log how much a cache
-could have reused, how much the provider says it did, and what to change.
+it first differs from the previous request of its conversation and why, and for the whole
+log (and each conversation in it) how much a cache could have reused, how much the provider
+says it did, and what to change.
 
-Output is either a table for people or JSON for scripts (``--json``: stdout holds that
-JSON document and nothing else). Lines of the log that cannot be read go to stderr as
-``line N: message`` in both modes.
+It runs in constant memory as it reads: the log is streamed line by line
+(``audit/logs.py``), each row is printed as soon as it is audited, the summary comes from
+running totals, and the conversations' summaries wait in a temporary file, not in memory
+(``audit/compare.py`` bounds what the comparison keeps). A log of millions of requests is
+audited in the memory of a small one.
+
+Output is either a table for people or JSON for scripts (``--json``: stdout holds one JSON
+document, ``{"requests": [...], "conversations": [...], "summary": {...}}``, written as the
+rows are produced). Parts of the log that cannot be read go to stderr as ``line N: message``
+in both modes, as they are met; nothing in the log makes the command raise.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import tempfile
+from collections.abc import Iterable
 from pathlib import Path
+from typing import IO, Any
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
-from ctxwright.audit.compare import Auditor, AuditRow, AuditSummary, Divergence, Prices
-from ctxwright.audit.logs import ParseProblem, load_requests
+from ctxwright.audit.compare import DEFAULT_INDEX_BYTES, Auditor, AuditRow, AuditSummary, Divergence, Prices
+from ctxwright.audit.logs import ParseProblem, read_stream
 from ctxwright.core.tokens import TokenCounter
 
 #: One line of advice per cause that is not an append (shown only for causes present).
@@ -29,6 +39,10 @@ ADVICE = {
     "system_changed": "move dynamic values (time, user profile) out of the system prompt to the end of the trajectory",
     "tools_changed": "keep one tool list, in one order, for the whole session; never add, drop or "
     "reorder tools per turn",
+    "options_changed": "keep request options the same for a whole conversation: several servers render "
+    "tool_choice, parallel_tool_calls and response_format into the prompt (llama.cpp's function-calling "
+    "formats write the tool list only when tool_choice is not none), and another model or cache key starts "
+    "from a cold cache; sampling options alone do not change the prompt",
     "history_edited": "never rewrite a message already sent; append a correction as a new message instead",
     "history_removed": "a sliding window re-sends everything after the cut each turn; drop old turns rarely "
     "and in large steps (or compact) instead of one at a time",
@@ -42,43 +56,117 @@ ADVICE = {
 
 _CAUSE_STYLE = {"first": "dim", "append": "green", "compaction": "yellow", "status_replaced": "yellow"}
 _MAX_PROBLEMS_SHOWN = 100
+#: below this many columns the divergence and its context go on a line of their own
+_WIDE = 110
 
 
-def run_audit(path: str | Path, *, as_json: bool, prices: Prices | None, console: Console) -> int:
-    """Load, audit and print the log at ``path``; 0 on success, 2 if nothing could be audited."""
+def run_audit(
+    path: str | Path,
+    *,
+    as_json: bool,
+    prices: Prices | None,
+    console: Console,
+    index_budget: int = DEFAULT_INDEX_BYTES,
+) -> int:
+    """Read, audit and print the log at ``path`` as it is read; 0 on success, 2 if nothing
+    could be audited or the file could not be read to its end."""
     try:
-        requests, problems = load_requests(path)
+        f = Path(path).open("rb")  # noqa: SIM115 -- closed by the ``with f`` below; opened here to report failure
     except OSError as exc:
         print(f"ctxwright audit: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    report_problems(problems)
-    if not requests:
-        print(
-            f"ctxwright audit: no request could be read from {path}"
-            + (f" ({len(problems)} problem(s) above)" if problems else " (the file is empty)"),
-            file=sys.stderr,
-        )
-        return 2
+    problems = _Problems()
     counter = TokenCounter()
-    auditor = Auditor(counter)
-    for req in requests:
-        auditor.add(req)
-    summary = auditor.summary(prices)
-    if as_json:
-        doc = {"requests": [r.to_json() for r in auditor.rows], "summary": summary.to_json()}
-        print(json.dumps(doc, ensure_ascii=False), file=console.file)
-    else:
-        console.print(rows_table(auditor.rows))
-        print_summary(console, summary, prices, counter.source)
-    return 0
+    report: _Report = _JsonReport(console.file) if as_json else _TableReport(console)
+    status = 0
+    with f, tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
+        auditor = Auditor(
+            counter,
+            keep_rows=False,
+            index_budget=index_budget,
+            on_close=lambda c: print(json.dumps(c.to_json()), file=spool),
+        )
+        try:
+            for item in read_stream(f):
+                if isinstance(item, ParseProblem):
+                    problems.report(item)
+                else:
+                    report.row(auditor.add(item))
+        except OSError as exc:  # the file went away or the disk failed midway
+            print(
+                f"ctxwright audit: reading {path} stopped after {auditor.count:,} request(s): {exc.strerror or exc}",
+                file=sys.stderr,
+            )
+            status = 2
+        problems.finish()
+        if not auditor.count:
+            print(
+                f"ctxwright audit: no request could be read from {path}"
+                + (f" ({problems.count} problem(s) above)" if problems.count else " (the file is empty)"),
+                file=sys.stderr,
+            )
+            return 2
+        auditor.finish()
+        spool.seek(0)
+        report.finish(auditor.summary(prices), (json.loads(line) for line in spool), prices, counter.source)
+    return status
 
 
-def report_problems(problems: list[ParseProblem]) -> None:
-    """Each unreadable part of the log as ``line N: message`` on stderr (the first 100)."""
-    for p in problems[:_MAX_PROBLEMS_SHOWN]:
-        print(f"line {p.line}: {p.message}", file=sys.stderr)
-    if len(problems) > _MAX_PROBLEMS_SHOWN:
-        print(f"... and {len(problems) - _MAX_PROBLEMS_SHOWN} more problem(s)", file=sys.stderr)
+class _Problems:
+    """Each unreadable part of the log as ``line N: message`` on stderr, as met (the first 100)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def report(self, p: ParseProblem) -> None:
+        self.count += 1
+        if self.count <= _MAX_PROBLEMS_SHOWN:
+            print(f"line {p.line}: {p.message}", file=sys.stderr)
+
+    def finish(self) -> None:
+        if self.count > _MAX_PROBLEMS_SHOWN:
+            print(f"... and {self.count - _MAX_PROBLEMS_SHOWN:,} more problem(s)", file=sys.stderr)
+
+
+def _safe(s: str) -> str:
+    """``s`` printable to a UTF-8 stream: a lone surrogate from the log becomes U+FFFD."""
+    return s.encode("utf-8", "replace").decode("utf-8")
+
+
+class _Report:
+    def row(self, r: AuditRow) -> None:
+        raise NotImplementedError
+
+    def finish(
+        self, s: AuditSummary, conversations: Iterable[dict[str, Any]], prices: Prices | None, token_source: str
+    ) -> None:
+        raise NotImplementedError
+
+
+# -- JSON -----------------------------------------------------------------------------------
+
+
+class _JsonReport(_Report):
+    """One JSON document, written piece by piece: each row as it is audited, then the
+    conversations from the spool, then the summary. ASCII-escaped, so no byte of the log
+    (a lone surrogate included) can make stdout fail."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.started = False
+
+    def row(self, r: AuditRow) -> None:
+        self.out.write((", " if self.started else '{"requests": [') + json.dumps(r.to_json()))
+        self.started = True
+
+    def finish(
+        self, s: AuditSummary, conversations: Iterable[dict[str, Any]], prices: Prices | None, token_source: str
+    ) -> None:
+        self.out.write('], "conversations": [')
+        for i, c in enumerate(conversations):
+            self.out.write((", " if i else "") + json.dumps(c))
+        self.out.write('], "summary": ' + json.dumps(s.to_json()) + "}\n")
+        self.out.flush()
 
 
 # -- the table ------------------------------------------------------------------------------
@@ -89,42 +177,76 @@ def _n(v: int | None) -> str:
 
 
 def where(d: Divergence) -> str:
-    """``msg#i field @byte`` (the system prompt is msg#0), or ``tools @byte``."""
+    """``msg#i field @byte`` (the system prompt is msg#0), ``tools @byte``, or the options."""
+    if d.field == "options" and d.message_index is None:
+        return "options"
     if d.message_index is None:
         return f"{d.field} @{d.byte_offset}"
-    return f"msg#{d.message_index} {d.field} @{d.byte_offset}"
+    return _safe(f"msg#{d.message_index} {d.field} @{d.byte_offset}")
 
 
 def _visible(s: str) -> str:
     """Context text on one line: newlines and tabs shown, not obeyed."""
-    return s.replace("\r", "␍").replace("\n", "⏎").replace("\t", "⇥")
+    return _safe(s).replace("\r", "␍").replace("\n", "⏎").replace("\t", "⇥")
 
 
 def context(d: Divergence) -> Text:
-    """The ~40 characters either side of the divergence, the cut marked with a red bar."""
+    """The ~40 characters either side of the divergence, the cut marked with a red bar
+    (for options: their values before → after)."""
+    if d.field == "options" and d.message_index is None:
+        return Text.assemble((_visible(d.before), "dim"), (" → ", "bold red"), (_visible(d.after), ""))
     if not d.before and not d.after:
         return Text("")
     return Text.assemble(("…" + _visible(d.before), "dim"), ("|", "bold red"), (_visible(d.after) + "…", ""))
 
 
-def rows_table(rows: list[AuditRow]) -> Table:
-    t = Table(title="prefix-cache audit: one row per request")
-    for col in ("#", "cause", "prompt tok", "reusable tok", "cached tok"):
-        t.add_column(col, justify="right" if col != "cause" else "left")
-    t.add_column("first divergence", no_wrap=True)
-    t.add_column("context (before | after)", overflow="fold")
-    for r in rows:
+_HEADER = f"{'#':>7} {'conv':>5} {'cause':<15} {'prompt tok':>10} {'reusable':>10} {'cached':>10}"
+
+
+class _TableReport(_Report):
+    """A row per request, printed as it is audited (a table that waited for its widest cell
+    would hold every row). Fixed columns; on a terminal narrower than ``_WIDE`` columns the
+    first divergence and its context take a second, indented line."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.wide = console.width >= _WIDE
+        self.started = False
+
+    def _print(self, text: Text) -> None:
+        text.truncate(self.console.width, overflow="ellipsis")
+        self.console.print(text, no_wrap=True, crop=True, soft_wrap=False, highlight=False)
+
+    def row(self, r: AuditRow) -> None:
+        if not self.started:
+            self.started = True
+            self.console.print("[bold]prefix-cache audit: one row per request[/]")
+            head = _HEADER + ("  first divergence        context (before | after)" if self.wide else "")
+            self._print(Text(head, style="bold"))
+        line = Text(f"{r.index:>7} {r.conversation:>5} ")
+        line.append(f"{r.cause:<15}", style=_CAUSE_STYLE.get(r.cause, "bold red"))
+        line.append(f" {_n(r.prompt_tokens):>10} {_n(r.reusable_prefix_tokens):>10} {_n(r.cached_tokens):>10}")
         d = r.first_divergence
-        t.add_row(
-            str(r.index),
-            Text(r.cause, style=_CAUSE_STYLE.get(r.cause, "bold red")),
-            _n(r.prompt_tokens),
-            _n(r.reusable_prefix_tokens),
-            _n(r.cached_tokens),
-            Text(where(d)) if d else "-",  # a field name from the log: shown as it is, never as markup
-            context(d) if d else Text(""),
-        )
-    return t
+        if d is None:
+            self._print(line)
+            return
+        label = where(d) + (": " + ", ".join(r.options_changed) if d.field == "options" else "")
+        if self.wide:
+            line.append(f"  {label:<22}  ")
+            line.append_text(context(d))
+            self._print(line)
+            return
+        self._print(line)
+        second = Text(" " * 8 + label + "  ")
+        second.append_text(context(d))
+        self._print(second)
+
+    def finish(
+        self, s: AuditSummary, conversations: Iterable[dict[str, Any]], prices: Prices | None, token_source: str
+    ) -> None:
+        print_summary(self.console, s, prices, token_source)
+        if s.conversations > 1:
+            print_conversations(self.console, conversations)
 
 
 # -- the summary ----------------------------------------------------------------------------
@@ -134,20 +256,36 @@ def _pct(v: float | None) -> str:
     return "unknown" if v is None else f"{v:.1%}"
 
 
+def cached_text(s: AuditSummary) -> str:
+    """What the log says about cached tokens: "no usage" only when no request had usage."""
+    if s.cached_tokens is None:
+        if not s.usage_known:
+            return "unknown (the log has no usage)"
+        return f"unknown (the usage of {s.usage_known:,} request(s) has no cached-token count)"
+    known = "" if s.cached_known == s.requests else f" (reported for {s.cached_known:,} of {s.requests:,} requests)"
+    return f"{s.cached_tokens:,}{known}"
+
+
 def print_summary(console: Console, s: AuditSummary, prices: Prices | None, token_source: str) -> None:
     """Totals, ratios, cause counts, cost estimates and one line of advice per problem cause."""
     reusable_share = f" ({s.reusable_tokens / s.prompt_tokens:.1%} of prompt)" if s.prompt_tokens else ""
+    conversations = f" in {s.conversations:,} conversations" if s.conversations > 1 else ""
     console.print(
-        f"[bold]{s.requests:,}[/] request(s) · prompt tokens {s.prompt_tokens:,} · reusable "
-        f"{s.reusable_tokens:,}{reusable_share} · cached "
-        + (f"{s.cached_tokens:,}" if s.cached_tokens is not None else "unknown (the log has no usage)")
+        f"[bold]{s.requests:,}[/] request(s){conversations} · prompt tokens {s.prompt_tokens:,} · reusable "
+        f"{s.reusable_tokens:,}{reusable_share} · cached {cached_text(s)}",
+        highlight=False,
     )
     console.print(
         f"hit ratio {_pct(s.hit_ratio)} (Σcached ÷ Σprompt) · efficiency {_pct(s.efficiency)} "
         "(Σcached ÷ Σreusable)"
-        + ("" if s.cached_tokens is None else " · over the requests whose cached count is known")
+        + ("" if s.cached_tokens is None else " · over the requests whose cached count is known"),
+        highlight=False,
     )
-    console.print(Text("causes: " + " · ".join(f"{k} {v:,}" for k, v in s.causes.items())))
+    console.print("causes: " + " · ".join(f"{k} {v:,}" for k, v in s.causes.items()), highlight=False)
+    if s.options_changed:
+        console.print(
+            "options changed: " + " · ".join(f"{k} {v:,}" for k, v in s.options_changed.items()), highlight=False
+        )
     if prices is not None and s.est_cost is not None and s.est_cost_if_stable is not None:
         saving = s.est_cost - s.est_cost_if_stable
         share = f", {saving / s.est_cost:.1%}" if s.est_cost else ""
@@ -155,11 +293,30 @@ def print_summary(console: Console, s: AuditSummary, prices: Prices | None, toke
             f"estimated cost {s.est_cost:,.4f} · with a stable prefix {s.est_cost_if_stable:,.4f} "
             f"(difference {saving:,.4f}{share}) at {prices.input:g} / "
             f"{prices.cached if prices.cached is not None else prices.input:g} cached / "
-            f"{prices.output:g} output per million tokens"
+            f"{prices.output:g} output per million tokens",
+            highlight=False,
         )
     advice = [(c, n) for c, n in s.causes.items() if c in ADVICE]
     if advice:
         console.print("[bold]advice[/]")
         for cause, n in advice:
-            console.print(f"  {cause} ({n:,}): {ADVICE[cause]}")
+            console.print(f"  {cause} ({n:,}): {ADVICE[cause]}", highlight=False)
     console.print(f"[dim]tokens not reported by the log are counted with: {token_source}[/]")
+
+
+def print_conversations(console: Console, conversations: Iterable[dict[str, Any]]) -> None:
+    """One line per conversation, from its summary (read back from the spool)."""
+    console.print("[bold]conversations[/] [dim](how a log is split: docs/prefix-cache.md)[/]")
+    head = f"{'conv':>5} {'requests':>8} {'first #':>8} {'prompt tok':>11} {'reusable':>11} {'cached':>11} {'hit':>6}  causes"
+    console.print(Text(head, style="bold"), no_wrap=True, crop=True, overflow="ellipsis")
+    for c in conversations:
+        causes = " · ".join(f"{k} {v:,}" for k, v in c["causes"].items() if k != "first")
+        session = f" [{c['session']}]" if c.get("session") not in (None, "?") else ""
+        line = (
+            f"{c['conversation']:>5} {c['requests']:>8,} {c['first_request']:>8} {c['prompt_tokens']:>11,} "
+            f"{c['reusable_tokens']:>11,} {_n(c['cached_tokens']):>11} {_pct(c['hit_ratio']):>6}  "
+            f"{causes or '-'}{session}"
+        )
+        text = Text(_safe(line))
+        text.truncate(console.width, overflow="ellipsis")
+        console.print(text, no_wrap=True, crop=True, soft_wrap=False, highlight=False)

@@ -15,6 +15,7 @@ verbatim: an older reader must neither crash on a newer log nor lose part of it.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -66,10 +67,39 @@ def _message(p: Mapping[str, Any], where: str) -> Message:
     m = p.get("message")
     if not isinstance(m, Mapping):
         raise EventFormatError(f"{where} has no message")
+    calls = m.get("tool_calls")
+    if calls is not None and (
+        not isinstance(calls, list)
+        or not all(isinstance(c, Mapping) and isinstance(c.get("function") or {}, Mapping) for c in calls)
+    ):
+        raise EventFormatError(
+            f"{where}: its message's 'tool_calls' must be a list of objects with a 'function' object"
+        )
     try:
-        return Message.from_wire(dict(m))
+        msg = Message.from_wire(dict(m))
     except (KeyError, TypeError, ValueError) as exc:
         raise EventFormatError(f"{where}: its message cannot be read ({exc})") from exc
+    # the renderer and the reasoning policy work on text: a number or object here was not
+    # written by ctxwright, and must be refused here rather than break a render later
+    for name in ("content", "tool_call_id", "name", "reasoning_content"):
+        value = getattr(msg, name)
+        if value is not None and not isinstance(value, str):
+            raise EventFormatError(f"{where}: its message's '{name}' is {type(value).__name__}, not a string")
+    return msg
+
+
+def _seq_named(value: Any, where: str, what: str) -> int:
+    """An event seq named by a compaction record: a whole number (a ``replace`` key holds it as
+    text, since JSON object keys are strings). ``int()`` alone would take ``1.5`` as 1, ``true``
+    as 1 and ``" 1_0"`` as 10, and raise OverflowError on ``1e400``."""
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,18}", value):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+    raise EventFormatError(f"{where}: '{what}' names {shown}, which is not an event seq (a whole number)")
 
 
 def _extra(p: Mapping[str, Any], known: frozenset[str]) -> dict[str, Any]:
@@ -418,11 +448,8 @@ class CompactionEvent(Event):
             raise EventFormatError(f"{w}: 'replace' must map event seqs to texts")
         if not isinstance(drop, list):
             raise EventFormatError(f"{w}: 'drop' must be a list of event seqs")
-        try:
-            replace = {int(k): v for k, v in rep.items()}
-            dropped = tuple(int(s) for s in drop)
-        except (TypeError, ValueError) as exc:
-            raise EventFormatError(f"{w}: an event seq is not a number ({exc})") from exc
+        replace = {_seq_named(k, w, "replace"): v for k, v in rep.items()}
+        dropped = tuple(_seq_named(s, w, "drop") for s in drop)
         note = None
         raw = p.get("note")
         if raw is not None:
