@@ -74,7 +74,7 @@ from ctxwright.core.tokens import TokenCounter
 _MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
 
 #: bytes of distinct segments the prefix index keeps (two generations of half this each)
-DEFAULT_INDEX_BYTES = 128 * 1024 * 1024
+DEFAULT_INDEX_BYTES = 64 * 1024 * 1024
 #: conversations open at once; the least recently used one beyond this is closed
 MAX_OPEN_CONVERSATIONS = 32
 #: bytes of latest requests the open conversations may hold together
@@ -107,6 +107,8 @@ class AuditRequest:
     #: the canonical bytes of each message, when the caller has them already (a live session
     #: caches them per message); must equal ``canonical_json(m)`` of ``messages``
     message_bytes: Sequence[bytes] | None = None
+    #: :func:`segment_hash` of each of ``message_bytes``, when the caller has them already
+    message_hashes: Sequence[bytes] | None = None
     #: the request options besides messages and tools (tool_choice, temperature, ...);
     #: ``None`` when not known, and then never compared
     options: Mapping[str, Any] | None = None
@@ -359,8 +361,22 @@ def _classify(
     return "other"
 
 
-def _h(data: bytes) -> bytes:
+def segment_hash(data: bytes) -> bytes:
+    """The hash the audit keys a segment (system text, tool list, one message) by."""
     return hashlib.blake2b(data, digest_size=16).digest()
+
+
+_h = segment_hash
+
+
+def _chain_hashes(hashes: Sequence[bytes], known: Sequence[bytes] = ()) -> list[bytes]:
+    """``chains[i]``: the hash of segments ``0 .. i-1`` (``b""`` before the first), the key
+    under which segment ``i`` hangs in a :class:`PrefixIndex`. ``known`` is a prefix of the
+    result already computed (an earlier request with the same leading segments)."""
+    chains = list(known[: len(hashes)]) or [b""]
+    for i in range(len(chains), len(hashes)):
+        chains.append(_h(chains[i - 1] + hashes[i - 1]))
+    return chains
 
 
 def _tools_bytes(tools: Sequence[Any]) -> bytes:
@@ -401,32 +417,36 @@ class PrefixIndex:
         self._sorted: dict[bytes, list[bytes]] = {}
         self.size = 0
 
-    def add(self, segments: list[bytes], hashes: list[bytes] | None = None) -> None:
-        chain = b""
+    def add(
+        self, segments: Sequence[bytes], hashes: Sequence[bytes] | None = None, chains: Sequence[bytes] | None = None
+    ) -> None:
+        hashes = hashes if hashes is not None else [_h(s) for s in segments]
+        chains = chains if chains is not None else _chain_hashes(hashes)
+        children = self._children
         for i, seg in enumerate(segments):
-            sh = hashes[i] if hashes is not None else _h(seg)
-            kids = self._children.get(chain)
+            chain, sh = chains[i], hashes[i]
+            kids = children.get(chain)
             if kids is None:
-                kids = self._children[chain] = {}
+                kids = children[chain] = {}
                 self.size += _NODE_OVERHEAD
             if sh not in kids:
                 kids[sh] = seg
                 bisect.insort(self._sorted.setdefault(chain, []), seg)
                 self.size += len(seg) + _NODE_OVERHEAD
-            chain = _h(chain + sh)
 
-    def match(self, segments: list[bytes], hashes: list[bytes] | None = None) -> tuple[int, int]:
+    def match(
+        self, segments: Sequence[bytes], hashes: Sequence[bytes] | None = None, chains: Sequence[bytes] | None = None
+    ) -> tuple[int, int]:
         """(whole segments matched, bytes matched inside the next segment)."""
-        chain = b""
+        hashes = hashes if hashes is not None else [_h(s) for s in segments]
+        chains = chains if chains is not None else _chain_hashes(hashes)
+        children = self._children
         for i, seg in enumerate(segments):
-            kids = self._children.get(chain)
+            kids = children.get(chains[i])
             if not kids:
                 return i, 0
-            sh = hashes[i] if hashes is not None else _h(seg)
-            if sh in kids:
-                chain = _h(chain + sh)
-                continue
-            return i, self._best_partial(chain, seg)
+            if hashes[i] not in kids:
+                return i, self._best_partial(chains[i], seg)
         return len(segments), 0
 
     def _best_partial(self, chain: bytes, seg: bytes) -> int:
@@ -453,14 +473,14 @@ class RecentPrefixIndex:
     def size(self) -> int:
         return self._young.size + (self._old.size if self._old is not None else 0)
 
-    def match(self, segments: list[bytes], hashes: list[bytes] | None = None) -> tuple[int, int]:
-        best = self._young.match(segments, hashes)
+    def match(self, segments: Sequence[bytes], hashes: Sequence[bytes], chains: Sequence[bytes]) -> tuple[int, int]:
+        best = self._young.match(segments, hashes, chains)
         if self._old is not None:
-            best = max(best, self._old.match(segments, hashes))  # more whole segments = more bytes
+            best = max(best, self._old.match(segments, hashes, chains))  # more whole segments = more bytes
         return best
 
-    def add(self, segments: list[bytes], hashes: list[bytes] | None = None) -> None:
-        self._young.add(segments, hashes)
+    def add(self, segments: Sequence[bytes], hashes: Sequence[bytes], chains: Sequence[bytes]) -> None:
+        self._young.add(segments, hashes, chains)
         if self._young.size > self.budget // 2:
             self._old, self._young = self._young, PrefixIndex()
 
@@ -599,6 +619,9 @@ class _Conversation:
     prev: AuditRequest
     shape: _Shape
     size: int
+    #: the latest request's segment hashes and chain hashes (see :func:`_chain_hashes`)
+    hashes: list[bytes] = field(default_factory=list)
+    chains: list[bytes] = field(default_factory=list)
     last_request: int = 0
     last_prompt: int = 0
     totals: Totals = field(default_factory=Totals)
@@ -727,41 +750,67 @@ class Auditor:
         self.count = 0
         self.totals = Totals()
         self._seg_tokens: dict[bytes, int] = {}
-        self._tools: tuple[Sequence[Any], bytes] | None = None
+        self._system: tuple[str, bytes, bytes] | None = None
+        self._tools: tuple[Sequence[Any], bytes, bytes] | None = None
 
-    def _tokens(self, seg: bytes, key: bytes) -> int:
-        n = self._seg_tokens.get(key)
-        if n is None:
-            n = self.counter.count(seg.decode("utf-8", "ignore"))
-            if len(self._seg_tokens) >= _TOKEN_MEMO:
-                self._seg_tokens.clear()
-            self._seg_tokens[key] = n
-        return n
+    def _fixed(self, req: AuditRequest) -> tuple[bytes, bytes, bytes, bytes]:
+        """(system bytes, its hash, tool list bytes, its hash): a log repeats one system prompt and
+        one tool list on every line (the reader hands back the same tool list object), so
+        they are serialized and hashed once, not once per request."""
+        system = self._system
+        if system is None or system[0] != req.system:
+            raw = utf8(req.system)
+            system = self._system = (req.system, raw, _h(raw))
+        tools = self._tools
+        if tools is None or tools[0] is not req.tools:
+            raw = _tools_bytes(req.tools)
+            tools = self._tools = (req.tools, raw, _h(raw))
+        return system[1], system[2], tools[1], tools[2]
 
-    def _segments(self, req: AuditRequest) -> tuple[list[bytes], bytes]:
-        """The request's segments, and its tool list's bytes (a log repeats one tool list on
-        every line; the reader hands the same object back, serialized here once)."""
-        cached = self._tools
-        if cached is not None and cached[0] is req.tools:
-            tools = cached[1]
-        else:
-            tools = _tools_bytes(req.tools)
-            self._tools = (req.tools, tools)
-        segs = [utf8(req.system)]
-        if req.tools:
-            segs.append(tools)
-        if req.message_bytes is not None:
-            segs.extend(req.message_bytes)
-        else:
-            segs.extend(utf8(canonical_json(m)) for m in req.messages)
-        return segs, tools
+    def _count(self, segs: list[bytes], hashes: list[bytes]) -> list[int]:
+        """Tokens of each segment, memoized by hash (a repeated segment costs one lookup)."""
+        memo = self._seg_tokens
+        out = [memo.get(h, -1) for h in hashes]
+        for i, n in enumerate(out):
+            if n < 0:
+                n = out[i] = self.counter.count(segs[i].decode("utf-8", "ignore"))
+                if len(memo) >= _TOKEN_MEMO:
+                    memo.clear()
+                memo[hashes[i]] = n
+        return out
 
     def add(self, req: AuditRequest) -> AuditRow:
-        segs, tools = self._segments(req)
-        hashes = [_h(s) for s in segs]
-        whole, partial = self.index.match(segs, hashes)
-        reusable_bytes = sum(len(s) for s in segs[:whole]) + partial
-        tokens = [self._tokens(s, h) for s, h in zip(segs, hashes, strict=True)]
+        system, system_h, tools, tools_h = self._fixed(req)
+        if req.message_bytes is not None:
+            msgs = list(req.message_bytes)
+        else:
+            msgs = [utf8(canonical_json(m)) for m in req.messages]
+        if req.message_hashes is not None and len(req.message_hashes) == len(msgs):
+            mh = list(req.message_hashes)
+        else:
+            mh = [_h(m) for m in msgs]
+        head, head_h = ([system, tools], [system_h, tools_h]) if req.tools else ([system], [system_h])
+        segs, hashes = head + msgs, head_h + mh
+        shape = _Shape(req.system, tools, mh)
+        conv = self.conversations.find(req, mh)
+
+        known: list[bytes] = []
+        if conv is not None:  # the chain hashes of the leading segments it shares with its conversation
+            prev = conv.hashes
+            if hashes[: len(prev)] == prev:
+                known = conv.chains
+            else:
+                same = 0
+                for a, b in zip(prev, hashes, strict=False):
+                    if a != b:
+                        break
+                    same += 1
+                known = conv.chains[: same + 1]
+        chains = _chain_hashes(hashes, known)
+
+        whole, partial = self.index.match(segs, hashes, chains)
+        reusable_bytes = sum(map(len, segs[:whole])) + partial
+        tokens = self._count(segs, hashes)
         counted = sum(tokens)
         reusable_tok = sum(tokens[:whole])
         if partial:
@@ -775,22 +824,20 @@ class Auditor:
             reusable_tok = round(reusable_tok * req.prompt_tokens / counted)
         reusable_tok = min(reusable_tok, prompt)
 
-        n_msgs = len(segs) - (2 if req.tools else 1)
-        shape = _Shape(req.system, tools, hashes[len(segs) - n_msgs :])
-        size = sum(len(s) for s in segs)
-        conv = self.conversations.find(req, shape.hashes)
-        prev = conv.prev if conv is not None else None
-        div = _divergence(prev, conv.shape, req, shape) if conv is not None and prev is not None else None
-        options = changed_options(prev.options, req.options) if prev is not None else ()
-        cause = _classify(prev, conv.shape if conv is not None else None, req, shape, div, bool(options))
-        if cause == "options_changed" and prev is not None and prev.options is not None and req.options is not None:
-            div = _options_divergence(prev.options, req.options, options)
+        size = sum(map(len, segs))
+        prev_req = conv.prev if conv is not None else None
+        div = _divergence(prev_req, conv.shape, req, shape) if conv is not None and prev_req is not None else None
+        options = changed_options(prev_req.options, req.options) if prev_req is not None else ()
+        cause = _classify(prev_req, conv.shape if conv is not None else None, req, shape, div, bool(options))
+        if cause == "options_changed" and prev_req is not None and prev_req.options is not None:
+            div = _options_divergence(prev_req.options, req.options or {}, options)
         if conv is None:
             conv = self.conversations.start(req, shape, size, self.count)
             prev_prompt = 0
         else:
             prev_prompt = conv.last_prompt
             self.conversations.update(conv, req, shape, size, self.count)
+        conv.hashes, conv.chains = hashes, chains
         row = AuditRow(
             self.count,
             prompt,
@@ -807,7 +854,7 @@ class Auditor:
         conv.last_prompt = prompt
         conv.totals.add(row, prev_prompt)
         self.totals.add(row, prev_prompt)
-        self.index.add(segs, hashes)
+        self.index.add(segs, hashes, chains)
         self.count += 1
         if self.keep_rows:
             self.rows.append(row)

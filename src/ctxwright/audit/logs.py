@@ -36,11 +36,11 @@ import io
 import json
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ctxwright.audit.compare import AuditRequest, utf8
+from ctxwright.audit.compare import AuditRequest, segment_hash, utf8
 from ctxwright.core.events import CompactionEvent, Event, MessageEvent, event_from_dict
 from ctxwright.core.messages import Message, canonical_json
 from ctxwright.core.render import RenderSettings, replay_calls
@@ -53,6 +53,10 @@ _BOM = b"\xef\xbb\xbf"
 #: a first line longer than this that does not parse is a broken JSONL record, not the
 #: opening line of a pretty-printed document
 _DOCUMENT_FIRST_LINE = 4096
+#: threads of conversation whose latest request the reader remembers (see ``_Reader``), and
+#: the bytes they may hold together
+_THREADS = 16
+_THREAD_BYTES = 64 * 1024 * 1024
 
 #: The request options compared between calls (OpenAI chat completions, Anthropic Messages,
 #: llama.cpp and vLLM extensions). A positive list, not "every other key": loggers write their
@@ -252,17 +256,30 @@ class _Lines:
 # -- the reader -----------------------------------------------------------------------------
 
 
-class _Reader:
-    """Turns records into requests; shares unchanged messages between consecutive requests.
+class _Thread:
+    """The latest request of one line of conversation, as the reader saw it."""
 
-    An append-only log repeats its whole history on every line. Reusing the previous
-    request's message objects (and their canonical bytes) where they are equal keeps the
-    work and the memory proportional to the new text, not to the file size.
+    __slots__ = ("bytes", "hashes", "messages", "size")
+
+    def __init__(self, messages: list[dict[str, Any]], data: list[bytes], hashes: list[bytes]) -> None:
+        self.messages, self.bytes, self.hashes = messages, data, hashes
+        self.size = sum(len(b) for b in data) * 2  # the bytes and the parsed messages, roughly
+
+
+class _Reader:
+    """Turns records into requests; shares unchanged messages with the previous request of
+    the same thread.
+
+    An append-only log repeats its whole history on every line, and a log of interleaved
+    conversations repeats each one's history every few lines. The reader remembers the latest
+    request of the most recent threads (keyed by their first message) and reuses its message
+    objects, canonical bytes and hashes for the leading run of equal messages: the work and the
+    memory follow the new text, not the file size.
     """
 
     def __init__(self) -> None:
-        self._prev_messages: list[dict[str, Any]] = []
-        self._prev_bytes: list[bytes] = []
+        self._threads: dict[bytes, _Thread] = {}  # least recently seen first
+        self._thread_bytes = 0
         self._prev_tools: Sequence[Any] = []
 
     def read_lines(self, lines: Iterator[tuple[int, bytes]] | _Lines) -> Iterator[LogItem]:
@@ -306,7 +323,7 @@ class _Reader:
                     if req is not None:
                         yield req
                 return
-            yield self.add(request_from_record(value))
+            yield self.request(value)
         except LogRecordRejected as exc:
             yield ParseProblem(line, where + str(exc))
         except Exception as exc:  # a last resort: input must never stop the audit
@@ -314,29 +331,60 @@ class _Reader:
                 line, f"{where}cannot be read (unexpected {type(exc).__name__}: {exc}); skipped. Please report this"
             )
 
-    def add(self, req: AuditRequest) -> AuditRequest:
-        """``req`` with the leading messages equal to the previous request's swapped for its
-        objects, their canonical bytes reused, and an equal tool list shared."""
-        if req.message_bytes is not None:  # a rendered export: bytes known already
-            return req
-        tools = req.tools
-        if tools == self._prev_tools:
+    def request(self, record: dict[str, Any]) -> AuditRequest:
+        """The request of one record, its messages shared with its thread's previous request."""
+        body, usage = _body_and_usage(record)
+        system, messages = split_body(body)
+        tools = _tools_of(body)
+        if tools == self._prev_tools:  # one tool list, serialized once by the auditor
             tools = self._prev_tools
-        messages = list(req.messages)
-        prev, prev_bytes = self._prev_messages, self._prev_bytes
-        out: list[bytes] = []
+        self._prev_tools = tools
         try:
+            data, hashes = self._encode(messages)
+        except (RecursionError, ValueError) as exc:
+            raise LogRecordRejected(f"a message cannot be serialized ({type(exc).__name__})") from exc
+        return AuditRequest(
+            system=system,
+            tools=tools,
+            messages=messages,
+            cached_tokens=usage["cached_tokens"],
+            prompt_tokens=usage["prompt_tokens"],
+            completion_tokens=usage["completion_tokens"],
+            message_bytes=data,
+            message_hashes=hashes,
+            options=request_options(body),
+        )
+
+    def _encode(self, messages: list[dict[str, Any]]) -> tuple[list[bytes], list[bytes]]:
+        """Canonical bytes and hashes of ``messages``; the leading run equal to the thread's
+        previous request is taken from it (its objects swapped in, so the next comparison is
+        an identity check)."""
+        if not messages:
+            return [], []
+        first = utf8(canonical_json(messages[0]))
+        thread = self._threads.pop(first, None)
+        data: list[bytes] = []
+        if thread is not None:
+            self._thread_bytes -= thread.size
+            prev = thread.messages
             for i in range(min(len(messages), len(prev))):
                 if messages[i] is not prev[i]:
                     if messages[i] != prev[i]:  # deep comparison in C, no Python loop over text
                         break
                     messages[i] = prev[i]
-                out.append(prev_bytes[i])
-            out.extend(utf8(canonical_json(m)) for m in messages[len(out) :])
-        except RecursionError as exc:
-            raise LogRecordRejected("a message is nested too deeply to compare") from exc
-        self._prev_messages, self._prev_bytes, self._prev_tools = messages, out, tools
-        return replace(req, tools=tools, messages=messages, message_bytes=out)
+                data.append(thread.bytes[i])
+            hashes = thread.hashes[: len(data)]
+        else:
+            hashes = []
+        if not data:
+            data.append(first)
+        data.extend(utf8(canonical_json(m)) for m in messages[len(data) :])
+        hashes.extend(segment_hash(b) for b in data[len(hashes) :])
+        thread = self._threads[first] = _Thread(messages, data, hashes)
+        self._thread_bytes += thread.size
+        while len(self._threads) > _THREADS or (self._thread_bytes > _THREAD_BYTES and len(self._threads) > 1):
+            self._thread_bytes -= self._threads.pop(next(iter(self._threads))).size  # the least recently seen
+        return data, hashes
 
 
 def _json_type(value: Any) -> str:
@@ -354,28 +402,36 @@ def request_from_record(record: dict[str, Any]) -> AuditRequest:
     A ``response`` next to a bare body's ``messages`` is read too, since some loggers
     store both side by side.
     """
-    if "request" in record and "messages" not in record:
-        body = record["request"]
-        if not isinstance(body, dict):
-            raise LogRecordRejected(f"'request' is a JSON {_json_type(body)}, not an object")
-    else:
-        body = record
-    usage = usage_of(record.get("response"))
+    body, usage = _body_and_usage(record)
     system, messages = split_body(body)
-    tools = body.get("tools")
-    if tools is None:
-        tools = []
-    if not isinstance(tools, list):
-        raise LogRecordRejected(f"'tools' is a JSON {_json_type(tools)}, not an array")
     return AuditRequest(
         system=system,
-        tools=tools,
+        tools=_tools_of(body),
         messages=messages,
         cached_tokens=usage["cached_tokens"],
         prompt_tokens=usage["prompt_tokens"],
         completion_tokens=usage["completion_tokens"],
         options=request_options(body),
     )
+
+
+def _body_and_usage(record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int | None]]:
+    if "request" in record and "messages" not in record:
+        body = record["request"]
+        if not isinstance(body, dict):
+            raise LogRecordRejected(f"'request' is a JSON {_json_type(body)}, not an object")
+    else:
+        body = record
+    return body, usage_of(record.get("response"))
+
+
+def _tools_of(body: dict[str, Any]) -> list[Any]:
+    tools = body.get("tools")
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise LogRecordRejected(f"'tools' is a JSON {_json_type(tools)}, not an array")
+    return tools
 
 
 def request_options(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -400,7 +456,10 @@ def is_anthropic(body: dict[str, Any]) -> bool:
     """Whether ``body`` is an Anthropic Messages request rather than an OpenAI chat one."""
     if "system" in body or "anthropic_version" in body:
         return True
-    for m in body.get("messages") or ():
+    messages = body.get("messages") or ()
+    if messages and isinstance(messages[0], dict) and messages[0].get("role") in _SYSTEM_ROLES:
+        return False  # Anthropic has no system role in its messages
+    for m in messages:
         content = m.get("content") if isinstance(m, dict) else None
         if isinstance(content, list) and any(
             isinstance(b, dict) and b.get("type") in _ANTHROPIC_BLOCKS for b in content
@@ -529,8 +588,7 @@ def _session_requests(export: dict[str, Any], key: str) -> Iterator[Issue]:
     try:
         for rc in replay_calls(events, settings, tools_in_use=bool(tools)):
             call = calls.get(rc.reply.call_index if rc.reply.call_index is not None else -1) or {}
-            req = _export_request(system, tools, rc.messages, wire, call, rc.marker)
-            yield replace(req, conversation=key, session=sid), None
+            yield _export_request(system, tools, rc.messages, wire, call, rc.marker, (key, sid)), None
             produced += 1
     except CtxwrightError as exc:  # e.g. a reasoning policy the recorded messages violate
         yield None, f"session {sid}: {exc}"
@@ -591,6 +649,7 @@ def _export_request(
     wire: Callable[[Message], dict[str, Any]],
     call: dict[str, Any],
     marker: str | None,
+    conversation: tuple[str, str],
 ) -> AuditRequest:
     """The request of one call; exact reusable tokens if the backend recorded them."""
     usage = as_object(call.get("usage"))
@@ -605,4 +664,6 @@ def _export_request(
         marker=marker,
         reusable_tokens_hint=first_int(raw.get("reusable_tokens")),
         message_bytes=[m.canonical_utf8 for m in messages],
+        conversation=conversation[0],
+        session=conversation[1],
     )

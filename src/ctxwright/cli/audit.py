@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
@@ -190,14 +191,19 @@ def _visible(s: str) -> str:
     return _safe(s).replace("\r", "␍").replace("\n", "⏎").replace("\t", "⇥")
 
 
-def context(d: Divergence) -> Text:
+def context_parts(d: Divergence) -> list[tuple[str, str]]:
     """The ~40 characters either side of the divergence, the cut marked with a red bar
-    (for options: their values before → after)."""
+    (for options: their values before → after), as (text, style) parts."""
     if d.field == "options" and d.message_index is None:
-        return Text.assemble((_visible(d.before), "dim"), (" → ", "bold red"), (_visible(d.after), ""))
+        return [(_visible(d.before), "dim"), (" → ", "bold red"), (_visible(d.after), "")]
     if not d.before and not d.after:
-        return Text("")
-    return Text.assemble(("…" + _visible(d.before), "dim"), ("|", "bold red"), (_visible(d.after) + "…", ""))
+        return []
+    return [("…" + _visible(d.before), "dim"), ("|", "bold red"), (_visible(d.after) + "…", "")]
+
+
+def context(d: Divergence) -> Text:
+    """:func:`context_parts` as rich text."""
+    return Text.assemble(*context_parts(d))
 
 
 _HEADER = f"{'#':>7} {'conv':>5} {'cause':<15} {'prompt tok':>10} {'reusable':>10} {'cached':>10}"
@@ -205,48 +211,70 @@ _HEADER = f"{'#':>7} {'conv':>5} {'cause':<15} {'prompt tok':>10} {'reusable':>1
 
 class _TableReport(_Report):
     """A row per request, printed as it is audited (a table that waited for its widest cell
-    would hold every row). Fixed columns; on a terminal narrower than ``_WIDE`` columns the
-    first divergence and its context take a second, indented line."""
+    would hold every row). Fixed columns, every line cut to the console's width; narrower
+    than ``_WIDE`` columns, the first divergence and its context take a second, indented line.
+
+    On a terminal the rows are styled by rich; written to a file or a pipe they are plain text
+    written directly -- the same characters, without rich's per-row rendering, which would
+    cost more than the audit itself on a log of millions of requests.
+    """
 
     def __init__(self, console: Console) -> None:
         self.console = console
-        self.wide = console.width >= _WIDE
+        self.width = console.width
+        self.wide = self.width >= _WIDE
+        self.styled = console.is_terminal
         self.started = False
 
-    def _print(self, text: Text) -> None:
-        text.truncate(self.console.width, overflow="ellipsis")
-        self.console.print(text, no_wrap=True, crop=True, soft_wrap=False, highlight=False)
+    def _emit(self, parts: list[tuple[str, str]]) -> None:
+        """One line of (text, style) parts, cut to the width."""
+        if self.styled:
+            text = Text.assemble(*parts)
+            text.truncate(self.width, overflow="ellipsis")
+            self.console.print(text, no_wrap=True, crop=True, soft_wrap=False, highlight=False)
+        else:
+            self.console.file.write(_fit("".join(p for p, _ in parts), self.width) + "\n")
 
     def row(self, r: AuditRow) -> None:
         if not self.started:
             self.started = True
-            self.console.print("[bold]prefix-cache audit: one row per request[/]")
+            self._emit([("prefix-cache audit: one row per request", "bold")])
             head = _HEADER + ("  first divergence        context (before | after)" if self.wide else "")
-            self._print(Text(head, style="bold"))
-        line = Text(f"{r.index:>7} {r.conversation:>5} ")
-        line.append(f"{r.cause:<15}", style=_CAUSE_STYLE.get(r.cause, "bold red"))
-        line.append(f" {_n(r.prompt_tokens):>10} {_n(r.reusable_prefix_tokens):>10} {_n(r.cached_tokens):>10}")
+            self._emit([(head, "bold")])
+        line = [
+            (f"{r.index:>7} {r.conversation:>5} ", ""),
+            (f"{r.cause:<15}", _CAUSE_STYLE.get(r.cause, "bold red")),
+            (f" {_n(r.prompt_tokens):>10} {_n(r.reusable_prefix_tokens):>10} {_n(r.cached_tokens):>10}", ""),
+        ]
         d = r.first_divergence
         if d is None:
-            self._print(line)
+            self._emit(line)
             return
         label = where(d) + (": " + ", ".join(r.options_changed) if d.field == "options" else "")
         if self.wide:
-            line.append(f"  {label:<22}  ")
-            line.append_text(context(d))
-            self._print(line)
+            self._emit([*line, (f"  {label:<22}  ", ""), *context_parts(d)])
             return
-        self._print(line)
-        second = Text(" " * 8 + label + "  ")
-        second.append_text(context(d))
-        self._print(second)
+        self._emit(line)
+        self._emit([(" " * 8 + label + "  ", ""), *context_parts(d)])
 
     def finish(
         self, s: AuditSummary, conversations: Iterable[dict[str, Any]], prices: Prices | None, token_source: str
     ) -> None:
+        self.console.file.flush()
         print_summary(self.console, s, prices, token_source)
         if s.conversations > 1:
             print_conversations(self.console, conversations)
+
+
+def _fit(s: str, width: int) -> str:
+    """``s`` cut to ``width`` terminal cells, an ellipsis marking the cut (CJK counts double)."""
+    if s.isascii():
+        return s if len(s) <= width else s[: width - 1] + "…"
+    if cell_len(s) <= width:
+        return s
+    text = Text(s)
+    text.truncate(width, overflow="ellipsis")
+    return text.plain
 
 
 # -- the summary ----------------------------------------------------------------------------
