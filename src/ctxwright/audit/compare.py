@@ -82,7 +82,19 @@ MAX_OPEN_BYTES = 128 * 1024 * 1024
 #: what one index node costs besides its segment's bytes (dict entries, hashes, list slots)
 _NODE_OVERHEAD = 400
 #: distinct segments whose token count is memoized (by hash) before the memo starts over
-_TOKEN_MEMO = 50_000
+TOKEN_MEMO = 8192
+
+
+@dataclass(frozen=True)
+class AuditLimits:
+    """Everything the audit of one log keeps is bounded by these, whatever the log's length:
+    the prefix index (bytes of distinct segments), the open conversations (count, and bytes of
+    their latest requests) and the memoized token counts (segments)."""
+
+    index_bytes: int = DEFAULT_INDEX_BYTES
+    open_conversations: int = MAX_OPEN_CONVERSATIONS
+    open_bytes: int = MAX_OPEN_BYTES
+    token_memo: int = TOKEN_MEMO
 
 
 def utf8(text: str) -> bytes:
@@ -728,7 +740,7 @@ class Auditor:
 
     ``keep_rows`` keeps every row in :attr:`rows` (a live session shows them); a log of
     millions of requests is audited with it off, each row handed back by :meth:`add` and the
-    summary kept as running totals. ``on_close`` receives each conversation's summary when it
+    summary kept as running totals, in memory bounded by ``limits``. ``on_close`` receives each conversation's summary when it
     is closed (see :class:`Conversations`; :meth:`finish` closes the rest).
     """
 
@@ -737,14 +749,13 @@ class Auditor:
         counter: TokenCounter | None = None,
         *,
         keep_rows: bool = True,
-        index_budget: int = DEFAULT_INDEX_BYTES,
-        max_open: int = MAX_OPEN_CONVERSATIONS,
-        max_open_bytes: int = MAX_OPEN_BYTES,
+        limits: AuditLimits | None = None,
         on_close: Callable[[ConversationSummary], None] | None = None,
     ) -> None:
-        self.counter = counter or TokenCounter()
-        self.index = RecentPrefixIndex(index_budget)
-        self.conversations = Conversations(max_open, max_open_bytes, on_close)
+        self.limits = limits = limits or AuditLimits()
+        self.counter = counter or TokenCounter(cache_size=limits.token_memo)
+        self.index = RecentPrefixIndex(limits.index_bytes)
+        self.conversations = Conversations(limits.open_conversations, limits.open_bytes, on_close)
         self.keep_rows = keep_rows
         self.rows: list[AuditRow] = []
         self.count = 0
@@ -774,7 +785,7 @@ class Auditor:
         for i, n in enumerate(out):
             if n < 0:
                 n = out[i] = self.counter.count(segs[i].decode("utf-8", "ignore"))
-                if len(memo) >= _TOKEN_MEMO:
+                if len(memo) >= self.limits.token_memo:
                     memo.clear()
                 memo[hashes[i]] = n
         return out

@@ -144,12 +144,15 @@ def read_stream(f: IO[bytes]) -> Iterator[LogItem]:
     """
     lines = _Lines(f)
     reader = _Reader()
-    head = lines.peek_nonblank(2)
+    head = lines.peek_nonblank(1)
     if not head:
         return
     first = head[0][1]
     if first.lstrip()[:1] in (b"{", b"["):
         ok, value = _loads(first)
+        # an object on the first line is JSONL: read on at once (the writer may still be writing);
+        # anything else needs a look at the second line
+        head = lines.peek_nonblank(2) if not (ok and isinstance(value, dict)) else head
         if ok and len(head) == 1 and isinstance(value, list):  # one JSON array on one line
             yield from reader.read_document(value)
             return

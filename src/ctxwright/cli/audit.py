@@ -31,7 +31,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
-from ctxwright.audit.compare import DEFAULT_INDEX_BYTES, Auditor, AuditRow, AuditSummary, Divergence, Prices
+from ctxwright.audit.compare import AuditLimits, Auditor, AuditRow, AuditSummary, Divergence, Prices
 from ctxwright.audit.logs import ParseProblem, read_stream
 from ctxwright.core.tokens import TokenCounter
 
@@ -67,7 +67,7 @@ def run_audit(
     as_json: bool,
     prices: Prices | None,
     console: Console,
-    index_budget: int = DEFAULT_INDEX_BYTES,
+    limits: AuditLimits | None = None,
 ) -> int:
     """Read, audit and print the log at ``path`` as it is read; 0 on success, 2 if nothing
     could be audited or the file could not be read to its end."""
@@ -77,14 +77,15 @@ def run_audit(
         print(f"ctxwright audit: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     problems = _Problems()
-    counter = TokenCounter()
+    limits = limits or AuditLimits()
+    counter = TokenCounter(cache_size=limits.token_memo)
     report: _Report = _JsonReport(console.file) if as_json else _TableReport(console)
     status = 0
     with f, tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
         auditor = Auditor(
             counter,
             keep_rows=False,
-            index_budget=index_budget,
+            limits=limits,
             on_close=lambda c: print(json.dumps(c.to_json()), file=spool),
         )
         try:
