@@ -68,7 +68,7 @@ def test_a_tool_choice_change_is_options_changed_naming_the_option(tmp_path, cap
     assert main(["audit", str(path)]) == 0
     out = capsys.readouterr().out
     assert "options: tool_choice" in out and '"required" → "auto"' in out
-    assert "options_changed (1): keep request options the same" in out
+    assert "options_changed (1): look at the cached column on these rows" in out
 
 
 @pytest.mark.parametrize(

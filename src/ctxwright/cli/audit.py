@@ -40,10 +40,10 @@ ADVICE = {
     "system_changed": "move dynamic values (time, user profile) out of the system prompt to the end of the trajectory",
     "tools_changed": "keep one tool list, in one order, for the whole session; never add, drop or "
     "reorder tools per turn",
-    "options_changed": "keep request options the same for a whole conversation: several servers render "
-    "tool_choice, parallel_tool_calls and response_format into the prompt (llama.cpp's function-calling "
-    "formats write the tool list only when tool_choice is not none), and another model or cache key starts "
-    "from a cold cache; sampling options alone do not change the prompt",
+    "options_changed": "look at the cached column on these rows: where it drops, the server renders the "
+    "option into the prompt (llama.cpp's function-calling formats write the tool list only when tool_choice is "
+    "set and not none) or routes by it (model, user, prompt_cache_key); keep such options the same for a whole "
+    "conversation. Sampling options alone do not change the prompt",
     "history_edited": "never rewrite a message already sent; append a correction as a new message instead",
     "history_removed": "a sliding window re-sends everything after the cut each turn; drop old turns rarely "
     "and in large steps (or compact) instead of one at a time",
