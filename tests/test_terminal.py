@@ -134,16 +134,23 @@ def test_markup_like_text_prints_literally_in_run_show_sessions_and_audit(tmp_pa
 def test_audit_prints_a_markup_like_field_name_literally(tmp_path, capsys):
     """The first-divergence column names the message field that changed; in a foreign log
     that name can be anything."""
-    base = {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]}
-    edited = json.loads(json.dumps(base))
-    edited["messages"][1]["[/x]"] = "[red]y"
+    base = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": "a"},
+        ],
+    }
+    edited = json.loads(json.dumps(base))  # the same conversation (its first message kept), one field added
+    edited["messages"][2]["[/x]"] = "[red]y"
     log = tmp_path / "log.jsonl"
     log.write_text(json.dumps(base) + "\n" + json.dumps(edited) + "\n")
     console = Console(file=io.StringIO(), width=300, highlight=False)
     from ctxwright.cli.audit import run_audit
 
     assert run_audit(log, as_json=False, prices=None, console=console) == 0
-    assert "msg#1 [/x] @0" in console.file.getvalue()
+    assert "msg#2 [/x] @0" in console.file.getvalue()
 
 
 _BRACKETS = st.text(alphabet="[]/\\ab #=@:", min_size=1, max_size=40).filter(lambda s: s.strip() == s)

@@ -310,11 +310,11 @@ def print_summary(console: Console, s: AuditSummary, prices: Prices | None, toke
         + ("" if s.cached_tokens is None else " · over the requests whose cached count is known"),
         highlight=False,
     )
-    console.print("causes: " + " · ".join(f"{k} {v:,}" for k, v in s.causes.items()), highlight=False)
+    # names as plain text, never as markup (a cause or option name must print as it is)
+    console.print(Text("causes: " + " · ".join(f"{k} {v:,}" for k, v in s.causes.items())), highlight=False)
     if s.options_changed:
-        console.print(
-            "options changed: " + " · ".join(f"{k} {v:,}" for k, v in s.options_changed.items()), highlight=False
-        )
+        names = " · ".join(f"{k} {v:,}" for k, v in s.options_changed.items())
+        console.print(Text("options changed: " + names), highlight=False)
     if prices is not None and s.est_cost is not None and s.est_cost_if_stable is not None:
         saving = s.est_cost - s.est_cost_if_stable
         share = f", {saving / s.est_cost:.1%}" if s.est_cost else ""
