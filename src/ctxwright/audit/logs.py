@@ -329,6 +329,8 @@ class _Reader:
             yield self.request(value)
         except LogRecordRejected as exc:
             yield ParseProblem(line, where + str(exc))
+        except RecursionError:
+            yield ParseProblem(line, where + "nested too deeply to read; skipped")
         except Exception as exc:  # a last resort: input must never stop the audit
             yield ParseProblem(
                 line, f"{where}cannot be read (unexpected {type(exc).__name__}: {exc}); skipped. Please report this"
