@@ -27,7 +27,7 @@ def main() -> None:
         ["kv_cache_patterns.py", "--runs", "1" if args.quick else "5"],
         ["call_limit.py", "--runs", "5" if args.quick else "20"],
         ["context_distillation.py", *(["--quick"] if args.quick else [])],
-        ["audit_speed.py", *(["--requests", "200"] if args.quick else [])],
+        ["audit_speed.py", *(["--requests", "200", "--memory-sizes", "10000,20000"] if args.quick else [])],
         ["long_session.py"],
         ["compression.py", *(["--quick"] if args.quick else [])],
         ["terminal.py"],
