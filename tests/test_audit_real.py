@@ -5,11 +5,6 @@ interleaved in one log, and a tool_choice switch -- the log a new user brings.""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -17,8 +12,11 @@ from typing import Any
 import pytest
 
 from ctxwright.cli.main import main
+from llamaserver import LlamaServer
 
-pytest.importorskip("llama_cpp.server", reason="llama-cpp-python's server extra is not installed")
+pytest.importorskip(
+    "llama_cpp.server.app", reason="llama-cpp-python's server extra is not installed (make test installs it)"
+)
 pytestmark = pytest.mark.slow
 
 WEATHER = {
@@ -31,60 +29,11 @@ WEATHER = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    """``python -m llama_cpp.server`` on 127.0.0.1, with the chat format that renders tools."""
-    from ctxwright.backends.embedded import find_model_file
-
-    port = _free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "llama_cpp.server",
-        "--model",
-        str(find_model_file()),
-        "--chat_format",
-        "chatml-function-calling",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--n_ctx",
-        "2048",
-        "--n_threads",
-        "2",
-        "--verbose",
-        "False",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/models", timeout=5):
-                    break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
-                    pytest.fail(f"llama_cpp.server did not start: {err[-2000:]}")
-                time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``python -m llama_cpp.server`` with the chat format that renders tools (``tests/llamaserver.py``)."""
+    with LlamaServer(tmp_path_factory.mktemp("server") / "server.log") as srv:
+        yield srv.url
 
 
 def chat(url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -104,7 +53,7 @@ def test_audit_of_a_real_server_log(server, tmp_path, capsys, monkeypatch):
     a_user, b_user = {"role": "user", "content": "Weather in Oslo?"}, {"role": "user", "content": "Count to three."}
     a_more = [{"role": "assistant", "content": "Let me check."}, {"role": "user", "content": "And tomorrow?"}]
     b_more = [{"role": "assistant", "content": "1 2 3"}, {"role": "user", "content": "Again."}]
-    common = {"model": "smollm2", "max_tokens": 4, "temperature": 0}
+    common = {"model": LlamaServer.model, "max_tokens": 4, "temperature": 0}
     bodies = [
         {**common, "messages": [a_sys, a_user], "tools": [WEATHER], "tool_choice": "auto"},
         {**common, "messages": [b_sys, b_user]},
