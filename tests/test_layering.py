@@ -2,7 +2,7 @@
 
 Layers, low to high (docs/architecture.md explains each)::
 
-    errors < core < backends < tools < {audit, status, compaction} < agent < harness < cli
+    errors < core < backends < tools < {audit, status, compaction, skills} < agent < harness < cli
 
 ``audit``, ``status`` and ``compaction`` share a layer and must not import each other.
 Importing within one's own layer is fine (core modules import each other). The package's
@@ -34,6 +34,7 @@ RANKS: dict[str, int] = {
     "audit": 4,
     "status": 4,
     "compaction": 4,
+    "skills": 4,
     "agent": 5,
     "harness": 6,
     "cli": 7,
@@ -152,7 +153,7 @@ def test_lower_layers_never_import_higher_ones():
         if why and (edge.importer, edge.imported) not in KNOWN:
             found.append(f"{edge.path}:{edge.line}: {edge.importer} imports {edge.imported} -- {why}")
     assert not found, (
-        "import layering broken (errors < core < backends < tools < {audit, status, compaction} < agent "
+        "import layering broken (errors < core < backends < tools < {audit, status, compaction, skills} < agent "
         "< harness < cli). Move the rule the lower module needs down into its layer (often core), or "
         "pass it in from above:\n" + "\n".join(found)
     )
