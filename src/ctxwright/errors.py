@@ -190,6 +190,14 @@ class TodoError(CtxwrightError, ValueError):
     """A TODO tool call the model got wrong; the message says how to fix it."""
 
 
+class SkillToolError(CtxwrightError, ValueError):
+    """A ``Skill`` or ``read_skill_file`` call the model got wrong (an unknown skill, a path
+    outside the skill's folder, not a regular file); the message says how to fix it.
+
+    The tool registry turns it into an error result the model reads (``"type": "SkillToolError"``).
+    """
+
+
 # -- audit ---------------------------------------------------------------------------------
 
 

@@ -39,6 +39,8 @@ from ctxwright.core.request import ToolChoice, ToolSpec
 from ctxwright.core.session import Session
 from ctxwright.core.store import Store
 from ctxwright.errors import BackendUnavailable, ConfigError, CtxwrightError, PrefixMismatch
+from ctxwright.skills.loader import Skill, load_skills
+from ctxwright.skills.tools import CATALOG_KEY, SKILL_TOOLS, SkillTools, catalog_message
 from ctxwright.status.bar import OPERATING_MANUAL, Mode, StatusBar, StatusConfig
 from ctxwright.status.todo import TodoList
 from ctxwright.tools.builtin import default_tools, make_file_tools
@@ -174,6 +176,13 @@ class Harness:
             on resume, as the session was started.
         delegate: give the agent ``delegate(task)``, a sub-agent in its own session.
             ``None``: by backend; on resume, as the session was started.
+        skills: folders of Agent Skills (a skill folder, or a folder of them); the project's
+            and the user's ``.agents/skills/`` are searched after them (``skills/loader.py``).
+            When any skill loads, the agent gets ``Skill(name)`` and ``read_skill_file(name,
+            path)``, and before the next user message a ``<system-reminder>`` user message
+            lists the skills the session has not announced yet (never the system prompt).
+            Loader warnings go to ``on_event("skills_warning", {"message": ...})`` and
+            :attr:`skill_warnings`. ``None``: no skills; on resume, the recorded folders.
         reasoning: how earlier reasoning is sent back: ``"strip"``, ``"keep"``,
             ``"must_send_back"``, ``"qwen3"`` or a :class:`ReasoningPolicy`. ``None``: the
             mode recorded with the session, else by model family (``core/reasoning.py``).
@@ -229,6 +238,7 @@ class Harness:
         cache_price_ratio: float | None = None,
         todo: bool | None = None,
         delegate: bool | None = None,
+        skills: Iterable[str | Path] | None = None,
         reasoning: ReasoningMode | ReasoningPolicy | None = None,
         max_iterations: int | None = None,
         max_tool_rounds: int | None = None,
@@ -306,6 +316,21 @@ class Harness:
         use_todo = on("todo", all(n in names for n in TODO_TOOLS))
         use_reader = compaction is not None and on("read_result", READ_RESULT_TOOL in names)
         use_delegate = on("delegate", DELEGATE_TOOL in names)
+        skill_dirs = opts["skills"]
+        if skill_dirs is None and isinstance(recorded.get("skills"), list):
+            skill_dirs = recorded["skills"]
+        self.skills: list[Skill] = []
+        self.skill_warnings: list[str] = []
+        if skill_dirs is not None:
+            skill_dirs = [str(d) for d in skill_dirs]
+            loaded = load_skills(skill_dirs)
+            self.skills, self.skill_warnings = loaded.skills, loaded.warnings
+            for warning in self.skill_warnings:
+                self.on_event("skills_warning", {"message": warning})
+        # registered when skills loaded, or when the stored prefix has them (a folder since removed)
+        self.skill_tools: SkillTools | None = (
+            SkillTools(self.skills) if self.skills or (names and all(n in names for n in SKILL_TOOLS)) else None
+        )
         workspace_opt = opts["workspace"]
         if workspace_opt is None and stored is not None:
             workspace_opt = stored.meta.get("workspace")
@@ -328,6 +353,8 @@ class Harness:
             if use_delegate:
                 self.delegator = Delegator(on_event=self.on_event)
                 self.tools.register(self.delegator.tool())
+            for t in self.skill_tools.tools() if self.skill_tools is not None else ():
+                self.tools.register(t)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"the tool list cannot be used: {exc}") from None
 
@@ -344,6 +371,8 @@ class Harness:
             "compaction": compaction_record,
         }
         config_record.update({k: opts[k] for k in recipe.WHEN_GIVEN if opts[k] is not None})
+        if skill_dirs is not None:
+            config_record["skills"] = skill_dirs
 
         # the session: new, or the stored one if the tools and prompt still match its prefix
         manual = "\n\n" + OPERATING_MANUAL if use_status else ""
@@ -559,7 +588,24 @@ class Harness:
         if self._lease is not None:  # a newer harness of this process may have taken the session
             self._lease.check()
         self.agent.config.tool_choice_first = self._first_choice()
+        self._announce_skills()
         return self.agent.run(prompt)
+
+    def _announce_skills(self) -> None:
+        """Append a catalog message for the loaded skills the session has not announced yet
+        (each catalog ``UserEvent`` names its skills in ``extra``), so a resumed session
+        is not told twice and a skill added since gets one small reminder of its own."""
+        announced: set[str] = set()
+        for ev in self.session.events:
+            names = ev.extra.get(CATALOG_KEY) if isinstance(ev, UserEvent) else None
+            if isinstance(names, list):
+                announced.update(str(n) for n in names)
+        new = [s for s in self.skills if s.name not in announced]
+        if not new:
+            return
+        text = catalog_message(new, first=not announced)
+        self.session.add_user(text, **{CATALOG_KEY: [s.name for s in new]})
+        self.on_event("skills_catalog", {"names": [s.name for s in new], "content": text})
 
     def close(self) -> None:
         """Release what the harness opened: the model it loaded (and a sub-agent's fork of

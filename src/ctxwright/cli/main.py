@@ -97,6 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         cache_price_ratio=args.cache_price_ratio,
         todo=args.todo,
         delegate=args.delegate,
+        skills=args.skills,
         reasoning=args.reasoning,
         max_iterations=args.max_iterations,
         max_tool_rounds=args.max_tool_rounds,
@@ -409,6 +410,13 @@ def build_parser() -> argparse.ArgumentParser:
         "give the agent read_result(result_id, offset, limit) to page back offloaded and cleared results",
     )
     _add_switch(r, "delegate", "give the agent the delegate(task) sub-agent tool")
+    r.add_argument(
+        "--skills",
+        action="append",
+        metavar="DIR",
+        help="load Agent Skills from DIR (a skill folder or a folder of them; repeatable), then "
+        ".agents/skills/ and ~/.agents/skills/; adds the Skill and read_skill_file tools",
+    )
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("sessions", help="list stored sessions")

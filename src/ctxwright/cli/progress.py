@@ -282,6 +282,10 @@ class RunPrinter:
                 ),
                 soft_wrap=True,
             )
+        elif kind == "skills_warning":
+            self.err.print(_literal("skills", "yellow", " ", str(data["message"])), soft_wrap=True)
+        elif kind == "skills_catalog":
+            self.out.print(Text("skills  " + ", ".join(map(str, data["names"])), style="dim"), soft_wrap=True)
         elif kind == "stream_fallback":
             self.err.print(Text(f"streaming off: {data['reason']}", style="dim"), soft_wrap=True)
         elif kind == "ledger_mismatch":

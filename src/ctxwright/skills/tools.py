@@ -1,0 +1,206 @@
+"""The two tools that give an agent its skills, and the catalog message that announces them.
+
+Progressive disclosure, as the Agent Skills client guide describes it:
+
+* level 1, the **catalog**: each skill's name, description and location, appended once to the
+  trajectory as a user message (:func:`catalog_message`) -- never in the system prompt, so
+  adding a skill does not change the static prefix and its cache;
+* level 2, ``Skill(name)``: the skill's instructions, wrapped in ``<skill_content>``, with the
+  list of its resource files (paths and sizes, not their content);
+* level 3, ``read_skill_file(name, path)``: one resource file, confined to the skill's folder.
+
+The tool schemas do not depend on which skills exist (``name`` is a plain string checked at
+call time), so the prefix's tool bytes stay the same when a skill folder is added.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import stat
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+from ctxwright.errors import SkillToolError
+from ctxwright.skills import spec
+from ctxwright.skills.loader import Skill
+from ctxwright.tools.registry import Tool
+
+SKILL_TOOL = "Skill"
+READ_SKILL_FILE_TOOL = "read_skill_file"
+SKILL_TOOLS = (SKILL_TOOL, READ_SKILL_FILE_TOOL)
+
+#: ``UserEvent.extra`` key of a catalog message: the names it announced.
+CATALOG_KEY = "skills_catalog"
+
+#: Bytes of one resource file ``read_skill_file`` returns; the rest is cut with a note.
+MAX_READ_BYTES = 64 * 1024
+#: Resource files listed by ``Skill``; more are counted, not listed.
+MAX_LISTED = 200
+
+
+def catalog_message(skills: Sequence[Skill], *, first: bool = True) -> str:
+    """The ``<system-reminder>`` user message listing ``skills`` (name, description, location).
+
+    ``first=False`` words it as an addition, for skills found after the session announced others.
+    """
+    intro = (
+        "Skills are available: folders of instructions for particular tasks. When a task matches a "
+        f"skill's description, call {SKILL_TOOL}(name) to load its instructions before you start, and "
+        f"{READ_SKILL_FILE_TOOL}(name, path) for the files they mention."
+        if first
+        else f"More skills are available now, besides those listed before; load one with {SKILL_TOOL}(name)."
+    )
+    lines = ["<system-reminder>", intro, "<available_skills>"]
+    for s in skills:
+        lines += [
+            "<skill>",
+            f"<name>{escape(s.name)}</name>",
+            f"<description>{escape(s.description)}</description>",
+            f"<location>{escape(str(s.folder / spec.SKILL_FILE))}</location>",
+            "</skill>",
+        ]
+    lines += ["</available_skills>", "</system-reminder>"]
+    return "\n".join(lines)
+
+
+def resource_files(folder: Path) -> list[tuple[str, int]]:
+    """``[(relative POSIX path, size)]`` of the regular files under ``folder`` other than
+    ``SKILL.md``, sorted; symlinks and special files are not listed (nor followed)."""
+    out: list[tuple[str, int]] = []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False, onerror=lambda _e: None):
+        dirnames.sort()
+        for fname in sorted(filenames):
+            full = Path(dirpath) / fname
+            try:
+                st = full.lstat()
+            except OSError:
+                continue
+            rel = full.relative_to(folder).as_posix()
+            if stat.S_ISREG(st.st_mode) and rel != spec.SKILL_FILE:
+                out.append((rel, st.st_size))
+    return sorted(out)
+
+
+class SkillTools:
+    """``Skill`` and ``read_skill_file`` over a fixed set of loaded skills.
+
+    Activations are tracked here: a second ``Skill(name)`` of the same skill in this object's
+    life returns a short pointer to the first instead of the body again.
+    """
+
+    def __init__(self, skills: Iterable[Skill], *, max_read_bytes: int = MAX_READ_BYTES) -> None:
+        self.skills: dict[str, Skill] = {}
+        for s in skills:
+            self.skills.setdefault(s.name, s)  # the loader already kept the first of a name
+        self.max_read_bytes = max_read_bytes
+        self.activated: list[str] = []
+
+    def _skill(self, name: str) -> Skill:
+        found = self.skills.get(name.strip())
+        if found is not None:
+            return found
+        close = difflib.get_close_matches(name.strip(), list(self.skills), n=3, cutoff=0.4)
+        known = ", ".join(sorted(self.skills)) or "(none)"
+        hint = f" Closest: {', '.join(close)}." if close else ""
+        raise SkillToolError(f"there is no skill named {name!r}.{hint} Known skills: {known}")
+
+    def activate(self, name: str) -> str:
+        """The ``Skill`` tool's body: the instructions and the resource list, or a pointer."""
+        skill = self._skill(name)
+        if skill.name in self.activated:
+            return (
+                f'<skill_content name="{escape(skill.name)}">Already loaded above: its instructions are in the '
+                f"result of the first {SKILL_TOOL}({skill.name!r}) call of this session; follow them.</skill_content>"
+            )
+        self.activated.append(skill.name)
+        files = resource_files(skill.folder)
+        listed = [
+            f'<file path="{escape(rel, {chr(34): "&quot;"})}" bytes="{size}"/>' for rel, size in files[:MAX_LISTED]
+        ]
+        if len(files) > MAX_LISTED:
+            listed.append(f"<!-- {len(files) - MAX_LISTED} more files not listed -->")
+        resources = (
+            "<skill_resources>\n" + "\n".join(listed) + "\n</skill_resources>" if listed else "<skill_resources/>"
+        )
+        return (
+            f'<skill_content name="{escape(skill.name)}">\n{skill.body.strip()}\n</skill_content>\n'
+            f"{resources}\n"
+            f"Read a resource with {READ_SKILL_FILE_TOOL}(name={skill.name!r}, path=...)."
+        )
+
+    def read(self, name: str, path: str) -> str:
+        """The ``read_skill_file`` tool's body: one file of one skill, at most ``max_read_bytes``."""
+        skill = self._skill(name)
+        raw = path.strip()
+        if not raw:
+            raise SkillToolError("path is empty: give a path relative to the skill's folder, e.g. 'scripts/run.py'")
+        if raw.startswith(("/", "\\")) or os.path.isabs(raw) or (len(raw) > 1 and raw[1] == ":"):
+            raise SkillToolError(f"{path!r} is an absolute path: give a path relative to the skill's folder")
+        if ".." in raw.replace("\\", "/").split("/"):
+            raise SkillToolError(f"{path!r} contains '..': only files inside the skill's folder can be read")
+        root = skill.folder.resolve()
+        try:
+            target = (root / raw).resolve(strict=True)
+        except (OSError, RuntimeError):
+            raise SkillToolError(
+                f"skill {skill.name!r} has no file {path!r}; {SKILL_TOOL}({skill.name!r}) lists its files"
+            ) from None
+        if not target.is_relative_to(root):
+            raise SkillToolError(f"{path!r} is a link that leads outside the skill's folder; it cannot be read")
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            st = os.stat(target)
+            if not stat.S_ISREG(st.st_mode):
+                raise SkillToolError(f"{path!r} is not a regular file (a folder, pipe or device); read a file")
+            fd = os.open(target, flags)
+            with os.fdopen(fd, "rb") as fh:
+                if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                    raise SkillToolError(f"{path!r} is not a regular file; read a file")
+                data = fh.read(self.max_read_bytes + 1)
+        except OSError as exc:
+            raise SkillToolError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+        if b"\x00" in data:
+            raise SkillToolError(f"{path!r} is a binary file ({st.st_size} bytes); only text files can be read")
+        text = data[: self.max_read_bytes].decode("utf-8", errors="replace")
+        if len(data) > self.max_read_bytes:
+            text += f"\n[cut: the file is {st.st_size} bytes; the first {self.max_read_bytes} are shown]"
+        return text
+
+    def tools(self) -> list[Tool]:
+        """The two tools, in prefix order. Their schemas do not depend on the skills."""
+
+        def skill_tool(name: str) -> str:
+            """Load a skill's instructions (listed in <available_skills>) and the list of its files.
+
+            Args:
+                name: the skill's name, exactly as in <available_skills>.
+            """
+            return self.activate(name)
+
+        def read_skill_file(name: str, path: str) -> str:
+            """Read one file of a skill (a script, a reference) listed in its <skill_resources>.
+
+            Args:
+                name: the skill's name.
+                path: the file's path relative to the skill's folder, e.g. 'references/guide.md'.
+            """
+            return self.read(name, path)
+
+        return [
+            Tool.from_function(skill_tool, name=SKILL_TOOL),
+            Tool.from_function(read_skill_file, name=READ_SKILL_FILE_TOOL),
+        ]
+
+
+__all__ = [
+    "CATALOG_KEY",
+    "MAX_READ_BYTES",
+    "READ_SKILL_FILE_TOOL",
+    "SKILL_TOOL",
+    "SKILL_TOOLS",
+    "SkillTools",
+    "catalog_message",
+    "resource_files",
+]
