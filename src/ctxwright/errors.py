@@ -33,6 +33,7 @@ __all__ = [
     "SchemaTooNew",
     "SessionInUse",
     "SessionNotFound",
+    "SkillToolError",
     "StoreLocked",
     "StoreReadOnly",
     "StoreUnusable",
