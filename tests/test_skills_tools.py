@@ -151,12 +151,14 @@ def test_catalog_is_a_user_message_and_adding_a_skill_keeps_the_prefix(tmp_path)
     assert "<name>pdf-tools</name>" in added and "house-style" not in added
     assert req.messages[-2].content == added and req.messages[-1].content == "and a pdf"
 
-    # a third run with the same skills announces nothing more
-    third = ScriptedBackend(["fine"])
+    # a third run with the same skills announces nothing more, and remembers the activation
+    third = ScriptedBackend([Message(role="assistant", tool_calls=(call("Skill", {"name": "house-style"}),)), "fine"])
     with Harness.resume(sid, backend=third, **opts) as h3:
         h3.run("thanks")
         assert sum(1 for ev in h3.session.events if isinstance(ev, UserEvent) and CATALOG_KEY in ev.extra) == 2
         live = render(h3.session.prefix, h3.session.events)
+    pointer = [m for m in third.requests[1].messages if m.role == "tool"][-1]
+    assert "Already loaded above" in (pointer.content or "")
     store = Store(db)
     try:
         stored = Session.resume(store, sid)

@@ -27,7 +27,7 @@ from ctxwright.agent.loop import Agent, AgentConfig, EventSink, RunResult
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import CompactionConfig
 from ctxwright.compaction.retrieval import ResultReader
-from ctxwright.core.events import UserEvent
+from ctxwright.core.events import ToolEvent, UserEvent
 from ctxwright.core.lease import Lease
 from ctxwright.core.lease import acquire as acquire_lease
 from ctxwright.core.prefix import Prefix
@@ -398,6 +398,8 @@ class Harness:
             )
             if self.store is not None:  # one writer per session (core/lease.py)
                 self._lease = acquire_lease(self.store, self.session.id)
+        if self.skill_tools is not None:  # a resumed session's activations still count
+            self.skill_tools.seed(ev.message.content for ev in self.session.events if isinstance(ev, ToolEvent))
         reasoning = opts["reasoning"]
         try:
             policy = ReasoningPolicy(cast(ReasoningMode, reasoning)) if isinstance(reasoning, str) else reasoning

@@ -97,6 +97,14 @@ class SkillTools:
         self.max_read_bytes = max_read_bytes
         self.activated: list[str] = []
 
+    def seed(self, contents: Iterable[str | None]) -> None:
+        """Mark as activated the skills whose full ``<skill_content>`` is among ``contents``
+        (the recorded tool results of a resumed session), so a resumed session points to them."""
+        for text in contents:
+            for name in self.skills:
+                if text and text.startswith(f'<skill_content name="{escape(name)}">\n') and name not in self.activated:
+                    self.activated.append(name)
+
     def _skill(self, name: str) -> Skill:
         found = self.skills.get(name.strip())
         if found is not None:
