@@ -164,6 +164,8 @@ def test_catalog_is_a_user_message_and_adding_a_skill_keeps_the_prefix(tmp_path)
         stored = Session.resume(store, sid)
         assert render(stored.prefix, stored.events) == live  # resume reproduces the same messages
         assert [m.content for m in live[:3]] == [m.content for m in msgs]
+        # the session list shows the user's first message, not the catalog
+        assert [r["first_user"] for r in store.list_sessions()] == ["write a report"]
     finally:
         store.close()
 

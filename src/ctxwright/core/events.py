@@ -30,6 +30,10 @@ TodoStatus = Literal["pending", "in_progress", "completed", "cancelled"]
 
 E = TypeVar("E", bound="Event")
 
+#: ``UserEvent.extra`` key of a skills catalog message (``skills/tools.py``): the skill names
+#: it announced. Such a message is context the harness added, not the user's task.
+SKILLS_CATALOG_KEY = "skills_catalog"
+
 
 # -- reading payload values with a clear error ------------------------------------------------
 def _where(kind: str, seq: int) -> str:
