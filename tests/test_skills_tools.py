@@ -176,3 +176,23 @@ def test_no_skills_no_tools_no_catalog(tmp_path):
         h.run("hello")
     assert "Skill" not in [t.name for t in backend.requests[0].tools]
     assert [m.role for m in backend.requests[0].messages] == ["system", "user"]
+
+
+def test_cli_run_takes_skills(tmp_path, capsys):
+    from ctxwright.cli.main import main
+    from fakeserver import FakeOpenAIServer as F
+
+    root = tmp_path / "skills"
+    make_skill(root, "house-style")
+    (root / "broken").mkdir()
+    (root / "broken" / "SKILL.md").write_text("no front matter\n")
+    db = tmp_path / "c.db"
+    with F([F.reply_text("done")]) as srv:
+        rc = main(["--db", str(db), "run", "--base-url", srv.url, "--model", "m", "--skills", str(root), "go"])
+        body = srv.requests[0]
+    captured = capsys.readouterr()
+    assert rc == 0
+    assert "skills  house-style" in captured.out
+    assert "broken" in captured.err and "no front matter" in captured.err
+    text = json.dumps(body)
+    assert "<available_skills>" in text and '"Skill"' in text
