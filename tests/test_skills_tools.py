@@ -196,3 +196,16 @@ def test_cli_run_takes_skills(tmp_path, capsys):
     assert "broken" in captured.err and "no front matter" in captured.err
     text = json.dumps(body)
     assert "<available_skills>" in text and '"Skill"' in text
+
+
+def test_skills_given_to_a_session_started_without_them_are_refused(tmp_path):
+    from ctxwright.errors import PrefixMismatch
+
+    root = tmp_path / "skills"
+    make_skill(root, "house-style")
+    db = tmp_path / "a.db"
+    with Harness(system="S.", tools=[], backend=ScriptedBackend(["a"]), db=db, status=False) as h:
+        h.run("hi")
+        sid = h.session_id
+    with pytest.raises(PrefixMismatch, match="not in the session: Skill, read_skill_file"):
+        Harness.resume(sid, backend=ScriptedBackend(["b"]), db=db, status=False, tools=[], skills=[root])

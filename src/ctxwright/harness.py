@@ -322,7 +322,7 @@ class Harness:
         self.skills: list[Skill] = []
         self.skill_warnings: list[str] = []
         if skill_dirs is not None:
-            skill_dirs = [str(d) for d in skill_dirs]
+            skill_dirs = [str(Path(d).expanduser().resolve()) for d in skill_dirs]  # a resume may run elsewhere
             loaded = load_skills(skill_dirs)
             self.skills, self.skill_warnings = loaded.skills, loaded.warnings
             for warning in self.skill_warnings:
@@ -685,7 +685,7 @@ def _check_prefix(
     if diff:
         raise PrefixMismatch(
             f"the tools differ from session {session.id}'s prefix: {diff}. Pass the same tools in the same "
-            "order (tools=[...] / --tool; the options workspace, todo, read_result and delegate add their own), "
+            "order (tools=[...] / --tool; the options workspace, todo, read_result, delegate and skills add their own), "
             "or start a new session"
         )
 
