@@ -145,7 +145,7 @@ class SkillTools:
         raw = path.strip()
         if not raw:
             raise SkillToolError("path is empty: give a path relative to the skill's folder, e.g. 'scripts/run.py'")
-        if raw.startswith(("/", "\\")) or os.path.isabs(raw) or (len(raw) > 1 and raw[1] == ":"):
+        if raw.startswith(("/", "\\")) or os.path.isabs(raw):  # a drive letter: isabs on Windows
             raise SkillToolError(f"{path!r} is an absolute path: give a path relative to the skill's folder")
         if ".." in raw.replace("\\", "/").split("/"):
             raise SkillToolError(f"{path!r} contains '..': only files inside the skill's folder can be read")
