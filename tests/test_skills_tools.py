@@ -17,7 +17,7 @@ from ctxwright.core.session import Session
 from ctxwright.core.store import Store
 from ctxwright.errors import SkillToolError
 from ctxwright.skills import load_skills
-from ctxwright.skills.tools import CATALOG_KEY, SkillTools
+from ctxwright.skills.tools import SkillTools
 
 
 def make_skill(root: Path, name: str, body: str = "Do it well.", files: dict[str, str] | None = None) -> Path:
@@ -145,8 +145,8 @@ def test_catalog_is_a_user_message_and_adding_a_skill_keeps_the_prefix(tmp_path)
         events = h2.session.events
     req = second.requests[0]
     assert req.tools == first.requests[0].tools and req.messages[0] == msgs[0]
-    catalogs = [ev for ev in events if isinstance(ev, UserEvent) and CATALOG_KEY in ev.extra]
-    assert [ev.extra[CATALOG_KEY] for ev in catalogs] == [["house-style"], ["pdf-tools"]]
+    catalogs = [ev for ev in events if isinstance(ev, UserEvent) and ev.skills_announced is not None]
+    assert [ev.skills_announced for ev in catalogs] == [("house-style",), ("pdf-tools",)]
     added = catalogs[1].message.content or ""
     assert "<name>pdf-tools</name>" in added and "house-style" not in added
     assert req.messages[-2].content == added and req.messages[-1].content == "and a pdf"
@@ -155,7 +155,7 @@ def test_catalog_is_a_user_message_and_adding_a_skill_keeps_the_prefix(tmp_path)
     third = ScriptedBackend([Message(role="assistant", tool_calls=(call("Skill", {"name": "house-style"}),)), "fine"])
     with Harness.resume(sid, backend=third, **opts) as h3:
         h3.run("thanks")
-        assert sum(1 for ev in h3.session.events if isinstance(ev, UserEvent) and CATALOG_KEY in ev.extra) == 2
+        assert sum(1 for ev in h3.session.events if isinstance(ev, UserEvent) and ev.skills_announced is not None) == 2
         live = render(h3.session.prefix, h3.session.events)
     pointer = [m for m in third.requests[1].messages if m.role == "tool"][-1]
     assert "Already loaded above" in (pointer.content or "")

@@ -27,7 +27,7 @@ from ctxwright.agent.loop import Agent, AgentConfig, EventSink, RunResult
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import CompactionConfig
 from ctxwright.compaction.retrieval import ResultReader
-from ctxwright.core.events import ToolEvent, UserEvent
+from ctxwright.core.events import SKILLS_CATALOG_KEY, ToolEvent, UserEvent
 from ctxwright.core.lease import Lease
 from ctxwright.core.lease import acquire as acquire_lease
 from ctxwright.core.prefix import Prefix
@@ -40,7 +40,7 @@ from ctxwright.core.session import Session
 from ctxwright.core.store import Store
 from ctxwright.errors import BackendUnavailable, ConfigError, CtxwrightError, PrefixMismatch
 from ctxwright.skills.loader import Skill, load_skills
-from ctxwright.skills.tools import CATALOG_KEY, SKILL_TOOLS, SkillTools, catalog_message
+from ctxwright.skills.tools import SKILL_TOOLS, SkillTools, catalog_message
 from ctxwright.status.bar import OPERATING_MANUAL, Mode, StatusBar, StatusConfig
 from ctxwright.status.todo import TodoList
 from ctxwright.tools.builtin import default_tools, make_file_tools
@@ -595,18 +595,17 @@ class Harness:
 
     def _announce_skills(self) -> None:
         """Append a catalog message for the loaded skills the session has not announced yet
-        (each catalog ``UserEvent`` names its skills in ``extra``), so a resumed session
+        (each catalog ``UserEvent`` names its skills: ``UserEvent.skills_announced``), so a resumed session
         is not told twice and a skill added since gets one small reminder of its own."""
         announced: set[str] = set()
         for ev in self.session.events:
-            names = ev.extra.get(CATALOG_KEY) if isinstance(ev, UserEvent) else None
-            if isinstance(names, list):
-                announced.update(str(n) for n in names)
+            if isinstance(ev, UserEvent) and ev.skills_announced is not None:
+                announced.update(ev.skills_announced)
         new = [s for s in self.skills if s.name not in announced]
         if not new:
             return
         text = catalog_message(new, first=not announced)
-        self.session.add_user(text, **{CATALOG_KEY: [s.name for s in new]})
+        self.session.add_user(text, **{SKILLS_CATALOG_KEY: [s.name for s in new]})
         self.on_event("skills_catalog", {"names": [s.name for s in new], "content": text})
 
     def close(self) -> None:

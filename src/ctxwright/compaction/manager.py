@@ -34,7 +34,7 @@ from ctxwright.compaction.pipeline import CompactionReport, PassState, tiers_for
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.strategies import SCAN_CHARS, NewResult, StrategyContext, compress_batch
 from ctxwright.compaction.summarizer import Summarizer
-from ctxwright.core.events import SKILLS_CATALOG_KEY, CompactionEvent, SummaryFailedEvent, ToolEvent, UserEvent
+from ctxwright.core.events import CompactionEvent, SummaryFailedEvent, ToolEvent, UserEvent
 from ctxwright.core.messages import Message, canonical_json
 from ctxwright.core.tokens import PER_MESSAGE_OVERHEAD, TokenCounter
 from ctxwright.errors import ContextWindowExceeded, SummaryFailed
@@ -161,7 +161,7 @@ class ContextManager:
         users = [
             ev.message.content or ""
             for ev in session.events
-            if isinstance(ev, UserEvent) and SKILLS_CATALOG_KEY not in ev.extra  # not the task
+            if isinstance(ev, UserEvent) and ev.skills_announced is None  # not the task
         ]
         if not users:
             return ""

@@ -180,6 +180,17 @@ class UserEvent(MessageEvent):
     def _fields_payload(self) -> dict[str, Any]:
         return {"message": self.message.to_wire()}
 
+    @property
+    def skills_announced(self) -> tuple[str, ...] | None:
+        """The skill names this message announced if it is a skills catalog, else ``None``.
+
+        A catalog is appended as a user message (never in the cached system prompt) but it is
+        not the task: whatever looks for the task skips it, and the harness reads it to know
+        which skills the session was already told about.
+        """
+        names = self.extra.get(SKILLS_CATALOG_KEY)
+        return tuple(str(n) for n in names) if isinstance(names, list) else None
+
     @classmethod
     def _parse(cls, p: Mapping[str, Any], *, seq: int, created_at: float) -> UserEvent:
         w = _where(cls.KIND, seq)

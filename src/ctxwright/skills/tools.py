@@ -22,7 +22,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from ctxwright.core.events import SKILLS_CATALOG_KEY
 from ctxwright.errors import SkillToolError
 from ctxwright.skills import spec
 from ctxwright.skills.loader import Skill
@@ -32,8 +31,6 @@ SKILL_TOOL = "Skill"
 READ_SKILL_FILE_TOOL = "read_skill_file"
 SKILL_TOOLS = (SKILL_TOOL, READ_SKILL_FILE_TOOL)
 
-#: ``UserEvent.extra`` key of a catalog message: the names it announced.
-CATALOG_KEY = SKILLS_CATALOG_KEY
 
 #: Bytes of one resource file ``read_skill_file`` returns; the rest is cut with a note.
 MAX_READ_BYTES = 64 * 1024
@@ -204,7 +201,6 @@ class SkillTools:
 
 
 __all__ = [
-    "CATALOG_KEY",
     "MAX_READ_BYTES",
     "READ_SKILL_FILE_TOOL",
     "SKILL_TOOL",
