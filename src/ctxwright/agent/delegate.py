@@ -1,7 +1,7 @@
 """Sub-agent isolation: the ``delegate(task)`` tool runs a child agent and returns only its
 conclusion.
 
-Why isolation beats compression (seeds, 子 Agent): a side task's searches and dead ends
+Why isolation beats compression (the book, 子 Agent): a side task's searches and dead ends
 would otherwise stay in the parent's context for the rest of the session. The child works
 in its own session and the parent sees one bounded tool result.
 

@@ -1,6 +1,6 @@
 """The ReAct loop: call the model, run the tools it asks for, feed results back, repeat.
 
-Rules it enforces, each from a failure the seeds describe:
+Rules it enforces, each from a failure the book describe:
 
 * an iteration cap (default 20) with the stop reason reported -- a loop without a bound
   can call the same tool forever;

@@ -1,6 +1,6 @@
 """Layer 4, archival summaries: one short structured summary per completed tool round.
 
-Why a log of rounds and not one squashed summary (seeds: like ``git log``, not ``git
+Why a log of rounds and not one squashed summary (the book: like ``git log``, not ``git
 squash``): each round keeps its own record, in order, so the logic of the session -- what
 was tried, what it returned, what failed -- survives, and a later summary never rewrites an
 earlier one. A round is one assistant message with tool calls and all its results (a

@@ -1,6 +1,6 @@
 """The circuit breaker of LLM compaction.
 
-Why (seeds, full compaction): in production many sessions get stuck in a loop of failing
+Why (the book, full compaction): in production many sessions get stuck in a loop of failing
 compactions, each one a paid LLM call that frees nothing. After ``threshold`` (3)
 consecutive failures the breaker *opens*: no LLM compaction is attempted, the layers
 without an LLM (noise, clearing, trim) do the work, and the status bar says so.

@@ -23,7 +23,7 @@ class CompactionConfig:
     reserve_output_tokens: int = 512
 
     # -- layer 1: tool-result budget ---------------------------------------------------
-    #: Cap per tool result in tokens (seeds: 25,000). Per tool overrides in ``per_tool_cap``.
+    #: Cap per tool result in tokens (the book: 25,000). Per tool overrides in ``per_tool_cap``.
     result_cap_tokens: int = 25_000
     per_tool_cap: dict[str, int] = field(default_factory=dict)
     #: A single result may never take more than this share of the effective window, whatever
@@ -46,7 +46,7 @@ class CompactionConfig:
     unused_after_turns: int = 3
 
     # -- layer 3: clearing ------------------------------------------------------------
-    #: Run the layers when the request passes this share of the effective window (seeds: 0.55).
+    #: Run the layers when the request passes this share of the effective window (the book: 0.55).
     trigger_ratio: float = 0.55
     #: Clearing keeps the newest K tool results as they are ...
     keep_recent_results: int = 4
@@ -63,7 +63,7 @@ class CompactionConfig:
     #: next compaction is many turns away.
     trim_target_ratio: float = 0.4
 
-    # -- LLM layers (issue 6) -------------------------------------------------------------
+    # -- LLM layers -------------------------------------------------------------------
     #: Result-compression strategy of experiment 2-9 (strategies.py): none, per_result,
     #: combined, context_aware, context_aware_cited, adaptive, extractive.
     strategy: str = "none"

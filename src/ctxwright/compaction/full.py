@@ -1,6 +1,6 @@
 """Layer 5, full compaction: an LLM summary of the older trajectory, in two stages.
 
-The last resort before trimming (seeds: 全量壓縮). Stage 1 summarizes the *older half* of
+The last resort before trimming (the book: 全量壓縮). Stage 1 summarizes the *older half* of
 what may be removed; only if the request is still over the trigger does stage 2 summarize
 everything up to the newest turn. The summary follows the retention priorities in
 :data:`INSTRUCTION` (decisions and constraints verbatim first, tool outputs only as their

@@ -7,7 +7,7 @@ cached -- the compressed text is what is sent, from the first time on.
 * ``none`` -- results stay as the budget layer left them;
 * ``per_result`` -- each result summarized alone (no notion of the task);
 * ``combined`` -- all results of one tool round summarized together (the input is cut at
-  the summarizer's budget: the tail of a long round can be lost, as the seeds observed);
+  the summarizer's budget: the tail of a long round can be lost, as the book observed);
 * ``context_aware`` -- each result compressed *for the task*: the summarizer is told the
   query and what is already known, and keeps only new facts that answer it;
 * ``context_aware_cited`` -- the same, every fact followed by its source id;

@@ -3,7 +3,7 @@
 Why: a tool's result does not change when it is called again with the same arguments, but
 a model that did not take it in (a weak model, a long context, a result it did not expect)
 asks again -- and again, one model call each time, until the iteration cap ends the run
-with nothing. The seeds' status bar answers "how often did I call this?" by code for the
+with nothing. The book's status bar answers "how often did I call this?" by code for the
 same reason: a model cannot count its own trajectory. So the loop (``agent/loop.py``)
 counts identical calls in a row here, tells the model once the count passes the limit (a
 note on that result, and a status-bar line, ``status/bar.py``), and ends the run with stop

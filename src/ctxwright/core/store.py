@@ -17,7 +17,7 @@ the file left byte for byte as it was.
 
 All SQL names its columns: a migration that adds one never shifts what a read returns.
 
-Faults (issue 11): every file and folder the store creates is private (``core/private.py``).
+Faults: every file and folder the store creates is private (``core/private.py``).
 A write that meets another process's lock waits -- SQLite's busy timeout, then retries with
 backoff -- for at most ``CTXWRIGHT_DB_WAIT`` seconds (default 60), because SQLite's own
 default gives up after 5 s with ``database is locked`` while a reply is waiting to be

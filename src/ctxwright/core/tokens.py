@@ -4,7 +4,7 @@ Why: every budget decision (when to clear, when to compact, whether a result is 
 is a token decision, and estimates that undercount JSON or base64 let a window overflow.
 So we count with the model's own tokenizer when there is one
 (llama.cpp ``tokenize``), else an offline tokenizer if installed, else the CJK-aware
-estimate from the seeds. Counts are cached per distinct text, so a new turn costs only its
+estimate from the book. Counts are cached per distinct text, so a new turn costs only its
 new tokens, not a recount of the whole history.
 """
 
@@ -93,7 +93,7 @@ PER_MESSAGE_OVERHEAD = 4
 
 @dataclass(frozen=True)
 class Ledger:
-    """The four parts of a request the seeds name, in tokens, plus the template framing.
+    """The four parts of a request the book name, in tokens, plus the template framing.
 
     Their growth curves differ (fixed / explosive / linear / one-off), so each has its own
     management strategy; the ledger shows which part is eating the window. ``framing`` is

@@ -1,6 +1,6 @@
 """The agent status bar: state computed by code, shown at the end of every request.
 
-Why (seeds, "Agent 狀態列"): in-context learning retrieves well but does not count or
+Why (the book, "Agent 狀態列"): in-context learning retrieves well but does not count or
 summarize. Asked "how many times have I called this merchant?", a model must re-read and
 count its whole trajectory, and weak models get it wrong. So the harness computes the
 state -- counters, TODO list, time, timings, the last error, environment, budget -- and
@@ -26,7 +26,7 @@ backend's cached-token price ratio (cached price ÷ uncached price):
 * replace: each update re-prefills the R tokens after the old status, which would have
   been cached: (1−α)·R per update.
 
-So append wins when α·S·N/2 < (1−α)·R (the seeds' cost model) -- small statuses, fast-growing
+So append wins when α·S·N/2 < (1−α)·R (the book's cost model) -- small statuses, fast-growing
 suffixes. ``auto`` measures S and R in the session and decides before each update.
 """
 
@@ -67,7 +67,7 @@ The last message before each of your turns is an <agent_status> block written by
 
 
 def choose_mode(S: float, R: float, N: float, alpha: float) -> Literal["append", "replace"]:
-    """The seed's rule: append when α·S·N/2 < (1−α)·R, else replace."""
+    """The book's rule: append when α·S·N/2 < (1−α)·R, else replace."""
     return "append" if alpha * S * N / 2 < (1 - alpha) * R else "replace"
 
 
