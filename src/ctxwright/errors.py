@@ -40,6 +40,8 @@ __all__ = [
     "StoreWriteFailed",
     "SummaryFailed",
     "TodoError",
+    "ToolCatalogError",
+    "ToolSearchError",
 ]
 
 
@@ -197,6 +199,20 @@ class SkillToolError(CtxwrightError, ValueError):
 
     The tool registry turns it into an error result the model reads (``"type": "SkillToolError"``).
     """
+
+
+class ToolSearchError(CtxwrightError, ValueError):
+    """A tool-search query the index cannot answer: empty, too long, an invalid regex, a bad limit.
+
+    The message says how to ask again; a ``search_tools`` call turns it into a tool error the
+    model reads, so it can retry with a few plain keywords.
+    """
+
+
+class ToolCatalogError(CtxwrightError, ValueError):
+    """A tool definition that cannot join a catalog or an index: not a tool object, a duplicate
+    name, a ``parameters`` that is not valid JSON Schema. The message names where it came from
+    (``file:line``, or both places of a duplicate) and what to fix."""
 
 
 # -- audit ---------------------------------------------------------------------------------
