@@ -40,7 +40,8 @@ from ctxwright.core.session import Session
 from ctxwright.core.store import Store
 from ctxwright.errors import BackendUnavailable, ConfigError, CtxwrightError, PrefixMismatch
 from ctxwright.skills.loader import Skill, load_skills
-from ctxwright.skills.tools import SKILL_TOOLS, SkillTools, catalog_message
+from ctxwright.skills.scripts import DEFAULT_SCRIPT_TIMEOUT_S, SkillScripts
+from ctxwright.skills.tools import RUN_SKILL_SCRIPT_TOOL, SKILL_TOOLS, SkillTools, catalog_message
 from ctxwright.status.bar import OPERATING_MANUAL, Mode, StatusBar, StatusConfig
 from ctxwright.status.todo import TodoList
 from ctxwright.tools.builtin import default_tools, make_file_tools
@@ -183,6 +184,12 @@ class Harness:
             lists the skills the session has not announced yet (never the system prompt).
             Loader warnings go to ``on_event("skills_warning", {"message": ...})`` and
             :attr:`skill_warnings`. ``None``: no skills; on resume, the recorded folders.
+        allow_skill_scripts: also give the agent ``run_skill_script(name, script, args)``,
+            which runs a file of a skill's ``scripts/`` folder (``skills/scripts.py``). Off
+            by default: a skill folder is third-party code. Only when skills loaded.
+            ``None``: off; on resume, as the session was started (the tool is in its prefix).
+        skill_script_timeout: seconds a skill script may run before its process group is
+            killed (default 30). ``None``: on resume, as recorded.
         reasoning: how earlier reasoning is sent back: ``"strip"``, ``"keep"``,
             ``"must_send_back"``, ``"qwen3"`` or a :class:`ReasoningPolicy`. ``None``: the
             mode recorded with the session, else by model family (``core/reasoning.py``).
@@ -239,6 +246,8 @@ class Harness:
         todo: bool | None = None,
         delegate: bool | None = None,
         skills: Iterable[str | Path] | None = None,
+        allow_skill_scripts: bool | None = None,
+        skill_script_timeout: float | None = None,
         reasoning: ReasoningMode | ReasoningPolicy | None = None,
         max_iterations: int | None = None,
         max_tool_rounds: int | None = None,
@@ -328,9 +337,21 @@ class Harness:
             for warning in self.skill_warnings:
                 self.on_event("skills_warning", {"message": warning})
         # registered when skills loaded, or when the stored prefix has them (a folder since removed)
+        has_skill_tools = bool(self.skills or (names and all(n in names for n in SKILL_TOOLS)))
+        # running skill scripts: off unless asked for, and on resume as the prefix says
+        allow_scripts = opts["allow_skill_scripts"]
+        if allow_scripts is None:
+            allow_scripts = stored is not None and RUN_SKILL_SCRIPT_TOOL in names
+        script_timeout = recipe.pick("skill_script_timeout", opts, recorded, DEFAULT_SCRIPT_TIMEOUT_S)
         self.skill_tools: SkillTools | None = (
-            SkillTools(self.skills) if self.skills or (names and all(n in names for n in SKILL_TOOLS)) else None
+            SkillTools(self.skills, scripts_allowed=bool(allow_scripts)) if has_skill_tools else None
         )
+        self.skill_scripts: SkillScripts | None = None
+        if self.skill_tools is not None and allow_scripts:
+            try:
+                self.skill_scripts = SkillScripts(self.skill_tools, timeout_s=float(script_timeout))
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"skill_script_timeout={script_timeout!r}: give a number of seconds above 0") from exc
         workspace_opt = opts["workspace"]
         if workspace_opt is None and stored is not None:
             workspace_opt = stored.meta.get("workspace")
@@ -355,6 +376,8 @@ class Harness:
                 self.tools.register(self.delegator.tool())
             for t in self.skill_tools.tools() if self.skill_tools is not None else ():
                 self.tools.register(t)
+            if self.skill_scripts is not None:
+                self.tools.register(self.skill_scripts.tool())
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"the tool list cannot be used: {exc}") from None
 
@@ -373,6 +396,9 @@ class Harness:
         config_record.update({k: opts[k] for k in recipe.WHEN_GIVEN if opts[k] is not None})
         if skill_dirs is not None:
             config_record["skills"] = skill_dirs
+        if self.skill_scripts is not None:  # the tool is in the prefix; the timeout is not
+            config_record["allow_skill_scripts"] = True
+            config_record["skill_script_timeout"] = self.skill_scripts.timeout_s
 
         # the session: new, or the stored one if the tools and prompt still match its prefix
         manual = "\n\n" + OPERATING_MANUAL if use_status else ""
@@ -684,7 +710,7 @@ def _check_prefix(
     if diff:
         raise PrefixMismatch(
             f"the tools differ from session {session.id}'s prefix: {diff}. Pass the same tools in the same "
-            "order (tools=[...] / --tool; the options workspace, todo, read_result, delegate and skills add their own), "
+            "order (tools=[...] / --tool; the options workspace, todo, read_result, delegate, skills and allow_skill_scripts add their own), "
             "or start a new session"
         )
 

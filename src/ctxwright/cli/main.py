@@ -98,6 +98,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         todo=args.todo,
         delegate=args.delegate,
         skills=args.skills,
+        allow_skill_scripts=args.allow_skill_scripts or None,
+        skill_script_timeout=args.skill_script_timeout,
         reasoning=args.reasoning,
         max_iterations=args.max_iterations,
         max_tool_rounds=args.max_tool_rounds,
@@ -416,6 +418,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="load Agent Skills from DIR (a skill folder or a folder of them; repeatable), then "
         ".agents/skills/ and ~/.agents/skills/; adds the Skill and read_skill_file tools",
+    )
+    r.add_argument(
+        "--allow-skill-scripts",
+        action="store_true",
+        help="also let the agent run files of a skill's scripts/ folder (run_skill_script; off by default: "
+        "a skill folder is third-party code); a resumed session keeps the setting",
+    )
+    r.add_argument(
+        "--skill-script-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="seconds a skill script may run before it is killed (default 30)",
     )
     r.set_defaults(func=cmd_run)
 

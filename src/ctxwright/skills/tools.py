@@ -30,6 +30,11 @@ from ctxwright.tools.registry import Tool
 SKILL_TOOL = "Skill"
 READ_SKILL_FILE_TOOL = "read_skill_file"
 SKILL_TOOLS = (SKILL_TOOL, READ_SKILL_FILE_TOOL)
+#: The optional third tool (``skills/scripts.py``), named here so the ``Skill`` result can
+#: point to it; registered only when the user allows running skill scripts.
+RUN_SKILL_SCRIPT_TOOL = "run_skill_script"
+#: The folder of a skill whose files may be run (the specification's ``scripts/``).
+SCRIPTS_DIR = "scripts"
 
 
 #: Bytes of one resource file ``read_skill_file`` returns; the rest is cut with a note.
@@ -88,11 +93,16 @@ class SkillTools:
     life returns a short pointer to the first instead of the body again.
     """
 
-    def __init__(self, skills: Iterable[Skill], *, max_read_bytes: int = MAX_READ_BYTES) -> None:
+    def __init__(
+        self, skills: Iterable[Skill], *, max_read_bytes: int = MAX_READ_BYTES, scripts_allowed: bool = False
+    ) -> None:
         self.skills: dict[str, Skill] = {}
         for s in skills:
             self.skills.setdefault(s.name, s)  # the loader already kept the first of a name
         self.max_read_bytes = max_read_bytes
+        #: whether ``run_skill_script`` is registered (``skills/scripts.py``): the ``Skill``
+        #: result offers it only then, and otherwise says the scripts are not run here
+        self.scripts_allowed = scripts_allowed
         self.activated: list[str] = []
 
     def seed(self, contents: Iterable[str | None]) -> None:
@@ -102,6 +112,10 @@ class SkillTools:
             for name in self.skills:
                 if text and text.startswith(f'<skill_content name="{escape(name)}">\n') and name not in self.activated:
                     self.activated.append(name)
+
+    def skill(self, name: str) -> Skill:
+        """The skill called ``name``, or a :class:`SkillToolError` naming the closest ones."""
+        return self._skill(name)
 
     def _skill(self, name: str) -> Skill:
         found = self.skills.get(name.strip())
@@ -134,18 +148,41 @@ class SkillTools:
             f'<skill_content name="{escape(skill.name)}">\n{skill.body.strip()}\n</skill_content>\n'
             f"{resources}\n"
             f"Read a resource with {READ_SKILL_FILE_TOOL}(name={skill.name!r}, path=...)."
+            f"{self._scripts_note(skill, files)}"
         )
 
-    def read(self, name: str, path: str) -> str:
-        """The ``read_skill_file`` tool's body: one file of one skill, at most ``max_read_bytes``."""
-        skill = self._skill(name)
+    def _scripts_note(self, skill: Skill, files: Sequence[tuple[str, int]]) -> str:
+        """What the model may do with the skill's ``scripts/``: run them (only when the user
+        allowed it), or nothing -- a skill written for another agent often says "run
+        scripts/x.py", and a model not told otherwise would try a tool it does not have."""
+        if not any(rel.startswith(f"{SCRIPTS_DIR}/") for rel, _ in files):
+            return ""
+        if self.scripts_allowed:
+            return (
+                f" Run a file under {SCRIPTS_DIR}/ with {RUN_SKILL_SCRIPT_TOOL}(name={skill.name!r}, "
+                f"script='{SCRIPTS_DIR}/...', args=[...])."
+            )
+        return (
+            f" Running skill scripts is off in this session: where the instructions say to run a file under "
+            f"{SCRIPTS_DIR}/, tell the user that step needs it."
+        )
+
+    def resolve(self, skill: Skill, path: str, *, under: str = "") -> Path:
+        """The real path of ``path`` inside ``skill``'s folder (and inside its ``under``
+        subfolder when given), or a :class:`SkillToolError` the model can act on.
+
+        One set of confinement checks for every tool that touches a skill's files (reading
+        one, running a script): no absolute path, no ``..``, no missing file, no symlink that
+        resolves outside the folder. A skill folder is third-party content and the path comes
+        from the model, so either may try to reach files the user never offered.
+        """
         raw = path.strip()
         if not raw:
             raise SkillToolError("path is empty: give a path relative to the skill's folder, e.g. 'scripts/run.py'")
         if raw.startswith(("/", "\\")) or os.path.isabs(raw):  # a drive letter: isabs on Windows
             raise SkillToolError(f"{path!r} is an absolute path: give a path relative to the skill's folder")
         if ".." in raw.replace("\\", "/").split("/"):
-            raise SkillToolError(f"{path!r} contains '..': only files inside the skill's folder can be read")
+            raise SkillToolError(f"{path!r} contains '..': only files inside the skill's folder can be used")
         root = skill.folder.resolve()
         try:
             target = (root / raw).resolve(strict=True)
@@ -154,7 +191,15 @@ class SkillTools:
                 f"skill {skill.name!r} has no file {path!r}; {SKILL_TOOL}({skill.name!r}) lists its files"
             ) from None
         if not target.is_relative_to(root):
-            raise SkillToolError(f"{path!r} is a link that leads outside the skill's folder; it cannot be read")
+            raise SkillToolError(f"{path!r} is a link that leads outside the skill's folder; it cannot be used")
+        if under and not target.is_relative_to(root / under):
+            raise SkillToolError(f"{path!r} is not under the skill's {under}/ folder; only files there can be run")
+        return target
+
+    def read(self, name: str, path: str) -> str:
+        """The ``read_skill_file`` tool's body: one file of one skill, at most ``max_read_bytes``."""
+        skill = self._skill(name)
+        target = self.resolve(skill, path)
         flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
         try:
             st = os.stat(target)
@@ -203,6 +248,8 @@ class SkillTools:
 __all__ = [
     "MAX_READ_BYTES",
     "READ_SKILL_FILE_TOOL",
+    "RUN_SKILL_SCRIPT_TOOL",
+    "SCRIPTS_DIR",
     "SKILL_TOOL",
     "SKILL_TOOLS",
     "SkillTools",
