@@ -22,6 +22,12 @@ import yaml
 
 from ctxwright.skills import spec
 
+#: Characters of a description the lenient loader keeps: a description over the
+#: specification's 1,024 loads (with a warning) whole up to this, so a skill written for a
+#: more tolerant client keeps its "when to use" wording; past it, it is cut, because the
+#: catalog sends it with every request.
+LENIENT_DESCRIPTION_MAX = 4 * spec.DESCRIPTION_MAX
+
 #: Conventional locations, relative to the project root and to the user's home.
 CONVENTIONAL = Path(".agents") / "skills"
 
@@ -133,16 +139,41 @@ def quote_colon_values(front: str) -> str:
     return "\n".join(out) + "\n"
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one map.
+
+    YAML requires the keys of a map to be unique; PyYAML silently keeps the last one, so
+    ``name: a`` ... ``name: b`` would validate as ``b`` while the reference validator
+    (strictyaml) and other clients refuse the file or read ``a``."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key if isinstance(key, str | int | float | bool) else id(key_node))
+        return super().construct_mapping(node, deep=deep)
+
+
+def _load_yaml(text: str, *, unique: bool) -> Any:
+    return yaml.load(text, Loader=_UniqueKeyLoader if unique else yaml.SafeLoader)  # both safe loaders
+
+
 def parse_front_matter(front: str, *, retry_colons: bool) -> tuple[dict[str, Any] | None, str | None, bool]:
-    """``(mapping, error, retried)`` for the front matter text (PyYAML ``safe_load``)."""
+    """``(mapping, error, retried)`` for the front matter text (PyYAML's safe loader).
+
+    Strict (``retry_colons=False``): a key given twice is an error. Lenient: it is read as
+    PyYAML reads it, the last value winning (:func:`duplicate_key` finds it for a warning)."""
     try:
-        data = yaml.safe_load(front)
+        data = _load_yaml(front, unique=not retry_colons)
         retried = False
     except yaml.YAMLError as exc:
         if not retry_colons:
-            return None, f"front matter is not valid YAML ({_yaml_line(exc)}); quote values that contain `: `", False
+            hint = "; quote values that contain `: `" if "mapping values" in str(exc) else ""
+            return None, f"front matter is not valid YAML ({_yaml_line(exc)}){hint}", False
         try:
-            data = yaml.safe_load(quote_colon_values(front))
+            data = _load_yaml(quote_colon_values(front), unique=False)
             retried = True
         except yaml.YAMLError:
             return None, f"front matter is not valid YAML ({_yaml_line(exc)})", False
@@ -151,6 +182,18 @@ def parse_front_matter(front: str, *, retry_colons: bool) -> tuple[dict[str, Any
     if not isinstance(data, dict):
         return None, f"front matter must be a YAML map of fields, got {type(data).__name__}", retried
     return {str(k): v for k, v in data.items()}, None, retried
+
+
+def duplicate_key(front: str) -> str | None:
+    """The problem of a front matter that parses except for a key given twice, else ``None``."""
+    try:
+        _load_yaml(front, unique=True)
+    except yaml.constructor.ConstructorError as exc:
+        if "duplicate key" in str(exc):
+            return _yaml_line(exc)
+    except yaml.YAMLError:
+        return None
+    return None
 
 
 def _yaml_line(exc: yaml.YAMLError) -> str:
@@ -177,9 +220,14 @@ def load_skill(folder: Path, source: str = "given") -> tuple[Skill | None, list[
         return None, [*notes, f"{where}: skipped: {error}"]
     if retried:
         notes.append(f"{where}: front matter parsed after quoting values that contain `: `; quote them in the file")
+    elif (dup := duplicate_key(front_text)) is not None:
+        notes.append(f"{where}: front matter has a {dup}; the last value is used, remove the other")
     description = front.get("description")
-    if spec.check_description(description):
+    if not isinstance(description, str) or not description.strip():  # nothing to put in the catalog
         return None, [*notes, f"{where}: skipped: {spec.check_description(description)[0]}"]
+    # too long: the client guide skips a skill only for a missing description or unparseable
+    # YAML, and real skills exceed the limit (anthropics/skills' claude-api has 1,068 characters)
+    notes.extend(f"{where}: {e}; loaded anyway" for e in spec.check_description(description))
     raw_name = front.get("name")
     if isinstance(raw_name, str) and raw_name.strip():
         name = spec.normalize_name(raw_name.strip())
@@ -188,9 +236,9 @@ def load_skill(folder: Path, source: str = "given") -> tuple[Skill | None, list[
     else:
         name = folder.name
         notes.append(f"{where}: name missing or not a string; using the folder name {name!r}")
-    assert isinstance(description, str)
-    if len(description) > spec.DESCRIPTION_MAX:  # pragma: no cover - check_description already skipped it
-        description = description[: spec.DESCRIPTION_MAX]
+    if len(description) > LENIENT_DESCRIPTION_MAX:  # the catalog carries it on every call: bounded
+        notes.append(f"{where}: description cut to its first {LENIENT_DESCRIPTION_MAX} characters in the catalog")
+        description = description[:LENIENT_DESCRIPTION_MAX]
     return Skill(name, description, folder, body, front, source), notes
 
 
