@@ -462,6 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ctxwright.cli.skills import add_skills_parser
 
     add_skills_parser(sub)
+    from ctxwright.cli.tools import add_tools_parser
+
+    add_tools_parser(sub)
     for command in sub.choices.values():  # `ctxwright show ID --db x.db` as well as `ctxwright --db x.db show ID`
         _add_global_options(command, argparse.SUPPRESS)
     return p

@@ -1,0 +1,106 @@
+"""``ctxwright tools ...``: look at tools outside a session.
+
+``tools search --catalog FILE "QUERY" [--limit K] [--json] [--regex]`` ranks the tools of a
+JSONL catalog (one OpenAI tool object per line, see ``tools/catalog.py``) the way the agent's
+``search_tools`` does; ``--queries QFILE`` answers a JSONL file of ``{"id", "query"}`` at once,
+one ``{"id": ..., "results": [name, ...]}`` line per query in rank order, for evaluating a
+catalog's searchability offline. See ``docs/tools.md``.
+
+Each subcommand registers itself in :func:`add_tools_parser`; add the next one there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Literal
+
+from ctxwright.errors import ToolCatalogError, ToolSearchError
+
+
+def add_tools_parser(sub: Any) -> None:
+    """Register ``tools`` and its subcommands on the ``ctxwright`` subcommand parser."""
+    tools = sub.add_parser("tools", help="search a tool catalog")
+    tools_sub = tools.add_subparsers(dest="tools_command", required=True)
+    _add_search_parser(tools_sub)
+
+
+def _add_search_parser(tools_sub: Any) -> None:
+    se = tools_sub.add_parser(
+        "search",
+        help="rank the tools of a JSONL catalog for a query (BM25 over names, descriptions and parameters)",
+    )
+    se.add_argument("query", nargs="?", metavar="QUERY", help="what the tool should do, in a few words")
+    se.add_argument(
+        "--catalog",
+        required=True,
+        metavar="FILE",
+        help="JSONL, one OpenAI tool object per line (names may contain dots)",
+    )
+    se.add_argument(
+        "--queries",
+        metavar="QFILE",
+        help='JSONL of {"id", "query"}: answer them all, one {"id", "results": [name, ...]} line each',
+    )
+    se.add_argument("--limit", type=int, default=5, metavar="K", help="at most K results per query (default 5)")
+    se.add_argument("--json", action="store_true", help="print the results, with their full tool objects, as JSON")
+    se.add_argument(
+        "--regex", action="store_true", help="QUERY is a case-insensitive regex over names and descriptions"
+    )
+    se.set_defaults(func=cmd_search)
+
+
+def _read_queries(path: str) -> list[tuple[str, Any, str]]:
+    """``(file:line, id, query)`` for each line of a queries file, or one clear error."""
+    from ctxwright.tools.catalog import read_jsonl
+
+    queries: list[tuple[str, Any, str]] = []
+    for where, value in read_jsonl(path, "queries file"):
+        if not isinstance(value, dict) or "id" not in value or not isinstance(value.get("query"), str):
+            raise ToolCatalogError(
+                f'{where}: expected {{"id": ..., "query": "words"}} with a string query; fix that line'
+            )
+        queries.append((where, value["id"], value["query"]))
+    return queries
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from ctxwright.tools.catalog import load_catalog
+    from ctxwright.tools.search import ToolIndex
+
+    if (args.query is None) == (args.queries is None):
+        raise ToolSearchError(
+            'give either a QUERY or --queries QFILE: ctxwright tools search --catalog FILE "what to do"'
+        )
+    if args.limit < 1:
+        raise ToolSearchError(f"--limit must be at least 1, got {args.limit}")
+    mode: Literal["bm25", "regex"] = "regex" if args.regex else "bm25"
+    queries = _read_queries(args.queries) if args.queries is not None else []
+    index = ToolIndex(tool.spec for tool in load_catalog(args.catalog))
+    if args.queries is not None:
+        lines = []
+        for where, qid, query in queries:  # all answered before any is printed: a bad line prints nothing
+            try:
+                hits = index.search(query, args.limit, mode=mode)
+            except ToolSearchError as exc:
+                raise ToolSearchError(f"{where} (id {qid!r}): {exc}") from None
+            lines.append(json.dumps({"id": qid, "results": [hit.name for hit in hits]}, ensure_ascii=False))
+        print("\n".join(lines))
+        return 0
+    hits = index.search(args.query, args.limit, mode=mode)
+    if args.json:
+        results = [
+            {"rank": rank, "name": hit.name, "score": round(hit.score, 4), "tool": hit.spec.to_wire()}
+            for rank, hit in enumerate(hits, start=1)
+        ]
+        print(json.dumps({"query": args.query, "mode": mode, "results": results}, ensure_ascii=False, indent=1))
+        return 0
+    if not hits:
+        print(f"no tool in {args.catalog} matches {args.query!r} ({len(index)} tools searched)")
+        return 0
+    width = max(len(hit.name) for hit in hits)
+    for rank, hit in enumerate(hits, start=1):
+        summary = " ".join(hit.spec.description.split())
+        summary = summary if len(summary) <= 80 else summary[:79] + "…"
+        print(f"{rank:>2}. {hit.name:<{width}}  {hit.score:7.3f}  {summary}")
+    return 0
