@@ -54,12 +54,21 @@ def test_tokenize_splits_dots_underscores_dashes_and_camel_case() -> None:
     assert tokenize("github.issues.create") == ["github", "issue", "create"]
     assert tokenize("calendar_events-create") == ["calendar", "event", "create"]
     assert tokenize("listOpenIssues") == ["listopenissue", "list", "open", "issue"]
-    assert tokenize("HTTPServer") == ["httpserver", "http", "server"]
-    assert tokenize("S3Bucket ec2") == ["s3bucket", "s3", "bucket", "ec2"]
+    assert tokenize("S3Bucket ec2", identifiers=True) == ["s3bucket", "s3", "bucket", "ec2"]
+    assert tokenize("HTTPServer", identifiers=True) == ["httpserver", "http", "server"]
+
+
+def test_capitalised_words_in_prose_are_names_kept_whole() -> None:
+    assert tokenize("Open it in GitHub or PagerDuty") == ["open", "github", "pagerduty"]
+    assert tokenize("gitHub") == ["github", "git", "hub"]  # lower-case first: an identifier
+
+
+def test_words_in_other_scripts_are_kept() -> None:
+    assert tokenize("Créer un ticket 工具调用") == ["créer", "un", "ticket", "工具调用"]
 
 
 def test_tokenize_drops_stopwords_and_folds_plurals_only() -> None:
-    assert tokenize("the list of policies and addresses") == ["list", "policy", "address"]
+    assert tokenize("can you list all of my policies and addresses") == ["list", "policy", "address"]
     assert tokenize("status statuses bus analysis") == ["status", "status", "bus", "analysis"]
 
 
@@ -103,6 +112,24 @@ def test_search_limits_results_and_leaves_out_tools_that_match_nothing() -> None
     }
     assert index.search("kubernetes pods") == []
     assert ToolIndex().search("anything") == []
+
+
+def test_action_synonyms_and_phrasal_verbs_find_the_verb_the_name_uses() -> None:
+    index = ToolIndex(
+        [
+            spec("crm.contacts.get", "Get a contact."),
+            spec("crm.contacts.create", "Create a contact."),
+            spec("crm.contacts.delete", "Delete a contact."),
+            spec("github.pulls.merge", "Merge a pull request."),
+        ]
+    )
+    assert index.search("erase that contact")[0].name == "crm.contacts.delete"
+    assert index.search("get rid of the contact")[0].name == "crm.contacts.delete"
+    assert index.search("set up a contact")[0].name == "crm.contacts.create"
+    hits = index.search("pull up the contact")
+    assert hits[0].name == "crm.contacts.get" and "github.pulls.merge" not in names(hits)  # "pull up" is not a pull
+    plain = ToolIndex(list(index), expand_actions=False)
+    assert plain.search("erase that contact")[0].name == "crm.contacts.get"  # a three-way tie, in catalog order
 
 
 def test_exact_name_ranks_first_even_when_other_tools_score_higher() -> None:

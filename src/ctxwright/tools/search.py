@@ -18,7 +18,8 @@ fields of each tool:
 
 Field weights are applied by repeating a field's tokens in the document (a term's frequency is
 what BM25 counts): see :data:`FIELD_WEIGHTS`. English stopwords come from ``bm25s``
-(``bm25s.stopwords.STOPWORDS_EN``, bundled, nothing is downloaded). ``bm25s`` offers stemming
+(``bm25s.stopwords.STOPWORDS_EN_PLUS``, bundled, nothing is downloaded: the longer of its two
+English lists, since queries carry conversational words such as "can you" or "what do we have"). ``bm25s`` offers stemming
 only through the optional PyStemmer package, which ctxwright does not depend on; instead
 :func:`tokenize` folds plural nouns ("issues" -> "issue"), the one inflection that separates
 how users and tool names word the same object.
@@ -39,6 +40,7 @@ different question.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -47,12 +49,21 @@ from typing import Any, Literal
 
 import bm25s
 import numpy as np
-from bm25s.stopwords import STOPWORDS_EN
+from bm25s.stopwords import STOPWORDS_EN_PLUS
 
 from ctxwright.core.request import ToolSpec
 from ctxwright.errors import ToolCatalogError, ToolSearchError
 
-__all__ = ["FIELD_WEIGHTS", "MAX_QUERY_CHARS", "SearchHit", "ToolIndex", "tokenize", "tool_tokens"]
+__all__ = [
+    "ACTION_SYNONYMS",
+    "FIELD_WEIGHTS",
+    "MAX_QUERY_CHARS",
+    "PHRASAL_VERBS",
+    "SearchHit",
+    "ToolIndex",
+    "tokenize",
+    "tool_tokens",
+]
 
 #: Longest query accepted, in characters. A real search is a few words; 1,000 characters is
 #: already a paragraph, and a longer "query" is almost always a whole task pasted in by mistake.
@@ -63,23 +74,49 @@ MAX_QUERY_CHARS = 1000
 #: does; parameters say what it takes, and are many, so they count once.
 FIELD_WEIGHTS: dict[str, int] = {"name": 3, "description": 2, "parameter_names": 1, "parameter_descriptions": 1}
 
-_STOPWORDS = frozenset(STOPWORDS_EN)
-_CHUNK = re.compile(r"[A-Za-z0-9]+")
+#: Words users say for the actions tool names are built from, by the action's usual word in a
+#: tool's name. Catalogs name their tools with a handful of verbs (``create``, ``get``,
+#: ``list``, ``update``, ``delete``, ``search``...) while people ask to "remove", "show every"
+#: or "look up"; BM25 only matches words, so a query word listed here also searches for the
+#: verb (expansion happens on the query only; the tools' documents are left as written).
+ACTION_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "create": ("make", "add", "new", "register", "generate", "setup"),
+    "get": ("fetch", "retrieve", "show", "view", "detail", "display", "lookup", "info", "see", "look"),
+    "list": ("all", "every", "enumerate", "browse", "show", "overview"),
+    "update": ("change", "edit", "modify", "rename", "alter", "patch"),
+    "delete": ("remove", "erase", "destroy", "drop", "trash", "rid", "wipe", "purge"),
+    "search": ("find", "look", "lookup", "locate", "seek", "query", "match", "mentioning"),
+    "send": ("deliver", "post", "email", "notify", "tell"),
+    "cancel": ("abort", "stop", "call", "revoke"),
+}
+
+#: Phrasal verbs whose first word means something else alone ("pull up the order" is not about
+#: pull requests, "set up a repo" does not set anything): the pair is read as the action and the
+#: first word is not searched.
+PHRASAL_VERBS: dict[tuple[str, str], str] = {
+    ("set", "up"): "create",
+    ("pull", "up"): "get",
+    ("look", "up"): "get",
+    ("get", "rid"): "delete",
+    ("call", "off"): "cancel",
+    ("shut", "down"): "stop",
+    ("turn", "off"): "stop",
+    ("turn", "on"): "start",
+    ("kick", "off"): "start",
+    ("look", "for"): "search",
+}
+
+_STOPWORDS = frozenset(STOPWORDS_EN_PLUS)
+#: a word: letters and digits of any script (``_`` and punctuation separate words)
+_CHUNK = re.compile(r"[^\W_]+")
 #: camelCase / PascalCase / acronym parts: "listOpenIssues" -> list Open Issues,
 #: "HTTPServer" -> HTTP Server, "S3Bucket" -> S3 Bucket.
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z0-9]+|[A-Z]+[0-9]*|[0-9]+")
 #: Sub-schema keys whose values are schemas (or lists / maps of schemas) to walk for parameters.
-_SCHEMA_CHILDREN = (
-    "items",
-    "additionalProperties",
-    "anyOf",
-    "oneOf",
-    "allOf",
-    "prefixItems",
-    "not",
-    "$defs",
-    "definitions",
+_SCHEMA_CHILDREN = frozenset(
+    {"items", "additionalProperties", "anyOf", "oneOf", "allOf", "prefixItems", "not", "$defs", "definitions"}
 )
+_SCHEMA_MAPS = frozenset({"$defs", "definitions"})  # name -> schema maps (the names are not parameters)
 #: Endings never folded as plurals ("status", "address", "analysis", "bus").
 _NOT_PLURAL = ("ss", "us", "is", "os")
 
@@ -102,33 +139,34 @@ def _norm(word: str) -> str | None:
     return _singular(word)
 
 
-def tokenize(text: str) -> list[str]:
-    """The search tokens of free text: words split on punctuation and camelCase, lowercased,
-    stopwords dropped, plurals folded. A camelCase word also keeps its whole form ("GitHub" ->
-    github, git, hub), so a query matches it written either way."""
-    return [token for chunk in _CHUNK.findall(text) for token in _chunk_tokens(chunk)]
+def tokenize(text: str, *, identifiers: bool = False) -> list[str]:
+    """The search tokens of text: words split on punctuation, lowercased, stopwords dropped,
+    plurals folded. A camelCase identifier ("listOpenIssues", "channelId") is split into its
+    parts and also kept whole; in prose a capitalised word such as "GitHub" or "PagerDuty" is a
+    proper name and stays one token (split, it would count a service's name two or three times
+    over in every description that mentions it). ``identifiers=True`` (names, parameter names)
+    splits every camelCase word. Words in other scripts are kept whole, lowercased."""
+    return [
+        token for chunk in _CHUNK.findall(text) for token in _chunk_tokens(chunk, identifiers or chunk[0].islower())
+    ]
 
 
 @functools.lru_cache(maxsize=65536)
-def _chunk_tokens(chunk: str) -> tuple[str, ...]:
+def _chunk_tokens(chunk: str, split: bool) -> tuple[str, ...]:
     """One word's tokens; cached because catalogs repeat the same words thousands of times
     (this halves the time to index 10,000 tools)."""
-    out: list[str] = []
-    parts = _CAMEL.findall(chunk)
-    if len(parts) > 1:
-        whole = _norm(chunk)
-        if whole is not None:
-            out.append(whole)
-    for part in parts:
-        token = _norm(part)
-        if token is not None:
-            out.append(token)
+    whole = _norm(chunk)
+    parts = _CAMEL.findall(chunk) if split and chunk.isascii() else []
+    if len(parts) <= 1:
+        return (whole,) if whole is not None else ()
+    out = [whole] if whole is not None else []
+    out.extend(token for token in map(_norm, parts) if token is not None)
     return tuple(out)
 
 
 def _name_tokens(name: str) -> list[str]:
     """A name's parts plus the whole name, lowercased, as one token (``github.issues.create``)."""
-    tokens = tokenize(name)
+    tokens = tokenize(name, identifiers=True)
     whole = name.lower()
     if whole not in tokens:
         tokens.append(whole)
@@ -136,26 +174,33 @@ def _name_tokens(name: str) -> list[str]:
 
 
 def _walk_schema(schema: Any, names: list[str], texts: list[str]) -> None:
+    """Collect parameter names and descriptions from a schema and every schema inside it."""
     if isinstance(schema, list):
         for item in schema:
             _walk_schema(item, names, texts)
         return
     if not isinstance(schema, dict):
         return
-    description = schema.get("description")
-    if isinstance(description, str):
-        texts.append(description)
-    properties = schema.get("properties")
-    if isinstance(properties, dict):
-        for pname, sub in properties.items():
-            names.append(str(pname))
-            _walk_schema(sub, names, texts)
-    for key in _SCHEMA_CHILDREN:
-        child = schema.get(key)
-        if isinstance(child, dict) and key in ("$defs", "definitions"):
-            _walk_schema(list(child.values()), names, texts)
-        elif child is not None:
-            _walk_schema(child, names, texts)
+    for key, value in schema.items():
+        if key == "description":
+            if isinstance(value, str):
+                texts.append(value)
+        elif key == "properties":
+            if isinstance(value, dict):
+                for pname, sub in value.items():
+                    names.append(str(pname))
+                    _walk_schema(sub, names, texts)
+        elif key in _SCHEMA_CHILDREN:
+            _walk_schema(
+                list(value.values()) if key in _SCHEMA_MAPS and isinstance(value, dict) else value, names, texts
+            )
+
+
+@functools.lru_cache(maxsize=65536)
+def _text_tokens(text: str, identifiers: bool) -> tuple[str, ...]:
+    """:func:`tokenize`, cached: parameter names and descriptions ("ID of the issue", "Page
+    token from the previous call") repeat across the tools of one server."""
+    return tuple(tokenize(text, identifiers=identifiers))
 
 
 def tool_tokens(spec: ToolSpec) -> list[str]:
@@ -166,8 +211,8 @@ def tool_tokens(spec: ToolSpec) -> list[str]:
     fields = {
         "name": _name_tokens(spec.name),
         "description": tokenize(spec.description),
-        "parameter_names": [token for pname in names for token in tokenize(pname)],
-        "parameter_descriptions": [token for text in texts for token in tokenize(text)],
+        "parameter_names": [token for pname in names for token in _text_tokens(pname, True)],
+        "parameter_descriptions": [token for text in texts for token in _text_tokens(text, False)],
     }
     return [token for field, tokens in fields.items() for _ in range(FIELD_WEIGHTS[field]) for token in tokens]
 
@@ -187,7 +232,14 @@ class ToolIndex:
     :meth:`search` rebuilds the ``bm25s`` index from the cached token lists (a few hundred
     milliseconds for 10,000 tools; tokens are computed once per tool)."""
 
-    def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
+    def __init__(self, specs: Iterable[ToolSpec] = (), *, expand_actions: bool = True) -> None:
+        """``expand_actions=False`` searches the query's own words only, without
+        :data:`ACTION_SYNONYMS` and :data:`PHRASAL_VERBS` (the benchmark measures both)."""
+        self._expand: dict[str, list[str]] = {}
+        self._phrasal: dict[tuple[str, str], str] = dict(PHRASAL_VERBS) if expand_actions else {}
+        for action, words in ACTION_SYNONYMS.items() if expand_actions else ():
+            for word in words:
+                self._expand.setdefault(_singular(word.lower()), []).append(action)
         self._specs: dict[str, ToolSpec] = {}
         self._tokens: dict[str, list[str]] = {}
         self._order: list[str] = []
@@ -278,7 +330,7 @@ class ToolIndex:
             return []
         exact = query if query in self._specs else None
         # a query without spaces may be a name: its whole lowercased form is a token too
-        tokens = list(dict.fromkeys(tokenize(query) if any(c.isspace() for c in query) else _name_tokens(query)))
+        tokens = self._query_tokens(query)
         scores: np.ndarray[Any, np.dtype[np.float32]] | None = None
         known = [token for token in tokens if token in bm25.vocab_dict]
         if known:
@@ -299,6 +351,25 @@ class ToolIndex:
                 continue
             hits.append(SearchHit(name, score, self._specs[name]))
         return hits[:limit]
+
+    def _query_tokens(self, query: str) -> list[str]:
+        """The query's tokens plus the action words its verbs stand for (expansion reads the
+        words before stopwords are dropped: "show all", "set up")."""
+        if not any(c.isspace() for c in query):
+            return _name_tokens(query)  # a query without spaces may be a name
+        words = [_singular(chunk.lower()) for chunk in _CHUNK.findall(query)]
+        actions: list[str] = []
+        skip: set[str] = set()
+        for first, second in itertools.pairwise(words):
+            action = self._phrasal.get((first, second))
+            if action is not None:
+                actions.append(action)
+                skip.add(first)
+        for word in words:
+            if word not in skip:
+                actions.extend(self._expand.get(word, ()))
+        tokens = [token for token in tokenize(query) if token not in skip]
+        return list(dict.fromkeys([*tokens, *actions]))
 
     def _search_regex(self, pattern: str, limit: int) -> list[SearchHit]:
         try:
