@@ -31,8 +31,9 @@ def main() -> None:
         ["long_session.py"],
         ["compression.py", *(["--quick"] if args.quick else [])],
         ["terminal.py"],
+        ["tool_search.py", "--part", "search", *(["--quick"] if args.quick else [])],
     ]
-    no_model = {"audit_speed.py", "long_session.py", "terminal.py"}  # offline: no backend arguments
+    no_model = {"audit_speed.py", "long_session.py", "terminal.py", "tool_search.py"}  # offline: no backend arguments
     failed = []
     for script, *extra in runs:
         name = script.removesuffix(".py") + ("_quick" if args.quick else "")

@@ -17,12 +17,17 @@ fields of each tool:
   objects, arrays and ``anyOf``/``oneOf``/``allOf`` branches.
 
 Field weights are applied by repeating a field's tokens in the document (a term's frequency is
-what BM25 counts): see :data:`FIELD_WEIGHTS`. English stopwords come from ``bm25s``
-(``bm25s.stopwords.STOPWORDS_EN_PLUS``, bundled, nothing is downloaded: the longer of its two
-English lists, since queries carry conversational words such as "can you" or "what do we have"). ``bm25s`` offers stemming
-only through the optional PyStemmer package, which ctxwright does not depend on; instead
-:func:`tokenize` folds plural nouns ("issues" -> "issue"), the one inflection that separates
-how users and tool names word the same object.
+what BM25 counts): see :data:`FIELD_WEIGHTS`. Stopwords are ``bm25s``'s longer English list
+(``bm25s.stopwords.STOPWORDS_EN_PLUS``, bundled, nothing is downloaded), since queries carry
+conversational words ("can you", "what do we have") that would otherwise match any description
+using them. ``bm25s`` stems only through the optional PyStemmer package, which ctxwright does
+not depend on; :func:`tokenize` folds plural nouns instead ("issues" -> "issue"), the
+inflection that most often separates how a user and a tool name word the same object.
+
+Catalogs name tools with a handful of verbs (create, get, list, update, delete, search) while
+people ask to "remove", "show every", "pull up" or "get rid of": the query, never the tools'
+documents, is expanded with the verb its words stand for (:data:`ACTION_SYNONYMS`,
+:data:`PHRASAL_VERBS`; ``expand_actions=False`` turns that off).
 
 A query equal to a tool's exact name always ranks that tool first: a model that saw the name
 (in an announcement or an earlier result) and searches for it must get it back.
