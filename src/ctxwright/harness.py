@@ -27,7 +27,7 @@ from ctxwright.agent.loop import Agent, AgentConfig, EventSink, RunResult
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import CompactionConfig
 from ctxwright.compaction.retrieval import ResultReader
-from ctxwright.core.events import SKILLS_CATALOG_KEY, ToolEvent, UserEvent
+from ctxwright.core.events import ToolEvent, UserEvent
 from ctxwright.core.lease import Lease
 from ctxwright.core.lease import acquire as acquire_lease
 from ctxwright.core.prefix import Prefix
@@ -41,7 +41,15 @@ from ctxwright.core.store import Store
 from ctxwright.errors import BackendUnavailable, ConfigError, CtxwrightError, PrefixMismatch
 from ctxwright.skills.loader import Skill, load_skills
 from ctxwright.skills.scripts import DEFAULT_SCRIPT_TIMEOUT_S, SkillScripts
-from ctxwright.skills.tools import RUN_SKILL_SCRIPT_TOOL, SKILL_TOOLS, SkillTools, catalog_message
+from ctxwright.skills.tools import (
+    CATALOG_MODES,
+    RUN_SKILL_SCRIPT_TOOL,
+    SKILL_TOOLS,
+    CatalogEntry,
+    CatalogMode,
+    SkillTools,
+    announce,
+)
 from ctxwright.status.bar import OPERATING_MANUAL, Mode, StatusBar, StatusConfig
 from ctxwright.status.todo import TodoList
 from ctxwright.tools.builtin import default_tools, make_file_tools
@@ -184,12 +192,20 @@ class Harness:
             lists the skills the session has not announced yet (never the system prompt).
             Loader warnings go to ``on_event("skills_warning", {"message": ...})`` and
             :attr:`skill_warnings`. ``None``: no skills; on resume, the recorded folders.
+            A sub-agent (``delegate``) gets the same skills, announced in its own session.
         allow_skill_scripts: also give the agent ``run_skill_script(name, script, args)``,
             which runs a file of a skill's ``scripts/`` folder (``skills/scripts.py``). Off
             by default: a skill folder is third-party code. Only when skills loaded.
             ``None``: off; on resume, as the session was started (the tool is in its prefix).
         skill_script_timeout: seconds a skill script may run before its process group is
             killed (default 30). ``None``: on resume, as recorded.
+        skills_catalog: where the catalog goes. ``"reminder"`` (the default): appended as
+            above, one small message per new skill and no cache break. ``"prefix"``: the
+            catalog known at start goes into the ``Skill`` tool's description and ``name``
+            becomes an enum of those skills; no catalog message. It is frozen with the
+            prefix and recorded with the session, so a resume sends the same bytes; a skill
+            added later is not announced and cannot be loaded (a ``skills_warning`` says so):
+            start a new session. Fixed for a session.
         reasoning: how earlier reasoning is sent back: ``"strip"``, ``"keep"``,
             ``"must_send_back"``, ``"qwen3"`` or a :class:`ReasoningPolicy`. ``None``: the
             mode recorded with the session, else by model family (``core/reasoning.py``).
@@ -248,6 +264,7 @@ class Harness:
         skills: Iterable[str | Path] | None = None,
         allow_skill_scripts: bool | None = None,
         skill_script_timeout: float | None = None,
+        skills_catalog: CatalogMode | None = None,
         reasoning: ReasoningMode | ReasoningPolicy | None = None,
         max_iterations: int | None = None,
         max_tool_rounds: int | None = None,
@@ -336,15 +353,35 @@ class Harness:
             self.skills, self.skill_warnings = loaded.skills, loaded.warnings
             for warning in self.skill_warnings:
                 self.on_event("skills_warning", {"message": warning})
-        # registered when skills loaded, or when the stored prefix has them (a folder since removed)
-        has_skill_tools = bool(self.skills or (names and all(n in names for n in SKILL_TOOLS)))
+        self.skills_catalog: CatalogMode = self._catalog_mode(opts["skills_catalog"], stored, recorded)
         # running skill scripts: off unless asked for, and on resume as the prefix says
         allow_scripts = opts["allow_skill_scripts"]
         if allow_scripts is None:
             allow_scripts = stored is not None and RUN_SKILL_SCRIPT_TOOL in names
         script_timeout = recipe.pick("skill_script_timeout", opts, recorded, DEFAULT_SCRIPT_TIMEOUT_S)
+        frozen: list[CatalogEntry] | None = None
+        if self.skills_catalog == "prefix":
+            # frozen with the prefix: the entries recorded at start, or the skills loaded now
+            if stored is not None:
+                frozen = [CatalogEntry.from_dict(e) for e in recorded.get("skills_frozen") or () if isinstance(e, dict)]
+            else:
+                frozen = [CatalogEntry.of(sk) for sk in self.skills]
+            in_catalog = {e.name for e in frozen}
+            for sk in self.skills:
+                if sk.name not in in_catalog:
+                    warning = (
+                        f"skill {sk.name!r} ({sk.folder}) is not in this session's catalog: with --skills-catalog "
+                        "prefix the catalog is frozen with the prefix when the session starts, so it is not "
+                        "announced and Skill cannot load it; start a new session to use it"
+                    )
+                    self.skill_warnings.append(warning)
+                    self.on_event("skills_warning", {"message": warning})
+            has_skill_tools = bool(frozen)
+        else:
+            # registered when skills loaded, or when the stored prefix has them (a folder since removed)
+            has_skill_tools = bool(self.skills or (names and all(n in names for n in SKILL_TOOLS)))
         self.skill_tools: SkillTools | None = (
-            SkillTools(self.skills, scripts_allowed=bool(allow_scripts)) if has_skill_tools else None
+            SkillTools(self.skills, scripts_allowed=bool(allow_scripts), frozen=frozen) if has_skill_tools else None
         )
         self.skill_scripts: SkillScripts | None = None
         if self.skill_tools is not None and allow_scripts:
@@ -372,7 +409,7 @@ class Harness:
             if use_reader:  # offloaded and cleared results are paged back; the agent binds it
                 self.tools.register(ResultReader().tool())
             if use_delegate:
-                self.delegator = Delegator(on_event=self.on_event)
+                self.delegator = Delegator(on_event=self.on_event, skills=self.skill_tools)
                 self.tools.register(self.delegator.tool())
             for t in self.skill_tools.tools() if self.skill_tools is not None else ():
                 self.tools.register(t)
@@ -399,6 +436,10 @@ class Harness:
         if self.skill_scripts is not None:  # the tool is in the prefix; the timeout is not
             config_record["allow_skill_scripts"] = True
             config_record["skill_script_timeout"] = self.skill_scripts.timeout_s
+        if skill_dirs is not None or opts["skills_catalog"] is not None or "skills_catalog" in recorded:
+            config_record["skills_catalog"] = self.skills_catalog
+        if frozen is not None:
+            config_record["skills_frozen"] = [e.to_dict() for e in frozen]
 
         # the session: new, or the stored one if the tools and prompt still match its prefix
         manual = "\n\n" + OPERATING_MANUAL if use_status else ""
@@ -620,19 +661,30 @@ class Harness:
         return self.agent.run(prompt)
 
     def _announce_skills(self) -> None:
-        """Append a catalog message for the loaded skills the session has not announced yet
-        (each catalog ``UserEvent`` names its skills: ``UserEvent.skills_announced``), so a resumed session
-        is not told twice and a skill added since gets one small reminder of its own."""
-        announced: set[str] = set()
-        for ev in self.session.events:
-            if isinstance(ev, UserEvent) and ev.skills_announced is not None:
-                announced.update(ev.skills_announced)
-        new = [s for s in self.skills if s.name not in announced]
-        if not new:
+        """In reminder mode, append a catalog message for the loaded skills the session has not
+        announced yet (``skills/tools.py``: :func:`~ctxwright.skills.tools.announce`). In prefix
+        mode the catalog is in the ``Skill`` tool's description and nothing is appended."""
+        if self.skills_catalog == "prefix":
             return
-        text = catalog_message(new, first=not announced)
-        self.session.add_user(text, **{SKILLS_CATALOG_KEY: [s.name for s in new]})
-        self.on_event("skills_catalog", {"names": [s.name for s in new], "content": text})
+        done = announce(self.session, self.skills)
+        if done is not None:
+            self.on_event("skills_catalog", {"names": done[0], "content": done[1]})
+
+    @staticmethod
+    def _catalog_mode(given: str | None, stored: Session | None, recorded: Mapping[str, Any]) -> CatalogMode:
+        """The session's catalog mode: as given, else as recorded, else ``reminder``. It decides
+        the ``Skill`` tool's bytes, so a resume in the other mode is refused."""
+        if given is not None and given not in CATALOG_MODES:
+            raise ConfigError(f"skills_catalog={given!r}: use 'reminder' (the default) or 'prefix'")
+        was = recorded.get("skills_catalog", "reminder")
+        if stored is not None and given is not None and given != was:
+            raise ConfigError(
+                f"session {stored.id} was started with skills_catalog={was!r} (--skills-catalog {was}); the catalog "
+                "mode decides the Skill tool's bytes in its prefix. Leave the option out to continue it, or start "
+                "a new session"
+            )
+        mode = given or was
+        return cast(CatalogMode, mode if mode in CATALOG_MODES else "reminder")
 
     def close(self) -> None:
         """Release what the harness opened: the model it loaded (and a sub-agent's fork of

@@ -12,6 +12,12 @@ may not delegate again (that call gets a clear error), which bounds the depth at
 
 On the embedded backend the child runs on a second model object (``backend.fork()``) so
 the parent's llama.cpp KV state -- its prefilled prefix and trajectory -- survives.
+
+Skills: the child gets the parent's skills, so a side task can follow one. Its ``Skill`` and
+``read_skill_file`` are the same tool bytes over its own :class:`SkillTools` (a skill the
+child loads is not "already loaded" for the parent, which never saw it), and in reminder mode
+the catalog is announced in the child's own trajectory, before its task; in prefix mode it is
+already in the shared prefix.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ctxwright.core.session import Session
+from ctxwright.skills.tools import SkillTools, announce
 from ctxwright.tools.registry import Tool, ToolRegistry
 
 if TYPE_CHECKING:
@@ -44,7 +51,9 @@ class Delegator:
         max_iterations: int = 8,
         timeout_s: float = 900.0,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        skills: SkillTools | None = None,
     ) -> None:
+        self.skills = skills
         self.max_conclusion_chars = max_conclusion_chars
         self.max_iterations = max_iterations
         self.timeout_s = timeout_s
@@ -63,18 +72,21 @@ class Delegator:
             self._child_backend = fork() if callable(fork) else self.parent.backend
         return self._child_backend
 
-    def _child_tools(self) -> ToolRegistry:
-        """The parent's tools, except that ``delegate`` refuses and ``read_result`` reads the
-        child's own results."""
+    def _child_tools(self, skills: SkillTools | None) -> ToolRegistry:
+        """The parent's tools, except that ``delegate`` refuses, ``read_result`` reads the
+        child's own results and the skill tools are ``skills``' (the child's own activations)."""
         from ctxwright.compaction.retrieval import ResultReader
 
         assert self.parent is not None
+        own = {t.name: t for t in skills.tools()} if skills is not None else {}
         reg = ToolRegistry()
         for t in self.parent.tools:
             if t.name == "delegate":
                 reg.register(Tool.from_function(_refuse_nested, name="delegate", description=t.description))
             elif t.name == "read_result":
                 reg.register(ResultReader().tool())
+            elif t.name in own:
+                reg.register(own[t.name])
             else:
                 reg.register(t)
         return reg
@@ -104,11 +116,16 @@ class Delegator:
         self.children.append(child.id)
         cfg = replace(parent.config, max_iterations=self.max_iterations)
         sink = self.on_event or (lambda kind, data: None)
+        skills = self.skills.fork() if self.skills is not None else None
+        if skills is not None and skills.frozen is None:  # reminder mode: the child is told too
+            done = announce(child, list(skills.skills.values()))
+            if done is not None:
+                sink("skills_catalog", {"names": done[0], "content": done[1], "child": child.id})
         summ = parent.context.summarizer if parent.context is not None else None
         agent = Agent(
             child,
             self._backend(),
-            self._child_tools(),
+            self._child_tools(skills),
             cfg,
             counter=parent.counter,
             on_event=lambda kind, data: sink(kind, {**data, "child": child.id}),

@@ -176,7 +176,9 @@ class Agent:
         request = s.build_request(
             tool_choice=tool_choice, max_tokens=self.config.max_tokens, temperature=self.config.temperature
         )
-        ledger = build_ledger(self.counter, s.prefix.canonical(), list(request.messages[1:]), self._tools_text)
+        ledger = build_ledger(
+            self.counter, s.prefix.canonical(), list(request.messages[1:]), self._tools_text, s.prefix.tools
+        )
         self.on_event("request", {"index": s.call_count, "messages": len(request.messages)})
         pre_ms = (time.perf_counter() - t0) * 1000
         t_call = time.perf_counter()

@@ -100,6 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         skills=args.skills,
         allow_skill_scripts=args.allow_skill_scripts or None,
         skill_script_timeout=args.skill_script_timeout,
+        skills_catalog=args.skills_catalog,
         reasoning=args.reasoning,
         max_iterations=args.max_iterations,
         max_tool_rounds=args.max_tool_rounds,
@@ -430,6 +431,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         metavar="SECONDS",
         help="seconds a skill script may run before it is killed (default 30)",
+    )
+    r.add_argument(
+        "--skills-catalog",
+        choices=("reminder", "prefix"),
+        help="where the skills catalog goes: 'reminder' (default) appends it as a user message, one per new "
+        "skill, no cache break; 'prefix' puts the skills known at start into the Skill tool's description, "
+        "frozen with the prefix (a skill added later needs a new session)",
     )
     r.set_defaults(func=cmd_run)
 

@@ -41,6 +41,8 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
+from ctxwright.core.tokens import Ledger
+
 if TYPE_CHECKING:
     from ctxwright.agent.loop import CallReport
 
@@ -358,11 +360,7 @@ def calls_table(reports: Sequence[CallReport], *, wide: bool = False) -> Table:
         "prefill ms",
         "decode ms",
         "out tok",
-        "sys+tools",
-        "tool results",
-        "history",
-        "latest user",
-        "framing",
+        *Ledger.LABELS.values(),
         "counted",
     ):
         t.add_column(col, justify="right")

@@ -13,10 +13,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ctxwright.core.messages import Message
+from ctxwright.core.request import ToolSpec
+from ctxwright.core.skills_catalog import skills_catalog_tokens
 
 _CJK = re.compile("[\u4e00-\u9fff]")
 
@@ -101,7 +104,11 @@ class Ledger:
     (:data:`PER_MESSAGE_OVERHEAD` per message after the system prompt). ``total`` -- the
     four parts plus the framing -- is the prompt size ctxwright counts for the request, the
     same number the compaction layers plan with (``ContextManager.request_tokens``).
-    ``tools`` is the part of ``system_and_tools`` that is tool definitions.
+    ``tools`` counts the tool definitions (a catalog inside one included), a measure of
+    the prefix rather than a part. ``skills_catalog`` is the skills catalog wherever it sits
+    (``core/skills_catalog.py``): the catalog messages, taken out of ``history`` and
+    ``latest_user``, and a catalog block in a tool description, taken out of
+    ``system_and_tools`` -- so the parts still add up to the same ``total``.
     """
 
     system_and_tools: int
@@ -110,12 +117,29 @@ class Ledger:
     latest_user: int
     framing: int = 0
     tools: int = 0
+    skills_catalog: int = 0
 
-    PARTS = ("system_and_tools", "tool_results", "history", "latest_user", "framing")
+    PARTS = ("system_and_tools", "skills_catalog", "tool_results", "history", "latest_user", "framing")
+    #: each part's name in tables (``ctxwright run --wide``, ``ctxwright show``)
+    LABELS = {
+        "system_and_tools": "sys+tools",
+        "skills_catalog": "skills catalog",
+        "tool_results": "tool results",
+        "history": "history",
+        "latest_user": "latest user",
+        "framing": "framing",
+    }
 
     @property
     def total(self) -> int:
-        return self.system_and_tools + self.tool_results + self.history + self.latest_user + self.framing
+        return (
+            self.system_and_tools
+            + self.skills_catalog
+            + self.tool_results
+            + self.history
+            + self.latest_user
+            + self.framing
+        )
 
     def shares(self) -> dict[str, float]:
         t = self.total or 1
@@ -129,21 +153,32 @@ class Ledger:
             "latest_user": self.latest_user,
             "framing": self.framing,
             "tools": self.tools,
+            "skills_catalog": self.skills_catalog,
             "total": self.total,
         }
 
 
 def build_ledger(
-    counter: TokenCounter, system_and_tools_text: str, messages: list[Message], tools_text: str = ""
+    counter: TokenCounter,
+    system_and_tools_text: str,
+    messages: list[Message],
+    tools_text: str = "",
+    tool_specs: Iterable[ToolSpec | Mapping[str, Any]] = (),
 ) -> Ledger:
     """Split ``messages`` (without the system prompt) into the ledger's parts.
 
     ``system_and_tools_text`` is the prefix as counted (``Prefix.canonical()``);
     ``tools_text`` its tool definitions alone, when the caller wants them told apart (the
-    server check below uses them to recognise a server that dropped the tools)."""
-    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
+    server check below uses them to recognise a server that dropped the tools);
+    ``tool_specs`` the same tools as objects, where a skills catalog may sit."""
+    catalog = skills_catalog_tokens(counter.count, messages, tool_specs)
+    last_user = max(
+        (i for i, m in enumerate(messages) if m.role == "user" and i not in catalog.message_indexes), default=None
+    )
     tool_results = history = latest = 0
     for i, m in enumerate(messages):
+        if i in catalog.message_indexes:
+            continue
         n = counter.count_message(m)
         if m.role == "tool":
             tool_results += n
@@ -151,13 +186,16 @@ def build_ledger(
             latest += n
         else:
             history += n
+    prefix = counter.count(system_and_tools_text)
+    in_prefix = min(catalog.tools, prefix)
     return Ledger(
-        counter.count(system_and_tools_text),
+        prefix - in_prefix,
         tool_results,
         history,
         latest,
         framing=PER_MESSAGE_OVERHEAD * len(messages),
         tools=counter.count(tools_text) if tools_text else 0,
+        skills_catalog=in_prefix + catalog.messages,
     )
 
 

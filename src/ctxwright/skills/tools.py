@@ -11,6 +11,13 @@ Progressive disclosure, as the Agent Skills client guide describes it:
 
 The tool schemas do not depend on which skills exist (``name`` is a plain string checked at
 call time), so the prefix's tool bytes stay the same when a skill folder is added.
+
+The other catalog mode, ``prefix``, puts the catalog known when the session starts into the
+``Skill`` tool's description, with ``name`` an enum of those skills. It costs no appended
+message, but it is frozen with the prefix (provider caches reuse only a byte-identical
+prefix): a skill added later is not announced and cannot be loaded until a new session.
+The entries are recorded with the session (:class:`CatalogEntry`), so a resume rebuilds the
+same tool bytes whatever the folders hold by then.
 """
 
 from __future__ import annotations
@@ -18,10 +25,15 @@ from __future__ import annotations
 import difflib
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal, cast
 from xml.sax.saxutils import escape
 
+from ctxwright.core.events import SKILLS_CATALOG_KEY, UserEvent
+from ctxwright.core.session import Session
+from ctxwright.core.skills_catalog import CATALOG_CLOSE, CATALOG_OPEN, REMINDER_CLOSE, REMINDER_OPEN
 from ctxwright.errors import SkillToolError
 from ctxwright.skills import spec
 from ctxwright.skills.loader import Skill
@@ -43,29 +55,88 @@ MAX_READ_BYTES = 64 * 1024
 MAX_LISTED = 200
 
 
+#: The catalog modes: ``reminder`` (an appended user message, the default) or ``prefix`` (in
+#: the ``Skill`` tool's description, frozen with the session's prefix).
+CatalogMode = Literal["reminder", "prefix"]
+CATALOG_MODES: tuple[CatalogMode, ...] = ("reminder", "prefix")
+
+_HOW_TO_USE = (
+    f"When a task matches a skill's description, call {SKILL_TOOL}(name) to load its instructions before "
+    f"you start, and {READ_SKILL_FILE_TOOL}(name, path) for the files they mention."
+)
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """What the catalog says of one skill: its name, description and the location of its
+    ``SKILL.md``. Recorded with a session in prefix mode, so a resume rebuilds the same bytes."""
+
+    name: str
+    description: str
+    location: str
+
+    @classmethod
+    def of(cls, skill: Skill) -> CatalogEntry:
+        return cls(skill.name, skill.description, str(skill.folder / spec.SKILL_FILE))
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.name, "description": self.description, "location": self.location}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CatalogEntry:
+        return cls(str(data.get("name", "")), str(data.get("description", "")), str(data.get("location", "")))
+
+
+def catalog_xml(entries: Iterable[CatalogEntry]) -> str:
+    """The ``<available_skills>`` block: one ``<skill>`` with name, description and location each."""
+    lines = [CATALOG_OPEN]
+    for e in entries:
+        lines += [
+            "<skill>",
+            f"<name>{escape(e.name)}</name>",
+            f"<description>{escape(e.description)}</description>",
+            f"<location>{escape(e.location)}</location>",
+            "</skill>",
+        ]
+    lines.append(CATALOG_CLOSE)
+    return "\n".join(lines)
+
+
 def catalog_message(skills: Sequence[Skill], *, first: bool = True) -> str:
     """The ``<system-reminder>`` user message listing ``skills`` (name, description, location).
 
     ``first=False`` words it as an addition, for skills found after the session announced others.
     """
     intro = (
-        "Skills are available: folders of instructions for particular tasks. When a task matches a "
-        f"skill's description, call {SKILL_TOOL}(name) to load its instructions before you start, and "
-        f"{READ_SKILL_FILE_TOOL}(name, path) for the files they mention."
+        f"Skills are available: folders of instructions for particular tasks. {_HOW_TO_USE}"
         if first
         else f"More skills are available now, besides those listed before; load one with {SKILL_TOOL}(name)."
     )
-    lines = ["<system-reminder>", intro, "<available_skills>"]
-    for s in skills:
-        lines += [
-            "<skill>",
-            f"<name>{escape(s.name)}</name>",
-            f"<description>{escape(s.description)}</description>",
-            f"<location>{escape(str(s.folder / spec.SKILL_FILE))}</location>",
-            "</skill>",
-        ]
-    lines += ["</available_skills>", "</system-reminder>"]
-    return "\n".join(lines)
+    return "\n".join([REMINDER_OPEN, intro, catalog_xml(CatalogEntry.of(s) for s in skills), REMINDER_CLOSE])
+
+
+def announced_skills(session: Session) -> set[str]:
+    """The skills the session's catalog messages have announced so far."""
+    out: set[str] = set()
+    for ev in session.events:
+        if isinstance(ev, UserEvent) and ev.skills_announced is not None:
+            out.update(ev.skills_announced)
+    return out
+
+
+def announce(session: Session, skills: Sequence[Skill]) -> tuple[list[str], str] | None:
+    """Append one catalog message for the ``skills`` the session has not announced yet (each
+    catalog ``UserEvent`` names its skills: ``UserEvent.skills_announced``), so a resumed session
+    is not told twice and a skill added since gets one small reminder of its own. Returns the
+    names announced and the message, or ``None`` when there was nothing new (reminder mode)."""
+    announced = announced_skills(session)
+    new = [s for s in skills if s.name not in announced]
+    if not new:
+        return None
+    names = [s.name for s in new]
+    text = catalog_message(new, first=not announced)
+    session.add_user(text, **{SKILLS_CATALOG_KEY: names})
+    return names, text
 
 
 def resource_files(folder: Path) -> list[tuple[str, int]]:
@@ -91,19 +162,41 @@ class SkillTools:
 
     Activations are tracked here: a second ``Skill(name)`` of the same skill in this object's
     life returns a short pointer to the first instead of the body again.
+
+    ``frozen`` (prefix mode) is the catalog the session started with: it goes into the
+    ``Skill`` tool's description, ``name`` becomes an enum of its names, and only those skills
+    can be loaded (a skill added since is not in the prefix the model sees).
     """
 
     def __init__(
-        self, skills: Iterable[Skill], *, max_read_bytes: int = MAX_READ_BYTES, scripts_allowed: bool = False
+        self,
+        skills: Iterable[Skill],
+        *,
+        max_read_bytes: int = MAX_READ_BYTES,
+        scripts_allowed: bool = False,
+        frozen: Sequence[CatalogEntry] | None = None,
     ) -> None:
+        self.frozen: tuple[CatalogEntry, ...] | None = tuple(frozen) if frozen is not None else None
+        allowed = {e.name for e in self.frozen} if self.frozen is not None else None
         self.skills: dict[str, Skill] = {}
         for s in skills:
-            self.skills.setdefault(s.name, s)  # the loader already kept the first of a name
+            if allowed is None or s.name in allowed:
+                self.skills.setdefault(s.name, s)  # the loader already kept the first of a name
         self.max_read_bytes = max_read_bytes
         #: whether ``run_skill_script`` is registered (``skills/scripts.py``): the ``Skill``
         #: result offers it only then, and otherwise says the scripts are not run here
         self.scripts_allowed = scripts_allowed
         self.activated: list[str] = []
+
+    def fork(self) -> SkillTools:
+        """The same skills and catalog with no activations: a sub-agent's own tools, whose
+        schemas are byte-identical to these (its prefix is the parent's)."""
+        return SkillTools(
+            self.skills.values(),
+            max_read_bytes=self.max_read_bytes,
+            scripts_allowed=self.scripts_allowed,
+            frozen=self.frozen,
+        )
 
     def seed(self, contents: Iterable[str | None]) -> None:
         """Mark as activated the skills whose full ``<skill_content>`` is among ``contents``
@@ -220,7 +313,9 @@ class SkillTools:
         return text
 
     def tools(self) -> list[Tool]:
-        """The two tools, in prefix order. Their schemas do not depend on the skills."""
+        """The two tools, in prefix order. Their schemas do not depend on the skills, except in
+        prefix mode (``frozen``): then ``Skill``'s description holds the catalog and ``name``
+        is an enum of its skills."""
 
         def skill_tool(name: str) -> str:
             """Load a skill's instructions (listed in <available_skills>) and the list of its files.
@@ -239,20 +334,34 @@ class SkillTools:
             """
             return self.read(name, path)
 
+        description = None
+        if self.frozen:
+            names = tuple(e.name for e in self.frozen)
+            skill_tool.__annotations__ = {"name": cast(Any, Literal)[names], "return": str}
+            description = (
+                "Load a skill's instructions and the list of its files. Skills are folders of instructions for "
+                f"particular tasks. {_HOW_TO_USE}\n{catalog_xml(self.frozen)}"
+            )
         return [
-            Tool.from_function(skill_tool, name=SKILL_TOOL),
+            Tool.from_function(skill_tool, name=SKILL_TOOL, description=description),
             Tool.from_function(read_skill_file, name=READ_SKILL_FILE_TOOL),
         ]
 
 
 __all__ = [
+    "CATALOG_MODES",
     "MAX_READ_BYTES",
     "READ_SKILL_FILE_TOOL",
     "RUN_SKILL_SCRIPT_TOOL",
     "SCRIPTS_DIR",
     "SKILL_TOOL",
     "SKILL_TOOLS",
+    "CatalogEntry",
+    "CatalogMode",
     "SkillTools",
+    "announce",
+    "announced_skills",
     "catalog_message",
+    "catalog_xml",
     "resource_files",
 ]
