@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxwright.core.messages import canonical_json
+from ctxwright.core.skills_catalog import skills_catalog_tokens
 from ctxwright.core.tokens import TokenCounter
 
 _MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
@@ -160,6 +161,9 @@ class AuditRow:
     options_changed: tuple[str, ...] = ()
     #: the log reported this request's prompt size (its usage), rather than it being counted
     usage_known: bool = False
+    #: tokens of the skills catalog in the request, messages and tool descriptions
+    #: (``core/skills_catalog.py``), by ctxwright's count
+    skills_catalog_tokens: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -172,6 +176,7 @@ class AuditRow:
             "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
             "cause": self.cause,
             "options_changed": list(self.options_changed),
+            "skills_catalog_tokens": self.skills_catalog_tokens,
         }
 
 
@@ -202,6 +207,9 @@ class AuditSummary:
     cached_known: int = 0
     #: how many requests changed each option
     options_changed: dict[str, int] = field(default_factory=dict)
+    #: Σ tokens of the skills catalog over the requests, and how many requests had one
+    skills_catalog_tokens: int = 0
+    skills_catalog_requests: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -218,6 +226,8 @@ class AuditSummary:
             "cached_known": self.cached_known,
             "causes": dict(self.causes),
             "options_changed": dict(self.options_changed),
+            "skills_catalog_tokens": self.skills_catalog_tokens,
+            "skills_catalog_requests": self.skills_catalog_requests,
         }
 
 
@@ -530,6 +540,7 @@ class Totals:
         self.cached = self.cached_known = self.prompt_known = self.reusable_known = self.usage_known = 0
         self.causes: dict[str, int] = {}
         self.options: dict[str, int] = {}
+        self.catalog = self.catalog_requests = 0
         # token sums the cost estimates need, so prices can be applied at the end
         self._uncached = self._cached_paid = self._stable_uncached = self._stable_cached = 0
 
@@ -541,6 +552,8 @@ class Totals:
         self.reusable += row.reusable_prefix_tokens
         self.completion += row.completion_tokens or 0
         self.usage_known += row.usage_known
+        self.catalog += row.skills_catalog_tokens
+        self.catalog_requests += row.skills_catalog_tokens > 0
         self.causes[row.cause] = self.causes.get(row.cause, 0) + 1
         for name in row.options_changed:
             self.options[name] = self.options.get(name, 0) + 1
@@ -568,6 +581,8 @@ class Totals:
             usage_known=self.usage_known,
             cached_known=self.cached_known,
             options_changed=dict(sorted(self.options.items())),
+            skills_catalog_tokens=self.catalog,
+            skills_catalog_requests=self.catalog_requests,
         )
         if self.cached_known:
             s.cached_tokens = self.cached
@@ -763,6 +778,7 @@ class Auditor:
         self._seg_tokens: dict[bytes, int] = {}
         self._system: tuple[str, bytes, bytes] | None = None
         self._tools: tuple[Sequence[Any], bytes, bytes] | None = None
+        self._tools_catalog: tuple[Sequence[Any], int] | None = None
 
     def _fixed(self, req: AuditRequest) -> tuple[bytes, bytes, bytes, bytes]:
         """(system bytes, its hash, tool list bytes, its hash): a log repeats one system prompt and
@@ -789,6 +805,14 @@ class Auditor:
                     memo.clear()
                 memo[hashes[i]] = n
         return out
+
+    def _catalog(self, req: AuditRequest) -> int:
+        """Tokens of the skills catalog in ``req``; the tool list's share once per tool list
+        object (a log repeats one), the messages' on every request."""
+        cached = self._tools_catalog
+        if cached is None or cached[0] is not req.tools:
+            cached = self._tools_catalog = (req.tools, skills_catalog_tokens(self.counter.count, (), req.tools).total)
+        return cached[1] + skills_catalog_tokens(self.counter.count, req.messages).total
 
     def add(self, req: AuditRequest) -> AuditRow:
         system, system_h, tools, tools_h = self._fixed(req)
@@ -861,6 +885,7 @@ class Auditor:
             conversation=conv.number,
             options_changed=options,
             usage_known=req.prompt_tokens is not None,
+            skills_catalog_tokens=self._catalog(req),
         )
         conv.last_prompt = prompt
         conv.totals.add(row, prev_prompt)

@@ -315,6 +315,13 @@ def print_summary(console: Console, s: AuditSummary, prices: Prices | None, toke
     if s.options_changed:
         names = " · ".join(f"{k} {v:,}" for k, v in s.options_changed.items())
         console.print(Text("options changed: " + names), highlight=False)
+    if s.skills_catalog_requests:
+        share = f" ({s.skills_catalog_tokens / s.prompt_tokens:.1%} of prompt)" if s.prompt_tokens else ""
+        console.print(
+            f"skills catalog: {s.skills_catalog_tokens:,} tokens{share} in {s.skills_catalog_requests:,} "
+            f"request(s), {s.skills_catalog_tokens // s.skills_catalog_requests:,} per request that had one",
+            highlight=False,
+        )
     if prices is not None and s.est_cost is not None and s.est_cost_if_stable is not None:
         saving = s.est_cost - s.est_cost_if_stable
         share = f", {saving / s.est_cost:.1%}" if s.est_cost else ""

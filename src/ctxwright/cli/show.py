@@ -28,6 +28,7 @@ from ctxwright.core.export import session_export
 from ctxwright.core.messages import Message
 from ctxwright.core.render import Renderer, RenderSettings
 from ctxwright.core.store import Store
+from ctxwright.core.tokens import Ledger
 from ctxwright.errors import EventFormatError
 
 
@@ -190,6 +191,7 @@ def _render(data: dict[str, Any], console: Console, indent: str, *, wide: bool =
             say(_line(indent, ev.seq, ev.kind, "blue", " ", summary, note))
     if data["calls"]:
         console.print(_calls_table(data["calls"], indent, wide=wide))
+        _print_parts(console, data["calls"], indent, wide=wide)
         for c in data["calls"]:
             audit = c.get("audit") or {}
             ctx = audit.get("context")
@@ -211,6 +213,38 @@ def _render(data: dict[str, Any], console: Console, indent: str, *, wide: bool =
             say(Text(f"{indent}hit ratio {hit:.1%} (Σcached ÷ Σprompt) · efficiency {eff_text} (Σcached ÷ Σreusable)"))
     for child in data["children"]:
         _render(child, console, indent + "    ", wide=wide)
+
+
+def _part(ledger: dict[str, Any], part: str) -> str:
+    """One part of a stored ledger; ``?`` when the call was recorded before that part existed
+    (the skills catalog was then counted inside history or the prefix)."""
+    v = ledger.get(part)
+    return f"{v:,}" if isinstance(v, int) else "?"
+
+
+def _print_parts(console: Console, calls: list[dict[str, Any]], indent: str, *, wide: bool) -> None:
+    """The context by part (the ledger ``core/tokens.py`` recorded for each call: system and
+    tools, skills catalog, tool results, history, latest user, framing): the last call's on one
+    line, every call's in a table with ``wide``."""
+    recorded = [c for c in calls if isinstance(c.get("ledger"), dict) and c["ledger"]]
+    if not recorded:
+        return
+    if wide:
+        t = Table(title=f"{indent}context by part (tokens, ctxwright's count)")
+        for col in ("call", *Ledger.LABELS.values(), "counted"):
+            t.add_column(col, justify="right")
+        for c in recorded:
+            lg = c["ledger"]
+            t.add_row(str(c["call_index"]), *(_part(lg, k) for k in Ledger.PARTS), _part(lg, "total"))
+        console.print(t)
+        return
+    last = recorded[-1]
+    lg = last["ledger"]
+    parts = " · ".join(f"{Ledger.LABELS[k]} {_part(lg, k)}" for k in Ledger.PARTS)
+    console.print(
+        Text(f"{indent}context of call {last['call_index']} by part: {parts} · counted {_part(lg, 'total')}"),
+        soft_wrap=True,
+    )
 
 
 def _calls_table(calls: list[dict[str, Any]], indent: str, *, wide: bool) -> Table:

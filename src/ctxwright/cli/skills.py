@@ -1,8 +1,10 @@
-"""``ctxwright skills validate PATH... [--json]`` and ``ctxwright skills list [--skills DIR ...]``.
+"""``ctxwright skills validate PATH... [--json]``, ``ctxwright skills list [--skills DIR ...]`` and
+``ctxwright skills show NAME [--skills DIR ...]``.
 
 ``validate`` is strict (every rule of the Agent Skills specification, for authors and CI)
-and exits 1 when any skill is invalid; ``list`` loads the way an agent would, leniently,
-and prints the warnings on stderr. See ``docs/skills.md``.
+and exits 1 when any skill is invalid; ``list`` and ``show`` load the way an agent would,
+leniently, and print the warnings on stderr. ``show`` prints what the agent would get: the
+front matter, the location, the body and the resource files. See ``docs/skills.md``.
 """
 
 from __future__ import annotations
@@ -22,14 +24,22 @@ def add_skills_parser(sub: Any) -> None:
     va.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     va.set_defaults(func=cmd_validate)
     ls = sk_sub.add_parser("list", help="list the skills an agent would load, and why any was skipped")
-    ls.add_argument(
+    _add_skills_option(ls)
+    ls.set_defaults(func=cmd_list)
+    sh = sk_sub.add_parser("show", help="print one skill: front matter, location, body and resource files")
+    sh.add_argument("name", metavar="NAME", help="the skill's name, as `ctxwright skills list` prints it")
+    _add_skills_option(sh)
+    sh.set_defaults(func=cmd_show)
+
+
+def _add_skills_option(parser: Any) -> None:
+    parser.add_argument(
         "--skills",
         action="append",
         default=[],
         metavar="DIR",
         help="a folder of skill folders (repeatable); searched before ./.agents/skills and ~/.agents/skills",
     )
-    ls.set_defaults(func=cmd_list)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -62,4 +72,36 @@ def cmd_list(args: argparse.Namespace) -> int:
         desc = " ".join(s.description.split())
         desc = desc if len(desc) <= 100 else desc[:99] + "…"
         print(f"{s.name}  [{s.source}]  {s.folder}\n    {desc}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """One skill as an agent would load it: each front matter field, the location, the body,
+    then the resource files (relative paths and sizes, as ``Skill`` lists them). An unknown
+    name is one line with the closest names, and exit status 1."""
+    from ctxwright.skills import spec
+    from ctxwright.skills.loader import load_skills
+    from ctxwright.skills.tools import resource_files, unknown_skill
+
+    result = load_skills(args.skills)
+    for w in result.warnings:
+        print(f"ctxwright: warning: {w}", file=sys.stderr)
+    found = next((s for s in result.skills if s.name == args.name.strip()), None)
+    if found is None:
+        print(
+            f"ctxwright skills show: {unknown_skill(args.name, (s.name for s in result.skills))} "
+            "(looked in --skills, ./.agents/skills and ~/.agents/skills)",
+            file=sys.stderr,
+        )
+        return 1
+    for key, value in found.front_matter.items():
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+        print(f"{key}: {shown}")
+    print(f"location: {(found.folder / spec.SKILL_FILE).absolute()}  [{found.source}]")
+    print("--- body ---")
+    print(found.body.strip())
+    files = resource_files(found.folder)
+    print(f"--- resource files ({len(files)}) ---")
+    for rel, size in files:
+        print(f"{rel}  {size:,} bytes")
     return 0

@@ -21,6 +21,7 @@ log (Claude Code, for one, lists skills in an ``<available_skills>`` block of it
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,8 @@ REMINDER_OPEN = "<system-reminder>"
 REMINDER_CLOSE = "</system-reminder>"
 CATALOG_OPEN = "<available_skills>"
 CATALOG_CLOSE = "</available_skills>"
+
+_STARTS_AS_REMINDER = re.compile(r"\s*" + re.escape(REMINDER_OPEN))
 
 
 def _text(content: Any) -> str:
@@ -49,8 +52,8 @@ def is_catalog_message(role: Any, content: Any) -> bool:
     and holds an ``<available_skills>`` block."""
     if role != "user":
         return False
-    text = _text(content)
-    return text.lstrip().startswith(REMINDER_OPEN) and CATALOG_OPEN in text
+    text = _text(content)  # matched in place: a log's user message may be megabytes
+    return _STARTS_AS_REMINDER.match(text) is not None and CATALOG_OPEN in text
 
 
 def catalog_block(description: str) -> str:

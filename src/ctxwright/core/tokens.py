@@ -15,7 +15,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ctxwright.core.messages import Message
 from ctxwright.core.request import ToolSpec
@@ -121,7 +121,7 @@ class Ledger:
 
     PARTS = ("system_and_tools", "skills_catalog", "tool_results", "history", "latest_user", "framing")
     #: each part's name in tables (``ctxwright run --wide``, ``ctxwright show``)
-    LABELS = {
+    LABELS: ClassVar[dict[str, str]] = {
         "system_and_tools": "sys+tools",
         "skills_catalog": "skills catalog",
         "tool_results": "tool results",

@@ -157,6 +157,15 @@ def resource_files(folder: Path) -> list[tuple[str, int]]:
     return sorted(out)
 
 
+def unknown_skill(name: str, known: Iterable[str]) -> str:
+    """The one line for a skill name that is not known: the closest names, then all of them
+    (for the model's ``Skill`` call and for ``ctxwright skills show``)."""
+    names = sorted(set(known))
+    close = difflib.get_close_matches(name.strip(), names, n=3, cutoff=0.4)
+    hint = f" Closest: {', '.join(close)}." if close else ""
+    return f"there is no skill named {name!r}.{hint} Known skills: {', '.join(names) or '(none)'}"
+
+
 class SkillTools:
     """``Skill`` and ``read_skill_file`` over a fixed set of loaded skills.
 
@@ -214,10 +223,7 @@ class SkillTools:
         found = self.skills.get(name.strip())
         if found is not None:
             return found
-        close = difflib.get_close_matches(name.strip(), list(self.skills), n=3, cutoff=0.4)
-        known = ", ".join(sorted(self.skills)) or "(none)"
-        hint = f" Closest: {', '.join(close)}." if close else ""
-        raise SkillToolError(f"there is no skill named {name!r}.{hint} Known skills: {known}")
+        raise SkillToolError(unknown_skill(name, self.skills))
 
     def activate(self, name: str) -> str:
         """The ``Skill`` tool's body: the instructions and the resource list, or a pointer."""
@@ -364,4 +370,5 @@ __all__ = [
     "catalog_message",
     "catalog_xml",
     "resource_files",
+    "unknown_skill",
 ]
