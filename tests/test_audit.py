@@ -45,6 +45,7 @@ REQUEST_KEYS = {
     "cached_tokens",
     "first_divergence",
     "cause",
+    "skills_catalog_tokens",
 }
 SUMMARY_KEYS = {
     "requests",
@@ -60,6 +61,8 @@ SUMMARY_KEYS = {
     "efficiency",
     "est_cost",
     "est_cost_if_stable",
+    "skills_catalog_tokens",
+    "skills_catalog_requests",
 }
 
 

@@ -57,12 +57,12 @@ def is_catalog_message(role: Any, content: Any) -> bool:
 
 
 def catalog_block(description: str) -> str:
-    """The ``<available_skills>`` … ``</available_skills>`` block of a tool description, or ``""``."""
+    """The ``<available_skills>`` … ``</available_skills>`` block of a tool description, or ``""``
+    when it has no such block (both tags)."""
     start = description.find(CATALOG_OPEN)
-    if start < 0:
-        return ""
-    end = description.find(CATALOG_CLOSE, start)
-    return description[start:] if end < 0 else description[start : end + len(CATALOG_CLOSE)]
+    end = description.find(CATALOG_CLOSE, start) if start >= 0 else -1
+    # both tags: a description that only names the block ("listed in <available_skills>") has none
+    return description[start : end + len(CATALOG_CLOSE)] if end >= 0 else ""
 
 
 @dataclass(frozen=True)
