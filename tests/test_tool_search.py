@@ -228,3 +228,33 @@ def test_every_tool_is_found_first_by_its_exact_name(
     index = ToolIndex(specs)
     target = data.draw(st.sampled_from(specs))
     assert index.search(target.name, limit=3)[0].name == target.name
+
+
+def test_searches_stay_consistent_while_another_thread_adds_and_removes() -> None:
+    import threading
+
+    index = ToolIndex(CATALOG)
+    extra = [spec(f"extra.tool{i}", f"Extra tool number {i} about issues.") for i in range(200)]
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def churn() -> None:
+        try:
+            while not stop.is_set():
+                index.add(extra)
+                index.remove(s.name for s in extra)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    worker = threading.Thread(target=churn)
+    worker.start()
+    try:
+        for _ in range(200):
+            hits = index.search("open a new github issue", limit=3)
+            assert hits[0].name == "github.issues.create"
+            assert all(hit.spec.name == hit.name for hit in hits)
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+    assert not errors
+    assert len(index) == len(CATALOG)

@@ -42,7 +42,9 @@ _TOOL_SHAPE = 'one OpenAI tool object per line: {"type": "function", "function":
 
 #: Metaschema checks already passed, by canonical schema text: catalogs repeat the same
 #: parameter shapes, and checking against the 2020-12 metaschema takes milliseconds per schema.
+#: Emptied when it reaches :data:`_CHECKED_MAX` entries, so a long-lived process stays bounded.
 _CHECKED: set[str] = set()
+_CHECKED_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ def check_parameters(schema: object, where: str) -> dict[str, Any]:
                 f'{where}: "parameters" is not valid JSON Schema: {error.message} at {error.json_path}; '
                 "fix the schema (check it with any JSON Schema validator)"
             )
+        if len(_CHECKED) >= _CHECKED_MAX:
+            _CHECKED.clear()
         _CHECKED.add(key)
     if schema.get("type", "object") != "object":
         raise ToolCatalogError(

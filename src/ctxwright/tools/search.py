@@ -48,6 +48,7 @@ import functools
 import itertools
 import json
 import re
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -235,7 +236,10 @@ class ToolIndex:
     """A searchable set of tools, kept in sync as tools come and go (an MCP server's
     ``tools/list_changed``): :meth:`add` and :meth:`remove` mark the index stale, and the next
     :meth:`search` rebuilds the ``bm25s`` index from the cached token lists (a few hundred
-    milliseconds for 10,000 tools; tokens are computed once per tool)."""
+    milliseconds for 10,000 tools; tokens are computed once per tool).
+
+    Thread-safe: an MCP client may add or remove tools from its own thread while the agent
+    searches; a lock keeps a search from seeing a half-rebuilt index."""
 
     def __init__(self, specs: Iterable[ToolSpec] = (), *, expand_actions: bool = True) -> None:
         """``expand_actions=False`` searches the query's own words only, without
@@ -248,8 +252,10 @@ class ToolIndex:
         self._specs: dict[str, ToolSpec] = {}
         self._tokens: dict[str, list[str]] = {}
         self._order: list[str] = []
+        self._position: dict[str, int] = {}
         self._bm25: bm25s.BM25 | None = None
         self._stale = True
+        self._lock = threading.RLock()
         self.add(specs)
 
     def __len__(self) -> int:
@@ -259,11 +265,13 @@ class ToolIndex:
         return name in self._specs
 
     def __iter__(self) -> Iterator[ToolSpec]:
-        return iter(self._specs.values())
+        with self._lock:
+            return iter(list(self._specs.values()))
 
     def names(self) -> list[str]:
         """The tools' names, in the order they were added."""
-        return list(self._specs)
+        with self._lock:
+            return list(self._specs)
 
     def get(self, name: str) -> ToolSpec | None:
         return self._specs.get(name)
@@ -273,35 +281,39 @@ class ToolIndex:
         :class:`ToolCatalogError` and nothing is added, since two tools under one name would
         make ``call_tool`` ambiguous."""
         batch = list(specs)
-        seen: set[str] = set()
-        for spec in batch:
-            if spec.name in self._specs or spec.name in seen:
-                raise ToolCatalogError(
-                    f"a tool named {spec.name!r} is already in the index; tool names must be unique "
-                    "(rename one, or remove the old one first)"
-                )
-            seen.add(spec.name)
-        for spec in batch:
-            self._specs[spec.name] = spec
-            self._tokens[spec.name] = tool_tokens(spec)
-        if batch:
-            self._stale = True
+        tokens = [tool_tokens(spec) for spec in batch]  # outside the lock: searches go on meanwhile
+        with self._lock:
+            seen: set[str] = set()
+            for spec in batch:
+                if spec.name in self._specs or spec.name in seen:
+                    raise ToolCatalogError(
+                        f"a tool named {spec.name!r} is already in the index; tool names must be unique "
+                        "(rename one, or remove the old one first)"
+                    )
+                seen.add(spec.name)
+            for spec, doc in zip(batch, tokens, strict=True):
+                self._specs[spec.name] = spec
+                self._tokens[spec.name] = doc
+            if batch:
+                self._stale = True
 
     def remove(self, names: Iterable[str]) -> int:
         """Remove tools by name; names not in the index are ignored (a server may announce a
         removal twice). Returns how many were removed."""
         removed = 0
-        for name in names:
-            if self._specs.pop(name, None) is not None:
-                del self._tokens[name]
-                removed += 1
-        if removed:
-            self._stale = True
+        with self._lock:
+            for name in names:
+                if self._specs.pop(name, None) is not None:
+                    del self._tokens[name]
+                    removed += 1
+            if removed:
+                self._stale = True
         return removed
 
     def _index(self) -> bm25s.BM25 | None:
         if self._stale:
             self._order = list(self._specs)
+            self._position = {name: i for i, name in enumerate(self._order)}
             if self._order:
                 bm25 = bm25s.BM25()
                 bm25.index([self._tokens[name] for name in self._order], show_progress=False)
@@ -323,11 +335,12 @@ class ToolIndex:
             )
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ToolSearchError(f"limit must be a whole number of at least 1, got {limit!r}")
-        if mode == "regex":
-            return self._search_regex(query, limit)
-        if mode != "bm25":
+        if mode not in ("bm25", "regex"):
             raise ToolSearchError(f"unknown search mode {mode!r}: use 'bm25' or 'regex'")
-        return self._search_bm25(query.strip(), limit)
+        with self._lock:
+            if mode == "regex":
+                return self._search_regex(query, limit)
+            return self._search_bm25(query.strip(), limit)
 
     def _search_bm25(self, query: str, limit: int) -> list[SearchHit]:
         bm25 = self._index()
@@ -342,7 +355,7 @@ class ToolIndex:
             scores = bm25.get_scores(known)
         hits: list[SearchHit] = []
         if exact is not None:
-            position = self._order.index(exact)
+            position = self._position[exact]
             hits.append(SearchHit(exact, float(scores[position]) if scores is not None else 0.0, self._specs[exact]))
         if scores is None:
             return hits
