@@ -63,6 +63,15 @@ class CompactionConfig:
     #: next compaction is many turns away.
     trim_target_ratio: float = 0.4
 
+    # -- skills (skills.py) ------------------------------------------------------------
+    #: Full compaction and trim re-attach the instructions of the skills loaded so far
+    #: (newest first) after their note, up to this many tokens in all; skills that do not
+    #: fit are named, so the model can load them again with ``Skill(name)``.
+    skill_budget_tokens: int = 5_000
+    #: ... and never more than this share of the effective window (an 8K model's window
+    #: would otherwise be half skills).
+    skill_budget_share: float = 0.25
+
     # -- LLM layers -------------------------------------------------------------------
     #: Result-compression strategy of experiment 2-9 (strategies.py): none, per_result,
     #: combined, context_aware, context_aware_cited, adaptive, extractive.
@@ -88,6 +97,10 @@ class CompactionConfig:
         from ctxwright.compaction.strategies import LLM_STRATEGIES
 
         return self.strategy in LLM_STRATEGIES or self.archival_summaries or self.full_compaction
+
+    def skill_budget(self, effective_window: int) -> int:
+        """Tokens of skill instructions a dropping layer re-attaches at most."""
+        return max(0, min(self.skill_budget_tokens, int(effective_window * self.skill_budget_share)))
 
     def cap_for(self, tool_name: str, effective_window: int) -> int:
         cap = self.per_tool_cap.get(tool_name, self.result_cap_tokens)

@@ -2,11 +2,14 @@
 
 A cut may start or end only at a boundary that (1) is not inside a parallel batch
 (:mod:`.batches`), (2) is not inside a tool loop that carries reasoning
-(:mod:`.reasoning_loops`), and (3) comes after the first user message (:mod:`.pinned`).
+(:mod:`.reasoning_loops`), and (3) comes after the task, the first user message that is not
+a skills catalog (:mod:`.pinned`); (4) a span holding a catalog message is never removable.
 Every layer that removes messages asks this module; none computes boundaries itself.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 from ctxwright.compaction.batches import units
 from ctxwright.compaction.pinned import first_user_index
@@ -14,10 +17,11 @@ from ctxwright.compaction.reasoning_loops import carries_reasoning, tool_loops
 from ctxwright.core.messages import Message
 
 
-def legal_boundaries(messages: list[Message]) -> list[int]:
+def legal_boundaries(messages: list[Message], catalogs: Collection[Message] = ()) -> list[int]:
     """Indices ``i`` such that a cut between ``messages[i-1]`` and ``messages[i]`` is legal
-    (``len(messages)`` included: the end is always a boundary)."""
-    first = first_user_index(messages)
+    (``len(messages)`` included: the end is always a boundary). ``catalogs``: the session's
+    skills catalog messages (``pinned.catalog_messages``)."""
+    first = first_user_index(messages, catalogs)
     if first is None:
         return [len(messages)]
     ok = {start for start, _ in units(messages)} | {len(messages)}
@@ -27,8 +31,11 @@ def legal_boundaries(messages: list[Message]) -> list[int]:
     return sorted(i for i in ok if i > first)
 
 
-def removable_spans(messages: list[Message]) -> list[tuple[int, int]]:
-    """The smallest removable spans after the first user message, oldest first: consecutive
-    legal boundaries."""
-    b = legal_boundaries(messages)
-    return [(b[i], b[i + 1]) for i in range(len(b) - 1)]
+def removable_spans(messages: list[Message], catalogs: Collection[Message] = ()) -> list[tuple[int, int]]:
+    """The smallest removable spans after the task, oldest first: consecutive legal
+    boundaries, except a span that holds a skills catalog message (pinned)."""
+    b = legal_boundaries(messages, catalogs)
+    spans = [(b[i], b[i + 1]) for i in range(len(b) - 1)]
+    if not catalogs:
+        return spans
+    return [(a, z) for a, z in spans if not any(messages[i] in catalogs for i in range(a, z))]

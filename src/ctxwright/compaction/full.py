@@ -11,7 +11,7 @@ the store). Identifiers are checked and re-attached by the summarizer. Cut point
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from ctxwright.compaction.batches import units
 from ctxwright.compaction.cutpoints import removable_spans
@@ -42,14 +42,20 @@ def render(messages: list[Message]) -> str:
     return "\n".join(lines)
 
 
-def plan_span(entries: list[tuple[int | None, Message]], stage: int, tokens_of: Callable[[Message], int]) -> list[int]:
+def plan_span(
+    entries: list[tuple[int | None, Message]],
+    stage: int,
+    tokens_of: Callable[[Message], int],
+    catalogs: Collection[Message] = (),
+) -> list[int]:
     """Indices into ``entries`` to summarize: stage 1 the older half (by tokens) of the
-    removable spans before the newest unit, stage 2 all of them."""
+    removable spans before the newest unit, stage 2 all of them. ``catalogs``: the skills
+    catalog messages, never summarized away (``pinned.py``)."""
     msgs = [m for _, m in entries]
     if not msgs:
         return []
     last_unit = units(msgs)[-1][0]
-    spans = [(a, b) for a, b in removable_spans(msgs) if b <= last_unit]
+    spans = [(a, b) for a, b in removable_spans(msgs, catalogs) if b <= last_unit]
     if not spans:
         return []
     if stage == 1:

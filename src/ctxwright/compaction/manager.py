@@ -36,6 +36,7 @@ from ctxwright.compaction.strategies import SCAN_CHARS, NewResult, StrategyConte
 from ctxwright.compaction.summarizer import Summarizer
 from ctxwright.core.events import CompactionEvent, SummaryFailedEvent, ToolEvent, UserEvent
 from ctxwright.core.messages import Message, canonical_json
+from ctxwright.core.skill_content import body_skill
 from ctxwright.core.tokens import PER_MESSAGE_OVERHEAD, TokenCounter
 from ctxwright.errors import ContextWindowExceeded, SummaryFailed
 
@@ -143,7 +144,10 @@ class ContextManager:
             head_chars=self.config.preview_head_chars,
             tail_chars=self.config.preview_tail_chars,
         )
-        if self.config.dedupe and ok and len(text) >= 200:
+        # a skill's instructions loaded again (the first copy was compacted away) must arrive
+        # whole, not as a pointer to a result the view no longer shows (skills.py)
+        skill_body = isinstance(text, str) and body_skill(tool_name, text) is not None
+        if self.config.dedupe and ok and len(text) >= 200 and not skill_body:
             digest = res.info.get("sha256") or text_sha256(
                 text if isinstance(text, str) else sanitize(text.decode("utf-8", "surrogateescape"))[0]
             )
@@ -190,7 +194,7 @@ class ContextManager:
         todo = [
             (i, NewResult(items[i][0], info["result_id"], self._as_text(items[i][2], info), content, items[i][3]))
             for i, (content, info) in enumerate(out)
-            if "repeat_of" not in info
+            if "repeat_of" not in info and body_skill(items[i][0], content) is None  # skills.py: never compressed
         ]
         ctx = self.strategy_context(session, self._call_index)
         new = compress_batch(strategy, [r for _, r in todo], ctx)

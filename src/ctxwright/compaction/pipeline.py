@@ -12,8 +12,10 @@ one ``compaction`` event, measure the request again, report. The check comes *be
 event is stored, because a stored compaction is replayed on every later render and every
 resume (``core/compaction_view.py``): a plan that broke an invariant -- a tool result without
 its call (``pairing.py``), half a parallel batch (``batches.py``), a reasoning loop cut apart
-(``reasoning_loops.py``), the first user message gone (``pinned.py``) -- would otherwise make
-every later request of the session one the provider rejects.
+(``reasoning_loops.py``), the task or a skills catalog gone (``pinned.py``) -- would otherwise make
+every later request of the session one the provider rejects; and a plan that would hide an
+activated skill's instructions without re-attaching or naming them (``skills.py``) would leave
+the model working without the rules it loaded.
 
 :func:`tiers_for` builds the list from :class:`CompactionConfig`, cheapest first; the order is
 the one place to read it.
@@ -22,13 +24,15 @@ the one place to read it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from dataclasses import replace as dc_replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ctxwright.compaction import archival, full
+from ctxwright.compaction import archival, full, skills
 from ctxwright.compaction.check import violations
 from ctxwright.compaction.clearing import clear_old_results
 from ctxwright.compaction.config import CompactionConfig
 from ctxwright.compaction.noise import unused_results
+from ctxwright.compaction.pinned import catalog_messages
 from ctxwright.compaction.strategies import COMPRESSED, NewResult, compress_one
 from ctxwright.compaction.trim import note_text, plan_trim
 from ctxwright.core.events import AssistantEvent, CompactionEvent, CompactionNote, ToolEvent, UserEvent
@@ -169,6 +173,12 @@ def unanswered_results(session: Session) -> set[int]:
     return out
 
 
+def exempt(session: Session) -> set[int]:
+    """Results no tier rewrites: those the model has not answered yet, and every activated
+    skill's instructions (``skills.py``: the model follows them for the rest of the task)."""
+    return unanswered_results(session) | skills.body_seqs(session.events)
+
+
 def tool_events(session: Session) -> dict[int, ToolEvent]:
     """Tool event seq -> the event (tool name, ok, result id, tokens)."""
     return {ev.seq: ev for ev in session.events if isinstance(ev, ToolEvent)}
@@ -190,7 +200,7 @@ class Adaptive:
     def plan(self, state: PassState) -> Plan | None:
         m, session = state.manager, state.session
         ctx = m.strategy_context(session, state.call_index)
-        done = replaced_already(session)
+        done = replaced_already(session) | skills.body_seqs(session.events)
         out: dict[int, str] = {}
         for seq, msg in session.base_entries():
             if msg.role != "tool" or seq is None or seq in done or (msg.content or "").startswith(COMPRESSED):
@@ -226,7 +236,7 @@ class Noise:
 
     def plan(self, state: PassState) -> Plan | None:
         s = state.session
-        skip = replaced_already(s) | unanswered_results(s)
+        skip = replaced_already(s) | exempt(s)
         return Plan.replacing(unused_results(s.base_entries(), tool_events(s), state.config.unused_after_turns, skip))
 
 
@@ -248,7 +258,7 @@ class Archival:
             archival.archive(
                 s.base_entries(),
                 state.config.keep_recent_results,
-                replaced_already(s) | unanswered_results(s),
+                replaced_already(s) | exempt(s),
                 lambda text: m.summarize(s, state.call_index, text, archival.INSTRUCTION, 600),
             )
         )
@@ -274,7 +284,7 @@ class Clearing:
                 cfg.keep_recent_results,
                 cfg.min_clear_tokens,
                 state.manager.counter.count,
-                replaced_already(s) | unanswered_results(s),
+                replaced_already(s) | exempt(s),
                 int(cfg.keep_recent_share * state.window),
             )
         )
@@ -299,7 +309,7 @@ class FullCompaction:
     def plan(self, state: PassState) -> Plan | None:
         m, s = state.manager, state.session
         entries = s.base_entries()
-        idx = full.plan_span(entries, self.stage, m.tokens_of)
+        idx = full.plan_span(entries, self.stage, m.tokens_of, catalog_messages(s.events))
         seqs = [seq for i in idx if (seq := entries[i][0]) is not None]
         if not seqs:
             return None
@@ -307,13 +317,14 @@ class FullCompaction:
         summary = m.summarize(s, state.call_index, text, full.INSTRUCTION, 2_000)
         if summary is None:
             return None
-        return Plan(
+        plan = Plan(
             len(idx),
             drop=seqs,
             note=(min(seqs), full.note(summary, len(idx), self.stage)),
             note_replaces_all=True,
             info={"stage": self.stage},
         )
+        return carry_skills(state, self.layer, plan)[0]
 
 
 @dataclass
@@ -332,11 +343,19 @@ class Trim:
         s = state.session
         target = int(state.config.trim_target_ratio * state.window)
         users = {ev.seq for ev in s.events if isinstance(ev, UserEvent)}
-        drop, first = plan_trim(s.base_entries(), state.manager.tokens_of, state.tokens - target, users)
-        if not drop or first is None:
-            return None
-        total = len(drop) + sum(len(ev.drop) for ev in s.events if isinstance(ev, CompactionEvent))
-        return Plan(len(drop), drop=drop, note=(first, note_text(total)))
+        catalogs = catalog_messages(s.events)
+        excess = state.tokens - target
+        plan: Plan | None = None
+        for _ in range(2):  # once more when the re-attached skills take back part of what was freed
+            drop, first = plan_trim(s.base_entries(), state.manager.tokens_of, excess, users, catalogs)
+            if not drop or first is None:
+                return plan
+            total = len(drop) + sum(len(ev.drop) for ev in s.events if isinstance(ev, CompactionEvent))
+            plan, added = carry_skills(state, self.layer, Plan(len(drop), drop=drop, note=(first, note_text(total))))
+            if not added:
+                break
+            excess += added
+        return plan
 
 
 def tiers_for(config: CompactionConfig) -> list[Tier]:
@@ -358,6 +377,24 @@ def tiers_for(config: CompactionConfig) -> list[Tier]:
 
 
 # -- the one shared step -------------------------------------------------------------------
+def carry_skills(state: PassState, layer: str, plan: Plan) -> tuple[Plan, int]:
+    """``plan`` with the skill instructions its drops would hide re-attached at the end of its
+    note, newest first, within the skill budget (``skills.py``), and the tokens that adds.
+    Bodies an earlier note carried count as hidden when this note supersedes that one."""
+    s = state.session
+    bodies = skills.active_bodies(s.events)
+    if not bodies or not plan.drop:
+        return plan, 0
+    shown = skills.shown_skills(s.events, preview(s, layer, plan))
+    missing = [(name, content) for name, content in bodies if name not in shown]
+    count = state.manager.counter.count
+    text, _ = skills.carry_text(missing, state.config.skill_budget(state.window), count)
+    if not text:
+        return plan, 0
+    before, note = plan.note if plan.note is not None else (min(plan.drop), "")
+    return dc_replace(plan, note=(before, f"{note}\n\n{text}" if note else text)), count(text)
+
+
 def preview(session: Session, layer: str, plan: Plan) -> list[Message]:
     """The trajectory the session would send with ``plan`` recorded: the one renderer
     (``core/render.py``) over the events plus the compaction event the plan would add, so the
@@ -372,7 +409,13 @@ def apply(state: PassState, tier: Tier, plan: Plan) -> CompactionReport:
     A plan whose view breaks an invariant is a bug in ctxwright: it raises before anything is
     recorded (the session stays as it was, resumable) and before any request is sent."""
     s = state.session
-    bad = violations([m for _, m in s.recorded_messages()], preview(s, tier.layer, plan))
+    view = preview(s, tier.layer, plan)
+    bad = violations([m for _, m in s.recorded_messages()], view, catalog_messages(s.events))
+    lost = skills.lost_skills(s.events, s.trajectory(), view)
+    if lost:
+        bad.append(
+            f"the instructions of skill(s) {', '.join(lost)} would be dropped without being re-attached or named"
+        )
     if bad:
         raise AssertionError(
             f"ctxwright compaction tier {tier.name!r} would produce an invalid context (nothing recorded): "

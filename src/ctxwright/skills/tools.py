@@ -25,7 +25,7 @@ from __future__ import annotations
 import difflib
 import os
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -33,13 +33,13 @@ from xml.sax.saxutils import escape
 
 from ctxwright.core.events import SKILLS_CATALOG_KEY, UserEvent
 from ctxwright.core.session import Session
+from ctxwright.core.skill_content import SKILL_TOOL, open_tag
 from ctxwright.core.skills_catalog import CATALOG_CLOSE, CATALOG_OPEN, REMINDER_CLOSE, REMINDER_OPEN
 from ctxwright.errors import SkillToolError
 from ctxwright.skills import spec
 from ctxwright.skills.loader import Skill
 from ctxwright.tools.registry import Tool
 
-SKILL_TOOL = "Skill"
 READ_SKILL_FILE_TOOL = "read_skill_file"
 SKILL_TOOLS = (SKILL_TOOL, READ_SKILL_FILE_TOOL)
 #: The optional third tool (``skills/scripts.py``), named here so the ``Skill`` result can
@@ -169,8 +169,13 @@ def unknown_skill(name: str, known: Iterable[str]) -> str:
 class SkillTools:
     """``Skill`` and ``read_skill_file`` over a fixed set of loaded skills.
 
-    Activations are tracked here: a second ``Skill(name)`` of the same skill in this object's
-    life returns a short pointer to the first instead of the body again.
+    A second ``Skill(name)`` returns a short pointer instead of the body again while the
+    body is still in the context. What "still in the context" means is asked of
+    :attr:`is_shown`: the harness answers from the session's rendered view
+    (``compaction/skills.py``), so a body a compaction dropped -- and named instead of
+    re-attaching -- is returned whole again, and a resumed session knows what it shows. Alone
+    (no harness, or a sub-agent's :meth:`fork`), this object assumes every body it returned is
+    still shown.
 
     ``frozen`` (prefix mode) is the catalog the session started with: it goes into the
     ``Skill`` tool's description, ``name`` becomes an enum of its names, and only those skills
@@ -195,7 +200,10 @@ class SkillTools:
         #: whether ``run_skill_script`` is registered (``skills/scripts.py``): the ``Skill``
         #: result offers it only then, and otherwise says the scripts are not run here
         self.scripts_allowed = scripts_allowed
+        #: skills whose full body this object returned, in order
         self.activated: list[str] = []
+        #: whether the model's context still shows a skill's body (see the class docstring)
+        self.is_shown: Callable[[str], bool] = lambda name: name in self.activated
 
     def fork(self) -> SkillTools:
         """The same skills and catalog with no activations: a sub-agent's own tools, whose
@@ -206,14 +214,6 @@ class SkillTools:
             scripts_allowed=self.scripts_allowed,
             frozen=self.frozen,
         )
-
-    def seed(self, contents: Iterable[str | None]) -> None:
-        """Mark as activated the skills whose full ``<skill_content>`` is among ``contents``
-        (the recorded tool results of a resumed session), so a resumed session points to them."""
-        for text in contents:
-            for name in self.skills:
-                if text and text.startswith(f'<skill_content name="{escape(name)}">\n') and name not in self.activated:
-                    self.activated.append(name)
 
     def skill(self, name: str) -> Skill:
         """The skill called ``name``, or a :class:`SkillToolError` naming the closest ones."""
@@ -228,10 +228,10 @@ class SkillTools:
     def activate(self, name: str) -> str:
         """The ``Skill`` tool's body: the instructions and the resource list, or a pointer."""
         skill = self._skill(name)
-        if skill.name in self.activated:
+        if self.is_shown(skill.name):
             return (
-                f'<skill_content name="{escape(skill.name)}">Already loaded above: its instructions are in the '
-                f"result of the first {SKILL_TOOL}({skill.name!r}) call of this session; follow them.</skill_content>"
+                f"{open_tag(skill.name)}Already loaded above: its instructions are in an earlier "
+                f"{SKILL_TOOL}({skill.name!r}) result of this session; follow them.</skill_content>"
             )
         self.activated.append(skill.name)
         files = resource_files(skill.folder)
@@ -244,7 +244,7 @@ class SkillTools:
             "<skill_resources>\n" + "\n".join(listed) + "\n</skill_resources>" if listed else "<skill_resources/>"
         )
         return (
-            f'<skill_content name="{escape(skill.name)}">\n{skill.body.strip()}\n</skill_content>\n'
+            f"{open_tag(skill.name)}\n{skill.body.strip()}\n</skill_content>\n"
             f"{resources}\n"
             f"Read a resource with {READ_SKILL_FILE_TOOL}(name={skill.name!r}, path=...)."
             f"{self._scripts_note(skill, files)}"

@@ -1,0 +1,41 @@
+"""The wire form of an activated skill's instructions, shared by the tool that writes it
+(``skills/tools.py``) and the compaction rule that keeps it (``compaction/skills.py``).
+
+Why here: the two packages are peers and must not import each other, and the form is one
+fact -- if the writer changed the tag and the reader did not, compaction would silently
+stop protecting skill bodies. A full activation is the ``Skill`` tool's result that starts
+with ``<skill_content name="NAME">`` and a newline, and closes the tag; the short pointer a
+repeated activation returns has no newline after the opening tag, so it never reads as a body.
+"""
+
+from __future__ import annotations
+
+import re
+from xml.sax.saxutils import escape, unescape
+
+#: The name of the level-2 tool (the Agent Skills client guide's ``Skill``).
+SKILL_TOOL = "Skill"
+CLOSE = "</skill_content>"
+
+_OPEN = re.compile(r'<skill_content name="([^"]*)">\n')
+
+
+def open_tag(name: str) -> str:
+    """``<skill_content name="NAME">`` with the name escaped as XML."""
+    return f'<skill_content name="{escape(name, {chr(34): "&quot;"})}">'
+
+
+def body_skill(tool_name: str | None, content: str | None) -> str | None:
+    """The skill whose full instructions ``content`` (a result of tool ``tool_name``) carries,
+    else ``None`` (another tool, the pointer of a repeated activation, an error, a preview).
+
+    The opening tag may follow a prefix the agent adds to every result (a timestamp)."""
+    if tool_name != SKILL_TOOL or not content:
+        return None
+    m = _OPEN.search(content, 0, 200)
+    if m is None or ("\n" + CLOSE) not in content[m.end() - 1 :]:
+        return None
+    return unescape(m.group(1), {"&quot;": '"'})
+
+
+__all__ = ["CLOSE", "SKILL_TOOL", "body_skill", "open_tag"]
