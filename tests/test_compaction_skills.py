@@ -130,7 +130,7 @@ def test_a_skill_loaded_again_is_its_body_not_a_repeat_marker(tmp_path, skills_r
     first, _ = m.process_result("Skill", "s1", text, True)
     again, info = m.process_result("Skill", "s2", text, True)
     assert first == again == text and "repeat_of" not in info
-    page, _ = m.process_result("fetch_page", "f1", PAGE, True)
+    m.process_result("fetch_page", "f1", PAGE, True)
     assert m.process_result("fetch_page", "f2", PAGE, True)[0].startswith("[ctxwright: identical")  # others still
 
 
@@ -196,7 +196,7 @@ def test_full_compaction_reattaches_skills_newest_first_and_names_the_rest(tmp_p
 
 def test_trim_reattaches_skills_and_a_later_trim_carries_them_again(tmp_path, skills_root):
     tools = skill_tools(skills_root)
-    s, bodies = _three_skill_session(tools)
+    s, _ = _three_skill_session(tools)
     m = manager(tmp_path, 3000, drop_unused=False, min_clear_tokens=10**9, skill_budget_tokens=600)
     m.bind(s)
     m.before_call(s, 30)
@@ -342,14 +342,15 @@ def test_no_layer_ever_drops_an_active_skill_body(tmp_path_factory, skills_root,
         if kind == "text":
             s.add_assistant(Message(role="assistant", content=f"step {k} done"))
             continue
-        name, text, ok = {
-            "skill": ("Skill", lambda: tools.activate(str(arg)), True),
-            "fetch": ("fetch_page", lambda: f"Page {k} ID-{k}X\n" + PAGE * (1 + int(arg)), True),
-            "error": ("fetch_page", lambda: f"error: page {k} not found", False),
-        }[kind]
+        if kind == "skill":
+            name, text, ok = "Skill", tools.activate(str(arg)), True
+        elif kind == "fetch":
+            name, text, ok = "fetch_page", f"Page {k} ID-{k}X\n" + PAGE * (1 + int(arg)), True
+        else:
+            name, text, ok = "fetch_page", f"error: page {k} not found", False
         cid = f"c{k}"
         s.add_assistant(Message(role="assistant", content=f"step {k}", tool_calls=(ToolCall(cid, name, "{}"),)))
-        ((content, info),) = m.process_batch(s, [(name, cid, text(), ok)])
+        ((content, info),) = m.process_batch(s, [(name, cid, text, ok)])
         s.add_tool_result(cid, content, tool_name=name, ok=ok, **info)
         s.add_assistant(Message(role="assistant", content=f"used {k}"))
 
