@@ -40,6 +40,7 @@ PAGE = (
     + "Footer: cookie settings, privacy, terms. " * 40
     + "Commit 3f9a2c1d fixed the ingest bug; ticket NL-4521."
 )
+TASK = "Write the quarterly report. Constraint: never call the billing API."
 RULES = "House style: start with `Report:`, cite ticket HS-2031, use ISO dates, never say FooBar_9."
 
 
@@ -69,7 +70,7 @@ def start(tools: SkillTools, store: Store | None = None) -> Session:
     s = Session.start(Prefix.build("sys"), store=store)
     skills = list(tools.skills.values())
     s.add_user(catalog_message(skills), **{SKILLS_CATALOG_KEY: [k.name for k in skills]})
-    s.add_user("Write the quarterly report. Constraint: never call the billing API.")
+    s.add_user(TASK)
     return s
 
 
@@ -378,7 +379,11 @@ def test_no_layer_ever_drops_an_active_skill_body(tmp_path_factory, skills_root,
             assert lost in named, f"skill {lost} dropped without being re-attached or named"
         if line is not None:
             assert line[0] <= line[1] == budget
+        bodies = {ev.message.content for ev in s.events if isinstance(ev, ToolEvent) and ev.tool_name == "Skill"}
+        for v in view:  # counted here too: the re-attached bodies of one note fit the budget
+            if v.role == "user" and CLOSING in (v.content or ""):
+                assert sum(COUNT.count(b) for b in bodies if b and b in (v.content or "")) <= budget
         cats = catalog_messages(s.events)
         assert violations([mm for _, mm in s.recorded_messages()], view, cats) == []
-        assert all(c in view for c in cats)
+        assert view[:2] == [s.events[0].message, s.events[1].message]  # the catalog, then the task
         assert render(s.prefix, s.events)[1:] == view  # the renderer alone reproduces it
