@@ -4,7 +4,8 @@ One module per rule or layer:
 
 * invariants -- :mod:`.pairing`, :mod:`.batches`, :mod:`.reasoning_loops`, :mod:`.pinned`,
   combined in :mod:`.cutpoints` (where a span may be cut) and :mod:`.check` (what a view
-  must satisfy);
+  must satisfy); :mod:`.skills` (an activated skill's instructions are never rewritten, and
+  re-attached or named when turns are dropped);
 * layer 1 -- :mod:`.budget` (a cap per tool result) with :mod:`.offload` (the full text on
   disk) and :mod:`.retrieval` (the ``read_result`` tool that pages it back);
 * layer 2 -- :mod:`.noise` (repeated and unused results become one-line markers);
