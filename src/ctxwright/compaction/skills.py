@@ -61,12 +61,14 @@ def active_bodies(events: Sequence[Event]) -> list[tuple[str, str]]:
 def shown_skills(events: Sequence[Event], view: Iterable[Message]) -> set[str]:
     """Skills whose instructions ``view`` (the messages to send) shows byte for byte: as their
     tool result, or re-attached in a compaction note. Any full activation of a skill counts."""
-    texts = [m.content for m in view if m.content]
     bodies: dict[str, set[str]] = {}
     for ev in events:
         name = body_of(ev)
         if name is not None and isinstance(ev, ToolEvent) and ev.message.content:
             bodies.setdefault(name, set()).add(ev.message.content)
+    if not bodies:
+        return set()
+    texts = [m.content for m in view if m.content]
     return {name for name, contents in bodies.items() if any(c in t for c in contents for t in texts)}
 
 
