@@ -33,6 +33,7 @@ from ctxwright.core.tokens import TokenCounter, estimate_tokens
 from ctxwright.errors import ContextWindowExceeded
 from ctxwright.skills import load_skills
 from ctxwright.skills.tools import SkillTools, catalog_message
+from ctxwright.tools.registry import tool
 
 COUNT = TokenCounter(estimate_tokens, "estimate")
 PAGE = (
@@ -387,3 +388,56 @@ def test_no_layer_ever_drops_an_active_skill_body(tmp_path_factory, skills_root,
         assert violations([mm for _, mm in s.recorded_messages()], view, cats) == []
         assert view[:2] == [s.events[0].message, s.events[1].message]  # the catalog, then the task
         assert render(s.prefix, s.events)[1:] == view  # the renderer alone reproduces it
+
+
+def test_a_delegated_child_loads_a_skill_again_after_its_own_compaction(tmp_path, skills_root, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(home)
+    reg = []
+
+    @tool
+    def note(i: int) -> str:
+        """Take a note.
+
+        Args:
+            i: the note's number
+        """
+        return f"noted {i}"
+
+    reg.append(note)
+    thinking = "Checking the draft against every rule of the house style, line by line. " * 14
+    child_turns = [
+        Message(role="assistant", content=f"{thinking} ({i})", tool_calls=(call("note", {"i": i}, f"n{i}"),))
+        for i in range(3)
+    ]
+    backend = ScriptedBackend(
+        [
+            Message(role="assistant", tool_calls=(call("delegate", {"task": "write the report"}, "d1"),)),
+            Message(role="assistant", tool_calls=(call("Skill", {"name": "alpha"}, "k1"),)),  # the child
+            *child_turns,
+            Message(role="assistant", tool_calls=(call("Skill", {"name": "alpha"}, "k2"),)),
+            "Report: done by the child.",
+            "final",  # the parent
+        ]
+    )
+    with Harness(
+        backend=backend,
+        system="S.",
+        tools=reg,
+        skills=[skills_root],
+        db=tmp_path / "d.db",
+        status=False,
+        delegate=True,
+        window=3000,
+        compaction={"skill_budget_tokens": 0, "min_calls_between": 0},
+        summaries=False,  # the scripted replies are the agents' turns, not summaries
+    ) as h:
+        assert h.run("delegate the report").stop_reason == "final_answer"
+        (child_id,) = h.delegator.children if h.delegator else ()
+        child = Session.resume(h.store, child_id)  # type: ignore[arg-type]
+    trims = [ev for ev in child.events if isinstance(ev, CompactionEvent) and ev.layer == "trim"]
+    assert trims and trims[0].note is not None and "over the budget: alpha" in trims[0].note.text
+    loads = [ev.message.content or "" for ev in child.events if isinstance(ev, ToolEvent) and ev.tool_name == "Skill"]
+    assert len(loads) == 2 and loads[1] == loads[0] and RULES in loads[1]  # whole again, not a pointer

@@ -27,7 +27,7 @@ from ctxwright.agent.loop import Agent, AgentConfig, EventSink, RunResult
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import CompactionConfig
 from ctxwright.compaction.retrieval import ResultReader
-from ctxwright.compaction.skills import shown_skills
+from ctxwright.compaction.skills import shown_in
 from ctxwright.core.events import UserEvent
 from ctxwright.core.lease import Lease
 from ctxwright.core.lease import acquire as acquire_lease
@@ -467,7 +467,7 @@ class Harness:
             if self.store is not None:  # one writer per session (core/lease.py)
                 self._lease = acquire_lease(self.store, self.session.id)
         if self.skill_tools is not None:  # a second Skill(name) points back only while the view shows the body
-            self.skill_tools.is_shown = self._skill_shown
+            self.skill_tools.is_shown = shown_in(self.session)
         reasoning = opts["reasoning"]
         try:
             policy = ReasoningPolicy(cast(ReasoningMode, reasoning)) if isinstance(reasoning, str) else reasoning
@@ -660,12 +660,6 @@ class Harness:
         self.agent.config.tool_choice_first = self._first_choice()
         self._announce_skills()
         return self.agent.run(prompt)
-
-    def _skill_shown(self, name: str) -> bool:
-        """Whether the session's view (as the next request renders it) still shows skill
-        ``name``'s instructions: after a compaction dropped them, or named them over the skill
-        budget, ``Skill(name)`` must return them whole again (``compaction/skills.py``)."""
-        return name in shown_skills(self.session.events, self.session.trajectory())
 
     def _announce_skills(self) -> None:
         """In reminder mode, append a catalog message for the loaded skills the session has not

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ctxwright.compaction.skills import shown_in
 from ctxwright.core.session import Session
 from ctxwright.skills.tools import SkillTools, announce
 from ctxwright.tools.registry import Tool, ToolRegistry
@@ -117,6 +118,8 @@ class Delegator:
         cfg = replace(parent.config, max_iterations=self.max_iterations)
         sink = self.on_event or (lambda kind, data: None)
         skills = self.skills.fork() if self.skills is not None else None
+        if skills is not None:  # its activations are its own: the child's view answers
+            skills.is_shown = shown_in(child)
         if skills is not None and skills.frozen is None:  # reminder mode: the child is told too
             done = announce(child, list(skills.skills.values()))
             if done is not None:

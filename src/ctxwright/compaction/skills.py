@@ -25,10 +25,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from ctxwright.core.events import Event, ToolEvent
 from ctxwright.core.messages import Message
 from ctxwright.core.skill_content import SKILL_TOOL, body_skill
+
+if TYPE_CHECKING:
+    from ctxwright.core.session import Session
 
 #: First words of the line that closes a re-attachment (tests and readers find it by these).
 CLOSING = "[ctxwright: skills re-attached"
@@ -70,6 +74,12 @@ def shown_skills(events: Sequence[Event], view: Iterable[Message]) -> set[str]:
         return set()
     texts = [m.content for m in view if m.content]
     return {name for name, contents in bodies.items() if any(c in t for c in contents for t in texts)}
+
+
+def shown_in(session: Session) -> Callable[[str], bool]:
+    """``SkillTools.is_shown`` for an agent on ``session`` (the harness's, a sub-agent's):
+    whether the view its next request renders still shows a skill's instructions."""
+    return lambda name: name in shown_skills(session.events, session.trajectory())
 
 
 def carry_text(missing: list[tuple[str, str]], budget: int, count: Callable[[str], int]) -> tuple[str, list[str]]:

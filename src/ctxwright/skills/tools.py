@@ -172,10 +172,10 @@ class SkillTools:
     A second ``Skill(name)`` returns a short pointer instead of the body again while the
     body is still in the context. What "still in the context" means is asked of
     :attr:`is_shown`: the harness answers from the session's rendered view
-    (``compaction/skills.py``), so a body a compaction dropped -- and named instead of
-    re-attaching -- is returned whole again, and a resumed session knows what it shows. Alone
-    (no harness, or a sub-agent's :meth:`fork`), this object assumes every body it returned is
-    still shown.
+    (``compaction/skills.py``; a sub-agent's :meth:`fork` from the child's view), so a body a
+    compaction dropped -- and named instead of re-attaching -- is returned whole again, and a
+    resumed session knows what it shows. Alone (no harness), this object assumes every body it
+    returned is still shown.
 
     ``frozen`` (prefix mode) is the catalog the session started with: it goes into the
     ``Skill`` tool's description, ``name`` becomes an enum of its names, and only those skills
