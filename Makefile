@@ -36,7 +36,7 @@ $(STAMP_RUN): pyproject.toml $(STAMP_LLAMA) | $(BIN)/python
 
 # dev: the linters and pytest; server: llama-cpp-python's own server, run by tests/test_real_server.py
 $(STAMP_DEV): $(STAMP_RUN)
-	$(BIN)/pip install --quiet -e ".[embedded,dev,server]"
+	$(BIN)/pip install --quiet -e ".[embedded,dev,server,agentdojo]"
 	touch $@
 
 demo: $(STAMP_RUN)
