@@ -2,9 +2,9 @@
 
 Layers, low to high (docs/architecture.md explains each)::
 
-    errors < core < backends < tools < {audit, status, compaction, skills} < agent < harness < cli
+    errors < core < backends < tools < {audit, status, compaction, skills, mcp} < agent < harness < cli
 
-``audit``, ``status``, ``compaction`` and ``skills`` share a layer and must not import each other.
+``audit``, ``status``, ``compaction``, ``skills`` and ``mcp`` share a layer and must not import each other.
 Importing within one's own layer is fine (core modules import each other). The package's
 ``__init__.py`` may import anything; importing the package root itself (``from ctxwright
 import Harness``) counts as the top layer, because the root re-exports the public API.
@@ -35,12 +35,15 @@ RANKS: dict[str, int] = {
     "status": 4,
     "compaction": 4,
     "skills": 4,
+    "mcp": 4,
     "agent": 5,
     "harness": 6,
     "cli": 7,
     "__main__": 7,
 }
-PEERS = frozenset({"audit", "status", "compaction", "skills"})  # one layer, packages that never import each other
+PEERS = frozenset(
+    {"audit", "status", "compaction", "skills", "mcp"}
+)  # one layer, packages that never import each other
 ROOT_RANK = 7  # the package root re-exports the public API (Harness), so it sits at the top
 
 #: Known violations, (importing module, imported module) -> why it is tolerated for now.

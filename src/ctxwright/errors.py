@@ -24,6 +24,8 @@ __all__ = [
     "EventFormatError",
     "LogRecordRejected",
     "MalformedResponse",
+    "McpServerError",
+    "McpToolError",
     "NotADatabase",
     "PrefixFrozenError",
     "PrefixMismatch",
@@ -41,6 +43,7 @@ __all__ = [
     "SummaryFailed",
     "TodoError",
     "ToolCatalogError",
+    "ToolFailure",
     "ToolSearchError",
 ]
 
@@ -213,6 +216,33 @@ class ToolCatalogError(CtxwrightError, ValueError):
     """A tool definition that cannot join a catalog or an index: not a tool object, a duplicate
     name, a ``parameters`` that is not valid JSON Schema. The message names where it came from
     (``file:line``, or both places of a duplicate) and what to fix."""
+
+
+class ToolFailure(CtxwrightError):
+    """A tool body failed in a way it can name: ``error_type`` and ``hint`` go into the
+    structured error result the model reads, instead of the exception's class name and the
+    registry's generic hint. ``external``: the message is the tool's own text (e.g. an MCP
+    server's error), not ctxwright's -- marked as external content when the tool is untrusted.
+    """
+
+    def __init__(self, message: str, *, error_type: str, hint: str, external: bool = False) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.hint = hint
+        self.external = external
+
+
+class McpToolError(ToolFailure):
+    """A call to an MCP server's tool failed: an ``isError`` result, an error response, a
+    timeout, a removed tool, or a server that exited. The session goes on."""
+
+
+# -- MCP servers (mcp/) ----------------------------------------------------------------------
+
+
+class McpServerError(CtxwrightError):
+    """An MCP server could not be started, initialized or listed; the message names the
+    server's command and what to check."""
 
 
 # -- audit ---------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ Defaults that depend on the backend live in :func:`backend_defaults` and nowhere
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,7 +28,7 @@ from ctxwright.backends.base import Backend
 from ctxwright.compaction import CompactionConfig
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.skills import shown_in
-from ctxwright.core.events import UserEvent
+from ctxwright.core.events import MCP_TOOLS_KEY, UserEvent
 from ctxwright.core.lease import Lease
 from ctxwright.core.lease import acquire as acquire_lease
 from ctxwright.core.prefix import Prefix
@@ -40,6 +40,9 @@ from ctxwright.core.request import ToolChoice, ToolSpec
 from ctxwright.core.session import Session
 from ctxwright.core.store import Store
 from ctxwright.errors import BackendUnavailable, ConfigError, CtxwrightError, PrefixMismatch
+from ctxwright.mcp.connection import DEFAULT_TIMEOUT_S as MCP_DEFAULT_TIMEOUT_S
+from ctxwright.mcp.connection import parse_command
+from ctxwright.mcp.tools import McpTools, reminder
 from ctxwright.skills.loader import Skill, load_skills
 from ctxwright.skills.scripts import DEFAULT_SCRIPT_TIMEOUT_S, SkillScripts
 from ctxwright.skills.tools import (
@@ -207,6 +210,17 @@ class Harness:
             prefix and recorded with the session, so a resume sends the same bytes; a skill
             added later is not announced and cannot be loaded (a ``skills_warning`` says so):
             start a new session. Fixed for a session.
+        mcp_servers: MCP servers to start over stdio (``mcp/``), each a command line (a
+            string, split like a shell) or an argv list. Their tools are added after all
+            the others as ``SERVER__TOOL``, with the server's schemas verbatim; their results
+            reach the model as ``<external_content>``. A server that sends
+            ``tools/list_changed`` never changes the prefix: new tools are deferred and
+            announced in a ``<system-reminder>`` user message before the next model call,
+            removed ones answer with an error. A server that cannot start raises
+            :class:`~ctxwright.errors.McpServerError`; one that crashes or hangs later only
+            fails its own calls. ``close`` stops them. ``None``: none; on resume, the
+            recorded commands.
+        mcp_timeout: seconds an MCP tool call may take (default 60).
         reasoning: how earlier reasoning is sent back: ``"strip"``, ``"keep"``,
             ``"must_send_back"``, ``"qwen3"`` or a :class:`ReasoningPolicy`. ``None``: the
             mode recorded with the session, else by model family (``core/reasoning.py``).
@@ -266,6 +280,8 @@ class Harness:
         allow_skill_scripts: bool | None = None,
         skill_script_timeout: float | None = None,
         skills_catalog: CatalogMode | None = None,
+        mcp_servers: Iterable[str | Sequence[str]] | None = None,
+        mcp_timeout: float | None = None,
         reasoning: ReasoningMode | ReasoningPolicy | None = None,
         max_iterations: int | None = None,
         max_tool_rounds: int | None = None,
@@ -280,6 +296,7 @@ class Harness:
         self._owned_backend: Backend | None = None
         self._owned_store: Store | None = None
         self._lease: Lease | None = None
+        self.mcp: McpTools | None = None
         try:  # every parameter by name, so a new and a resumed session take one path
             self._setup(locals())
         except BaseException:
@@ -418,6 +435,12 @@ class Harness:
                 self.tools.register(self.skill_scripts.tool())
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"the tool list cannot be used: {exc}") from None
+        mcp_commands = opts["mcp_servers"]
+        if mcp_commands is None and isinstance(recorded.get("mcp"), list):
+            mcp_commands = recorded["mcp"]
+        if mcp_commands is not None:
+            mcp_commands = [parse_command(c) for c in mcp_commands]
+            self._start_mcp(mcp_commands, opts, stored)
 
         # the run configuration, recorded with the session for the next resume (agent/recipe.py)
         rounds = recipe.pick("max_tool_rounds", opts, recorded, d.max_tool_rounds)
@@ -441,6 +464,8 @@ class Harness:
             config_record["skills_catalog"] = self.skills_catalog
         if frozen is not None:
             config_record["skills_frozen"] = [e.to_dict() for e in frozen]
+        if mcp_commands is not None:
+            config_record["mcp"] = mcp_commands
 
         # the session: new, or the stored one if the tools and prompt still match its prefix
         manual = "\n\n" + OPERATING_MANUAL if use_status else ""
@@ -501,9 +526,76 @@ class Harness:
             timestamps=opts["timestamps"],
             compaction=compaction,
         )
-        self.agent = Agent(self.session, self.backend, self.tools, config, on_event=self.on_event, status=status_bar)
+        self.agent = Agent(
+            self.session,
+            self.backend,
+            self.tools,
+            config,
+            on_event=self.on_event,
+            status=status_bar,
+            before_call=self._before_call if self.mcp is not None else None,
+        )
         if self.delegator is not None:
             self.delegator.bind(self.agent)
+
+    def _start_mcp(self, commands: list[list[str]], opts: dict[str, Any], stored: Session | None) -> None:
+        """Start the MCP servers and register their tools after all the others.
+
+        A new session puts every listed tool in the prefix. A resumed one keeps its prefix:
+        a tool it lists is registered as it was (or, if its server no longer lists it, as a
+        stand-in with the stored schema that answers "removed"); a tool the server lists now
+        but the prefix does not is deferred, and announced by :meth:`_announce_mcp`.
+        """
+        timeout = opts["mcp_timeout"]
+        if timeout is not None and timeout <= 0:
+            raise ConfigError(
+                f"mcp_timeout={timeout!r}: give the seconds an MCP tool call may take (CLI: --mcp-timeout)"
+            )
+        self.mcp = McpTools.start(
+            commands,
+            timeout=MCP_DEFAULT_TIMEOUT_S if timeout is None else timeout,
+            reserved=self.tools.names(),
+            on_event=self.on_event,
+        )
+        in_prefix = {t.name: t for t in stored.prefix.tools} if stored is not None else None
+        for t in list(self.mcp.tools.values()):
+            if in_prefix is not None and t.name not in in_prefix:
+                t = self.mcp.tools[t.name] = replace(t, deferred=True)
+            self.tools.register(t)
+        for spec in in_prefix.values() if in_prefix is not None else ():
+            if spec.name not in self.tools and self.mcp.owns(spec.name):
+                self.tools.register(self.mcp.stub(spec))
+        # what the model has been told of the MCP tools: the prefix's, then every reminder
+        told = {n for n in (in_prefix or self.mcp.tools) if self.mcp.owns(n)}
+        for ev in stored.events if stored is not None else ():
+            if isinstance(ev, UserEvent) and (said := ev.mcp_tools_announced) is not None:
+                told = (told | set(said[0])) - set(said[1])
+        self._mcp_told = told
+
+    def _before_call(self) -> None:
+        """Before each model call: take in MCP tool-list changes (``Agent`` calls this)."""
+        if self.mcp is None:
+            return
+        for t in self.mcp.refresh(reserved=self.tools.names()):
+            self.tools.register(t)
+        self._announce_mcp()
+
+    def _announce_mcp(self) -> None:
+        """Append a ``<system-reminder>`` user message for MCP tools added or removed since
+        the model was last told (recorded as a ``UserEvent`` naming them, like the skills
+        catalog, so a resumed session renders it again and is not told twice)."""
+        assert self.mcp is not None
+        live = self.mcp.live()
+        added = [self.mcp.tools[n] for n in live if n not in self._mcp_told]
+        removed = sorted(self._mcp_told - set(live))
+        if not added and not removed:
+            return
+        how = "call one by its name with arguments matching its parameters."
+        text = reminder(added, removed, how=how, schemas=True)
+        names = {"added": [t.name for t in added], "removed": removed}
+        self.session.add_user(text, **{MCP_TOOLS_KEY: names})
+        self._mcp_told = (self._mcp_told | set(names["added"])) - set(removed)
+        self.on_event("mcp_tools_changed", {**names, "content": text})
 
     def _open_store(self, db: str | Path | Store | None) -> Store | None:
         if db is None or isinstance(db, Store):
@@ -659,6 +751,8 @@ class Harness:
             self._lease.check()
         self.agent.config.tool_choice_first = self._first_choice()
         self._announce_skills()
+        if self.mcp is not None:  # a resumed session may find its servers' tools changed
+            self._announce_mcp()
         return self.agent.run(prompt)
 
     def _announce_skills(self) -> None:
@@ -697,6 +791,8 @@ class Harness:
         child = getattr(delegator, "_child_backend", None)
         if child is not None and child is not self._owned_backend and self._owned_backend is not None:
             child.close()
+        if self.mcp is not None:  # the servers' processes end here, not when the interpreter exits
+            self.mcp.close()
         if self._owned_backend is not None:
             self._owned_backend.close()
         if self._lease is not None:

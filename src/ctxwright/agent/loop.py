@@ -127,8 +127,12 @@ class Agent:
         counter: TokenCounter | None = None,
         status: StatusBar | None = None,
         summary_backend: Backend | None = None,
+        before_call: Callable[[], None] | None = None,
     ) -> None:
         self.session = session
+        #: run before each model call, before the status bar: the harness appends what changed
+        #: since the last call (an MCP server's new tools) as events there
+        self.before_call = before_call
         self.status = status
         self.tokens_used = 0
         self.backend = backend
@@ -162,6 +166,8 @@ class Agent:
 
     def _call_model(self, tool_choice: ToolChoice, iteration: int = 1) -> tuple[Completion, CallReport]:
         s = self.session
+        if self.before_call is not None:
+            self.before_call()
         t0 = time.perf_counter()
         if self.status is not None:
             status_msg = self.status.record(

@@ -43,7 +43,7 @@ DEFAULTS: dict[str, Any] = {
 BY_BACKEND = ("max_tool_rounds", "cache_price_ratio")
 #: Options recorded only when given (their default is decided where they are used: the
 #: served backend's timeout and retries, streaming by backend); reused when not given again.
-WHEN_GIVEN = ("tool_choice_first", "timeout", "max_retries", "stream")
+WHEN_GIVEN = ("tool_choice_first", "timeout", "max_retries", "stream", "mcp_timeout")
 #: Every option recorded with a session (besides base_url, gguf and window, which rebuild
 #: the backend, and compaction).
 RECORDED = (*DEFAULTS, *BY_BACKEND, *WHEN_GIVEN)

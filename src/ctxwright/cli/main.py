@@ -101,6 +101,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         allow_skill_scripts=args.allow_skill_scripts or None,
         skill_script_timeout=args.skill_script_timeout,
         skills_catalog=args.skills_catalog,
+        mcp_servers=args.mcp,
+        mcp_timeout=args.mcp_timeout,
         reasoning=args.reasoning,
         max_iterations=args.max_iterations,
         max_tool_rounds=args.max_tool_rounds,
@@ -438,6 +440,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the skills catalog goes: 'reminder' (default) appends it as a user message, one per new "
         "skill, no cache break; 'prefix' puts the skills known at start into the Skill tool's description, "
         "frozen with the prefix (a skill added later needs a new session)",
+    )
+    r.add_argument(
+        "--mcp",
+        action="append",
+        metavar="COMMAND",
+        help="start an MCP server over stdio (the command line in one quoted argument; repeatable) and give "
+        "the agent its tools as SERVER__TOOL; on --resume, the session's servers unless given",
+    )
+    r.add_argument(
+        "--mcp-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="seconds an MCP tool call may take before it is answered with a timeout error (default 60)",
     )
     r.set_defaults(func=cmd_run)
 

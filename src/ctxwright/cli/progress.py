@@ -288,6 +288,14 @@ class RunPrinter:
             self.err.print(_literal("skills", "yellow", " ", str(data["message"])), soft_wrap=True)
         elif kind == "skills_catalog":
             self.out.print(Text("skills  " + ", ".join(map(str, data["names"])), style="dim"), soft_wrap=True)
+        elif kind == "mcp_warning":
+            self.err.print(_literal("mcp", "yellow", " ", str(data["message"])), soft_wrap=True)
+        elif kind == "mcp_tools_changed":
+            added = ", ".join(map(str, data["added"])) or "none"
+            removed = ", ".join(map(str, data["removed"])) or "none"
+            self.out.print(
+                _literal("mcp", "dim", " ", f"tools changed: added {added}; removed {removed}"), soft_wrap=True
+            )
         elif kind == "stream_fallback":
             self.err.print(Text(f"streaming off: {data['reason']}", style="dim"), soft_wrap=True)
         elif kind == "ledger_mismatch":

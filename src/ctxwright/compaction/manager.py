@@ -165,7 +165,7 @@ class ContextManager:
         users = [
             ev.message.content or ""
             for ev in session.events
-            if isinstance(ev, UserEvent) and ev.skills_announced is None  # not the task
+            if isinstance(ev, UserEvent) and not ev.is_reminder  # not the task
         ]
         if not users:
             return ""

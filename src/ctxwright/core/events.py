@@ -33,6 +33,11 @@ E = TypeVar("E", bound="Event")
 #: ``UserEvent.extra`` key of a skills catalog message (``skills/tools.py``): the skill names
 #: it announced. Such a message is context the harness added, not the user's task.
 SKILLS_CATALOG_KEY = "skills_catalog"
+#: ``UserEvent.extra`` key of an MCP tools reminder (``mcp/tools.py``): ``{"added": [names],
+#: "removed": [names]}``, the tools a server's ``tools/list_changed`` added and removed.
+MCP_TOOLS_KEY = "mcp_tools"
+#: The keys that mark a user message as a reminder the harness appended, not the user's task.
+REMINDER_KEYS = (SKILLS_CATALOG_KEY, MCP_TOOLS_KEY)
 
 
 # -- reading payload values with a clear error ------------------------------------------------
@@ -190,6 +195,28 @@ class UserEvent(MessageEvent):
         """
         names = self.extra.get(SKILLS_CATALOG_KEY)
         return tuple(str(n) for n in names) if isinstance(names, list) else None
+
+    @property
+    def mcp_tools_announced(self) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """``(added, removed)`` tool names if this message is an MCP tools reminder, else ``None``.
+
+        Like a skills catalog, it is appended when a server changes its tools (the frozen
+        ``tools`` array is never rebuilt) and read back to know what the session was told.
+        """
+        told = self.extra.get(MCP_TOOLS_KEY)
+        if not isinstance(told, Mapping):
+            return None
+        added, removed = told.get("added"), told.get("removed")
+        return (
+            tuple(str(n) for n in added) if isinstance(added, list) else (),
+            tuple(str(n) for n in removed) if isinstance(removed, list) else (),
+        )
+
+    @property
+    def is_reminder(self) -> bool:
+        """True for a message the harness appended (a skills catalog, an MCP tools reminder):
+        context, not the task, so whatever looks for the task skips it."""
+        return any(key in self.extra for key in REMINDER_KEYS)
 
     @classmethod
     def _parse(cls, p: Mapping[str, Any], *, seq: int, created_at: float) -> UserEvent:

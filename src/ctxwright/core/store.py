@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ctxwright.core.events import SKILLS_CATALOG_KEY, AssistantEvent, Event, UserEvent, event_from_row
+from ctxwright.core.events import MCP_TOOLS_KEY, SKILLS_CATALOG_KEY, AssistantEvent, Event, UserEvent, event_from_row
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.private import create_private, private_dir
 from ctxwright.core.redact import redact
@@ -759,13 +759,13 @@ class Store:
                    (SELECT COUNT(*) FROM events e WHERE e.session_id=s.id) AS events,
                    (SELECT COUNT(*) FROM calls c WHERE c.session_id=s.id) AS calls,
                    (SELECT seq FROM events e WHERE e.session_id=s.id AND e.kind=:user
-                    AND CASE WHEN json_valid(e.payload_json) THEN json_extract(e.payload_json, :catalog) END IS NULL
+                    AND CASE WHEN json_valid(e.payload_json) THEN COALESCE(json_extract(e.payload_json, :catalog), json_extract(e.payload_json, :mcp)) END IS NULL
                     ORDER BY seq LIMIT 1) AS first_seq,
                    (SELECT payload_json FROM events e WHERE e.session_id=s.id AND e.kind=:user
-                    AND CASE WHEN json_valid(e.payload_json) THEN json_extract(e.payload_json, :catalog) END IS NULL
+                    AND CASE WHEN json_valid(e.payload_json) THEN COALESCE(json_extract(e.payload_json, :catalog), json_extract(e.payload_json, :mcp)) END IS NULL
                     ORDER BY seq LIMIT 1) AS first_payload
                FROM sessions s {where} ORDER BY s.created_at DESC LIMIT :limit""",
-            {"user": UserEvent.KIND, "limit": limit, "catalog": f"$.{SKILLS_CATALOG_KEY}"},
+            {"user": UserEvent.KIND, "limit": limit, "catalog": f"$.{SKILLS_CATALOG_KEY}", "mcp": f"$.{MCP_TOOLS_KEY}"},
         )
         out = []
         for r in rows:

@@ -9,6 +9,12 @@ Why this module exists:
 * A model's tool call is untrusted input. :meth:`ToolRegistry.execute` never raises: every
   failure (unknown tool, broken JSON, wrong fields, the tool itself crashing) becomes a
   structured JSON error the model can read and correct on its next turn.
+* A tool may be *untrusted* (``Tool.trust``): its results come from outside (an MCP
+  server, a web page) and reach the model wrapped as ``<external_content source="tool:NAME"
+  id="CALL_ID">...</external_content>`` (:func:`external_content`), so the model -- and a
+  later defence layer -- can tell the data it was handed from the instructions it was given.
+  The wrapping happens once, when the result is made, so the recorded event, the resumed
+  session and the offline renderer all carry the same bytes.
 * Execution is split into :meth:`ToolRegistry.resolve` (lookup + validation, cheap) and
   :meth:`BoundCall.run` (the tool's own code), so an agent loop can validate on its own
   thread and run only the tool body in a worker thread with ``Tool.timeout_s``.
@@ -27,10 +33,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Union, overload
 
+import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ctxwright.core.messages import ToolCall, canonical_json
 from ctxwright.core.request import ToolSpec
+from ctxwright.errors import ToolFailure
 
 __all__ = [
     "ERROR_INVALID_ARGUMENTS",
@@ -40,7 +48,9 @@ __all__ = [
     "Tool",
     "ToolOutcome",
     "ToolRegistry",
+    "Trust",
     "error_outcome",
+    "external_content",
     "render_result",
     "tool",
 ]
@@ -54,6 +64,16 @@ _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _ARGS_HEADERS = ("Args:", "Arguments:", "Parameters:")
 _SECTION_HEADER = re.compile(r"^[A-Z][A-Za-z ]*:$")
 _ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+#: ``"trusted"``: the tool's output is ctxwright's or the user's own code; ``"untrusted"``: it
+#: comes from outside (an MCP server, fetched content) and is wrapped by :func:`external_content`.
+Trust = Literal["trusted", "untrusted"]
+
+
+class _AnyArguments(BaseModel):
+    """The arguments model of a tool checked by JSON Schema instead (:meth:`Tool.from_schema`)."""
+
+    model_config = ConfigDict(extra="allow")
 
 
 # --------------------------------------------------------------------------- schema
@@ -202,6 +222,12 @@ class Tool:
     spec: ToolSpec
     args_model: type[BaseModel]
     timeout_s: float | None = None
+    #: not in the prefix's ``tools`` array: found by search and called through the registry
+    deferred: bool = False
+    #: where its results come from; ``"untrusted"`` results are wrapped as external content
+    trust: Trust = "trusted"
+    #: checks the arguments against ``spec``'s JSON Schema (tools built by :meth:`from_schema`)
+    schema_validator: jsonschema.protocols.Validator | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -287,8 +313,57 @@ class Tool:
             timeout_s=timeout_s,
         )
 
+    @classmethod
+    def from_schema(
+        cls,
+        name: str,
+        description: str,
+        parameters: dict[str, Any],
+        func: Callable[..., Any],
+        *,
+        timeout_s: float | None = None,
+        deferred: bool = False,
+        trust: Trust = "trusted",
+    ) -> Tool:
+        """A tool whose schema is given, not derived: an MCP server's tool, kept verbatim.
+
+        Its arguments are checked with ``jsonschema`` against ``parameters`` (the dialect its
+        ``$schema`` names, else JSON Schema 2020-12, MCP's default) and passed to ``func`` as
+        keywords. ``ValueError`` for a name providers refuse or a schema that is not valid JSON
+        Schema -- found here rather than on the model's first call.
+        """
+        if not _TOOL_NAME.match(name):
+            raise ValueError(f"invalid tool name {name!r}: use 1-64 letters, digits, '_' or '-'")
+        if not isinstance(parameters, dict) or parameters.get("type") != "object":
+            raise ValueError(f"tool {name!r}: the parameters schema must be a JSON object schema with type 'object'")
+        validator_cls = jsonschema.validators.validator_for(parameters, default=jsonschema.Draft202012Validator)
+        try:
+            validator_cls.check_schema(parameters)
+        except jsonschema.SchemaError as exc:
+            where = "/".join(str(p) for p in exc.path) or "(root)"
+            raise ValueError(
+                f"tool {name!r}: the parameters are not valid JSON Schema at {where}: {exc.message}"
+            ) from None
+        return cls(
+            name=name,
+            description=description,
+            func=func,
+            spec=ToolSpec.create(name, description, parameters),
+            args_model=_AnyArguments,
+            timeout_s=timeout_s,
+            deferred=deferred,
+            trust=trust,
+            schema_validator=validator_cls(parameters),
+        )
+
     def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Validated keyword arguments for ``func``; raises pydantic ``ValidationError``."""
+        """Validated keyword arguments for ``func``; raises pydantic ``ValidationError`` (or
+        ``jsonschema.ValidationError`` for a tool built by :meth:`from_schema`)."""
+        if self.schema_validator is not None:
+            error = jsonschema.exceptions.best_match(self.schema_validator.iter_errors(arguments))
+            if error is not None:
+                raise error
+            return dict(arguments)
         validated = self.args_model.model_validate(arguments)
         return {field.alias or key: getattr(validated, key) for key, field in type(validated).model_fields.items()}
 
@@ -347,6 +422,22 @@ def error_outcome(call: ToolCall, error_type: str, message: str, hint: str, elap
         "error": {"type": error_type, "message": message, "tool": call.name, "arguments": call.arguments, "hint": hint}
     }
     return ToolOutcome(ok=False, content=canonical_json(body), error_type=error_type, elapsed_ms=elapsed_ms)
+
+
+_EXTERNAL_TAG = re.compile(r"<(/?external_content)", re.IGNORECASE)
+
+
+def external_content(tool_name: str, call_id: str, text: str) -> str:
+    """``text`` wrapped as ``<external_content source="tool:NAME" id="CALL_ID">...</external_content>``.
+
+    Why: content from outside (an MCP server's result, a fetched page) may contain text that
+    reads like instructions; marking where it starts and ends lets the model treat it as data
+    (the book: retrieved content is context, not a command). A tag inside ``text`` that would
+    close the wrapper early, or open a fake one, is defused (``&lt;/external_content``), so the
+    boundaries are ctxwright's.
+    """
+    body = _EXTERNAL_TAG.sub(r"&lt;\1", text)
+    return f'<external_content source="tool:{tool_name}" id="{call_id}">\n{body}\n</external_content>'
 
 
 def _safe_str(value: object) -> str:
@@ -438,6 +529,11 @@ class BoundCall:
         start = time.perf_counter()
         try:
             value = self.tool.func(**self.kwargs)
+        except ToolFailure as exc:  # the tool named its failure and the way out
+            message = _safe_str(exc)
+            if exc.external and self.tool.trust == "untrusted":
+                message = external_content(self.tool.name, self.call.id, message)
+            return error_outcome(self.call, exc.error_type, message, exc.hint, (time.perf_counter() - start) * 1000.0)
         except (Exception, SystemExit) as exc:  # a tool calling sys.exit must not end the agent
             return error_outcome(
                 self.call,
@@ -448,6 +544,9 @@ class BoundCall:
                 (time.perf_counter() - start) * 1000.0,
             )
         content = render_result(value)
+        if self.tool.trust == "untrusted":
+            text = content if isinstance(content, str) else content.decode("utf-8", "surrogateescape")
+            content = external_content(self.tool.name, self.call.id, text)
         return ToolOutcome(ok=True, content=content, error_type=None, elapsed_ms=(time.perf_counter() - start) * 1000.0)
 
 
@@ -479,7 +578,8 @@ class ToolRegistry:
             raise KeyError(f"no tool named {name!r}; available: {available}") from None
 
     def specs(self) -> tuple[ToolSpec, ...]:
-        return tuple(t.spec for t in self._tools.values())
+        """The specs of the tools in the prefix's ``tools`` array (deferred ones left out)."""
+        return tuple(t.spec for t in self._tools.values() if not t.deferred)
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._tools)
@@ -525,6 +625,15 @@ class ToolRegistry:
                 call,
                 ERROR_INVALID_ARGUMENTS,
                 _describe_validation_error(exc),
+                f"Expected {_brief_schema(found.parameters)}.",
+                elapsed(),
+            )
+        except jsonschema.ValidationError as exc:
+            where = "/".join(str(p) for p in exc.absolute_path) or "(arguments)"
+            return error_outcome(
+                call,
+                ERROR_INVALID_ARGUMENTS,
+                f"{where}: {exc.message}",
                 f"Expected {_brief_schema(found.parameters)}.",
                 elapsed(),
             )
