@@ -3,7 +3,7 @@
 It lists its tools two per page (so a client must follow ``nextCursor``), and a call to
 ``install`` adds the tool ``weather``, removes ``goodbye`` and sends
 ``notifications/tools/list_changed``. ``broken`` answers with a JSON-RPC error response
-instead of a result.
+instead of a result; ``weird`` has a schema that is not valid JSON Schema.
 """
 
 from __future__ import annotations
@@ -39,6 +39,11 @@ TOOLS: dict[str, Tool] = {
         Tool(name="goodbye", description="Say goodbye.", input_schema=OBJECT),
         Tool(name="install", description="Install the weather tool (changes the tool list).", input_schema=OBJECT),
         Tool(name="broken", description="Answers with a JSON-RPC error.", input_schema=OBJECT),
+        Tool(
+            name="weird",
+            description="A schema that is not valid JSON Schema.",
+            input_schema={"type": "object", "properties": {"x": {"type": "nonsense"}}},
+        ),
     )
 }
 WEATHER = Tool(

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from ctxwright.core.messages import ToolCall, canonical_json
 from ctxwright.core.request import ToolSpec
 from ctxwright.errors import ToolFailure
+from ctxwright.tools.catalog import check_parameters
 
 __all__ = [
     "ERROR_INVALID_ARGUMENTS",
@@ -329,21 +330,14 @@ class Tool:
 
         Its arguments are checked with ``jsonschema`` against ``parameters`` (the dialect its
         ``$schema`` names, else JSON Schema 2020-12, MCP's default) and passed to ``func`` as
-        keywords. ``ValueError`` for a name providers refuse or a schema that is not valid JSON
-        Schema -- found here rather than on the model's first call.
+        keywords. ``ValueError`` for a name providers refuse, or (``ToolCatalogError``, also a
+        ``ValueError``) a schema that is not valid JSON Schema -- found here rather than on the
+        model's first call.
         """
         if not _TOOL_NAME.match(name):
             raise ValueError(f"invalid tool name {name!r}: use 1-64 letters, digits, '_' or '-'")
-        if not isinstance(parameters, dict) or parameters.get("type") != "object":
-            raise ValueError(f"tool {name!r}: the parameters schema must be a JSON object schema with type 'object'")
+        check_parameters(parameters, f"tool {name!r}")  # the catalog's rule: one check of a schema
         validator_cls = jsonschema.validators.validator_for(parameters, default=jsonschema.Draft202012Validator)
-        try:
-            validator_cls.check_schema(parameters)
-        except jsonschema.SchemaError as exc:
-            where = "/".join(str(p) for p in exc.path) or "(root)"
-            raise ValueError(
-                f"tool {name!r}: the parameters are not valid JSON Schema at {where}: {exc.message}"
-            ) from None
         return cls(
             name=name,
             description=description,
