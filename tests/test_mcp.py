@@ -196,6 +196,17 @@ def test_a_server_that_cannot_start_is_one_clear_error(no_leftovers: None) -> No
         Harness("sys", [], backend=ScriptedBackend(["x"]), mcp_servers=[server("basic")], mcp_timeout=0)
 
 
+def test_a_server_that_never_answers_is_stopped_after_the_startup_timeout() -> None:
+    from ctxwright.mcp.connection import McpConnection
+
+    marker = "ctxwright-mcp-silent-server"
+    silent = [PY, "-c", f"import time; time.sleep(120)  # {marker}"]
+    with pytest.raises(McpServerError, match="did not answer initialize or tools/list in time"):
+        McpConnection(silent, startup_timeout=1.0)
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    assert left == [], "the silent server outlived its failed start"
+
+
 # -- list_changed ---------------------------------------------------------------------------------
 
 

@@ -28,6 +28,7 @@ Failures, each in words that name the server's command:
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import os
 import shlex
@@ -116,6 +117,8 @@ class McpConnection:
         self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         params = StdioServerParameters(command=self.argv[0], args=self.argv[1:], env=env, cwd=cwd)
         self._main = asyncio.run_coroutine_threadsafe(self._hold(params, startup_timeout), self._loop)
+        # a harness never closed (a script that forgot close()) still stops its servers at exit
+        atexit.register(self.close)
         try:
             self._ready.result(timeout=startup_timeout + 5.0)
         except concurrent.futures.TimeoutError:
@@ -262,6 +265,7 @@ class McpConnection:
         if self._closed:
             return
         self._closed = True
+        atexit.unregister(self.close)
         stop = self._stop
         if stop is not None:
             self._loop.call_soon_threadsafe(stop.set)
