@@ -9,6 +9,10 @@ log and normalises it to one shape (system text, tool list, message dicts, optio
   response_body}`` pairs, whose usage gives cached / prompt / completion tokens;
 * Anthropic Messages request bodies (top-level ``system``, ``input_schema`` tools,
   content blocks), in either of the two line forms above;
+* OpenAI Responses API request bodies (``instructions`` is the system prompt, ``input`` a
+  string or a list of items -- messages, function calls and their outputs, reasoning -- each
+  item one message of the audit), in either line form; a streamed response logged as its
+  list of events (what ``ctxwright proxy`` records) gives its usage too;
 * ctxwright's own session export (``ctxwright show ID --json``), one object for the
   whole file (pretty-printed or not) or one per JSONL line, expanded into one request
   per model call; each session (and each child session) is a conversation of its own.
@@ -102,11 +106,14 @@ OPTION_KEYS = frozenset(
         "service_tier",
         "verbosity",
         "modalities",
+        "max_output_tokens",
+        "truncation",
+        "text",
     }
 )
 
 _NO_MESSAGES = (
-    "no 'messages' list: expected a chat request body, "
+    "no 'messages' list (nor a Responses API 'input'): expected a chat request body, "
     '{"request": body, "response": body}, or a ctxwright session export'
 )
 
@@ -447,11 +454,22 @@ def request_options(body: Mapping[str, Any]) -> dict[str, Any]:
 def usage_of(response: Any) -> dict[str, int | None]:
     """Token counts from a logged response; all ``None`` (unknown) when it has none.
 
-    A streamed response logged as its list of chunks reports usage in its last chunk
-    that has any.
+    A streamed response logged as its list of chunks or events reports usage in pieces, each
+    count taken from the last event that has it: OpenAI chat in its last chunk, the Responses
+    API in ``response.completed``'s ``response``, Anthropic the prompt side in
+    ``message_start``'s ``message`` and the output in ``message_delta``.
     """
     if isinstance(response, list):
-        response = next((c for c in reversed(response) if isinstance(c, dict) and c.get("usage")), None)
+        merged: dict[str, int | None] = {"prompt_tokens": None, "completion_tokens": None, "cached_tokens": None}
+        for chunk in response:
+            if not isinstance(chunk, dict):
+                continue
+            for part in (chunk, chunk.get("response"), chunk.get("message")):
+                if isinstance(part, dict) and isinstance(part.get("usage"), dict):
+                    for k, v in read_usage(part).items():
+                        if v is not None:
+                            merged[k] = v
+        return merged
     if not isinstance(response, dict):
         return {"prompt_tokens": None, "completion_tokens": None, "cached_tokens": None}
     return read_usage(response)
@@ -480,6 +498,8 @@ def split_body(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     message is taken out of the list, Anthropic's top-level ``system`` is used as is. A
     body without one has an empty system prompt, still counted as message 0.
     """
+    if "messages" not in body and "input" in body:
+        return _split_responses(body)
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise LogRecordRejected(_NO_MESSAGES)
@@ -493,6 +513,29 @@ def split_body(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     if messages[0].get("role") in _SYSTEM_ROLES:
         return text_of(messages[0].get("content")), messages[1:]
     return "", messages
+
+
+def _split_responses(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    """(system text, items) of an OpenAI Responses API body.
+
+    ``instructions`` is the system prompt; without it a leading ``system``/``developer``
+    item is, as in chat completions. A string ``input`` is one user message. Every item --
+    a message, a ``function_call``, its ``function_call_output``, a ``reasoning`` item -- is
+    one message of the audit, kept as sent: the provider caches the items in this order.
+    """
+    items = body["input"]
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    if not isinstance(items, list):
+        raise LogRecordRejected(f"'input' is a JSON {_json_type(items)}, not a string or an array")
+    if not items:
+        raise LogRecordRejected("'input' is empty: a request needs at least one input item")
+    for i, m in enumerate(items):
+        if not isinstance(m, dict):
+            raise LogRecordRejected(f"input item {i} is a JSON {_json_type(m)}, not an object")
+    if body.get("instructions") is None and items[0].get("role") in _SYSTEM_ROLES:
+        return text_of(items[0].get("content")), items[1:]
+    return text_of(body.get("instructions")), items
 
 
 def text_of(value: Any) -> str:

@@ -216,6 +216,61 @@ def m004_session_leases(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m005_proxy(db: sqlite3.Connection) -> None:
+    """What ``ctxwright proxy`` sees: its sessions and every HTTP exchange it relays.
+
+    Kept apart from ``sessions``/``calls``: a proxied agent's requests are not rendered from
+    ctxwright events, so they are stored as the bytes that went over the wire (decoded from
+    their content-encoding; over the proxy's cap only their size and hash). One row per
+    exchange, written when it ends, so a crash loses at most the exchanges in flight. No
+    header is stored: the API key travels in headers and must never reach the disk.
+    """
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS proxy_sessions (
+            id TEXT PRIMARY KEY,
+            created_at REAL NOT NULL,
+            grouped_by TEXT NOT NULL,
+            group_key TEXT,
+            api TEXT,
+            upstream TEXT NOT NULL
+        )"""
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS proxy_sessions_key ON proxy_sessions(grouped_by, group_key)")
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS proxy_exchanges (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            session_id TEXT REFERENCES proxy_sessions(id),
+            call_index INTEGER,
+            started_at REAL NOT NULL,
+            ended_at REAL,
+            method TEXT NOT NULL,
+            path TEXT NOT NULL,
+            api TEXT,
+            streamed INTEGER NOT NULL DEFAULT 0,
+            status INTEGER,
+            outcome TEXT NOT NULL,
+            error TEXT,
+            request_bytes INTEGER NOT NULL,
+            request_sha256 TEXT NOT NULL,
+            request_content_type TEXT,
+            request_encoding TEXT,
+            request_body BLOB,
+            request_parsed INTEGER NOT NULL DEFAULT 0,
+            response_bytes INTEGER NOT NULL DEFAULT 0,
+            response_sha256 TEXT,
+            response_content_type TEXT,
+            response_encoding TEXT,
+            response_body BLOB,
+            response_parsed INTEGER NOT NULL DEFAULT 0,
+            ttfb_ms REAL,
+            total_ms REAL,
+            audit_json TEXT NOT NULL DEFAULT '{}'
+        )"""
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS proxy_exchanges_session ON proxy_exchanges(session_id, call_index)")
+
+
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -477,6 +532,37 @@ _CALL_COLUMNS = (
     "wall_ms",
 )
 _CALL_JSON_COLUMNS = ("usage", "ledger", "audit", "extra", "options_unknown")
+
+
+#: The columns of one ``proxy_exchanges`` row a caller may write (``id`` is assigned).
+PROXY_EXCHANGE_COLUMNS = (
+    "session_id",
+    "call_index",
+    "started_at",
+    "ended_at",
+    "method",
+    "path",
+    "api",
+    "streamed",
+    "status",
+    "outcome",
+    "error",
+    "request_bytes",
+    "request_sha256",
+    "request_content_type",
+    "request_encoding",
+    "request_body",
+    "request_parsed",
+    "response_bytes",
+    "response_sha256",
+    "response_content_type",
+    "response_encoding",
+    "response_body",
+    "response_parsed",
+    "ttfb_ms",
+    "total_ms",
+    "audit_json",
+)
 
 
 @dataclass(frozen=True)
@@ -794,6 +880,86 @@ class Store:
         rows = self._fetchall("SELECT id FROM sessions WHERE parent_id=? ORDER BY created_at", (session_id,))
         return [r["id"] for r in rows]
 
+    # -- the proxy (``ctxwright proxy``; read back by ``core/proxy_log.py``) ----------------------
+    def create_proxy_session(
+        self, *, grouped_by: str, group_key: str | None, api: str | None, upstream: str, session_id: str | None = None
+    ) -> str:
+        sid = session_id or "px-" + uuid.uuid4().hex[:10]
+        self._execute(
+            "INSERT INTO proxy_sessions (id, created_at, grouped_by, group_key, api, upstream) VALUES (?, ?, ?, ?, ?, ?)",
+            (sid, time.time(), grouped_by, group_key, api, upstream),
+        )
+        return sid
+
+    def find_proxy_session(self, grouped_by: str, group_key: str) -> str | None:
+        """The newest proxy session grouped by ``grouped_by`` = ``group_key`` (a restarted proxy
+        keeps adding to it)."""
+        row = self._fetchone(
+            "SELECT id FROM proxy_sessions WHERE grouped_by=? AND group_key=? ORDER BY created_at DESC LIMIT 1",
+            (grouped_by, group_key),
+        )
+        return None if row is None else str(row["id"])
+
+    def record_proxy_exchange(self, row: Mapping[str, Any]) -> int:
+        """One relayed exchange (the columns of :data:`PROXY_EXCHANGE_COLUMNS`); its row id."""
+        cols = [c for c in PROXY_EXCHANGE_COLUMNS if c in row]
+        values = [row[c] for c in cols]
+
+        def insert(db: sqlite3.Connection) -> int:
+            cur = db.execute(
+                f"INSERT INTO proxy_exchanges ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", values
+            )
+            return int(cur.lastrowid or 0)
+
+        return self._run(insert)
+
+    def set_proxy_audit(self, exchange_id: int, audit: Mapping[str, Any]) -> None:
+        self._execute("UPDATE proxy_exchanges SET audit_json=? WHERE id=?", (canonical_json(dict(audit)), exchange_id))
+
+    def proxy_session_rows(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Every proxy session, newest first, with its counts and time span."""
+        rows = self._fetchall(
+            """SELECT s.id AS id, s.created_at AS created_at, s.grouped_by AS grouped_by, s.group_key AS group_key,
+                   s.api AS api, s.upstream AS upstream,
+                   (SELECT COUNT(*) FROM proxy_exchanges x WHERE x.session_id=s.id) AS calls,
+                   (SELECT MAX(COALESCE(x.ended_at, x.started_at)) FROM proxy_exchanges x WHERE x.session_id=s.id)
+                     AS last_at
+               FROM proxy_sessions s ORDER BY s.created_at DESC LIMIT ?""",
+            (-1 if limit is None else limit,),
+        )
+        return [dict(r) for r in rows]
+
+    def proxy_session_row(self, session_id: str) -> dict[str, Any]:
+        """One proxy session by id or unique id prefix; :class:`SessionNotFound` otherwise."""
+        cols = "id, created_at, grouped_by, group_key, api, upstream"
+        row = self._fetchone(f"SELECT {cols} FROM proxy_sessions WHERE id=?", (session_id,))
+        if row is None:
+            rows = self._fetchall(f"SELECT {cols} FROM proxy_sessions WHERE id LIKE ?", (session_id + "%",))
+            row = rows[0] if len(rows) == 1 else None
+        if row is None:
+            raise SessionNotFound(
+                f"no proxy session {session_id!r} in {self.path}. Run `ctxwright proxy --list` to list them (or pass "
+                "--db / CTXWRIGHT_DB if the proxy wrote to another database)."
+            )
+        return dict(row)
+
+    def proxy_exchange_rows(self, session_id: str | None) -> list[dict[str, Any]]:
+        """The exchanges of one proxy session in call order (``None``: those of no session,
+        the requests that were not model calls), bodies included."""
+        cols = ", ".join(("id", *PROXY_EXCHANGE_COLUMNS))
+        if session_id is None:
+            rows = self._fetchall(f"SELECT {cols} FROM proxy_exchanges WHERE session_id IS NULL ORDER BY id")
+        else:
+            rows = self._fetchall(
+                f"SELECT {cols} FROM proxy_exchanges WHERE session_id=? ORDER BY call_index, id", (session_id,)
+            )
+        out = []
+        for r in rows:
+            d = dict(r)
+            d["audit"] = json.loads(d.pop("audit_json") or "{}")
+            out.append(d)
+        return out
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
@@ -801,6 +967,7 @@ class Store:
 
 __all__ = [
     "MIGRATIONS",
+    "PROXY_EXCHANGE_COLUMNS",
     "SCHEMA_VERSION",
     "LeaseRow",
     "SessionRow",
