@@ -2,7 +2,7 @@
 
 Layers, low to high (docs/architecture.md explains each)::
 
-    errors < core < backends < tools < {audit, status, compaction, skills, mcp} < {agent, proxy} < harness < cli
+    errors < core < backends < tools < {audit, status, compaction, skills, mcp} < {agent, proxy, report} < harness < cli
 
 ``audit``, ``status``, ``compaction``, ``skills`` and ``mcp`` share a layer and must not import each other.
 Importing within one's own layer is fine (core modules import each other). The package's
@@ -38,6 +38,7 @@ RANKS: dict[str, int] = {
     "mcp": 4,
     "agent": 5,
     "proxy": 5,
+    "report": 5,
     "harness": 6,
     "cli": 7,
     "__main__": 7,

@@ -24,6 +24,7 @@ from typing import Any, cast
 from ctxwright.agent import recipe
 from ctxwright.agent.delegate import Delegator
 from ctxwright.agent.loop import Agent, AgentConfig, EventSink, RunResult
+from ctxwright.audit.compare import Prices
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import CompactionConfig
 from ctxwright.compaction.retrieval import ResultReader
@@ -754,6 +755,22 @@ class Harness:
         if self.mcp is not None:  # a resumed session may find its servers' tools changed
             self._announce_mcp()
         return self.agent.run(prompt)
+
+    def report(self, path: str | Path, prices: Prices | None = None) -> Path:
+        """Write the HTML report of this session and its sub-agents' sessions to ``path``
+        (``report/``): one file with plotly.js embedded, which opens without network access.
+
+        Drawn from the store -- the calls' ledgers and audits as recorded live -- so it shows
+        exactly what ``ctxwright report ID`` shows later. ``prices`` (per million tokens) add
+        each call's cost."""
+        from ctxwright.report import from_store, write_report
+
+        if self.store is None:
+            raise CtxwrightError(
+                "a report is drawn from the stored session: give the Harness a database (db='agent.db'); "
+                "db=None keeps nothing to report"
+            )
+        return write_report(from_store(self.store, self.session.id, self.agent.counter), path, prices)
 
     def _announce_skills(self) -> None:
         """In reminder mode, append a catalog message for the loaded skills the session has not

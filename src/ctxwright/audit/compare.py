@@ -188,6 +188,18 @@ class Prices:
     cached: float | None = None
     output: float = 0.0
 
+    def cost(self, uncached: int, cached: int, completion: int) -> float:
+        """What that many uncached prompt, cached prompt and completion tokens cost (one rule
+        for the audit's totals and the report's per-call figures)."""
+        pc = self.cached if self.cached is not None else self.input
+        return (uncached * self.input + cached * pc + completion * self.output) / 1e6
+
+
+def paid_as_cached(prompt: int, cached: int | None, reusable: int) -> int:
+    """Prompt tokens billed at the cached price: the provider's cached count when it gave one,
+    else the reusable prefix (what a cache that kept every earlier prefix would have served)."""
+    return min(cached if cached is not None else reusable, prompt)
+
 
 @dataclass
 class AuditSummary:
@@ -562,9 +574,7 @@ class Totals:
             self.cached += row.cached_tokens
             self.prompt_known += row.prompt_tokens
             self.reusable_known += row.reusable_prefix_tokens
-        paid = min(
-            row.cached_tokens if row.cached_tokens is not None else row.reusable_prefix_tokens, row.prompt_tokens
-        )
+        paid = paid_as_cached(row.prompt_tokens, row.cached_tokens, row.reusable_prefix_tokens)
         self._cached_paid += paid
         self._uncached += row.prompt_tokens - paid
         stable = min(prev_prompt, row.prompt_tokens)
@@ -588,12 +598,8 @@ class Totals:
             s.cached_tokens = self.cached
             s.hit_ratio, s.efficiency = cache_ratios(self.cached, self.prompt_known, self.reusable_known)
         if prices is not None:
-            pc = prices.cached if prices.cached is not None else prices.input
-            out = self.completion * prices.output
-            s.est_cost = round((self._uncached * prices.input + self._cached_paid * pc + out) / 1e6, 6)
-            s.est_cost_if_stable = round(
-                (self._stable_uncached * prices.input + self._stable_cached * pc + out) / 1e6, 6
-            )
+            s.est_cost = round(prices.cost(self._uncached, self._cached_paid, self.completion), 6)
+            s.est_cost_if_stable = round(prices.cost(self._stable_uncached, self._stable_cached, self.completion), 6)
         return s
 
 

@@ -34,6 +34,7 @@ from rich.text import Text
 from ctxwright.audit.compare import AuditLimits, Auditor, AuditRow, AuditSummary, Divergence, Prices
 from ctxwright.audit.logs import ParseProblem, read_stream
 from ctxwright.core.tokens import TokenCounter
+from ctxwright.errors import CtxwrightError
 
 #: One line of advice per cause that is not an append (shown only for causes present).
 ADVICE = {
@@ -59,6 +60,27 @@ _CAUSE_STYLE = {"first": "dim", "append": "green", "compaction": "yellow", "stat
 _MAX_PROBLEMS_SHOWN = 100
 #: below this many columns the divergence and its context go on a line of their own
 _WIDE = 110
+
+
+def add_price_options(parser: Any) -> None:
+    """``--price-input X --price-cached Y --price-output Z`` (per million tokens), for
+    ``audit`` and ``report``."""
+    parser.add_argument("--price-input", type=float, metavar="X", help="price per million uncached input tokens")
+    parser.add_argument("--price-cached", type=float, metavar="Y", help="price per million cached input tokens")
+    parser.add_argument("--price-output", type=float, metavar="Z", help="price per million output tokens")
+
+
+def prices_from_args(args: Any) -> Prices | None:
+    """The prices given with :func:`add_price_options`, or ``None`` when none were given."""
+    if args.price_input is None and (args.price_cached is not None or args.price_output is not None):
+        raise CtxwrightError("--price-cached and --price-output need --price-input (all per million tokens)")
+    for name in ("price_input", "price_cached", "price_output"):
+        v = getattr(args, name)
+        if v is not None and not (v >= 0 and v != float("inf")):
+            raise CtxwrightError(f"--{name.replace('_', '-')} {v}: give a price of zero or more per million tokens")
+    if args.price_input is None:
+        return None
+    return Prices(input=args.price_input, cached=args.price_cached, output=args.price_output or 0.0)
 
 
 def run_audit(

@@ -63,6 +63,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ctxwright.harness import Harness
     from ctxwright.tools.imported import import_tool
 
+    if args.report is not None:  # a report that cannot be written is said before the run, not after it
+        out = Path(args.report).expanduser()
+        if not out.parent.is_dir() or out.is_dir():
+            raise CtxwrightError(f"--report {args.report}: give a file in an existing folder, e.g. report.html")
     tools = [import_tool(spec) for spec in args.tool] if args.tool else None
     system = _system_text(args.system) if args.system is not None else None
     if args.resume and args.continue_:
@@ -137,6 +141,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         finally:
             printer.close()
         _print_summary(h.agent, result, wide=args.wide)
+        if args.report is not None:
+            written = h.report(args.report)
+            console.print(Text(f"report written to {written} (opens offline)", style="dim"), soft_wrap=True)
     if result.stop_reason == "backend_error":
         err_console.print(
             Text.assemble(
@@ -225,17 +232,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from ctxwright.audit.compare import Prices
-    from ctxwright.cli.audit import run_audit
+    from ctxwright.cli.audit import prices_from_args, run_audit
 
-    if args.price_input is None and (args.price_cached is not None or args.price_output is not None):
-        raise CtxwrightError("--price-cached and --price-output need --price-input (all per million tokens)")
-    prices = (
-        Prices(input=args.price_input, cached=args.price_cached, output=args.price_output or 0.0)
-        if args.price_input is not None
-        else None
-    )
-    return run_audit(args.file, as_json=args.json, prices=prices, console=console)
+    return run_audit(args.file, as_json=args.json, prices=prices_from_args(args), console=console)
 
 
 def result_cap_help() -> str:
@@ -371,6 +370,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--wide", action="store_true", help="the per-call table with all its columns (wider than 80)")
     r.add_argument(
+        "--report",
+        metavar="PATH",
+        help="at the end of the run, write the session's HTML report there (as `ctxwright report ID -o PATH`)",
+    )
+    r.add_argument(
         "--tool-choice-first",
         choices=["auto", "required", "none"],
         help="tool_choice of the first call (embedded default: required)",
@@ -474,10 +478,13 @@ def build_parser() -> argparse.ArgumentParser:
         "or a session export from `ctxwright show ID --json`",
     )
     au.add_argument("--json", action="store_true", help="print the audit as JSON")
-    au.add_argument("--price-input", type=float, metavar="X", help="price per million uncached input tokens")
-    au.add_argument("--price-cached", type=float, metavar="Y", help="price per million cached input tokens")
-    au.add_argument("--price-output", type=float, metavar="Z", help="price per million output tokens")
+    from ctxwright.cli.audit import add_price_options
+
+    add_price_options(au)
     au.set_defaults(func=cmd_audit)
+    from ctxwright.cli.report import add_report_parser
+
+    add_report_parser(sub)
 
     from ctxwright.cli.export import add_export_parser
 

@@ -1,0 +1,100 @@
+"""``ctxwright report (ID | --proxy-session ID | FILE) -o report.html``: the report of a stored
+session, of a session the proxy recorded, or of any request log ``ctxwright audit`` reads, as
+one HTML file that opens offline (``report/``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ctxwright.errors import CtxwrightError
+
+
+def add_report_parser(sub: Any) -> None:
+    """Register ``report`` on the ``ctxwright`` subcommand parser."""
+    from ctxwright.cli.audit import add_price_options
+
+    rp = sub.add_parser(
+        "report",
+        help="write an HTML report (charts of every call's context, cache reuse, breaks, tools, cost)",
+    )
+    rp.add_argument(
+        "target",
+        nargs="?",
+        help="a stored session ID (a unique prefix is enough), or a request log file (anything "
+        "`ctxwright audit` reads)",
+    )
+    rp.add_argument("--proxy-session", metavar="ID", help="a session recorded by `ctxwright proxy`")
+    rp.add_argument("-o", "--output", required=True, metavar="PATH", help="the HTML file to write")
+    add_price_options(rp)
+    rp.set_defaults(func=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from ctxwright.cli.audit import prices_from_args
+    from ctxwright.cli.main import console
+
+    prices = prices_from_args(args)
+    if (args.target is None) == (args.proxy_session is None):
+        raise CtxwrightError(
+            "name what to report: a session ID, a log FILE, or --proxy-session ID (one of them), "
+            "e.g. ctxwright report SESSION_ID -o report.html"
+        )
+    out = Path(args.output).expanduser()
+    if not out.parent.is_dir():
+        raise CtxwrightError(f"-o {args.output}: the folder {out.parent} does not exist; create it or write elsewhere")
+    if out.is_dir():
+        raise CtxwrightError(f"-o {args.output} is a folder: give a file name, e.g. {out / 'report.html'}")
+    data = _gather(args)
+    from ctxwright.report import write_report
+
+    write_report(data, out, prices)
+    calls = sum(len(s.calls) for s in data.sessions)
+    console.print(
+        f"report written to {out} ({len(data.sessions)} session(s), {calls:,} call(s), "
+        f"{out.stat().st_size / 1e6:.1f} MB; opens offline)",
+        highlight=False,
+        markup=False,
+    )
+    return 0
+
+
+def _gather(args: argparse.Namespace) -> Any:
+    from ctxwright.core.store import Store
+
+    if args.proxy_session is not None:
+        return _proxy(args)
+    target = Path(args.target).expanduser()
+    if target.is_file():
+        from ctxwright.report import from_log
+
+        try:
+            data = from_log(target)
+        except OSError as exc:
+            raise CtxwrightError(f"cannot read {args.target}: {exc.strerror or exc}") from None
+        if not data.sessions and data.problems_total:
+            raise CtxwrightError(
+                f"no request could be read from {args.target} ({data.problems_total} problem(s), the first: "
+                f"{data.problems[0]}); `ctxwright audit {args.target}` lists them"
+            )
+        return data
+    if target.exists():
+        raise CtxwrightError(f"{args.target} is not a file: give a request log file or a session ID")
+    from ctxwright.errors import SessionNotFound
+    from ctxwright.report import from_store
+
+    store = Store(args.db) if args.db else Store()
+    try:
+        return from_store(store, args.target)
+    except SessionNotFound:
+        raise CtxwrightError(
+            f"no session {args.target} in {store.path} and no file of that name: give a session ID "
+            "(`ctxwright sessions` lists them; --db names another database) or a request log file"
+        ) from None
+    finally:
+        store.close()
+
+
+def _proxy(args: argparse.Namespace) -> Any:
+    raise CtxwrightError("--proxy-session needs `ctxwright proxy`, which this build does not have")

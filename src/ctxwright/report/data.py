@@ -1,0 +1,454 @@
+"""What a report shows, gathered from one of three sources into one shape.
+
+* a **stored session** (``ctxwright report ID``): every call's ledger and audit as recorded
+  live (``core/store.py``), the tool timings and compactions from its events, and the status
+  and compaction notes of each request rendered again by the one renderer
+  (``core/render.py``) -- so the report shows what the model was sent, not a re-derivation;
+* a **request log** (``ctxwright report FILE``): anything ``ctxwright audit`` reads
+  (``audit/logs.py``), audited by the same :class:`~ctxwright.audit.compare.Auditor`; each
+  conversation the audit finds is a session of the report;
+* **request records** handed in by the caller (the proxy's recorded sessions), audited the
+  same way.
+
+Why one shape: the page and its charts (``report/html.py``) are written once, whatever the
+source, and the audit that decides each cache break is the one every other command uses.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxwright.audit.compare import Auditor, AuditRequest, AuditRow, Prices, paid_as_cached
+from ctxwright.audit.live import audit_record
+from ctxwright.audit.logs import ParseProblem, read_log
+from ctxwright.core.events import (
+    AssistantEvent,
+    CompactionEvent,
+    Event,
+    StatusEvent,
+    ToolEvent,
+    UserEvent,
+)
+from ctxwright.core.messages import canonical_json
+from ctxwright.core.render import Renderer, RenderSettings
+from ctxwright.core.store import Store
+from ctxwright.core.tokens import PER_MESSAGE_OVERHEAD, Ledger, TokenCounter
+
+#: The parts of a request, in prompt order as far as they have one. The ledger's parts
+#: (``core/tokens.py``) plus two the ledger counts inside history: the status bar's messages
+#: (``status/``) and the notes compactions leave in place of what they removed.
+PARTS: tuple[str, ...] = (
+    "system_and_tools",
+    "skills_catalog",
+    "status",
+    "compaction_notes",
+    "tool_results",
+    "history",
+    "latest_user",
+    "framing",
+)
+LABELS: dict[str, str] = {
+    **Ledger.LABELS,
+    "system_and_tools": "system + tools",
+    "status": "status",
+    "compaction_notes": "compaction notes",
+}
+
+#: The causes that are not a cache break (``audit/compare.py``).
+NOT_A_BREAK = frozenset({"first", "append"})
+
+
+@dataclass
+class CallData:
+    """One model call of a session."""
+
+    index: int
+    parts: dict[str, int]
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    reusable_tokens: int | None
+    completion_tokens: int | None
+    cause: str
+    where: str = ""
+    before: str = ""
+    after: str = ""
+    options_changed: tuple[str, ...] = ()
+    wall_ms: float | None = None
+    error: str | None = None
+    #: the compaction layers recorded just before this call
+    compactions: tuple[str, ...] = ()
+
+    @property
+    def is_break(self) -> bool:
+        return self.cause not in NOT_A_BREAK
+
+    @property
+    def cached_paid(self) -> int:
+        """Prompt tokens served from the cache: the provider's count, else the reusable prefix."""
+        return paid_as_cached(self.prompt_tokens or 0, self.cached_tokens, self.reusable_tokens or 0)
+
+    @property
+    def prefilled(self) -> int:
+        return max(0, (self.prompt_tokens or 0) - self.cached_paid)
+
+    def cost(self, prices: Prices) -> float:
+        return prices.cost(self.prefilled, self.cached_paid, self.completion_tokens or 0)
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """One tool execution (``ToolEvent``): its name, wall time and outcome."""
+
+    name: str
+    elapsed_ms: float | None
+    ok: bool
+    after_call: int | None
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """One compaction layer run, and what it cost the cache: the call after it re-sent (and
+    had prefilled) everything after the first changed message -- its prompt minus the prefix
+    a cache could still reuse, the figure ``ctxwright run`` prints for compactions too."""
+
+    before_call: int | None
+    layer: str
+    messages: int
+    tokens_before: int | None
+    cache_cost_tokens: int | None
+
+
+@dataclass
+class SessionData:
+    """One session (or one conversation of a log) of the report."""
+
+    key: str
+    title: str
+    source: str
+    created_at: float | None = None
+    parent: str | None = None
+    calls: list[CallData] = field(default_factory=list)
+    tools: list[ToolRun] = field(default_factory=list)
+    compactions: list[Compaction] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(c.prompt_tokens or 0 for c in self.calls)
+
+    @property
+    def cached_tokens(self) -> int:
+        return sum(c.cached_paid for c in self.calls)
+
+    @property
+    def hit_ratio(self) -> float | None:
+        p = self.prompt_tokens
+        return self.cached_tokens / p if p else None
+
+    @property
+    def breaks(self) -> list[CallData]:
+        return [c for c in self.calls if c.is_break]
+
+    def cost(self, prices: Prices) -> float:
+        return sum(c.cost(prices) for c in self.calls)
+
+
+@dataclass
+class ReportData:
+    """Everything one report file shows."""
+
+    title: str
+    sessions: list[SessionData]
+    #: which tokenizer counted what no log or server reported (``TokenCounter.source``), as a phrase
+    token_source: str
+    problems: list[str] = field(default_factory=list)
+    problems_total: int = 0
+
+
+# -- a stored session ------------------------------------------------------------------------
+
+
+def from_store(store: Store, session_id: str, counter: TokenCounter | None = None) -> ReportData:
+    """The stored session ``session_id`` and its sub-agents' sessions, each a page.
+
+    Raises :class:`~ctxwright.errors.SessionNotFound` for an unknown id."""
+    counter = counter or TokenCounter()
+    root = store.get_session(session_id)
+    sessions: list[SessionData] = []
+    todo = [root.id]
+    while todo:
+        sid = todo.pop(0)
+        sessions.append(_stored_session(store, sid, counter))
+        todo.extend(store.children(sid))
+    return ReportData(
+        title=f"session {root.id}",
+        sessions=sessions,
+        token_source="parts as counted live with each call (the session's tokenizer); status and compaction "
+        f"notes counted with {counter.source}",
+    )
+
+
+def _stored_session(store: Store, session_id: str, counter: TokenCounter) -> SessionData:
+    row = store.get_session(session_id)
+    events = store.events(session_id)
+    calls = store.calls(session_id)
+    first_user = next((e.message.content or "" for e in events if isinstance(e, UserEvent)), "")
+    s = SessionData(
+        key=row.id,
+        title=first_user,
+        source=f"{row.backend or '?'} · {row.model or '?'}",
+        created_at=row.created_at,
+        parent=row.parent_id,
+    )
+    layers: dict[int, list[str]] = {}
+    last_call: int | None = None
+    raw_compactions: list[CompactionEvent] = []
+    for ev in events:
+        if isinstance(ev, AssistantEvent) and ev.call_index is not None:
+            last_call = ev.call_index
+        elif isinstance(ev, ToolEvent):
+            s.tools.append(ToolRun(ev.tool_name, ev.elapsed_ms, ev.ok, last_call))
+        elif isinstance(ev, CompactionEvent):
+            raw_compactions.append(ev)
+            if ev.call_index is not None:
+                layers.setdefault(ev.call_index, []).append(ev.layer)
+    extra = _status_and_notes(row.prefix, row.meta, events, calls, counter, s.notes)
+    by_index: dict[int, CallData] = {}
+    for c in calls:
+        a = c.get("audit") or {}
+        ctx = a.get("context") or {}
+        lg = c.get("ledger") or {}
+        parts = {k: int(lg.get(k) or 0) for k in Ledger.PARTS}
+        moved = extra.get(c["call_index"])
+        if moved:
+            _carve(parts, moved)
+        ms = c.get("wall_ms")
+        if ms is None and (c.get("prefill_ms") is not None or c.get("decode_ms") is not None):
+            ms = (c.get("prefill_ms") or 0.0) + (c.get("decode_ms") or 0.0)
+        call = CallData(
+            index=c["call_index"],
+            parts=parts,
+            prompt_tokens=c.get("prompt_tokens") if c.get("prompt_tokens") is not None else a.get("prompt_tokens"),
+            cached_tokens=c.get("cached_tokens"),
+            reusable_tokens=a.get("reusable_prefix_tokens"),
+            completion_tokens=c.get("completion_tokens"),
+            cause=str(a.get("cause") or ("error" if c.get("error") else "?")),
+            where=str(a.get("where") or ""),
+            before=str(ctx.get("before") or ""),
+            after=str(ctx.get("after") or ""),
+            options_changed=tuple(a.get("options_changed") or ()),
+            wall_ms=ms,
+            error=c.get("error"),
+            compactions=tuple(layers.get(c["call_index"], ())),
+        )
+        s.calls.append(call)
+        by_index[call.index] = call
+    grouped: dict[int | None, list[CompactionEvent]] = {}
+    for ev in raw_compactions:  # the layers that ran before one call cost its cache once
+        grouped.setdefault(ev.call_index, []).append(ev)
+    for call_index, evs in grouped.items():
+        after = by_index.get(call_index) if call_index is not None else None
+        s.compactions.append(
+            Compaction(
+                before_call=call_index,
+                layer=", ".join(ev.layer for ev in evs),
+                messages=sum(len(ev.replace) + len(ev.drop) for ev in evs),
+                tokens_before=evs[0].tokens_before,
+                cache_cost_tokens=_cache_cost(after),
+            )
+        )
+    return s
+
+
+def _cache_cost(call: CallData | None) -> int | None:
+    if call is None or call.prompt_tokens is None or call.reusable_tokens is None:
+        return None
+    return max(0, call.prompt_tokens - call.reusable_tokens)
+
+
+def _status_and_notes(
+    prefix: Mapping[str, Any],
+    meta: Mapping[str, Any] | None,
+    events: Sequence[Event],
+    calls: Sequence[Mapping[str, Any]],
+    counter: TokenCounter,
+    notes: list[str],
+) -> dict[int, dict[str, tuple[int, str]]]:
+    """Per call index: the tokens of status messages and compaction notes in its request
+    (and of the user's last message, when the ledger's "latest user" was one of those), and
+    the ledger part each was counted in (``latest_user`` when it is the request's last
+    user message, else ``history``, as ``build_ledger`` splits them).
+
+    Rendered by the one renderer from the events the call was rendered from
+    (``event_count``); skipped when the session has no status or compaction at all, so a long
+    plain session costs nothing here."""
+    if not any(isinstance(e, (StatusEvent, CompactionEvent)) for e in events):
+        return {}
+    try:
+        settings = RenderSettings.from_meta(meta)
+    except ValueError as exc:
+        notes.append(f"status and compaction notes not shown: {exc}")
+        return {}
+    statuses = {e.seq for e in events if isinstance(e, StatusEvent)}
+    r = Renderer(settings, tools_in_use=bool(prefix.get("tools")))
+    out: dict[int, dict[str, tuple[int, str]]] = {}
+    for c in sorted(calls, key=lambda c: c.get("event_count") or 0):
+        n = c.get("event_count")
+        if n is None:
+            continue
+        r.feed_all(events[r.count : n])
+        entries = r.shown_entries()
+        last_user = max((i for i, (_, m) in enumerate(entries) if m.role == "user"), default=None)
+        found: dict[str, tuple[int, str]] = {}
+        for i, (seq, m) in enumerate(entries):
+            kind = "compaction_notes" if seq is None else "status" if seq in statuses else None
+            if kind is None:
+                continue
+            where = "latest_user" if i == last_user else "tool_results" if m.role == "tool" else "history"
+            tokens, _ = found.get(kind, (0, where))
+            found[kind] = (tokens + counter.count_message(m), where)
+        if last_user is not None and (entries[last_user][0] is None or entries[last_user][0] in statuses):
+            # the ledger's "latest user" was a status or a note: the user's own last message
+            # was counted in history
+            plain = max(
+                (
+                    i
+                    for i, (seq, m) in enumerate(entries)
+                    if m.role == "user" and seq is not None and seq not in statuses
+                ),
+                default=None,
+            )
+            if plain is not None:
+                found["latest_user"] = (counter.count_message(entries[plain][1]), "history")
+        if found:
+            out[c["call_index"]] = found
+    return out
+
+
+def _carve(parts: dict[str, int], moved: Mapping[str, tuple[int, str]]) -> None:
+    """Move each found part's tokens out of the ledger part they were counted in (never
+    below zero: the ledger may have been counted by another tokenizer)."""
+    for kind, (tokens, source) in moved.items():
+        take = min(tokens, parts.get(source, 0))
+        parts[source] = parts.get(source, 0) - take
+        parts[kind] = parts.get(kind, 0) + take
+
+
+# -- a request log, or request records ------------------------------------------------------
+
+
+#: problems of a log listed on the page (the rest are counted)
+MAX_PROBLEMS = 50
+
+
+def from_log(path: str | Path, counter: TokenCounter | None = None) -> ReportData:
+    """Every conversation of the log at ``path`` (anything ``ctxwright audit`` reads).
+
+    Raises ``OSError`` when the file cannot be read; what is wrong inside it is listed."""
+    return from_requests(read_log(path), title=Path(path).name, counter=counter)
+
+
+def from_requests(
+    items: Iterable[AuditRequest | ParseProblem], *, title: str, counter: TokenCounter | None = None
+) -> ReportData:
+    """The requests (and problems) of a log or of recorded traffic, audited in order; each
+    conversation the audit finds (a session export's session, a proxy session) is a page."""
+    counter = counter or TokenCounter()
+    auditor = Auditor(counter, keep_rows=False)
+    sessions: dict[int, SessionData] = {}
+    data = ReportData(
+        title=title, sessions=[], token_source=f"tokens the log does not report counted with {counter.source}"
+    )
+    for item in items:
+        if isinstance(item, ParseProblem):
+            data.problems_total += 1
+            if len(data.problems) < MAX_PROBLEMS:
+                data.problems.append(f"line {item.line}: {item.message}")
+            continue
+        row = auditor.add(item)
+        s = sessions.get(row.conversation)
+        if s is None:
+            first_user = next(
+                (_text(m.get("content")) for m in item.messages if isinstance(m, Mapping) and m.get("role") == "user"),
+                "",
+            )
+            name = item.session or f"conversation {row.conversation}"
+            s = sessions[row.conversation] = SessionData(
+                key=str(name) if item.session else f"conv-{row.conversation}",
+                title=first_user,
+                source=f"from request #{row.index}",
+            )
+        s.calls.append(_logged_call(counter, item, row, len(s.calls)))
+        if item.marker == "compaction" or row.cause == "compaction":
+            call = s.calls[-1]
+            s.compactions.append(
+                Compaction(call.index, "recorded in the log", 0, None, _cache_cost(call)),
+            )
+    data.sessions = list(sessions.values())
+    return data
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(b.get("text", "")) for b in content if isinstance(b, Mapping))
+    return ""
+
+
+def _is_tool_result(m: Mapping[str, Any]) -> bool:
+    """An OpenAI ``tool`` message or an Anthropic user turn made of ``tool_result`` blocks."""
+    if m.get("role") in ("tool", "function"):
+        return True
+    content = m.get("content")
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content)
+    )
+
+
+def _logged_call(counter: TokenCounter, req: AuditRequest, row: AuditRow, index: int) -> CallData:
+    """A logged request's parts, split the way ``build_ledger`` splits a ctxwright request,
+    counted on the same canonical JSON the audit counts."""
+    msgs = [m if isinstance(m, Mapping) else {} for m in req.messages]
+    raw = req.message_bytes
+    texts = [raw[i].decode("utf-8", "replace") if raw is not None else canonical_json(m) for i, m in enumerate(msgs)]
+    last_user = max(
+        (i for i, m in enumerate(msgs) if m.get("role") == "user" and not _is_tool_result(m)),
+        default=None,
+    )
+    parts = dict.fromkeys(Ledger.PARTS, 0)
+    parts["system_and_tools"] = counter.count(req.system) + (
+        counter.count(canonical_json(list(req.tools))) if req.tools else 0
+    )
+    for i, (m, t) in enumerate(zip(msgs, texts, strict=True)):
+        n = counter.count(t)
+        key = "tool_results" if _is_tool_result(m) else "latest_user" if i == last_user else "history"
+        parts[key] += n
+    parts["framing"] = PER_MESSAGE_OVERHEAD * len(msgs)
+    if row.skills_catalog_tokens:
+        _carve(parts, {"skills_catalog": (row.skills_catalog_tokens, "history")})
+    rec = audit_record(row)
+    ctx = rec.get("context") or {}
+    return CallData(
+        index=index,
+        parts=parts,
+        prompt_tokens=row.prompt_tokens,
+        cached_tokens=row.cached_tokens,
+        reusable_tokens=row.reusable_prefix_tokens,
+        completion_tokens=row.completion_tokens,
+        cause=row.cause,
+        where=str(rec.get("where") or ""),
+        before=str(ctx.get("before") or ""),
+        after=str(ctx.get("after") or ""),
+        options_changed=row.options_changed,
+    )
+
+
+def generated_at() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime())

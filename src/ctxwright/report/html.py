@@ -1,0 +1,308 @@
+"""The report as one HTML file: an index of sessions, then a section per session.
+
+Why one self-contained file: a report is looked at after the fact, often on another machine
+or attached to a bug report, and must open without network access. So plotly.js is embedded
+once in the page (no CDN), each chart's figure sits in the page as JSON, and a
+``Content-Security-Policy`` of ``default-src 'none'`` forbids every fetch -- a report that
+tried to load anything would show it as a console error, which the Chromium test looks for.
+
+Everything in a log is untrusted text (a message may hold ``<script>``): the page is a
+Jinja2 template with autoescape, and each figure's JSON is written with ``<``, ``>`` and
+``&`` as ``\\u`` escapes, so no string from a log can end its ``<script>`` element.
+
+Large sessions stay usable: the per-call charts draw at most :data:`MAX_BARS` bars (a bar
+stands for the mean of a run of consecutive calls when there are more), and the tables list
+at most :data:`MAX_ROWS` calls and :data:`MAX_BREAKS` cache breaks, saying how many are left out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from ctxwright.audit.compare import Prices
+from ctxwright.report.data import LABELS, PARTS, CallData, ReportData, SessionData
+
+#: bars per per-call chart; more calls are averaged in runs of consecutive calls
+MAX_BARS = 400
+#: calls listed in a session's table
+MAX_ROWS = 300
+#: cache breaks listed in a session's table
+MAX_BREAKS = 200
+#: sessions whose charts are drawn (each session is still listed in the index)
+MAX_CHARTED_SESSIONS = 200
+
+#: one colour per part, the same in every chart
+COLORS: dict[str, str] = {
+    "system_and_tools": "#4c78a8",
+    "skills_catalog": "#9d755d",
+    "status": "#b279a2",
+    "compaction_notes": "#eeca3b",
+    "tool_results": "#f58518",
+    "history": "#54a24b",
+    "latest_user": "#e45756",
+    "framing": "#bab0ac",
+    "cached": "#72b7b2",
+    "prefilled": "#e45756",
+}
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A chart's element id and its figure as JSON safe inside a ``<script>`` element."""
+
+    id: str
+    title: str
+    json: str
+
+
+def _script_json(fig: go.Figure) -> str:
+    text = pio.to_json(fig, validate=False, engine="json")
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def buckets(n: int, max_bars: int = MAX_BARS) -> list[tuple[int, int]]:
+    """``[start, end)`` runs of consecutive calls, at most ``max_bars`` of them, equal sizes."""
+    if n <= 0:
+        return []
+    size = max(1, math.ceil(n / max_bars))
+    return [(a, min(a + size, n)) for a in range(0, n, size)]
+
+
+def _labels(calls: Sequence[CallData], runs: list[tuple[int, int]]) -> list[str]:
+    return [str(calls[a].index) if b - a == 1 else f"{calls[a].index}–{calls[b - 1].index}" for a, b in runs]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _layout(title: str, runs: list[tuple[int, int]], calls: int, y: str) -> dict[str, Any]:
+    averaged = len(runs) < calls
+    note = f" (each bar: the mean of {runs[0][1] - runs[0][0]} consecutive calls)" if averaged else ""
+    return {
+        "title": {"text": title + note, "font": {"size": 14}},
+        "barmode": "stack",
+        "height": 340,
+        "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+        "xaxis": {"title": {"text": "model call"}, "type": "category"},
+        "yaxis": {"title": {"text": y}},
+        "legend": {"orientation": "h", "y": -0.25, "traceorder": "normal"},
+    }
+
+
+def _parts_chart(s: SessionData, runs: list[tuple[int, int]], labels: list[str]) -> go.Figure:
+    present = [p for p in PARTS if any(c.parts.get(p) for c in s.calls)]
+    fig = go.Figure(layout=_layout("context by part (tokens)", runs, len(s.calls), "tokens"))
+    for part in present:
+        ys = [round(_mean([s.calls[i].parts.get(part, 0) for i in range(a, b)])) for a, b in runs]
+        fig.add_bar(x=labels, y=ys, name=LABELS.get(part, part), marker_color=COLORS.get(part))
+    return fig
+
+
+def _cache_chart(s: SessionData, runs: list[tuple[int, int]], labels: list[str]) -> go.Figure:
+    fig = go.Figure(layout=_layout("prompt tokens: cached vs prefilled", runs, len(s.calls), "tokens"))
+    cached = [round(_mean([s.calls[i].cached_paid for i in range(a, b)])) for a, b in runs]
+    pre = [round(_mean([s.calls[i].prefilled for i in range(a, b)])) for a, b in runs]
+    breaks = [sum(s.calls[i].is_break for i in range(a, b)) for a, b in runs]
+    fig.add_bar(x=labels, y=cached, name="cached", marker_color=COLORS["cached"])
+    fig.add_bar(
+        x=labels,
+        y=pre,
+        name="prefilled",
+        marker_color=COLORS["prefilled"],
+        customdata=breaks,
+        hovertemplate="%{y} prefilled · cache breaks: %{customdata}<extra></extra>",
+    )
+    return fig
+
+
+def _cost_chart(s: SessionData, runs: list[tuple[int, int]], labels: list[str], prices: Prices) -> go.Figure:
+    total = 0.0
+    ys = []
+    for a, b in runs:
+        total += sum(s.calls[i].cost(prices) for i in range(a, b))
+        ys.append(round(total, 6))
+    fig = go.Figure(layout=_layout("cumulative cost", runs, len(s.calls), "cost"))
+    fig.update_layout(barmode="group", showlegend=False)
+    fig.add_scatter(x=labels, y=ys, mode="lines+markers" if len(runs) < 60 else "lines", name="cost")
+    return fig
+
+
+@dataclass(frozen=True)
+class ToolStats:
+    name: str
+    runs: int
+    errors: int
+    median_ms: float | None
+    max_ms: float | None
+    total_ms: float
+
+
+def tool_stats(s: SessionData) -> list[ToolStats]:
+    by: dict[str, list[tuple[float | None, bool]]] = {}
+    for t in s.tools:
+        by.setdefault(t.name, []).append((t.elapsed_ms, t.ok))
+    out = []
+    for name, runs in sorted(by.items()):
+        ms = [m for m, _ in runs if m is not None]
+        out.append(
+            ToolStats(
+                name,
+                len(runs),
+                sum(not ok for _, ok in runs),
+                statistics.median(ms) if ms else None,
+                max(ms) if ms else None,
+                sum(ms),
+            )
+        )
+    return out
+
+
+def _tools_chart(stats: list[ToolStats]) -> go.Figure:
+    fig = go.Figure(
+        layout={
+            "title": {"text": "tool timings (ms)", "font": {"size": 14}},
+            "barmode": "group",
+            "height": 300,
+            "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+            "yaxis": {"title": {"text": "ms"}},
+            "legend": {"orientation": "h", "y": -0.25},
+        }
+    )
+    names = [t.name for t in stats]
+    fig.add_bar(x=names, y=[t.median_ms or 0 for t in stats], name="median")
+    fig.add_bar(x=names, y=[t.max_ms or 0 for t in stats], name="max")
+    return fig
+
+
+@dataclass
+class SessionView:
+    """What the template needs of one session."""
+
+    anchor: str
+    data: SessionData
+    charts: list[Chart]
+    rows: list[CallData]
+    rows_left_out: int
+    breaks: list[CallData]
+    breaks_left_out: int
+    tools: list[ToolStats]
+    cost: float | None
+    charted: bool
+    #: the parts any call of the session has (the table's columns)
+    parts: list[str]
+
+
+def _view(i: int, s: SessionData, prices: Prices | None, chart: bool) -> SessionView:
+    charts: list[Chart] = []
+    stats = tool_stats(s)
+    if chart and s.calls:
+        runs = buckets(len(s.calls))
+        labels = _labels(s.calls, runs)
+        charts.append(Chart(f"c{i}-parts", "context by part", _script_json(_parts_chart(s, runs, labels))))
+        charts.append(Chart(f"c{i}-cache", "cached vs prefilled", _script_json(_cache_chart(s, runs, labels))))
+        if prices is not None:
+            charts.append(Chart(f"c{i}-cost", "cost", _script_json(_cost_chart(s, runs, labels, prices))))
+    if chart and stats:
+        charts.append(Chart(f"c{i}-tools", "tool timings", _script_json(_tools_chart(stats))))
+    breaks = s.breaks
+    return SessionView(
+        anchor=f"s{i}",
+        data=s,
+        charts=charts,
+        rows=s.calls[:MAX_ROWS],
+        rows_left_out=max(0, len(s.calls) - MAX_ROWS),
+        breaks=breaks[:MAX_BREAKS],
+        breaks_left_out=max(0, len(breaks) - MAX_BREAKS),
+        tools=stats,
+        cost=s.cost(prices) if prices is not None else None,
+        charted=chart,
+        parts=[p for p in PARTS if any(c.parts.get(p) for c in s.calls)],
+    )
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "?"
+    if isinstance(v, float):
+        return f"{v:,.1f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def _money(v: float | None) -> str:
+    return "" if v is None else f"{v:,.4f}"
+
+
+def _pct(v: float | None) -> str:
+    return "?" if v is None else f"{v:.1%}"
+
+
+def _when(t: float | None) -> str:
+    return "" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _short(text: str, n: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _visible(text: str) -> str:
+    """Divergence context on one line: newlines and tabs shown, not obeyed."""
+    return text.replace("\r", "␍").replace("\n", "⏎").replace("\t", "⇥")
+
+
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("ctxwright.report", "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_ENV.filters.update(n=_fmt, money=_money, pct=_pct, when=_when, short=_short, visible=_visible)
+
+
+def render_html(data: ReportData, prices: Prices | None = None) -> str:
+    """The report as one HTML document (plotly.js included)."""
+    views = [_view(i, s, prices, i < MAX_CHARTED_SESSIONS) for i, s in enumerate(data.sessions)]
+    template = _ENV.get_template("report.html.j2")
+    return template.render(
+        data=data,
+        views=views,
+        prices=prices,
+        labels=LABELS,
+        parts=PARTS,
+        colors=COLORS,
+        plotlyjs=get_plotlyjs(),
+        charts=sum(len(v.charts) for v in views),
+        generated=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime()),
+        max_charted=MAX_CHARTED_SESSIONS,
+        json=json,
+    )
+
+
+def write_report(data: ReportData, path: str | Path, prices: Prices | None = None) -> Path:
+    """Write the report to ``path`` (its folder must exist); returns the path written."""
+    out = Path(path).expanduser()
+    text = render_html(data, prices)
+    out.write_text(text, encoding="utf-8")
+    return out
