@@ -15,7 +15,7 @@ LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGG
 WHEEL_DIR ?= $(HOME)/.cache/ctxwright/wheels/avx2
 STAMP_LLAMA := $(VENV)/.stamp-llama-$(LLAMA_VERSION)
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench clean chromium
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -42,8 +42,20 @@ $(STAMP_DEV): $(STAMP_RUN)
 demo: $(STAMP_RUN)
 	$(BIN)/ctxwright run "What's the current time and weather in Vancouver?"
 
+# The report's browser test (tests/test_report_browser.py) opens a report in Debian's chromium:
+# installed here when it is missing and we are root with apt-get; a no-op when present.
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium for the report's browser test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "chromium is missing and cannot be installed here (not root, or no apt-get): the browser test is skipped"; \
+	  fi; \
+	fi
+
 # Lint and types first (CI runs `make test`, so it enforces them), then the whole suite.
-test: $(STAMP_DEV)
+test: $(STAMP_DEV) chromium
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy

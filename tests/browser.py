@@ -91,6 +91,7 @@ def open_page(
     width: int = 1280,
     height: int = 900,
     timeout: float = 90.0,
+    max_shot_height: int = 16000,
 ) -> PageResult:
     """Load ``path`` in headless Chromium, wait until the JS expression ``ready`` is true,
     evaluate ``expressions`` and optionally write a full-page PNG to ``screenshot``."""
@@ -102,7 +103,7 @@ def open_page(
             text=True,
         )
         try:
-            return _drive(proc, path, expressions, ready, screenshot, width, height, timeout)
+            return _drive(proc, path, expressions, ready, screenshot, width, height, timeout, max_shot_height)
         finally:
             proc.kill()
             proc.wait(timeout=30)
@@ -119,6 +120,7 @@ def _drive(
     width: int,
     height: int,
     timeout: float,
+    max_shot_height: int,
 ) -> PageResult:
     assert proc.stderr is not None
     url = None
@@ -172,7 +174,7 @@ def _drive(
                 {
                     "format": "png",
                     "captureBeyondViewport": True,
-                    "clip": {"x": 0, "y": 0, "width": width, "height": min(int(h), 16000), "scale": 1},
+                    "clip": {"x": 0, "y": 0, "width": width, "height": min(int(h), max_shot_height), "scale": 1},
                 },
                 session=sid,
             )

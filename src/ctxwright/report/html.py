@@ -141,7 +141,7 @@ def _cost_chart(s: SessionData, runs: list[tuple[int, int]], labels: list[str], 
         total += sum(s.calls[i].cost(prices) for i in range(a, b))
         ys.append(round(total, 6))
     fig = go.Figure(layout=_layout("cumulative cost", runs, len(s.calls), "cost"))
-    fig.update_layout(barmode="group", showlegend=False)
+    fig.update_layout(barmode="group", showlegend=False, yaxis={"rangemode": "tozero"})
     fig.add_scatter(x=labels, y=ys, mode="lines+markers" if len(runs) < 60 else "lines", name="cost")
     return fig
 
