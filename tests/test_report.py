@@ -284,3 +284,79 @@ def test_write_report_and_render_agree(tmp_path):
     text = out.read_text()
     # only the generation time may differ
     assert re.sub(r"generated [^·]+", "", text) == re.sub(r"generated [^·]+", "", render_html(data))
+
+
+# -- a proxy session -----------------------------------------------------------------------
+
+
+def _exchange(sid: str, k: int, request: bytes, response: bytes, **kw) -> dict:
+    import hashlib
+
+    row = {
+        "session_id": sid,
+        "call_index": k,
+        "started_at": 1.0 + k,
+        "ended_at": 1.5 + k,
+        "total_ms": 500.0 + k,
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "api": "openai_chat",
+        "streamed": 0,
+        "status": 200,
+        "outcome": "complete",
+        "request_bytes": len(request),
+        "request_sha256": hashlib.sha256(request).hexdigest(),
+        "request_content_type": "application/json",
+        "request_body": request,
+        "request_parsed": 1,
+        "response_bytes": len(response),
+        "response_sha256": hashlib.sha256(response).hexdigest(),
+        "response_content_type": "application/json",
+        "response_body": response,
+        "response_parsed": 1,
+    }
+    row.update(kw)
+    return row
+
+
+def test_a_proxy_session_is_one_page_with_the_proxys_timings(tmp_path, capsys):
+    from ctxwright.core.store import Store
+    from ctxwright.report import from_proxy
+
+    store = Store(tmp_path / "p.db")
+    sid = store.create_proxy_session(grouped_by="header", group_key="s1", api="openai_chat", upstream="http://up")
+    system = {"role": "system", "content": "You are terse."}
+    turns = [{"role": "user", "content": "hi " + EVIL}]
+    bodies = []
+    for i in range(3):
+        bodies.append({"model": "m", "messages": [system, *turns]})
+        turns = [*turns, {"role": "assistant", "content": f"a{i}"}, {"role": "user", "content": f"u{i}"}]
+    bodies.append({"model": "m", "messages": [{"role": "system", "content": "You are terse. Now: 12:00"}, *turns]})
+    usage = {"usage": {"prompt_tokens": 40, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 16}}}
+    k = 0
+    for b in bodies:
+        store.record_proxy_exchange(_exchange(sid, k, json.dumps(b).encode(), json.dumps(usage).encode()))
+        k += 1
+    store.record_proxy_exchange(  # a body that is not JSON: forwarded, recorded unparsed
+        _exchange(sid, k, b"not json", b"{}", request_parsed=0, request_content_type="text/plain")
+    )
+    store.record_proxy_exchange(
+        _exchange(sid, k + 1, json.dumps(bodies[-1]).encode(), b"", outcome="client_disconnected", response_parsed=0)
+    )
+    data = from_proxy(store, sid[:6])
+    (s,) = data.sessions
+    assert s.key == sid and s.source == "proxy · openai_chat · http://up"
+    assert [c.cause for c in s.calls] == ["first", "append", "append", "system_changed", "append"]
+    assert [c.wall_ms for c in s.calls] == [500.0, 501.0, 502.0, 503.0, 505.0]
+    assert s.calls[-1].error == "client_disconnected"
+    assert data.problems_total == 1 and data.problems[0].startswith("line 5:")
+    assert s.calls[3].after.startswith(" Now: 12:00")
+    store.close()
+    out = tmp_path / "proxy.html"
+    assert main(["report", "--proxy-session", sid[:6], "-o", str(out), "--db", str(tmp_path / "p.db")]) == 0
+    html = out.read_text()
+    assert "system_changed" in html and "client_disconnected" in html and EVIL not in html
+    capsys.readouterr()
+    assert main(["report", "--proxy-session", "px-nope", "-o", str(out), "--db", str(tmp_path / "p.db")]) == 2
+    err = capsys.readouterr().err
+    assert "ctxwright proxy --list" in err and len(err.strip().splitlines()) == 1

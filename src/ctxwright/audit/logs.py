@@ -39,7 +39,7 @@ from __future__ import annotations
 import io
 import json
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -173,6 +173,15 @@ def read_stream(f: IO[bytes]) -> Iterator[LogItem]:
                 return
             lines = _Lines(io.BytesIO(data), start=start)
     yield from reader.read_lines(lines)
+
+
+def read_records(records: Iterable[Any]) -> Iterator[LogItem]:
+    """:func:`read_log` on records already parsed (the n-th reported as line n): what
+    ``core/proxy_log.py`` hands back for a proxy session. A request record yields exactly one
+    item, its request or its problem."""
+    reader = _Reader()
+    for number, record in enumerate(records, start=1):
+        yield from reader.read_record(record, number)
 
 
 def load_requests(path: str | Path) -> tuple[list[AuditRequest], list[ParseProblem]]:

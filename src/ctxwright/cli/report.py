@@ -97,4 +97,12 @@ def _gather(args: argparse.Namespace) -> Any:
 
 
 def _proxy(args: argparse.Namespace) -> Any:
-    raise CtxwrightError("--proxy-session needs `ctxwright proxy`, which this build does not have")
+    """A proxy session; an unknown id is the store's one line (it says how to list them)."""
+    from ctxwright.core.store import Store
+    from ctxwright.report import from_proxy
+
+    store = Store(args.db) if args.db else Store()
+    try:
+        return from_proxy(store, args.proxy_session)
+    finally:
+        store.close()

@@ -4,7 +4,7 @@
 records; ``html.py`` draws it (Plotly, embedded) into one file that opens offline.
 """
 
-from ctxwright.report.data import ReportData, from_log, from_requests, from_store
+from ctxwright.report.data import ReportData, from_log, from_proxy, from_requests, from_store
 from ctxwright.report.html import render_html, write_report
 
-__all__ = ["ReportData", "from_log", "from_requests", "from_store", "render_html", "write_report"]
+__all__ = ["ReportData", "from_log", "from_proxy", "from_requests", "from_store", "render_html", "write_report"]

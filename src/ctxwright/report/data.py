@@ -7,8 +7,9 @@
 * a **request log** (``ctxwright report FILE``): anything ``ctxwright audit`` reads
   (``audit/logs.py``), audited by the same :class:`~ctxwright.audit.compare.Auditor`; each
   conversation the audit finds is a session of the report;
-* **request records** handed in by the caller (the proxy's recorded sessions), audited the
-  same way.
+* a **proxy session** (``ctxwright report --proxy-session ID``): the calls ``ctxwright proxy``
+  recorded, read back by ``core/proxy_log.py`` as request-log records and audited the same
+  way, all of them one session (the proxy already grouped them), with the proxy's timings.
 
 Why one shape: the page and its charts (``report/html.py``) are written once, whatever the
 source, and the audit that decides each cache break is the one every other command uses.
@@ -19,12 +20,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from dataclasses import replace as dc_replace
 from pathlib import Path
 from typing import Any
 
 from ctxwright.audit.compare import Auditor, AuditRequest, AuditRow, Prices, paid_as_cached
 from ctxwright.audit.live import audit_record
-from ctxwright.audit.logs import ParseProblem, read_log
+from ctxwright.audit.logs import ParseProblem, read_log, read_records
 from ctxwright.core.events import (
     AssistantEvent,
     CompactionEvent,
@@ -34,6 +36,7 @@ from ctxwright.core.events import (
     UserEvent,
 )
 from ctxwright.core.messages import canonical_json
+from ctxwright.core.proxy_log import proxy_session_requests
 from ctxwright.core.render import Renderer, RenderSettings
 from ctxwright.core.store import Store
 from ctxwright.core.tokens import PER_MESSAGE_OVERHEAD, Ledger, TokenCounter
@@ -389,6 +392,32 @@ def from_requests(
                 Compaction(call.index, "recorded in the log", 0, None, _cache_cost(call)),
             )
     data.sessions = list(sessions.values())
+    return data
+
+
+def from_proxy(store: Store, session_id: str, counter: TokenCounter | None = None) -> ReportData:
+    """The proxy session ``session_id`` (or a unique prefix of it): one page, its calls audited
+    as one conversation, each with the wall time the proxy measured and its outcome when the
+    exchange did not complete. Raises :class:`~ctxwright.errors.SessionNotFound` for an
+    unknown id."""
+    row = store.proxy_session_row(session_id)
+    sid = str(row["id"])
+    records = proxy_session_requests(store, sid)
+    items = [
+        dc_replace(item, conversation=sid, session=sid) if isinstance(item, AuditRequest) else item
+        for item in read_records(records)
+    ]
+    data = from_requests(items, title=f"proxy session {sid}", counter=counter)
+    # one item per record (core/proxy_log.py): the proxy's own figures of each call
+    metas = [r.get("proxy") or {} for r, item in zip(records, items, strict=True) if isinstance(item, AuditRequest)]
+    for s in data.sessions:
+        s.source = f"proxy · {row.get('api') or '?'} · {row.get('upstream') or '?'}"
+        s.created_at = row.get("created_at")
+        for call, meta in zip(s.calls, metas, strict=False):
+            call.wall_ms = meta.get("total_ms")
+            outcome = meta.get("outcome")
+            if meta.get("error") or (outcome and outcome != "complete"):
+                call.error = str(meta.get("error") or outcome)
     return data
 
 
