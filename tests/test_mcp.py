@@ -266,6 +266,27 @@ def test_list_changed_never_touches_the_prefix(tmp_path: Path, no_leftovers: Non
         assert text in [m.content for m in b2.requests[0].messages]
 
 
+def test_resume_keeps_the_prefix_when_a_server_changed_between_runs(tmp_path: Path, no_leftovers: None) -> None:
+    """A prefix tool the server no longer lists stays in the prefix and answers "removed"; a
+    tool it lists now is deferred and announced once."""
+    db = tmp_path / "s.db"
+    with Harness("sys", [], backend=ScriptedBackend(["hi"]), db=db, mcp_servers=[server("changing")], **QUIET) as h:
+        h.run("start")
+        sid, sha = h.session_id, h.session.prefix.sha256
+    b2 = ScriptedBackend([turn(call("changing__goodbye", {}, "c_bye")), "ok"])
+    with Harness.resume(sid, [], backend=b2, db=db, mcp_servers=[server("changing", "--installed")]) as h2:
+        assert h2.session.prefix.sha256 == sha
+        assert h2.tools.get("changing__weather").deferred
+        h2.run("again")
+        (told,) = [ev for ev in h2.session.events if isinstance(ev, UserEvent) and ev.mcp_tools_announced]
+        assert told.mcp_tools_announced == (("changing__weather",), ("changing__goodbye",))
+        (bye,) = [ev for ev in tool_events(h2) if ev.message.tool_call_id == "c_bye"]
+        assert json.loads(body(bye))["error"]["type"] == "mcp_tool_removed"
+        assert {json.dumps([t.to_wire() for t in r.tools]) for r in b2.requests} == {
+            json.dumps([t.to_wire() for t in h.session.prefix.tools])
+        }
+
+
 # -- crashes and hangs ------------------------------------------------------------------------------
 
 

@@ -559,13 +559,17 @@ class Harness:
             on_event=self.on_event,
         )
         in_prefix = {t.name: t for t in stored.prefix.tools} if stored is not None else None
-        for t in list(self.mcp.tools.values()):
-            if in_prefix is not None and t.name not in in_prefix:
-                t = self.mcp.tools[t.name] = replace(t, deferred=True)
-            self.tools.register(t)
-        for spec in in_prefix.values() if in_prefix is not None else ():
-            if spec.name not in self.tools and self.mcp.owns(spec.name):
-                self.tools.register(self.mcp.stub(spec))
+        if in_prefix is None:
+            for t in list(self.mcp.tools.values()):
+                self.tools.register(t)
+        else:  # the prefix's MCP tools in the prefix's order, then the servers' new ones deferred
+            for spec in in_prefix.values():
+                if spec.name not in self.tools and self.mcp.owns(spec.name):
+                    self.tools.register(self.mcp.tools.get(spec.name) or self.mcp.stub(spec))
+            for t in list(self.mcp.tools.values()):
+                if t.name not in in_prefix:
+                    t = self.mcp.tools[t.name] = replace(t, deferred=True)
+                    self.tools.register(t)
         # what the model has been told of the MCP tools: the prefix's, then every reminder
         told = {n for n in (in_prefix or self.mcp.tools) if self.mcp.owns(n)}
         for ev in stored.events if stored is not None else ():

@@ -3,10 +3,13 @@
 It lists its tools two per page (so a client must follow ``nextCursor``), and a call to
 ``install`` adds the tool ``weather``, removes ``goodbye`` and sends
 ``notifications/tools/list_changed``. ``broken`` answers with a JSON-RPC error response
-instead of a result; ``weird`` has a schema that is not valid JSON Schema.
+instead of a result; ``weird`` has a schema that is not valid JSON Schema. With
+``--installed`` it starts as it is after ``install`` (a server upgraded between two runs).
 """
 
 from __future__ import annotations
+
+import sys
 
 import anyio
 from mcp.server.lowlevel import NotificationOptions, Server
@@ -77,6 +80,10 @@ async def call_tool(ctx: object, params: CallToolRequestParams) -> CallToolResul
     await ctx.session.send_tool_list_changed()  # type: ignore[attr-defined]
     return CallToolResult(content=[TextContent(type="text", text="installed weather; removed goodbye")])
 
+
+if "--installed" in sys.argv:
+    TOOLS["weather"] = WEATHER
+    TOOLS.pop("goodbye")
 
 server = Server("changing", on_list_tools=list_tools, on_call_tool=call_tool)
 
