@@ -12,6 +12,7 @@ import pytest
 from ctxwright.cli.main import main
 from ctxwright.compaction.offload import file_stem
 from ctxwright.core.store import Store
+from ctxwright.defence.marking import TAGS_SECTION, unwrap
 from fakeserver import FakeOpenAIServer as F
 
 
@@ -183,8 +184,13 @@ def test_run_offloads_a_big_file_and_pages_it_back(tmp_path, capsys):
         second, third = srv.requests[1], srv.requests[2]
     preview = next(m for m in second["messages"] if m["role"] == "tool")["content"]
     assert 'saved in full as result_id "r1"' in preview and len(preview) < 3000
+    # a file is untrusted: its preview, and the page read back, are marked as external content
+    assert preview.startswith('<external_content source="tool:read_file" id="r1">\n[ctxwright: the read_file result')
+    assert preview.endswith("\n</external_content>")
     page = next(m for m in third["messages"] if m.get("tool_call_id") == "p1")["content"]
-    assert page.startswith("[result r1: characters 1,200-1,232 of ") and "event 00" in page
+    unwrapped = unwrap(page)
+    assert unwrapped is not None and unwrapped[:2] == ("read_result", "p1")
+    assert unwrapped[2].startswith("[result r1: characters 1,200-1,232 of ") and "event 00" in page
     assert "read_result" in [t["function"]["name"] for t in srv.requests[0]["tools"]]
     sid = Store(db).list_sessions()[0]["id"]
     assert (db.parent / "ctxwright-results" / sid / f"{file_stem('r1')}.txt").exists()
@@ -228,6 +234,7 @@ def test_compaction_strategy_summaries_go_to_their_own_requests(tmp_path, capsys
     assert "Given the search query: Where does Alice work?" in summary_req["messages"][1]["content"]
     assert last["messages"][0] == first["messages"][0] and last["tools"] == first["tools"]  # prefix untouched
     tool_msg = next(m for m in last["messages"] if m["role"] == "tool")["content"]
+    tool_msg = unwrap(tool_msg)[2]  # a file is untrusted: the summary is marked like the file
     assert tool_msg.startswith("[task-aware summary of the read_file result r1") and "NL-4521" in tool_msg
 
 
@@ -241,8 +248,9 @@ def test_system_is_a_file_or_the_text_itself(tmp_path, capsys):
         assert _run(tmp_path / "c.db", srv.url, "--system", str(prompt_file), "--no-status", "hi") == 0
         assert _run(tmp_path / "c.db", srv.url, "--system", "You are terse.", "--no-status", "hi") == 0
         from_file, literal = (r["messages"][0]["content"] for r in srv.requests)
-    assert from_file == "You are the release bot.\nAnswer in one line."
-    assert literal == "You are terse."
+    # read_result (untrusted pages) is on for a served model: the defence section follows the prompt
+    assert from_file == "You are the release bot.\nAnswer in one line.\n\n" + TAGS_SECTION
+    assert literal == "You are terse.\n\n" + TAGS_SECTION
 
 
 def _module(tmp_path, monkeypatch, name: str, source: str) -> None:

@@ -30,6 +30,7 @@ from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
 from ctxwright.core.tokens import TokenCounter, estimate_tokens
+from ctxwright.defence.marking import unwrap
 from ctxwright.tools.registry import ToolRegistry, tool
 
 
@@ -197,6 +198,8 @@ def test_offload_survives_resume_with_identical_bytes(store, tmp_path):
     assert offload is not None and offload.chars == sum(len(f"row {i} of the dump\n") for i in range(5000))
     assert "[ctxwright: the dump result is" in (tool_events[0].message.content or "")
     page = tool_events[1].message.content or ""
+    assert tool_events[1].external  # read_result's pages may be an untrusted result's text
+    page = unwrap(page)[2]
     assert page.startswith("[result d1: characters 0-60 of ") and "row 0 of the dump\nrow 1 of the dump" in page
     before = [m.canonical() for m in s.messages()]
     resumed = Session.resume(store, s.id)

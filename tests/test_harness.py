@@ -23,6 +23,7 @@ from ctxwright.core.messages import Message
 from ctxwright.core.reasoning import META_KEY as REASONING_KEY
 from ctxwright.core.reasoning import ReasoningPolicyConflict
 from ctxwright.core.store import Store
+from ctxwright.defence.marking import TAGS_SECTION
 from ctxwright.errors import BackendUnavailable
 from ctxwright.status.bar import OPERATING_MANUAL
 from fakeserver import FakeOpenAIServer as F
@@ -83,7 +84,8 @@ def test_served_defaults_add_the_harness_tools_and_the_status_manual(tmp_path):
         h.run("hello")
     req = backend.requests[0]
     assert tool_names(req) == ["add", "rewrite_todo_list", "update_todo_status", "read_result", "delegate"]
-    assert req.messages[0].content == "S.\n\n" + OPERATING_MANUAL
+    # read_result's pages are untrusted: the tags are explained between the prompt and the manual
+    assert req.messages[0].content == "S.\n\n" + TAGS_SECTION + "\n\n" + OPERATING_MANUAL
     assert req.messages[-1].content.startswith("<agent_status>")
     assert req.tool_choice == "auto"
     assert h.session.store is None  # db=None: in memory only

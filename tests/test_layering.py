@@ -2,7 +2,7 @@
 
 Layers, low to high (docs/architecture.md explains each)::
 
-    errors < core < backends < tools < {audit, status, compaction, skills, mcp} < {agent, proxy, report} < harness < cli
+    errors < core < backends < tools < defence < {audit, status, compaction, skills, mcp} < {agent, proxy, report} < harness < cli
 
 ``audit``, ``status``, ``compaction``, ``skills`` and ``mcp`` share a layer and must not import each other.
 Importing within one's own layer is fine (core modules import each other). The package's
@@ -31,22 +31,23 @@ RANKS: dict[str, int] = {
     "core": 1,
     "backends": 2,
     "tools": 3,
-    "audit": 4,
-    "status": 4,
-    "compaction": 4,
-    "skills": 4,
-    "mcp": 4,
-    "agent": 5,
-    "proxy": 5,
-    "report": 5,
-    "harness": 6,
-    "cli": 7,
-    "__main__": 7,
+    "defence": 4,
+    "audit": 5,
+    "status": 5,
+    "compaction": 5,
+    "skills": 5,
+    "mcp": 5,
+    "agent": 6,
+    "proxy": 6,
+    "report": 6,
+    "harness": 7,
+    "cli": 8,
+    "__main__": 8,
 }
 PEERS = frozenset(
     {"audit", "status", "compaction", "skills", "mcp"}
 )  # one layer, packages that never import each other
-ROOT_RANK = 7  # the package root re-exports the public API (Harness), so it sits at the top
+ROOT_RANK = 8  # the package root re-exports the public API (Harness), so it sits at the top
 
 #: Known violations, (importing module, imported module) -> why it is tolerated for now.
 #: Every entry is a debt: the stale-entry test below fails once the import is gone, so the

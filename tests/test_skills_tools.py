@@ -15,6 +15,7 @@ from ctxwright.core.messages import Message
 from ctxwright.core.render import render
 from ctxwright.core.session import Session
 from ctxwright.core.store import Store
+from ctxwright.defence.marking import TAGS_SECTION
 from ctxwright.errors import SkillToolError
 from ctxwright.skills import load_skills
 from ctxwright.skills.tools import SkillTools
@@ -128,7 +129,7 @@ def test_catalog_is_a_user_message_and_adding_a_skill_keeps_the_prefix(tmp_path)
         prefix_sha = h.session.prefix.sha256
     msgs = first.requests[0].messages
     assert [m.role for m in msgs] == ["system", "user", "user"]
-    assert msgs[0].content == "S."  # never in the system prompt
+    assert msgs[0].content == "S.\n\n" + TAGS_SECTION  # the catalog is never in the system prompt
     catalog = msgs[1].content or ""
     assert catalog.startswith("<system-reminder>") and "<name>house-style</name>" in catalog
     assert "<description>Use for house-style tasks.</description>" in catalog

@@ -38,8 +38,11 @@ from ctxwright.core.reasoning import install as install_reasoning
 from ctxwright.core.recovery import import_pending
 from ctxwright.core.redact import is_redacted, redact
 from ctxwright.core.request import ToolChoice, ToolSpec
+from ctxwright.core.sections import SystemPromptBuilder
 from ctxwright.core.session import Session
 from ctxwright.core.store import Store
+from ctxwright.defence.levels import LEVELS, Features, Level
+from ctxwright.defence.levels import features as defence_features
 from ctxwright.errors import BackendUnavailable, ConfigError, CtxwrightError, PrefixMismatch
 from ctxwright.mcp.connection import DEFAULT_TIMEOUT_S as MCP_DEFAULT_TIMEOUT_S
 from ctxwright.mcp.connection import parse_command
@@ -222,6 +225,17 @@ class Harness:
             fails its own calls. ``close`` stops them. ``None``: none; on resume, the
             recorded commands.
         mcp_timeout: seconds an MCP tool call may take (default 60).
+        defence: the prompt-injection defence level (``defence/levels.py``; the book's
+            experiment 2-5): ``"none"`` (D1), ``"warning"`` (D2: one sentence in the system
+            prompt), ``"tags"`` (D3, the default: untrusted tool results wrapped as
+            ``<external_content>``, the tags explained in the system prompt, the sanitizer),
+            ``"gate"`` (D4: D3 + a confirmation gate before ``write``/``external`` calls) or
+            ``"provenance"`` (D5: D4 + argument provenance), or a ``Features``. The level's
+            system-prompt section is part of the prefix, so it is recorded with the session;
+            on resume ``None`` keeps the recorded level, and a level with another section is
+            refused (:class:`PrefixMismatch`).
+        sanitize: the sanitizer on untrusted results (``defence/sanitize.py``). ``None``: on
+            with the tags; ``False`` turns it off (marking stays).
         reasoning: how earlier reasoning is sent back: ``"strip"``, ``"keep"``,
             ``"must_send_back"``, ``"qwen3"`` or a :class:`ReasoningPolicy`. ``None``: the
             mode recorded with the session, else by model family (``core/reasoning.py``).
@@ -283,6 +297,8 @@ class Harness:
         skills_catalog: CatalogMode | None = None,
         mcp_servers: Iterable[str | Sequence[str]] | None = None,
         mcp_timeout: float | None = None,
+        defence: Level | Features | None = None,
+        sanitize: bool | None = None,
         reasoning: ReasoningMode | ReasoningPolicy | None = None,
         max_iterations: int | None = None,
         max_tool_rounds: int | None = None,
@@ -443,6 +459,11 @@ class Harness:
             mcp_commands = [parse_command(c) for c in mcp_commands]
             self._start_mcp(mcp_commands, opts, stored)
 
+        # the defence level: its prompt section is part of the prefix (defence/levels.py)
+        self.defence: Features = self._defence(opts, stored, recorded)
+        # the section only when some tool's results will be marked (deferred ones included)
+        section = self.defence.prompt_section if any(t.trust == "untrusted" for t in self.tools) else None
+
         # the run configuration, recorded with the session for the next resume (agent/recipe.py)
         rounds = recipe.pick("max_tool_rounds", opts, recorded, d.max_tool_rounds)
         ratio = recipe.pick("cache_price_ratio", opts, recorded, d.cache_price_ratio)
@@ -454,6 +475,7 @@ class Harness:
             "max_tool_rounds": rounds,
             "cache_price_ratio": ratio,
             "compaction": compaction_record,
+            "defence": self.defence.to_dict(),
         }
         config_record.update({k: opts[k] for k in recipe.WHEN_GIVEN if opts[k] is not None})
         if skill_dirs is not None:
@@ -472,13 +494,13 @@ class Harness:
         manual = "\n\n" + OPERATING_MANUAL if use_status else ""
         if stored is not None:
             self.session = stored
-            _check_prefix(stored, opts["system"], manual, use_status, self.tools.specs())
+            _check_prefix(stored, opts["system"], manual, use_status, self.tools.specs(), self.defence, section)
             if config_record != recorded:  # overrides given again are remembered too
                 self.session.meta[META_KEY] = config_record
                 if self.store is not None:
                     self.store.update_meta(self.session.id, self.session.meta)
         else:
-            system = (DEFAULT_SYSTEM if opts["system"] is None else opts["system"]) + manual
+            system = system_prompt(DEFAULT_SYSTEM if opts["system"] is None else opts["system"], section, use_status)
             try:
                 prefix = Prefix.build(system, self.tools.specs())
             except ValueError as exc:
@@ -526,6 +548,7 @@ class Harness:
             max_tokens=opts["max_tokens"],
             timestamps=opts["timestamps"],
             compaction=compaction,
+            defence=self.defence,
         )
         self.agent = Agent(
             self.session,
@@ -719,6 +742,22 @@ class Harness:
             cfg.window_tokens = opts["window"]
         return cfg, record
 
+    @staticmethod
+    def _defence(opts: Mapping[str, Any], stored: Session | None, recorded: Mapping[str, Any]) -> Features:
+        """The level given, else the one the session recorded, else the default. A session
+        from before levels existed recorded none and its prompt has no section: ``none``."""
+        given, sanitize = opts["defence"], opts["sanitize"]
+        rec = recorded.get("defence")
+        if given is None and stored is not None:
+            if isinstance(rec, Mapping) and rec.get("level") in LEVELS:
+                given = rec["level"]
+                if sanitize is None and isinstance(rec.get("sanitize"), bool):
+                    sanitize = rec["sanitize"]
+            else:
+                given = "none"
+        feats = defence_features(given, sanitize=sanitize)
+        return feats
+
     def _recipe(self, opts: dict[str, Any]) -> dict[str, Any]:
         """What :meth:`resume` needs to rebuild this backend, stored in ``Session.meta``
         (never the API key)."""
@@ -859,11 +898,39 @@ def check_gguf(path: str | Path) -> Path:
     return p
 
 
+def system_prompt(system: str, defence_section: str | None, use_status: bool) -> str:
+    """The session's system prompt: the caller's prompt, the defence level's section (when
+    the session has an untrusted tool: ``Features.prompt_section``), the status bar's manual
+    -- each a global section (``core/sections.py``), in that order, so the same choices give
+    the same bytes in every session and the provider's cache of them is shared."""
+    builder = SystemPromptBuilder().add("system", system)
+    if defence_section is not None:
+        builder.add("defence", defence_section)
+    if use_status:
+        builder.add("status_manual", OPERATING_MANUAL)
+    return builder.build()
+
+
 def _check_prefix(
-    session: Session, system: str | None, manual: str, use_status: bool, specs: tuple[ToolSpec, ...]
+    session: Session,
+    system: str | None,
+    manual: str,
+    use_status: bool,
+    specs: tuple[ToolSpec, ...],
+    defence: Features,
+    section: str | None,
 ) -> None:
-    """Refuse a resume whose system prompt, status manual or tools differ from the stored prefix."""
+    """Refuse a resume whose system prompt, defence section, status manual or tools differ
+    from the stored prefix."""
     stored = session.prefix
+    others = {lv: defence_features(lv).prompt_section for lv in LEVELS}
+    present = [lv for lv, text in others.items() if text is not None and f"\n\n{text}" in stored.system_prompt]
+    if (section is None and present) or (section is not None and f"\n\n{section}" not in stored.system_prompt):
+        started = f"defence level {present[0]!r}" if present else "no defence section (level 'none')"
+        raise PrefixMismatch(
+            f"session {session.id} was started with {started} in its system prompt; defence={defence.level!r} "
+            "would change the prefix. Leave defence out to continue it as it was started, or start a new session"
+        )
     has_manual = stored.system_prompt.endswith(OPERATING_MANUAL)
     if use_status != has_manual:
         raise PrefixMismatch(
@@ -871,7 +938,7 @@ def _check_prefix(
             "manual is part of its system prompt; continue it "
             f"{'with' if has_manual else 'without'} the status bar (status={has_manual}), or start a new session"
         )
-    if system is not None and system + manual != stored.system_prompt:
+    if system is not None and system_prompt(system, section, use_status) != stored.system_prompt:
         raise PrefixMismatch(
             f"the system prompt differs from the one session {session.id} was started with; leave it out "
             "to continue the session, or start a new session with the new prompt"

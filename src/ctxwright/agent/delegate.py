@@ -159,6 +159,11 @@ class Delegator:
             timeout_s=self.timeout_s,
             description="Hand a self-contained side task to a sub-agent that works in its "
             "own context; only its short conclusion comes back.",
+            # the conclusion is our own model's writing: the child's untrusted results were marked
+            # in its own context, and its calls run in its own loop with the parent's config
+            # (the same defence level); delegating itself changes nothing outside
+            trust="trusted",
+            effects="none",
         )
 
 

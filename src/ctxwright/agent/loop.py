@@ -44,6 +44,8 @@ from ctxwright.core.request import ChatRequest, Completion, ToolChoice
 from ctxwright.core.session import Session
 from ctxwright.core.tokens import Ledger, TokenCounter, build_ledger, check_reported
 from ctxwright.core.tool_ids import assign_ids, ids_in
+from ctxwright.defence.levels import Features, features
+from ctxwright.defence.record import finish, prepare
 from ctxwright.errors import BackendError
 from ctxwright.status.bar import StatusBar
 from ctxwright.tools.registry import ToolOutcome, ToolRegistry, error_outcome
@@ -77,6 +79,9 @@ class AgentConfig:
     #: the compaction layers (budget, noise, clearing, trim); ``None`` or ``enabled=False``
     #: sends the trajectory as recorded, with only the plain ``max_result_chars`` cap
     compaction: CompactionConfig | None = field(default_factory=CompactionConfig)
+    #: the defence level's features (``defence/levels.py``): marking and the sanitizer are
+    #: applied to untrusted results where they are recorded (``defence/record.py``)
+    defence: Features = field(default_factory=features)
 
 
 @dataclass
@@ -370,14 +375,32 @@ class Agent:
             repeats, blocked = self._repeats(msg.tool_calls)
             outcomes = self._run_tools(msg.tool_calls, blocked)
             t_res = time.perf_counter()
+            # untrusted results sanitized before the budget layer, wrapped after it (defence/record.py)
+            prepared = [
+                prepare(
+                    o.content,
+                    external=o.external,
+                    ok=o.ok,
+                    features=self.config.defence,
+                    tool_name=c.name,
+                    call_id=c.id,
+                )
+                for c, o in zip(msg.tool_calls, outcomes, strict=False)
+            ]
             if self.context is not None:  # layer 1, repeats and the record-time strategy, decided once
                 bodies = self.context.process_batch(
-                    s, [(c.name, c.id, o.content, o.ok) for c, o in zip(msg.tool_calls, outcomes, strict=False)]
+                    s,
+                    [
+                        (c.name, c.id, p.content, o.ok)
+                        for c, o, p in zip(msg.tool_calls, outcomes, prepared, strict=False)
+                    ],
                 )
             else:  # still never record text that is not valid UTF-8 (no provider accepts it)
-                bodies = [(self._cap(o.content), {}) for o in outcomes]
-            for call, out, (body, extra), n in zip(msg.tool_calls, outcomes, bodies, repeats, strict=False):
-                content = self._stamp(body)
+                bodies = [(self._cap(p.content), {}) for p in prepared]
+            for call, out, (body, extra), n, prep in zip(
+                msg.tool_calls, outcomes, bodies, repeats, prepared, strict=False
+            ):
+                content = self._stamp(finish(prep, body, extra, tool_name=call.name, call_id=call.id))
                 limit = self.config.max_repeats
                 if limit and n == limit + 1:
                     note = repeat_note(call, n, limit)
@@ -390,10 +413,11 @@ class Agent:
                     ok=out.ok,
                     elapsed_ms=round(out.elapsed_ms, 3),
                     error_type=out.error_type,
+                    **prep.fields,
                     **extra,
                 )
                 self.on_event("tool", {"call": call, "content": content, "ok": out.ok, "elapsed_ms": out.elapsed_ms})
-            del outcomes, out  # the tools' full outputs: offloaded or recorded by now, not kept twice
+            del outcomes, out, prepared, prep  # the tools' full outputs: offloaded or recorded by now, not kept twice
             self._carry_ms += (time.perf_counter() - t_res) * 1000
             if blocked:
                 self.on_event("stop", {"reason": "repeated_tool_call"})

@@ -107,6 +107,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         skills_catalog=args.skills_catalog,
         mcp_servers=args.mcp,
         mcp_timeout=args.mcp_timeout,
+        defence=args.defence,
+        sanitize=args.sanitize,
         reasoning=args.reasoning,
         max_iterations=args.max_iterations,
         max_tool_rounds=args.max_tool_rounds,
@@ -273,6 +275,7 @@ def _add_switch(parser: Any, name: str, help_text: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from ctxwright.compaction.strategies import STRATEGIES
+    from ctxwright.defence.levels import LEVELS
 
     p = argparse.ArgumentParser(prog="ctxwright", description="Context engineering for LLM agents.")
     p.add_argument("--version", action="version", version=f"ctxwright {_version()}")
@@ -458,6 +461,24 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="seconds an MCP tool call may take before it is answered with a timeout error (default 60)",
     )
+    r.add_argument(
+        "--defence",
+        choices=LEVELS,
+        help="prompt-injection defence (the book's D1..D5): none; warning (a sentence in the system prompt); "
+        "tags (default: untrusted results wrapped as <external_content>, the sanitizer); gate (tags + a "
+        "confirmation before write/external tools); provenance (gate + argument provenance). "
+        "See docs/defence.md; a resumed session keeps its level",
+    )
+    san = r.add_mutually_exclusive_group()
+    san.add_argument(
+        "--sanitize",
+        dest="sanitize",
+        action="store_true",
+        default=None,
+        help="strip invisible characters, chat-template tokens and fake role headers from untrusted results "
+        "(default: on with tags)",
+    )
+    san.add_argument("--no-sanitize", dest="sanitize", action="store_false")
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("sessions", help="list stored sessions")

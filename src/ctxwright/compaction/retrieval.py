@@ -71,4 +71,7 @@ class ResultReader:
             name="read_result",
             description="Read part of an earlier tool result that was shortened, "
             "offloaded or cleared, by its result_id.",
+            # the page may be an untrusted tool's text: marked as external content, like its preview
+            trust="untrusted",
+            effects="read",
         )

@@ -295,6 +295,36 @@ class Offload:
         return {"path": self.path, "chars": self.chars, "bytes": self.bytes}
 
 
+@dataclass(frozen=True)
+class Sanitization:
+    """What the sanitizer changed in an untrusted result (``defence/sanitize.py``): how many
+    of each kind, and the text as the tool returned it (nothing the tool said is lost)."""
+
+    counts: tuple[tuple[str, int], ...]
+    original: str
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> Sanitization:
+        if not isinstance(d, Mapping):
+            raise EventFormatError(f"{where}: 'sanitized' is {type(d).__name__}, not an object")
+        counts, original = d.get("counts"), d.get("original")
+        if not isinstance(counts, Mapping) or not isinstance(original, str):
+            raise EventFormatError(f"{where}: 'sanitized' needs counts (an object) and original (a string)")
+        pairs = []
+        for kind, n in counts.items():
+            if isinstance(n, bool) or not isinstance(n, int):
+                raise EventFormatError(f"{where}: 'sanitized' count {kind!r} is {type(n).__name__}, not an integer")
+            pairs.append((str(kind), n))
+        return cls(tuple(pairs), original)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"counts": dict(self.counts), "original": self.original}
+
+    def summary(self) -> str:
+        """``zero_width 3, control_tokens 1``: the counts in one line."""
+        return ", ".join(f"{kind} {n:,}" for kind, n in self.counts)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ToolEvent(MessageEvent):
     """One tool result, as recorded (after the budget layer, before any later compaction).
@@ -304,6 +334,9 @@ class ToolEvent(MessageEvent):
     record-time strategy that shortened it. ``interrupted`` marks the answer the harness
     recorded for a call whose run was cut short (Ctrl-C, a crash, ``kill -9``) before its
     result was stored (``core/interrupted.py``): the call may have partially run.
+    ``external``: the content is an untrusted tool's text, marked as external content
+    (``defence/marking.py``); ``sanitized``: what the sanitizer changed in it, with the
+    original text (``defence/sanitize.py``).
     """
 
     KIND: ClassVar[str] = "tool"
@@ -323,6 +356,8 @@ class ToolEvent(MessageEvent):
             "compressed",
             "invalid_utf8",
             "interrupted",
+            "external",
+            "sanitized",
         }
     )
 
@@ -339,6 +374,8 @@ class ToolEvent(MessageEvent):
     compressed: str | None = None
     invalid_utf8: int | None = None
     interrupted: bool = False
+    external: bool = False
+    sanitized: Sanitization | None = None
 
     @classmethod
     def build(
@@ -347,6 +384,7 @@ class ToolEvent(MessageEvent):
         """From ``Session.add_tool_result``'s arguments (the budget layer's info dict included)."""
         w = _where(cls.KIND, -1)
         off = fields.pop("offload", None)
+        san = fields.pop("sanitized", None)
         return cls(
             message=message,
             tool_name=tool_name,
@@ -362,6 +400,8 @@ class ToolEvent(MessageEvent):
             compressed=fields.pop("compressed", None),
             invalid_utf8=fields.pop("invalid_utf8", None),
             interrupted=bool(fields.pop("interrupted", False)),
+            external=bool(fields.pop("external", False)),
+            sanitized=san if isinstance(san, Sanitization) or san is None else Sanitization.from_dict(san, w),
             extra=fields,
         )
 
@@ -380,6 +420,10 @@ class ToolEvent(MessageEvent):
             out["offload"] = self.offload.to_dict()
         if self.interrupted:  # written only when set: older rows stay byte for byte as they were
             out["interrupted"] = True
+        if self.external:
+            out["external"] = True
+        if self.sanitized is not None:
+            out["sanitized"] = self.sanitized.to_dict()
         return out
 
     @classmethod
@@ -391,6 +435,9 @@ class ToolEvent(MessageEvent):
         interrupted = p.get("interrupted", False)
         if not isinstance(interrupted, bool):
             raise EventFormatError(f"{w}: 'interrupted' is {type(interrupted).__name__}, not true or false")
+        external = p.get("external", False)
+        if not isinstance(external, bool):
+            raise EventFormatError(f"{w}: 'external' is {type(external).__name__}, not true or false")
         return cls(
             seq=seq,
             created_at=created_at,
@@ -408,6 +455,8 @@ class ToolEvent(MessageEvent):
             compressed=_str(p, "compressed", w),
             invalid_utf8=_int(p, "invalid_utf8", w),
             interrupted=interrupted,
+            external=external,
+            sanitized=Sanitization.from_dict(p["sanitized"], w) if p.get("sanitized") is not None else None,
             extra=_extra(p, cls.KNOWN),
         )
 

@@ -12,8 +12,11 @@ What this module decides:
 * **Schemas verbatim.** The server's ``inputSchema`` becomes the tool's parameters byte for
   byte (canonical JSON, like every tool); arguments are checked against it with
   ``jsonschema`` before the call is sent (``Tool.from_schema``).
-* **Results are external content.** Every MCP tool is ``trust="untrusted"``, so the registry
-  wraps its result as ``<external_content ...>`` (``tools/registry.py``). Text blocks are
+* **Results are external content.** Every MCP tool is ``trust="untrusted"``, so its result
+  is marked as ``<external_content ...>`` where it is recorded (``defence/``). Its
+  ``effects`` come from the server's annotations (:func:`effects_of`); a tool without them
+  counts as ``external``, MCP's own default (``destructiveHint`` and ``openWorldHint``
+  default to true): a server's tool may send, delete or pay unless it says it does not. Text blocks are
   joined; an image, audio clip or binary resource becomes a one-line description (the chat
   APIs take no images in a ``tool`` message); ``isError`` becomes a tool error.
 * **A changing tool list never touches the prefix.** When a server sends
@@ -41,9 +44,9 @@ from ctxwright.core.request import ToolSpec
 from ctxwright.core.skills_catalog import REMINDER_CLOSE, REMINDER_OPEN
 from ctxwright.errors import McpServerError, McpToolError
 from ctxwright.mcp.connection import DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_TIMEOUT_S, McpConnection
-from ctxwright.tools.registry import Tool
+from ctxwright.tools.registry import Effects, Tool
 
-__all__ = ["SEPARATOR", "McpTools", "describe_content", "reminder", "safe_name", "tool_name"]
+__all__ = ["SEPARATOR", "McpTools", "describe_content", "effects_of", "reminder", "safe_name", "tool_name"]
 
 #: Between the server's name and the tool's: ``github__create_issue``.
 SEPARATOR = "__"
@@ -57,6 +60,21 @@ _LOOP_MARGIN_S = 5.0
 def safe_name(text: str) -> str:
     """``text`` with every run of characters outside ``[A-Za-z0-9_-]`` replaced by ``_``."""
     return _UNSAFE.sub("_", text).strip("_") or "tool"
+
+
+def effects_of(annotations: mt.ToolAnnotations | None) -> Effects:
+    """A server tool's ``effects`` from its MCP annotations: ``readOnlyHint`` -> ``read``;
+    otherwise ``openWorldHint`` false -> ``write`` (it changes only its own environment);
+    otherwise -- nothing said, or an open world -- ``external``. The hints are the server's
+    claims, so they only ever make a tool *less* trusted than ``external`` when it says so
+    explicitly; its results stay untrusted whatever it says."""
+    if annotations is None:
+        return "external"
+    if annotations.read_only_hint is True:
+        return "read"
+    if annotations.open_world_hint is False:
+        return "write"
+    return "external"
 
 
 def tool_name(server: str, tool: str) -> str:
@@ -203,6 +221,7 @@ class McpTools:
                 timeout_s=self.timeout + _LOOP_MARGIN_S,
                 deferred=deferred,
                 trust="untrusted",
+                effects=effects_of(t.annotations),
             )
         except ValueError as exc:
             self.on_event("mcp_warning", {"message": f"skipped {t.name!r} of `{conn.command}`: {exc}"})
@@ -239,7 +258,7 @@ class McpTools:
         conn = self._owner(spec.name)
         assert conn is not None, spec.name
         made = Tool.from_schema(
-            spec.name, spec.description, spec.parameters, self._caller(spec.name), trust="untrusted"
+            spec.name, spec.description, spec.parameters, self._caller(spec.name), trust="untrusted", effects="external"
         )
         self.tools[spec.name] = made
         self._sources[spec.name] = _Source(conn, spec.name.split(SEPARATOR, 1)[-1])

@@ -198,8 +198,13 @@ class SkillScripts:
             """
             return self.run(name, script, args)
 
+        # third-party code: its output is untrusted, and it can do anything the user can
         return Tool.from_function(
-            run_skill_script, name=RUN_SKILL_SCRIPT_TOOL, timeout_s=self.timeout_s + LOOP_MARGIN_S
+            run_skill_script,
+            name=RUN_SKILL_SCRIPT_TOOL,
+            timeout_s=self.timeout_s + LOOP_MARGIN_S,
+            trust="untrusted",
+            effects="external",
         )
 
 

@@ -349,8 +349,10 @@ class SkillTools:
                 f"particular tasks. {_HOW_TO_USE}\n{catalog_xml(self.frozen)}"
             )
         return [
-            Tool.from_function(skill_tool, name=SKILL_TOOL, description=description),
-            Tool.from_function(read_skill_file, name=READ_SKILL_FILE_TOOL),
+            # a skill's body is the instructions the user installed it for: trusted; its other
+            # files are third-party resources (references, data): untrusted
+            Tool.from_function(skill_tool, name=SKILL_TOOL, description=description, trust="trusted", effects="read"),
+            Tool.from_function(read_skill_file, name=READ_SKILL_FILE_TOOL, trust="untrusted", effects="read"),
         ]
 
 

@@ -122,4 +122,8 @@ class TodoList:
             todo.update(id, status)
             return todo.render()
 
-        return [Tool.from_function(rewrite_todo_list), Tool.from_function(update_todo_status)]
+        # the harness's own state: nothing leaves the process
+        return [
+            Tool.from_function(rewrite_todo_list, trust="trusted", effects="none"),
+            Tool.from_function(update_todo_status, trust="trusted", effects="none"),
+        ]

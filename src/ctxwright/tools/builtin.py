@@ -59,7 +59,7 @@ def _load_zone(name: str) -> ZoneInfo:
     )
 
 
-@tool
+@tool(trust="trusted", effects="read")
 def get_current_time(timezone: str) -> dict[str, Any]:
     """Get the current date and time (real system clock) in an IANA time zone.
 
@@ -124,10 +124,12 @@ def _known_cities() -> str:
 
 
 @tool(
+    trust="trusted",
+    effects="none",
     description=(
         "Look up weather for a city in a small OFFLINE SAMPLE TABLE bundled with ctxwright. "
         "The values are fixed examples, NOT live or current weather. Known cities: " + _known_cities() + "."
-    )
+    ),
 )
 def get_weather(city: str, unit: Literal["celsius", "fahrenheit"] = "celsius") -> dict[str, Any]:
     """Sample weather for a city from the offline table.
@@ -296,7 +298,7 @@ def evaluate_expression(expression: str) -> str:
         raise CalculatorError(f"cannot evaluate: {exc or type(exc).__name__}") from None
 
 
-@tool
+@tool(trust="trusted", effects="none")
 def calculator(expression: str) -> str:
     """Evaluate an arithmetic expression exactly (integers are arbitrary precision).
 
@@ -466,7 +468,12 @@ def make_file_tools(workspace: Path) -> list[Tool]:
         header = f"[dir: {shown} | {len(entries)} entries{extra}]"
         return "\n".join([header, *lines])
 
-    return [Tool.from_function(read_file, timeout_s=10.0), Tool.from_function(list_dir, timeout_s=10.0)]
+    # a file's text was written by someone else (a downloaded page, a README a stranger sent):
+    # untrusted, so it is marked as external content; listing and reading change nothing
+    return [
+        Tool.from_function(read_file, timeout_s=10.0, trust="untrusted", effects="read"),
+        Tool.from_function(list_dir, timeout_s=10.0, trust="untrusted", effects="read"),
+    ]
 
 
 def default_tools(workspace: Path | None = None) -> ToolRegistry:

@@ -9,12 +9,14 @@ Why this module exists:
 * A model's tool call is untrusted input. :meth:`ToolRegistry.execute` never raises: every
   failure (unknown tool, broken JSON, wrong fields, the tool itself crashing) becomes a
   structured JSON error the model can read and correct on its next turn.
-* A tool may be *untrusted* (``Tool.trust``): its results come from outside (an MCP
-  server, a web page) and reach the model wrapped as ``<external_content source="tool:NAME"
-  id="CALL_ID">...</external_content>`` (:func:`external_content`), so the model -- and a
-  later defence layer -- can tell the data it was handed from the instructions it was given.
-  The wrapping happens once, when the result is made, so the recorded event, the resumed
-  session and the offline renderer all carry the same bytes.
+* Every tool declares where its results come from and what running it does
+  (``Tool.trust``, ``Tool.effects``; :data:`Trust`, :data:`Effects`). An *untrusted* tool's
+  results come from outside (an MCP server, a web page, a file) and are marked as external
+  content where they are recorded (``defence/``), so the model can tell the data it was
+  handed from the instructions it was given (the book: retrieved content is context, not a
+  command); a ``write`` or ``external`` tool is what a confirmation gate checks before it
+  runs. The registry only declares and reports (:attr:`ToolOutcome.external`); it changes
+  no bytes.
 * Execution is split into :meth:`ToolRegistry.resolve` (lookup + validation, cheap) and
   :meth:`BoundCall.run` (the tool's own code), so an agent loop can validate on its own
   thread and run only the tool body in a worker thread with ``Tool.timeout_s``.
@@ -30,7 +32,7 @@ import time
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Union, overload
 
 import jsonschema
@@ -46,12 +48,13 @@ __all__ = [
     "ERROR_INVALID_JSON",
     "ERROR_UNKNOWN_TOOL",
     "BoundCall",
+    "Effects",
     "Tool",
     "ToolOutcome",
     "ToolRegistry",
     "Trust",
+    "check_declarations",
     "error_outcome",
-    "external_content",
     "render_result",
     "tool",
 ]
@@ -67,8 +70,30 @@ _SECTION_HEADER = re.compile(r"^[A-Z][A-Za-z ]*:$")
 _ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
 #: ``"trusted"``: the tool's output is ctxwright's or the user's own code; ``"untrusted"``: it
-#: comes from outside (an MCP server, fetched content) and is wrapped by :func:`external_content`.
+#: comes from outside (an MCP server, a fetched page, a file, a skill's resources) and is marked
+#: as external content when it is recorded (``defence/marking.py``).
 Trust = Literal["trusted", "untrusted"]
+#: What running the tool does: ``"none"`` (pure computation, the harness's own state),
+#: ``"read"`` (reads files, pages, records), ``"write"`` (changes files or records the user
+#: owns), ``"external"`` (sends, pays, deletes, posts: reaches outside the user's machine or
+#: cannot be undone). A confirmation gate checks ``write`` and ``external`` calls.
+Effects = Literal["none", "read", "write", "external"]
+TRUST_VALUES: tuple[Trust, ...] = ("trusted", "untrusted")
+EFFECTS_VALUES: tuple[Effects, ...] = ("none", "read", "write", "external")
+#: The safe defaults of a tool that declares nothing. A function the user registers is their
+#: own code (trusted), but nothing says what it does, so it counts as reaching outside
+#: (``external``): a gate asks before it runs rather than letting it pass unseen. Declare
+#: ``@tool(effects="none")`` on a pure function.
+DEFAULT_TRUST: Trust = "trusted"
+DEFAULT_EFFECTS: Effects = "external"
+
+
+def check_declarations(name: str, trust: object, effects: object) -> None:
+    """``ValueError`` naming the tool and the allowed values when a declaration is not one."""
+    if trust not in TRUST_VALUES:
+        raise ValueError(f"tool {name!r}: trust must be one of {', '.join(TRUST_VALUES)}, not {trust!r}")
+    if effects not in EFFECTS_VALUES:
+        raise ValueError(f"tool {name!r}: effects must be one of {', '.join(EFFECTS_VALUES)}, not {effects!r}")
 
 
 class _AnyArguments(BaseModel):
@@ -225,8 +250,10 @@ class Tool:
     timeout_s: float | None = None
     #: not in the prefix's ``tools`` array: found by search and called through the registry
     deferred: bool = False
-    #: where its results come from; ``"untrusted"`` results are wrapped as external content
-    trust: Trust = "trusted"
+    #: where its results come from; ``"untrusted"`` results are marked as external content
+    trust: Trust = DEFAULT_TRUST
+    #: what running it does; ``write`` and ``external`` calls are what a confirmation gate checks
+    effects: Effects = DEFAULT_EFFECTS
     #: checks the arguments against ``spec``'s JSON Schema (tools built by :meth:`from_schema`)
     schema_validator: jsonschema.protocols.Validator | None = None
 
@@ -245,6 +272,9 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         timeout_s: float | None = None,
+        *,
+        trust: Trust = DEFAULT_TRUST,
+        effects: Effects = DEFAULT_EFFECTS,
     ) -> Tool:
         """Build a tool from ``func``'s type hints and Google-style docstring.
 
@@ -261,6 +291,7 @@ class Tool:
             raise ValueError(f"tool {tool_name!r} has no description: add a docstring or pass description=")
         if timeout_s is not None and timeout_s <= 0:
             raise ValueError(f"tool {tool_name!r}: timeout_s must be positive or None, got {timeout_s!r}")
+        check_declarations(tool_name, trust, effects)
 
         try:
             hints = typing.get_type_hints(func, include_extras=True)
@@ -312,6 +343,8 @@ class Tool:
             spec=ToolSpec.create(tool_name, tool_description, schema),
             args_model=args_model,
             timeout_s=timeout_s,
+            trust=trust,
+            effects=effects,
         )
 
     @classmethod
@@ -324,7 +357,8 @@ class Tool:
         *,
         timeout_s: float | None = None,
         deferred: bool = False,
-        trust: Trust = "trusted",
+        trust: Trust = DEFAULT_TRUST,
+        effects: Effects = DEFAULT_EFFECTS,
     ) -> Tool:
         """A tool whose schema is given, not derived: an MCP server's tool, kept verbatim.
 
@@ -336,6 +370,7 @@ class Tool:
         """
         if not _TOOL_NAME.match(name):
             raise ValueError(f"invalid tool name {name!r}: use 1-64 letters, digits, '_' or '-'")
+        check_declarations(name, trust, effects)
         check_parameters(parameters, f"tool {name!r}")  # the catalog's rule: one check of a schema
         validator_cls = jsonschema.validators.validator_for(parameters, default=jsonschema.Draft202012Validator)
         return cls(
@@ -347,6 +382,7 @@ class Tool:
             timeout_s=timeout_s,
             deferred=deferred,
             trust=trust,
+            effects=effects,
             schema_validator=validator_cls(parameters),
         )
 
@@ -372,6 +408,8 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout_s: float | None = None,
+    trust: Trust = DEFAULT_TRUST,
+    effects: Effects = DEFAULT_EFFECTS,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -382,11 +420,18 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout_s: float | None = None,
+    trust: Trust = DEFAULT_TRUST,
+    effects: Effects = DEFAULT_EFFECTS,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Decorator form of :meth:`Tool.from_function`: ``@tool`` or ``@tool(timeout_s=5)``."""
+    """Decorator form of :meth:`Tool.from_function`: ``@tool``, ``@tool(timeout_s=5)``,
+    ``@tool(trust="untrusted", effects="external")``. A bad declaration fails here, at import."""
+    if func is None:
+        check_declarations(name or "(decorated)", trust, effects)
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool.from_function(f, name=name, description=description, timeout_s=timeout_s)
+        return Tool.from_function(
+            f, name=name, description=description, timeout_s=timeout_s, trust=trust, effects=effects
+        )
 
     return wrap(func) if func is not None else wrap
 
@@ -396,14 +441,17 @@ def tool(
 
 @dataclass(frozen=True)
 class ToolOutcome:
-    """The result of one tool call: ``content`` is the exact text of the tool message, or --
-    for a tool that returned more than :data:`INLINE_BYTES` of bytes -- those bytes, decoded
-    slice by slice where the result is recorded (``compaction/budget.py``)."""
+    """The result of one tool call: ``content`` is the text of the tool message, or -- for a
+    tool that returned more than :data:`INLINE_BYTES` of bytes -- those bytes, decoded slice
+    by slice where the result is recorded (``compaction/budget.py``). ``external``: the
+    content is an untrusted tool's own text (its result, or the error it reported), to be
+    marked as external content where it is recorded (``defence/``)."""
 
     ok: bool
     content: str | bytes
     error_type: str | None
     elapsed_ms: float
+    external: bool = False
 
 
 def error_outcome(call: ToolCall, error_type: str, message: str, hint: str, elapsed_ms: float = 0.0) -> ToolOutcome:
@@ -416,22 +464,6 @@ def error_outcome(call: ToolCall, error_type: str, message: str, hint: str, elap
         "error": {"type": error_type, "message": message, "tool": call.name, "arguments": call.arguments, "hint": hint}
     }
     return ToolOutcome(ok=False, content=canonical_json(body), error_type=error_type, elapsed_ms=elapsed_ms)
-
-
-_EXTERNAL_TAG = re.compile(r"<(/?external_content)", re.IGNORECASE)
-
-
-def external_content(tool_name: str, call_id: str, text: str) -> str:
-    """``text`` wrapped as ``<external_content source="tool:NAME" id="CALL_ID">...</external_content>``.
-
-    Why: content from outside (an MCP server's result, a fetched page) may contain text that
-    reads like instructions; marking where it starts and ends lets the model treat it as data
-    (the book: retrieved content is context, not a command). A tag inside ``text`` that would
-    close the wrapper early, or open a fake one, is defused (``&lt;/external_content``), so the
-    boundaries are ctxwright's.
-    """
-    body = _EXTERNAL_TAG.sub(r"&lt;\1", text)
-    return f'<external_content source="tool:{tool_name}" id="{call_id}">\n{body}\n</external_content>'
 
 
 def _safe_str(value: object) -> str:
@@ -524,10 +556,10 @@ class BoundCall:
         try:
             value = self.tool.func(**self.kwargs)
         except ToolFailure as exc:  # the tool named its failure and the way out
-            message = _safe_str(exc)
-            if exc.external and self.tool.trust == "untrusted":
-                message = external_content(self.tool.name, self.call.id, message)
-            return error_outcome(self.call, exc.error_type, message, exc.hint, (time.perf_counter() - start) * 1000.0)
+            failed = error_outcome(
+                self.call, exc.error_type, _safe_str(exc), exc.hint, (time.perf_counter() - start) * 1000.0
+            )
+            return replace(failed, external=exc.external and self.tool.trust == "untrusted")
         except (Exception, SystemExit) as exc:  # a tool calling sys.exit must not end the agent
             return error_outcome(
                 self.call,
@@ -537,11 +569,13 @@ class BoundCall:
                 "or continue without this tool.",
                 (time.perf_counter() - start) * 1000.0,
             )
-        content = render_result(value)
-        if self.tool.trust == "untrusted":
-            text = content if isinstance(content, str) else content.decode("utf-8", "surrogateescape")
-            content = external_content(self.tool.name, self.call.id, text)
-        return ToolOutcome(ok=True, content=content, error_type=None, elapsed_ms=(time.perf_counter() - start) * 1000.0)
+        return ToolOutcome(
+            ok=True,
+            content=render_result(value),
+            error_type=None,
+            elapsed_ms=(time.perf_counter() - start) * 1000.0,
+            external=self.tool.trust == "untrusted",
+        )
 
 
 class ToolRegistry:
@@ -643,9 +677,4 @@ class ToolRegistry:
             outcome = error_outcome(
                 call, type(exc).__name__, _safe_str(exc), "Internal error while handling this tool call; try again."
             )
-        return ToolOutcome(
-            ok=outcome.ok,
-            content=outcome.content,
-            error_type=outcome.error_type,
-            elapsed_ms=(time.perf_counter() - start) * 1000.0,
-        )
+        return replace(outcome, elapsed_ms=(time.perf_counter() - start) * 1000.0)
