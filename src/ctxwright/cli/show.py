@@ -156,6 +156,9 @@ def _render(data: dict[str, Any], console: Console, indent: str, *, wide: bool =
             short = c if len(c) <= 200 else c[:200] + f"… ({len(c):,} chars)"
             off = ev.offload
             where = Text(f" (full {off.chars:,} chars offloaded to {off.path})", style="dim") if off else Text("")
+            if ev.external:  # defence/: marked as external content, and what the sanitizer changed
+                cleaned = f"; sanitized: {ev.sanitized.summary()}, original kept" if ev.sanitized else ""
+                where.append(f" [external content{cleaned}]", style="dim")
             say(
                 _line(
                     indent,

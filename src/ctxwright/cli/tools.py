@@ -6,6 +6,12 @@ JSONL catalog (one OpenAI tool object per line, see ``tools/catalog.py``) the wa
 one ``{"id": ..., "results": [name, ...]}`` line per query in rank order, for evaluating a
 catalog's searchability offline. See ``docs/tools.md``.
 
+``tools list [--tool MODULE:FUNCTION ...] [--workspace DIR] [--mcp CMD ...] [--skills DIR ...]
+[--allow-skill-scripts] [--json]`` lists the tools a ``ctxwright run`` with those options gives
+a served model, in prefix order, with what each declares: ``trust`` (are its results marked as
+external content?) and ``effects`` (does a confirmation gate check it?), so a user sees which
+tools the defences treat how before a session starts (``docs/defence.md``).
+
 Each subcommand registers itself in :func:`add_tools_parser`; add the next one there.
 """
 
@@ -20,9 +26,63 @@ from ctxwright.errors import ToolCatalogError, ToolSearchError
 
 def add_tools_parser(sub: Any) -> None:
     """Register ``tools`` and its subcommands on the ``ctxwright`` subcommand parser."""
-    tools = sub.add_parser("tools", help="search a tool catalog")
+    tools = sub.add_parser("tools", help="list the tools of a run, or search a tool catalog")
     tools_sub = tools.add_subparsers(dest="tools_command", required=True)
     _add_search_parser(tools_sub)
+    _add_list_parser(tools_sub)
+
+
+def _add_list_parser(tools_sub: Any) -> None:
+    ls = tools_sub.add_parser(
+        "list", help="the tools a run with these options has, with their trust and effects declarations"
+    )
+    ls.add_argument(
+        "--tool", action="append", metavar="MODULE:FUNCTION", help="a function of yours (as for run; repeatable)"
+    )
+    ls.add_argument("--workspace", help="add read_file/list_dir confined to this folder (as for run)")
+    ls.add_argument("--mcp", action="append", metavar="COMMAND", help="start this MCP server (as for run)")
+    ls.add_argument("--skills", action="append", metavar="DIR", help="a folder of Agent Skills (as for run)")
+    ls.add_argument("--allow-skill-scripts", action="store_true", help="include run_skill_script (as for run)")
+    ls.add_argument("--json", action="store_true", help="print the list as JSON")
+    ls.set_defaults(func=cmd_list)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from ctxwright.backends.scripted import ScriptedBackend
+    from ctxwright.harness import Harness
+    from ctxwright.tools.imported import import_tool
+
+    tools = [import_tool(spec) for spec in args.tool] if args.tool else None
+    with Harness(
+        tools=tools,
+        backend=ScriptedBackend(["(tools list)"]),  # a served model's tool set; nothing is sent
+        db=None,
+        workspace=args.workspace,
+        mcp_servers=args.mcp,
+        skills=args.skills,
+        allow_skill_scripts=args.allow_skill_scripts or None,
+    ) as h:
+        rows = [
+            {
+                "name": t.name,
+                "trust": t.trust,
+                "effects": t.effects,
+                "deferred": t.deferred,
+                "description": t.description,
+            }
+            for t in h.tools
+        ]
+    if args.json:
+        print(json.dumps({"tools": rows}, ensure_ascii=False, indent=1))
+        return 0
+    width = max([4, *(len(str(r["name"])) + (11 if r["deferred"] else 0) for r in rows)])
+    print(f"{'name':<{width}}  {'trust':<9}  {'effects':<8}  description")
+    for r in rows:
+        summary = " ".join(str(r["description"]).split())
+        summary = summary if len(summary) <= 60 else summary[:59] + "…"
+        name = f"{r['name']}{' (deferred)' if r['deferred'] else ''}"
+        print(f"{name:<{width}}  {r['trust']:<9}  {r['effects']:<8}  {summary}")
+    return 0
 
 
 def _add_search_parser(tools_sub: Any) -> None:

@@ -315,7 +315,7 @@ class Sanitization:
             if isinstance(n, bool) or not isinstance(n, int):
                 raise EventFormatError(f"{where}: 'sanitized' count {kind!r} is {type(n).__name__}, not an integer")
             pairs.append((str(kind), n))
-        return cls(tuple(pairs), original)
+        return cls(tuple(sorted(pairs)), original)  # by kind: the store writes keys sorted
 
     def to_dict(self) -> dict[str, Any]:
         return {"counts": dict(self.counts), "original": self.original}
