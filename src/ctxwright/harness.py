@@ -217,7 +217,7 @@ class Harness:
         mcp_servers: MCP servers to start over stdio (``mcp/``), each a command line (a
             string, split like a shell) or an argv list. Their tools are added after all
             the others as ``SERVER__TOOL``, with the server's schemas verbatim; their results
-            reach the model as ``<external_content>``. A server that sends
+            reach the model as ``<external_content>`` (defence ``tags`` and above). A server that sends
             ``tools/list_changed`` never changes the prefix: new tools are deferred and
             announced in a ``<system-reminder>`` user message before the next model call,
             removed ones answer with an error. A server that cannot start raises
