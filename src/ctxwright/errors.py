@@ -22,6 +22,7 @@ __all__ = [
     "CtxwrightError",
     "DynamicSectionInPrefix",
     "EventFormatError",
+    "GateRuleError",
     "LogRecordRejected",
     "MalformedResponse",
     "McpServerError",
@@ -124,6 +125,13 @@ class SessionInUse(CtxwrightError):
 class ConfigError(CtxwrightError):
     """An option that cannot work as given (an unknown backend, a missing model name, a
     ``--tool`` spec that does not import); the message names the option and the fix."""
+
+
+class GateRuleError(ConfigError, ValueError):
+    """A confirmation-gate rule that cannot be applied (``defence/policy.py``): an allowlist
+    entry that is not a path, a domain, an address or a host, an unknown key in a rules file,
+    an approval mode that does not exist. Refused when the agent is assembled, never in the
+    middle of a session, where a rule that silently matched nothing would let calls through."""
 
 
 class PrefixMismatch(CtxwrightError):

@@ -13,6 +13,10 @@ may not delegate again (that call gets a clear error), which bounds the depth at
 On the embedded backend the child runs on a second model object (``backend.fork()``) so
 the parent's llama.cpp KV state -- its prefilled prefix and trajectory -- survives.
 
+Confirmation gate: the child's calls pass the parent's gate, with the parent's sessions as
+the provenance of its values -- the task the parent model wrote is not a user message, so
+an address the parent read in a web page stays untrusted in the child (``defence/``).
+
 Skills: the child gets the parent's skills, so a side task can follow one. Its ``Skill`` and
 ``read_skill_file`` are the same tool bytes over its own :class:`SkillTools` (a skill the
 child loads is not "already loaded" for the parent, which never saw it), and in reminder mode
@@ -133,6 +137,10 @@ class Delegator:
             counter=parent.counter,
             on_event=lambda kind, data: sink(kind, {**data, "child": child.id}),
             summary_backend=summ.backend if summ is not None else None,
+            # the child's calls pass the parent's gate; its task is the parent model's words, so
+            # provenance reads the parent's sources (defence/provenance.py)
+            gate=parent.gate,
+            gate_parents=(*parent.gate_parents, ps),
         )  # no third model object
         try:
             result: RunResult = agent.run(CHILD_TASK.format(limit=self.max_conclusion_chars, task=task))

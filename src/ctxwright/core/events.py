@@ -675,6 +675,68 @@ class TodoEvent(Event):
         )
 
 
+GateVerdict = Literal["approve", "deny"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateEvent(Event):
+    """The confirmation gate's decision on one call (``defence/gate.py``), recorded before the
+    call's result: ``by`` says who decided (``policy``, ``allowlist``, ``mode``, ``callback``,
+    ``no_approver``, ``callback_error``, ``callback_timeout``, ``callback_invalid``), ``flags``
+    what was found (each a dict: kind, argument, value, what, reason, and where an untrusted
+    value was seen). Not a message: the renderer skips it; a denied call is answered by its
+    ``gate_denied`` tool result, so every call stays answered."""
+
+    KIND: ClassVar[str] = "gate"
+    KNOWN: ClassVar[frozenset[str]] = frozenset(
+        {"call_id", "tool", "effects", "decision", "by", "reason", "mode", "flags"}
+    )
+
+    call_id: str
+    tool: str
+    decision: GateVerdict
+    effects: str = ""
+    by: str = ""
+    reason: str = ""
+    mode: str = ""
+    flags: tuple[Mapping[str, Any], ...] = ()
+
+    def _fields_payload(self) -> dict[str, Any]:
+        return {
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "effects": self.effects,
+            "decision": self.decision,
+            "by": self.by,
+            "reason": self.reason,
+            "mode": self.mode,
+            "flags": [dict(f) for f in self.flags],
+        }
+
+    @classmethod
+    def _parse(cls, p: Mapping[str, Any], *, seq: int, created_at: float) -> GateEvent:
+        w = _where(cls.KIND, seq)
+        decision = p.get("decision")
+        if decision not in ("approve", "deny"):
+            raise EventFormatError(f"{w}: decision {decision!r} is neither 'approve' nor 'deny'")
+        flags = p.get("flags") or []
+        if not isinstance(flags, list) or not all(isinstance(f, Mapping) for f in flags):
+            raise EventFormatError(f"{w}: 'flags' must be a list of objects")
+        return cls(
+            seq=seq,
+            created_at=created_at,
+            call_id=_str(p, "call_id", w) or "",
+            tool=_str(p, "tool", w) or "",
+            decision=decision,
+            effects=_str(p, "effects", w) or "",
+            by=_str(p, "by", w) or "",
+            reason=_str(p, "reason", w) or "",
+            mode=_str(p, "mode", w) or "",
+            flags=tuple(dict(f) for f in flags),
+            extra=_extra(p, cls.KNOWN),
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class UnknownEvent(Event):
     """An event of a kind this build does not know, kept verbatim (a newer writer's)."""
@@ -702,6 +764,7 @@ KINDS: dict[str, type[Event]] = {
         BreakerEvent,
         SummaryFailedEvent,
         TodoEvent,
+        GateEvent,
     )
 }
 

@@ -1,0 +1,504 @@
+"""Argument provenance: did a value the model wants to act on come from the user, or only
+from content it read?
+
+Why: an indirect prompt injection succeeds when the model copies an attacker's value -- an
+address, a URL, an account number, an amount -- from a web page or an e-mail into a call that
+acts. Tags ask the model to treat data as data; this checks, by code, where each value of a
+``write`` or ``external`` call was seen. A value found in untrusted content recorded in this
+session (results of untrusted tools, ``<external_content>`` sections of any result) and in
+none of the trusted sources (the user's messages, the system prompt, trusted tools' results)
+is flagged, naming the tool and call id it came from. The book's line: the model must always
+be able to tell instructions from data -- and what it cannot be trusted to tell, code checks.
+
+What counts as a value (:func:`entities_of`), per argument:
+
+* a whole target (``defence/policy.py`` decides which argument is one): an e-mail address, a
+  URL (and its host), a host, a path, a recipient name;
+* inside any string: e-mail addresses, URLs (with a scheme or ``www.``), IBANs, and account or
+  phone numbers (6 or more digits, spaces and hyphens between them allowed);
+* numbers: every number argument, and strings in parameters named ``amount``, ``sum``,
+  ``price``, ``total``, ``cost``, ``value``, ``quantity``.
+
+How values are normalised before they are compared, on both sides: Unicode NFKC, invisible
+format characters removed (zero-width, bidirectional controls, tag characters -- an attacker's
+``a\\u200bttacker@evil.com`` is ``attacker@evil.com``); addresses, hosts and URLs case-folded,
+``mailto:``, the scheme, ``www.`` and a trailing ``/`` dropped; IBANs without spaces in upper
+case; account numbers as their digits; amounts as decimals (``1,000.50``, ``1.000,50``,
+``1 000.5`` and ``1000.5`` are one value; ``1,000`` may be either ``1000`` or ``1``, so both);
+paths through ``normpath``; names case-folded with whitespace collapsed.
+
+What is never flagged -- the minimum: a text value shorter than :data:`MIN_CHARS` (4)
+characters after normalisation, or one of :data:`COMMON` (``true``, ``none``, ``inbox``, ...);
+a number with fewer than :data:`MIN_DIGITS` (2) digits in its decimal form (``1`` to ``9``).
+Such values occur everywhere and say nothing about where an intention came from.
+
+Laundering a value through the agent's own words does not make it trusted: a tool's result
+counts as trusted only for values that were not in the arguments of the call that produced it
+(a tool that echoes its input proves nothing), a failed result (an error, which echoes the
+arguments) not at all, and a sub-agent's task (written by the parent model) is not a user
+message -- the parent's sources are used instead (``agent/delegate.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import unicodedata
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any, Literal
+
+from ctxwright.core.events import AssistantEvent, Event, ToolEvent, UserEvent
+from ctxwright.defence.policy import email_parts, host_of, leaves, name_words, targets_of
+
+__all__ = [
+    "COMMON",
+    "MIN_CHARS",
+    "MIN_DIGITS",
+    "Entity",
+    "EntityKind",
+    "ProvenanceIndex",
+    "Seen",
+    "entities_of",
+    "normalise",
+    "normalise_amount",
+    "normalise_email",
+    "normalise_url",
+]
+
+EntityKind = Literal["email", "url", "host", "path", "name", "iban", "account", "amount"]
+
+#: Text values shorter than this (after normalisation) are never flagged.
+MIN_CHARS = 4
+#: Numbers with fewer digits than this in their decimal form are never flagged.
+MIN_DIGITS = 2
+#: Values too common to say where an intention came from.
+COMMON = frozenset(
+    {
+        "true",
+        "false",
+        "none",
+        "null",
+        "undefined",
+        "default",
+        "inbox",
+        "draft",
+        "drafts",
+        "sent",
+        "today",
+        "yesterday",
+        "tomorrow",
+        "everyone",
+        "here",
+        "general",
+        "random",
+        "admin",
+        "user",
+        "users",
+        "self",
+        "test",
+        "home",
+        "main",
+        "index",
+        "output",
+        "input",
+        "file",
+        "files",
+        "data",
+        "tmp",
+        "/tmp",
+    }
+)
+
+_AMOUNT_WORDS = frozenset({"amount", "sum", "price", "total", "cost", "value", "quantity"})
+_EMAIL_IN = re.compile(r"(?<![\w.+-])[\w.!#$%&'*+/=?^`{|}~-]+@[\w-]+(?:\.[\w-]+)+")
+_URL_IN = re.compile(r"(?:\bhttps?://|(?<![\w.@-])www\.)[^\s<>\"'`()\[\]{}|\\^]+", re.IGNORECASE)
+_BARE_HOST_IN = re.compile(
+    r"(?<![\w@.-])(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,24}(?![\w-])", re.IGNORECASE
+)
+_IBAN_IN = re.compile(r"\b[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}|(?: [A-Z0-9]{4}){2,7}(?: [A-Z0-9]{1,4})?)\b")
+_DIGITS_IN = re.compile(r"(?<![\w.,])\+?\d(?:[ -]?\d){5,}(?![\w])")
+_NUMBER_IN = re.compile(
+    r"(?<![\w.,])[-+]?\d{1,3}(?:[,.' \u00a0]\d{3})+(?:[.,]\d+)?(?!\d)|(?<![\w.,])[-+]?\d+(?:[.,]\d+)?(?!\d)"
+)
+_FILE_SUFFIXES = frozenset(
+    [
+        "txt",
+        "pdf",
+        "md",
+        "py",
+        "json",
+        "csv",
+        "doc",
+        "docx",
+        "xls",
+        "xlsx",
+        "ppt",
+        "pptx",
+        "png",
+        "jpg",
+        "jpeg",
+        "gif",
+        "svg",
+        "html",
+        "htm",
+        "log",
+        "yaml",
+        "yml",
+        "zip",
+        "tar",
+        "gz",
+        "sh",
+        "js",
+        "ts",
+        "xml",
+        "ini",
+        "cfg",
+        "toml",
+        "rs",
+        "go",
+        "c",
+        "h",
+        "cpp",
+        "java",
+        "rb",
+        "php",
+        "sql",
+        "db",
+        "bak",
+        "tmp",
+        "lock",
+    ]
+)
+_WRAPPED = re.compile(r"<external_content\b([^>]*)>(.*?)</external_content\s*>", re.IGNORECASE | re.DOTALL)
+_ATTR = re.compile(r'(\w+)="([^"]*)"')
+
+
+# --------------------------------------------------------------------------- normalisation
+
+
+def normalise(text: str) -> str:
+    """NFKC with invisible format characters (Unicode category Cf: zero-width, bidirectional
+    controls, tag characters) removed."""
+    text = unicodedata.normalize("NFKC", text)
+    if text.isascii():
+        return text
+    return "".join(c for c in text if unicodedata.category(c) != "Cf")
+
+
+def normalise_email(value: str) -> str | None:
+    """``Bob@Example.COM`` and ``mailto:bob@example.com`` -> ``bob@example.com``."""
+    parts = email_parts(normalise(value))
+    return f"{parts[0]}@{parts[1]}" if parts is not None else None
+
+
+def normalise_host(value: str) -> str | None:
+    host = host_of(normalise(value))
+    if host is None:
+        return None
+    return host[4:] if host.startswith("www.") else host
+
+
+def normalise_url(value: str) -> str:
+    """``HTTPS://www.Example.com/a/`` -> ``example.com/a``: no scheme, no ``www.``, no
+    trailing slash or sentence punctuation, case-folded."""
+    text = normalise(value).strip().casefold()
+    text = re.sub(r"^[a-z][a-z0-9+.-]*://", "", text)
+    text = text[4:] if text.startswith("www.") else text
+    return text.rstrip("/.,;:!?")
+
+
+def normalise_path(value: str) -> str:
+    text = normalise(value).strip()
+    if not text:
+        return ""
+    out = posixpath.normpath(text)
+    return out[2:] if out.startswith("./") else out
+
+
+def normalise_name(value: str) -> str:
+    return " ".join(normalise(value).casefold().split())
+
+
+def normalise_amount(value: object) -> set[str]:
+    """Every decimal a written number may mean, canonical (``98.70`` -> ``{"98.7"}``,
+    ``1,000`` -> ``{"1000", "1"}``); empty when it is not a number."""
+    if isinstance(value, bool):
+        return set()
+    if isinstance(value, (int, float)):
+        return {_canon(Decimal(repr(value)))} if value == value and abs(value) != float("inf") else set()
+    if not isinstance(value, str):
+        return set()
+    text = normalise(value).strip()
+    text = re.sub(r"^[^\d+-]+|[^\d.]+$", "", text)  # currency signs and words around it
+    text = text.replace("\u00a0", " ").replace("'", "").replace(" ", "").replace("_", "")
+    sign = ""
+    if text[:1] in "+-":
+        sign, text = ("-" if text[0] == "-" else ""), text[1:]
+    if not re.fullmatch(r"\d[\d.,]*", text or "x"):
+        return set()
+    readings: set[str] = set()
+    last = max(text.rfind("."), text.rfind(","))
+    seps = set(c for c in text if c in ".,")
+    if not seps:
+        readings.add(text)
+    elif len(seps) == 2:  # both: the last one is the decimal point
+        readings.add(re.sub(r"[.,]", "", text[:last]) + "." + text[last + 1 :])
+    else:
+        sep = seps.pop()
+        groups = text.split(sep)
+        if len(groups) > 2:  # 1,000,000: thousands only
+            readings.add("".join(groups))
+        else:
+            readings.add(groups[0] + "." + groups[1])  # a decimal point
+            if len(groups[1]) == 3:  # 1,000 may be a thousand too
+                readings.add("".join(groups))
+    out = set()
+    for r in readings:
+        try:
+            out.add(_canon(Decimal(sign + r.strip("."))))
+        except InvalidOperation:
+            continue
+    return out
+
+
+def _canon(d: Decimal) -> str:
+    text = format(d.normalize(), "f")
+    return "0" if text in ("-0", "0") else text
+
+
+def _digits(text: str) -> int:
+    return sum(c.isdigit() for c in text)
+
+
+# --------------------------------------------------------------------------- entities
+
+
+@dataclass(frozen=True)
+class Entity:
+    """A value of a call's arguments, as compared: ``norm`` is its normalised form."""
+
+    kind: EntityKind
+    argument: str
+    value: str
+    norm: str
+
+
+def _eligible(kind: EntityKind, norm: str) -> bool:
+    if kind == "amount":
+        return _digits(norm) >= MIN_DIGITS
+    return len(norm) >= MIN_CHARS and norm not in COMMON
+
+
+def _hosts_in(text: str) -> Iterable[str]:
+    for m in _BARE_HOST_IN.finditer(text):
+        host = m.group(0).casefold()
+        if host.rsplit(".", 1)[-1] not in _FILE_SUFFIXES:
+            yield host[4:] if host.startswith("www.") else host
+
+
+def _text_entities(text: str) -> Iterable[tuple[EntityKind, str, str]]:
+    """``(kind, raw, norm)`` of the addresses, URLs, IBANs and long numbers inside ``text``."""
+    text = normalise(text)
+    for m in _EMAIL_IN.finditer(text):
+        norm = normalise_email(m.group(0).rstrip("."))
+        if norm:
+            yield "email", m.group(0), norm
+    for m in _URL_IN.finditer(text):
+        raw = m.group(0).rstrip(".,;:!?")
+        yield "url", raw, normalise_url(raw)
+        host = normalise_host(raw)
+        if host:
+            yield "host", raw, host
+    upper = text.upper()
+    for m in _IBAN_IN.finditer(upper):
+        yield "iban", m.group(0), m.group(0).replace(" ", "")
+    for m in _DIGITS_IN.finditer(text):
+        yield "account", m.group(0), re.sub(r"\D", "", m.group(0))
+
+
+def entities_of(arguments: Mapping[str, Any], schema: Mapping[str, Any] | None = None) -> tuple[Entity, ...]:
+    """The values of a call's arguments provenance checks (the module docstring lists them),
+    each eligible (:data:`MIN_CHARS`, :data:`MIN_DIGITS`, :data:`COMMON`), without duplicates."""
+    found: dict[tuple[str, str, str], Entity] = {}
+
+    def add(kind: EntityKind, argument: str, value: str, norm: str | None) -> None:
+        if norm and _eligible(kind, norm):
+            found.setdefault((kind, argument, norm), Entity(kind, argument, value, norm))
+
+    for t in targets_of(arguments, schema):
+        if t.kind == "email":
+            add("email", t.argument, t.value, normalise_email(t.value))
+        elif t.kind == "url":
+            add("url", t.argument, t.value, normalise_url(t.value))
+            add("host", t.argument, t.value, normalise_host(t.value))
+        elif t.kind == "host":
+            add("host", t.argument, t.value, normalise_host(t.value))
+        elif t.kind == "path":
+            add("path", t.argument, t.value, normalise_path(t.value))
+        else:
+            add("name", t.argument, t.value, normalise_name(t.value))
+    for place, name, _prop, value in leaves(arguments, schema):
+        if isinstance(value, bool) or value is None:
+            continue
+        if isinstance(value, (int, float)):
+            for norm in normalise_amount(value):
+                add("amount", place, str(value), norm)
+            continue
+        if not isinstance(value, str):
+            continue
+        for kind, raw, norm in _text_entities(value):
+            add(kind, place, raw, norm)
+        if name_words(name) & _AMOUNT_WORDS:
+            for norm in normalise_amount(value):
+                add("amount", place, value, norm)
+    return tuple(found.values())
+
+
+# --------------------------------------------------------------------------- sources
+
+
+@dataclass
+class _Source:
+    """One piece of recorded content: its entities by kind and its text for substring search."""
+
+    tool: str | None
+    call_id: str | None
+    entities: dict[str, set[str]]
+    text: str  # normalised, for paths
+    folded: str  # normalised and case-folded, for names
+
+    @classmethod
+    def of(cls, text: str, tool: str | None = None, call_id: str | None = None) -> _Source:
+        ents: dict[str, set[str]] = {}
+        norm = normalise(text)
+        for kind, _raw, value in _text_entities(norm):
+            ents.setdefault(kind, set()).add(value)
+        for m in _EMAIL_IN.finditer(norm):  # an address's domain is a host seen there too
+            ents.setdefault("host", set()).add(m.group(0).rsplit("@", 1)[1].casefold().rstrip("."))
+        ents.setdefault("host", set()).update(_hosts_in(norm))
+        amounts = ents.setdefault("amount", set())
+        for m in _NUMBER_IN.finditer(norm):
+            amounts.update(normalise_amount(m.group(0)))
+        return cls(tool, call_id, ents, norm, " ".join(norm.casefold().split()))
+
+    def without(self, values: Iterable[Entity], texts: Iterable[str]) -> _Source:
+        """This source minus the values of the call that produced it (a tool echoing its input)."""
+        ents = {k: set(v) for k, v in self.entities.items()}
+        for e in values:
+            ents.get(e.kind, set()).discard(e.norm)
+        text, folded = self.text, self.folded
+        for t in texts:
+            if len(t) >= MIN_CHARS:
+                text = text.replace(normalise(t), "\x00")
+                folded = folded.replace(" ".join(normalise(t).casefold().split()), "\x00")
+        return _Source(self.tool, self.call_id, ents, text, folded)
+
+    def has(self, e: Entity) -> bool:
+        if e.kind == "path":
+            return _bounded(e.norm, self.text, r"[\w/.-]", r"[\w/-]")
+        if e.kind == "name":
+            return _bounded(e.norm, self.folded, r"\w", r"\w")
+        return e.norm in self.entities.get(e.kind, ())
+
+
+def _bounded(needle: str, hay: str, before: str, after: str) -> bool:
+    if not needle or needle not in hay:
+        return False
+    return re.search(f"(?<!{before}){re.escape(needle)}(?!{after})", hay) is not None
+
+
+@dataclass(frozen=True)
+class Seen:
+    """Where an untrusted value was seen: the tool and the call whose result held it."""
+
+    tool: str
+    call_id: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"tool": self.tool, "call_id": self.call_id}
+
+
+@dataclass
+class ProvenanceIndex:
+    """The session's sources, split into trusted and untrusted, built from its events and
+    extended as events are appended (the log is append-only, so each event is read once).
+
+    ``untrusted_tool(name)`` says whether a tool's whole result is untrusted (its
+    ``Tool.trust``); ``dispatchers`` are tools that run another tool named in their
+    arguments (``call_tool``), whose results count as that tool's.
+    """
+
+    untrusted_tool: Callable[[str], bool]
+    dispatchers: frozenset[str] = frozenset({"call_tool"})
+    trusted: list[_Source] = field(default_factory=list)
+    untrusted: list[_Source] = field(default_factory=list)
+    _read: dict[str, int] = field(default_factory=dict)
+    _calls: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def add_trusted_text(self, text: str) -> None:
+        """A trusted source outside the event log: the system prompt."""
+        if text:
+            self.trusted.append(_Source.of(text))
+
+    def update(self, key: str, events: Sequence[Event], *, user_trusted: bool = True) -> None:
+        """Read ``events`` of the log named ``key`` past what was read before. With
+        ``user_trusted=False`` (a sub-agent's log), its user messages are not trusted: the
+        parent model wrote them."""
+        start = self._read.get(key, 0)
+        for ev in events[start:]:
+            self._add(ev, user_trusted)
+        self._read[key] = max(start, len(events))
+
+    def _add(self, ev: Event, user_trusted: bool) -> None:
+        if isinstance(ev, UserEvent):
+            if user_trusted and not ev.is_reminder:
+                self.trusted.append(_Source.of(ev.message.content or ""))
+        elif isinstance(ev, AssistantEvent):
+            for tc in ev.message.tool_calls:
+                self._calls[tc.id] = (tc.name, tc.arguments)
+        elif isinstance(ev, ToolEvent):
+            self._add_result(ev)
+
+    def _add_result(self, ev: ToolEvent) -> None:
+        content = ev.message.content or ""
+        call_id = ev.message.tool_call_id or ""
+        name, raw_args = self._calls.get(call_id, (ev.tool_name, "{}"))
+        args = _parse(raw_args)
+        if name in self.dispatchers and isinstance(args.get("name"), str):
+            name = args["name"]
+            inner = args.get("arguments")
+            args = inner if isinstance(inner, dict) else {}
+        if self.untrusted_tool(name):
+            self.untrusted.append(_Source.of(content, name, call_id))
+            return
+        rest: list[str] = []
+        last = 0
+        for m in _WRAPPED.finditer(content):
+            attrs = dict(_ATTR.findall(m.group(1)))
+            source = attrs.get("source", "")
+            tool = source[5:] if source.startswith("tool:") else source or name
+            self.untrusted.append(_Source.of(m.group(2), tool, attrs.get("id") or call_id))
+            rest.append(content[last : m.start()])
+            last = m.end()
+        rest.append(content[last:])
+        if ev.ok and not ev.interrupted:
+            texts = [v for _, _, _, v in leaves(args) if isinstance(v, str)]
+            self.trusted.append(_Source.of("\n".join(rest)).without(entities_of(args), texts))
+
+    def seen_untrusted(self, e: Entity) -> tuple[Seen, ...]:
+        """Where ``e`` was seen in untrusted content, or ``()`` when it was not or when a
+        trusted source holds it too."""
+        if any(s.has(e) for s in self.trusted):
+            return ()
+        return tuple(dict.fromkeys(Seen(s.tool or "?", s.call_id or "?") for s in self.untrusted if s.has(e)))
+
+
+def _parse(arguments: str) -> dict[str, Any]:
+    try:
+        value = json.loads(arguments)
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
