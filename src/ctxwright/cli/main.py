@@ -57,6 +57,26 @@ def _given(**options: Any) -> dict[str, Any]:
     return {k: v for k, v in options.items() if v is not None}
 
 
+def _gate_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The confirmation gate's options (``cli/approve.py``): the allowlists given as flags, the
+    rules file, the approval mode -- ``ask`` becomes a y/N prompt only on a terminal."""
+    from ctxwright.cli.approve import cli_approve
+
+    lists = {
+        key: value
+        for key, value in (("paths", args.allow_path), ("domains", args.allow_domain), ("hosts", args.allow_host))
+        if value
+    }
+    gated = bool(lists or args.gate_rules or args.approve or args.approve_timeout is not None)
+    wants_gate = gated or getattr(args, "defence", None) in ("gate", "provenance", "D4", "D5", "d4", "d5")
+    return _given(
+        allow=lists or None,
+        gate_rules=args.gate_rules,
+        approve=cli_approve(args.approve, err_console, timeout_s=args.approve_timeout) if wants_gate else None,
+        approve_timeout=args.approve_timeout,
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Turn the arguments into one :class:`~ctxwright.harness.Harness` and print its run."""
     from ctxwright.core.store import default_db_path
@@ -121,6 +141,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         timestamps=args.timestamps or None,
         max_repeats=args.max_repeats,
         compaction=compaction,
+        **_gate_options(args),
     )
     printer = RunPrinter(console, err_console)
     with Harness(
@@ -479,6 +500,37 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: on with tags)",
     )
     san.add_argument("--no-sanitize", dest="sanitize", action="store_false")
+    gate = r.add_argument_group("confirmation gate (with --defence gate or provenance; docs/defence.md)")
+    gate.add_argument(
+        "--approve",
+        choices=("ask", "deny", "allow-listed"),
+        help="what happens to a flagged write/external call: 'ask' (default) asks y/N on a terminal and denies "
+        "without one; 'deny' denies it; 'allow-listed' runs only calls whose every target is allowlisted",
+    )
+    gate.add_argument(
+        "--allow-path", action="append", metavar="DIR", help="an allowed folder for written paths (repeatable)"
+    )
+    gate.add_argument(
+        "--allow-domain",
+        action="append",
+        metavar="DOMAIN",
+        help="an allowed e-mail domain (example.com) or address (bob@example.com) (repeatable)",
+    )
+    gate.add_argument(
+        "--allow-host",
+        action="append",
+        metavar="HOST",
+        help="an allowed host (api.example.com) or URL prefix (https://example.com/hooks/) (repeatable)",
+    )
+    gate.add_argument(
+        "--gate-rules", metavar="FILE", help="a YAML file of allowlists: keys paths, domains, hosts (lists)"
+    )
+    gate.add_argument(
+        "--approve-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="seconds to wait for an answer before a call counts as denied (default 120)",
+    )
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("sessions", help="list stored sessions")

@@ -256,6 +256,20 @@ class RunPrinter:
             if len(content) > RESULT_PREVIEW_CHARS:
                 line.append(f"… ({len(content):,} chars)", style="dim")
             self.out.print(line, soft_wrap=True)
+        elif kind == "gate":
+            decision = data["decision"]
+            style = "bold green" if decision.approved else "bold red"
+            self.out.print(
+                _literal(
+                    "gate",
+                    style,
+                    f" {decision.decision} {data['request'].tool}",
+                    (f" ({decision.by})", "dim"),
+                    "  ",
+                    decision.reason,
+                ),
+                soft_wrap=True,
+            )
         elif kind == "repeated_call":
             self.out.print(_literal("repeated", "bold magenta", " ", str(data["note"])), soft_wrap=True)
         elif kind == "compaction":

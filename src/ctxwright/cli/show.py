@@ -19,6 +19,7 @@ from ctxwright.core.events import (
     AssistantEvent,
     CompactionEvent,
     Event,
+    GateEvent,
     MessageEvent,
     ToolEvent,
     UserEvent,
@@ -185,6 +186,19 @@ def _render(data: dict[str, Any], console: Console, indent: str, *, wide: bool =
                     f" {ev.layer}: {n} message(s) {how}"
                     + (f" before call {ev.call_index}" if ev.call_index is not None else "")
                     + (f", request was {before:,} tokens" if before is not None else ""),
+                )
+            )
+        elif isinstance(ev, GateEvent):
+            style = "green" if ev.decision == "approve" else "red"
+            say(
+                _line(
+                    indent,
+                    ev.seq,
+                    "gate",
+                    style,
+                    f" {ev.decision} {ev.tool} ",
+                    (ev.call_id, "dim"),
+                    f" {ev.effects} · {ev.by}: {ev.reason}",
                 )
             )
         elif isinstance(ev, UserEvent):

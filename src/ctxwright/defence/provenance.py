@@ -115,10 +115,13 @@ COMMON = frozenset(
 _AMOUNT_WORDS = frozenset({"amount", "sum", "price", "total", "cost", "value", "quantity"})
 _EMAIL_IN = re.compile(r"(?<![\w.+-])[\w.!#$%&'*+/=?^`{|}~-]+@[\w-]+(?:\.[\w-]+)+")
 _URL_IN = re.compile(r"(?:\bhttps?://|(?<![\w.@-])www\.)[^\s<>\"'`()\[\]{}|\\^]+", re.IGNORECASE)
-_BARE_HOST_IN = re.compile(
-    r"(?<![\w@.-])(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,24}(?![\w-])", re.IGNORECASE
+_IBAN_IN = re.compile(
+    r"\b[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}|(?: [A-Z0-9]{4}){2,7}(?: [A-Z0-9]{1,4})?)\b", re.IGNORECASE
 )
-_IBAN_IN = re.compile(r"\b[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}|(?: [A-Z0-9]{4}){2,7}(?: [A-Z0-9]{1,4})?)\b")
+_BARE_URL_IN = re.compile(
+    r"(?<![\w@.-])(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,24}(?::\d+)?(?:/[^\s<>\"'`()\[\]{}|\\^]*)?(?![\w-])",
+    re.IGNORECASE,
+)
 _DIGITS_IN = re.compile(r"(?<![\w.,])\+?\d(?:[ -]?\d){5,}(?![\w])")
 _NUMBER_IN = re.compile(
     r"(?<![\w.,])[-+]?\d{1,3}(?:[,.' \u00a0]\d{3})+(?:[.,]\d+)?(?!\d)|(?<![\w.,])[-+]?\d+(?:[.,]\d+)?(?!\d)"
@@ -292,30 +295,31 @@ def _eligible(kind: EntityKind, norm: str) -> bool:
     return len(norm) >= MIN_CHARS and norm not in COMMON
 
 
-def _hosts_in(text: str) -> Iterable[str]:
-    for m in _BARE_HOST_IN.finditer(text):
-        host = m.group(0).casefold()
-        if host.rsplit(".", 1)[-1] not in _FILE_SUFFIXES:
-            yield host[4:] if host.startswith("www.") else host
-
-
 def _text_entities(text: str) -> Iterable[tuple[EntityKind, str, str]]:
-    """``(kind, raw, norm)`` of the addresses, URLs, IBANs and long numbers inside ``text``."""
+    """``(kind, raw, norm)`` of the addresses, URLs, hosts, IBANs and long numbers in ``text``."""
     text = normalise(text)
     for m in _EMAIL_IN.finditer(text):
         norm = normalise_email(m.group(0).rstrip("."))
         if norm:
             yield "email", m.group(0), norm
-    for m in _URL_IN.finditer(text):
+    blanked = _EMAIL_IN.sub(lambda m: " " * len(m.group(0)), text)
+    for m in _URL_IN.finditer(blanked):
         raw = m.group(0).rstrip(".,;:!?")
         yield "url", raw, normalise_url(raw)
         host = normalise_host(raw)
         if host:
             yield "host", raw, host
-    upper = text.upper()
-    for m in _IBAN_IN.finditer(upper):
-        yield "iban", m.group(0), m.group(0).replace(" ", "")
-    for m in _DIGITS_IN.finditer(text):
+    blanked = _URL_IN.sub(lambda m: " " * len(m.group(0)), blanked)
+    for m in _BARE_URL_IN.finditer(blanked):  # example.com/path without a scheme
+        raw = m.group(0).rstrip(".,;:!?")
+        host = normalise_host(raw)
+        if host and host.rsplit(".", 1)[-1] not in _FILE_SUFFIXES:
+            yield "url", raw, normalise_url(raw)
+            yield "host", raw, host
+    for m in _IBAN_IN.finditer(text):
+        yield "iban", m.group(0), m.group(0).replace(" ", "").upper()
+    # an IBAN's digits are not also an account number (its spaces would make them one)
+    for m in _DIGITS_IN.finditer(_IBAN_IN.sub(" ", text)):
         yield "account", m.group(0), re.sub(r"\D", "", m.group(0))
 
 
@@ -378,7 +382,6 @@ class _Source:
             ents.setdefault(kind, set()).add(value)
         for m in _EMAIL_IN.finditer(norm):  # an address's domain is a host seen there too
             ents.setdefault("host", set()).add(m.group(0).rsplit("@", 1)[1].casefold().rstrip("."))
-        ents.setdefault("host", set()).update(_hosts_in(norm))
         amounts = ents.setdefault("amount", set())
         for m in _NUMBER_IN.finditer(norm):
             amounts.update(normalise_amount(m.group(0)))
