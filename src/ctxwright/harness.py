@@ -41,8 +41,10 @@ from ctxwright.core.request import ToolChoice, ToolSpec
 from ctxwright.core.sections import SystemPromptBuilder
 from ctxwright.core.session import Session
 from ctxwright.core.store import Store
+from ctxwright.defence.gate import ApprovalMode, Approver, Gate, build_gate
 from ctxwright.defence.levels import LEVELS, Features, Level
 from ctxwright.defence.levels import features as defence_features
+from ctxwright.defence.policy import GatePolicy
 from ctxwright.errors import BackendUnavailable, ConfigError, CtxwrightError, PrefixMismatch
 from ctxwright.mcp.connection import DEFAULT_TIMEOUT_S as MCP_DEFAULT_TIMEOUT_S
 from ctxwright.mcp.connection import parse_command
@@ -236,6 +238,16 @@ class Harness:
             refused (:class:`PrefixMismatch`).
         sanitize: the sanitizer on untrusted results (``defence/sanitize.py``). ``None``: on
             with the tags; ``False`` turns it off (marking stays).
+        approve: the confirmation gate's decision on a flagged call (levels ``gate`` and
+            ``provenance``; ``defence/gate.py``): ``"ask"`` (default: ask the callback, deny
+            without one), ``"deny"``, ``"allow-listed"`` (run only calls whose every target
+            is allowlisted), or a callback ``fn(GateRequest) -> "approve" | "deny" | bool``
+            (which means ``"ask"``). Not recorded: give it again on resume.
+        allow: the gate's allowlists, a ``GatePolicy`` or ``{"paths": [...], "domains":
+            [...], "hosts": [...]}`` (``defence/policy.py``); the workspace is always allowed.
+        gate_rules: a YAML file with the same keys, merged with ``allow``.
+        approve_timeout: seconds the callback may take before its silence is a deny
+            (default 120).
         reasoning: how earlier reasoning is sent back: ``"strip"``, ``"keep"``,
             ``"must_send_back"``, ``"qwen3"`` or a :class:`ReasoningPolicy`. ``None``: the
             mode recorded with the session, else by model family (``core/reasoning.py``).
@@ -299,6 +311,10 @@ class Harness:
         mcp_timeout: float | None = None,
         defence: Level | Features | None = None,
         sanitize: bool | None = None,
+        approve: ApprovalMode | Approver | None = None,
+        allow: GatePolicy | Mapping[str, Any] | None = None,
+        gate_rules: str | Path | None = None,
+        approve_timeout: float | None = None,
         reasoning: ReasoningMode | ReasoningPolicy | None = None,
         max_iterations: int | None = None,
         max_tool_rounds: int | None = None,
@@ -461,6 +477,16 @@ class Harness:
 
         # the defence level: its prompt section is part of the prefix (defence/levels.py)
         self.defence: Features = self._defence(opts, stored, recorded)
+        # its confirmation gate (D4, D5), every rule checked now, before the session starts
+        self.gate: Gate | None = build_gate(
+            enabled=self.defence.gate,
+            provenance=self.defence.provenance,
+            approve=opts["approve"],
+            allow=opts["allow"],
+            gate_rules=opts["gate_rules"],
+            approve_timeout=opts["approve_timeout"],
+            workspace=self.workspace,
+        )
         # the section only when some tool's results will be marked (deferred ones included)
         section = self.defence.prompt_section if any(t.trust == "untrusted" for t in self.tools) else None
 
@@ -558,6 +584,7 @@ class Harness:
             on_event=self.on_event,
             status=status_bar,
             before_call=self._before_call if self.mcp is not None else None,
+            gate=self.gate,
         )
         if self.delegator is not None:
             self.delegator.bind(self.agent)

@@ -115,9 +115,7 @@ COMMON = frozenset(
 _AMOUNT_WORDS = frozenset({"amount", "sum", "price", "total", "cost", "value", "quantity"})
 _EMAIL_IN = re.compile(r"(?<![\w.+-])[\w.!#$%&'*+/=?^`{|}~-]+@[\w-]+(?:\.[\w-]+)+")
 _URL_IN = re.compile(r"(?:\bhttps?://|(?<![\w.@-])www\.)[^\s<>\"'`()\[\]{}|\\^]+", re.IGNORECASE)
-_IBAN_IN = re.compile(
-    r"\b[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}|(?: [A-Z0-9]{4}){2,7}(?: [A-Z0-9]{1,4})?)\b", re.IGNORECASE
-)
+_IBAN_IN = re.compile(r"\b[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}|(?: [A-Z0-9]{4}){2,7}(?: [A-Z0-9]{1,4})?)\b", re.IGNORECASE)
 _BARE_URL_IN = re.compile(
     r"(?<![\w@.-])(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,24}(?::\d+)?(?:/[^\s<>\"'`()\[\]{}|\\^]*)?(?![\w-])",
     re.IGNORECASE,
