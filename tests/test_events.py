@@ -17,6 +17,7 @@ from ctxwright.core.events import (
     CompactionEvent,
     CompactionNote,
     Event,
+    GateEvent,
     Offload,
     StatusEvent,
     SummaryFailedEvent,
@@ -83,6 +84,18 @@ EXAMPLES: list[Event] = [
     BreakerEvent(seq=5, created_at=6.0, state="open", failures=3, reason="error", call_index=4, retry_at_call=14),
     SummaryFailedEvent(seq=6, created_at=7.0, reason="timeout", detail="slow", call_index=4),
     TodoEvent(seq=7, created_at=8.0, items=(TodoItem(1, "plan", "in_progress", 1.0, 2.0),), next_id=2),
+    GateEvent(
+        seq=9,
+        created_at=10.0,
+        call_id="c2",
+        tool="send_email",
+        effects="external",
+        decision="deny",
+        by="no_approver",
+        reason="to='eve@evil.example' came from read_webpage (c1)",
+        mode="ask",
+        flags=({"type": "provenance", "argument": "to", "seen": [{"tool": "read_webpage", "call_id": "c1"}]},),
+    ),
     UnknownEvent(seq=8, created_at=9.0, name="thought", payload={"text": "from a newer writer", "n": [1]}),
 ]
 

@@ -96,7 +96,7 @@ def test_attacker_address_from_a_page_is_flagged_denied_and_recorded():
             "external",
         )
         (flag,) = gate.flags
-        assert flag["kind"] == "provenance" and flag["argument"] == "to"
+        assert flag["type"] == "provenance" and flag["argument"] == "to"
         assert flag["seen"] == [{"tool": "read_webpage", "call_id": "c1"}]
         denied = _result_of(h, "c2")
         assert not denied.ok and denied.error_type == "gate_denied"
@@ -136,7 +136,7 @@ def test_callback_gets_a_structured_request_and_decides():
     (req,) = seen
     assert req.tool == "send_email" and req.effects == "external" and req.call_id == "c2"
     assert req.arguments == {"to": "attacker@evil.example", "subject": "notes", "body": "my notes"}
-    assert [(f.kind, f.argument, [(s.tool, s.call_id) for s in f.seen]) for f in req.flags] == [
+    assert [(f.type, f.argument, [(s.tool, s.call_id) for s in f.seen]) for f in req.flags] == [
         ("provenance", "to", [("read_webpage", "c1")])
     ]
 
@@ -184,7 +184,7 @@ def test_gate_without_provenance_confirms_every_unlisted_target(tmp_path):
     with _harness(_script("bob@corp.example"), defence="gate") as h:
         h.run("Mail bob@corp.example")
         (gate,) = _gates(h)
-        assert gate.decision == "deny" and gate.flags[0]["kind"] == "unverified"
+        assert gate.decision == "deny" and gate.flags[0]["type"] == "unverified"
     rules = tmp_path / "rules.yaml"
     rules.write_text("domains: [corp.example]\n")
     with _harness(_script("bob@corp.example"), defence="gate", gate_rules=rules) as h:

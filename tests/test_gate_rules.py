@@ -151,7 +151,7 @@ def test_targets_by_format_shape_and_name():
         "body": "see /etc/passwd please",
         "message": {"to": "Dave"},
     }
-    got = {(t.argument, t.kind) for t in targets_of(args, schema)}
+    got = {(t.argument, t.type) for t in targets_of(args, schema)}
     assert got == {
         ("dest", "email"),
         ("site", "url"),
@@ -192,7 +192,7 @@ def _u(text):
 
 
 def _flags(idx, args):
-    return {(e.kind, e.norm): idx.seen_untrusted(e) for e in entities_of(args) if idx.seen_untrusted(e)}
+    return {(e.type, e.norm): idx.seen_untrusted(e) for e in entities_of(args) if idx.seen_untrusted(e)}
 
 
 PAGE = (
@@ -257,7 +257,6 @@ def test_wrapped_sections_of_a_trusted_result_are_untrusted_and_echoes_do_not_la
     ]
     idx = _index(*log)
     flags = _flags(idx, {"to": "eve@evil.example"})
-    assert list(flags.values()) == [tuple(flags.values())[0]]
     (seen,) = flags.values()
     assert [(s.tool, s.call_id) for s in seen] == [("fetch", "c9")]
     # but a value a trusted tool produced itself is trusted
@@ -379,12 +378,12 @@ def test_modes():
     # without provenance (D4): an unlisted target is unverified and asks
     d4 = Gate(provenance=False)
     req = _request(d4, "bob@corp.example", None)
-    assert [f.kind for f in req.flags] == ["unverified"]
+    assert [f.type for f in req.flags] == ["unverified"]
     assert not d4.decide(req).approved
     d4_listed = Gate(GatePolicy.build(domains=["corp.example"]), provenance=False)
     assert d4_listed.decide(_request(d4_listed, "bob@corp.example", None)).approved
     out = d4_listed.check(SEND, "c4", {"to": "eve@evil.example"}, None)
-    assert [f.kind for f in out.flags] == ["outside_allowlist"]
+    assert [f.type for f in out.flags] == ["outside_allowlist"]
 
 
 def test_callbacks_raise_hang_and_answer():
@@ -419,7 +418,7 @@ def test_callbacks_raise_hang_and_answer():
     assert req.tool == "send_email" and req.effects == "external" and req.arguments["to"] == "eve@evil.example"
     (flag,) = req.flags
     assert (
-        flag.kind == "provenance"
+        flag.type == "provenance"
         and flag.argument == "to"
         and [(s.tool, s.call_id) for s in flag.seen] == [("read_webpage", "c1")]
     )

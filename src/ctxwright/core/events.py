@@ -683,7 +683,7 @@ class GateEvent(Event):
     """The confirmation gate's decision on one call (``defence/gate.py``), recorded before the
     call's result: ``by`` says who decided (``policy``, ``allowlist``, ``mode``, ``callback``,
     ``no_approver``, ``callback_error``, ``callback_timeout``, ``callback_invalid``), ``flags``
-    what was found (each a dict: kind, argument, value, what, reason, and where an untrusted
+    what was found (each a dict: type, argument, value, what, reason, and where an untrusted
     value was seen). Not a message: the renderer skips it; a denied call is answered by its
     ``gate_denied`` tool result, so every call stays answered."""
 

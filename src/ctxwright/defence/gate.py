@@ -85,7 +85,7 @@ class GateFlag:
     ``to[1]``), ``what`` its kind (``email``, ``url``, ``amount``, ``call`` for the whole call),
     ``seen`` where an untrusted value was read."""
 
-    kind: FlagKind
+    type: FlagKind
     argument: str
     value: str
     what: str
@@ -94,7 +94,7 @@ class GateFlag:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "kind": self.kind,
+            "type": self.type,
             "argument": self.argument,
             "value": self.value,
             "what": self.what,
@@ -176,7 +176,7 @@ class Gate:
             if covered is False:
                 flags.append(
                     GateFlag(
-                        "outside_allowlist", t.argument, t.value, t.kind, f"{t.argument}={t.value!r}: {_outside(t)}"
+                        "outside_allowlist", t.argument, t.value, t.type, f"{t.argument}={t.value!r}: {_outside(t)}"
                     )
                 )
             elif covered is None and not self.provenance:
@@ -185,8 +185,8 @@ class Gate:
                         "unverified",
                         t.argument,
                         t.value,
-                        t.kind,
-                        f"{t.argument}={t.value!r}: no allowlist covers this {t.kind}, and provenance is off",
+                        t.type,
+                        f"{t.argument}={t.value!r}: no allowlist covers this {t.type}, and provenance is off",
                     )
                 )
         if not targets and not self.provenance:
@@ -209,8 +209,8 @@ class Gate:
                             "provenance",
                             e.argument,
                             e.value,
-                            e.kind,
-                            f"{e.argument}={e.value!r}: this {e.kind} appears in untrusted content from {where} "
+                            e.type,
+                            f"{e.argument}={e.value!r}: this {e.type} appears in untrusted content from {where} "
                             "and in none of the user's messages, the system prompt or trusted results",
                             seen,
                         )
@@ -315,7 +315,7 @@ def _effects(tool: Tool) -> str:
 
 def _outside(t: Target) -> str:
     lists = {"path": "allowed folders", "email": "allowed e-mail domains and addresses"}
-    return f"outside the {lists.get(t.kind, 'allowed hosts')}"
+    return f"outside the {lists.get(t.type, 'allowed hosts')}"
 
 
 def build_gate(

@@ -149,11 +149,11 @@ class Target:
     arguments (``to``, ``to[1]``, ``message.to``)."""
 
     argument: str
-    kind: TargetKind
+    type: TargetKind
     value: str
 
     def to_dict(self) -> dict[str, str]:
-        return {"argument": self.argument, "kind": self.kind, "value": self.value}
+        return {"argument": self.argument, "type": self.type, "value": self.value}
 
 
 @dataclass(frozen=True)
@@ -314,11 +314,11 @@ class GatePolicy:
     def covers(self, target: Target) -> bool | None:
         """``True`` when an allowlist covers ``target``, ``False`` when the lists of its kind
         do not, ``None`` when there is no list of its kind (or it is a recipient name)."""
-        if target.kind == "path":
+        if target.type == "path":
             if not self.paths:
                 return None
             return self._path_inside(target.value)
-        if target.kind == "email":
+        if target.type == "email":
             if not (self.domains or self.emails):
                 return None
             parts = email_parts(target.value)
@@ -326,7 +326,7 @@ class GatePolicy:
                 return False
             address = f"{parts[0]}@{parts[1]}"
             return address in self.emails or any(_under(parts[1], d) for d in self.domains)
-        if target.kind in ("url", "host"):
+        if target.type in ("url", "host"):
             if not (self.hosts or self.url_prefixes):
                 return None
             host = host_of(target.value)
@@ -334,7 +334,7 @@ class GatePolicy:
                 return False
             if any(_under(host, h) for h in self.hosts):
                 return True
-            if target.kind == "url" and "://" in target.value:
+            if target.type == "url" and "://" in target.value:
                 key = _url_key(target.value)
                 return any(key.startswith(p) for p in self.url_prefixes)
             return False

@@ -281,7 +281,7 @@ def _digits(text: str) -> int:
 class Entity:
     """A value of a call's arguments, as compared: ``norm`` is its normalised form."""
 
-    kind: EntityKind
+    type: EntityKind
     argument: str
     value: str
     norm: str
@@ -331,14 +331,14 @@ def entities_of(arguments: Mapping[str, Any], schema: Mapping[str, Any] | None =
             found.setdefault((kind, argument, norm), Entity(kind, argument, value, norm))
 
     for t in targets_of(arguments, schema):
-        if t.kind == "email":
+        if t.type == "email":
             add("email", t.argument, t.value, normalise_email(t.value))
-        elif t.kind == "url":
+        elif t.type == "url":
             add("url", t.argument, t.value, normalise_url(t.value))
             add("host", t.argument, t.value, normalise_host(t.value))
-        elif t.kind == "host":
+        elif t.type == "host":
             add("host", t.argument, t.value, normalise_host(t.value))
-        elif t.kind == "path":
+        elif t.type == "path":
             add("path", t.argument, t.value, normalise_path(t.value))
         else:
             add("name", t.argument, t.value, normalise_name(t.value))
@@ -389,7 +389,7 @@ class _Source:
         """This source minus the values of the call that produced it (a tool echoing its input)."""
         ents = {k: set(v) for k, v in self.entities.items()}
         for e in values:
-            ents.get(e.kind, set()).discard(e.norm)
+            ents.get(e.type, set()).discard(e.norm)
         text, folded = self.text, self.folded
         for t in texts:
             if len(t) >= MIN_CHARS:
@@ -398,11 +398,11 @@ class _Source:
         return _Source(self.tool, self.call_id, ents, text, folded)
 
     def has(self, e: Entity) -> bool:
-        if e.kind == "path":
+        if e.type == "path":
             return _bounded(e.norm, self.text, r"[\w/.-]", r"[\w/-]")
-        if e.kind == "name":
+        if e.type == "name":
             return _bounded(e.norm, self.folded, r"\w", r"\w")
-        return e.norm in self.entities.get(e.kind, ())
+        return e.norm in self.entities.get(e.type, ())
 
 
 def _bounded(needle: str, hay: str, before: str, after: str) -> bool:
