@@ -180,13 +180,21 @@ _ATTR = re.compile(r'(\w+)="([^"]*)"')
 # --------------------------------------------------------------------------- normalisation
 
 
+#: Every character of Unicode category Cf ("format": soft hyphen, zero-width, bidirectional
+#: controls, tag characters, ...), as of Unicode 14. Removed for comparison only -- a wider set
+#: than the sanitizer's, which changes what the model sees and names each kind it removes.
+_FORMAT_CHARS = re.compile(
+    "[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U00013438"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]"
+)
+
+
 def normalise(text: str) -> str:
     """NFKC with invisible format characters (Unicode category Cf: zero-width, bidirectional
     controls, tag characters) removed."""
     text = unicodedata.normalize("NFKC", text)
-    if text.isascii():
-        return text
-    return "".join(c for c in text if unicodedata.category(c) != "Cf")
+    return text if text.isascii() else _FORMAT_CHARS.sub("", text)
 
 
 def normalise_email(value: str) -> str | None:
@@ -293,32 +301,31 @@ def _eligible(kind: EntityKind, norm: str) -> bool:
     return len(norm) >= MIN_CHARS and norm not in COMMON
 
 
-def _text_entities(text: str) -> Iterable[tuple[EntityKind, str, str]]:
-    """``(kind, raw, norm)`` of the addresses, URLs, hosts, IBANs and long numbers in ``text``."""
-    text = normalise(text)
-    for m in _EMAIL_IN.finditer(text):
-        norm = normalise_email(m.group(0).rstrip("."))
+def _text_entities(text: str, *, normalised: bool = False) -> Iterable[tuple[EntityKind, str, str]]:
+    """``(kind, raw, norm)`` of the addresses, URLs, hosts, IBANs and long numbers in ``text``
+    (each distinct written form once)."""
+    text = text if normalised else normalise(text)
+    for raw in dict.fromkeys(m.group(0).rstrip(".") for m in _EMAIL_IN.finditer(text)):
+        norm = normalise_email(raw)
         if norm:
-            yield "email", m.group(0), norm
+            yield "email", raw, norm
     blanked = _EMAIL_IN.sub(lambda m: " " * len(m.group(0)), text)
-    for m in _URL_IN.finditer(blanked):
-        raw = m.group(0).rstrip(".,;:!?")
+    for raw in dict.fromkeys(m.group(0).rstrip(".,;:!?") for m in _URL_IN.finditer(blanked)):
         yield "url", raw, normalise_url(raw)
         host = normalise_host(raw)
         if host:
             yield "host", raw, host
     blanked = _URL_IN.sub(lambda m: " " * len(m.group(0)), blanked)
-    for m in _BARE_URL_IN.finditer(blanked):  # example.com/path without a scheme
-        raw = m.group(0).rstrip(".,;:!?")
-        host = normalise_host(raw)
+    for raw in dict.fromkeys(m.group(0).rstrip(".,;:!?") for m in _BARE_URL_IN.finditer(blanked)):
+        host = normalise_host(raw)  # example.com/path without a scheme
         if host and host.rsplit(".", 1)[-1] not in _FILE_SUFFIXES:
             yield "url", raw, normalise_url(raw)
             yield "host", raw, host
-    for m in _IBAN_IN.finditer(text):
-        yield "iban", m.group(0), m.group(0).replace(" ", "").upper()
+    for raw in dict.fromkeys(m.group(0) for m in _IBAN_IN.finditer(text)):
+        yield "iban", raw, raw.replace(" ", "").upper()
     # an IBAN's digits are not also an account number (its spaces would make them one)
-    for m in _DIGITS_IN.finditer(_IBAN_IN.sub(" ", text)):
-        yield "account", m.group(0), re.sub(r"\D", "", m.group(0))
+    for raw in dict.fromkeys(m.group(0) for m in _DIGITS_IN.finditer(_IBAN_IN.sub(" ", text))):
+        yield "account", raw, re.sub(r"\D", "", raw)
 
 
 def entities_of(arguments: Mapping[str, Any], schema: Mapping[str, Any] | None = None) -> tuple[Entity, ...]:
@@ -376,13 +383,13 @@ class _Source:
     def of(cls, text: str, tool: str | None = None, call_id: str | None = None) -> _Source:
         ents: dict[str, set[str]] = {}
         norm = normalise(text)
-        for kind, _raw, value in _text_entities(norm):
+        for kind, _raw, value in _text_entities(norm, normalised=True):
             ents.setdefault(kind, set()).add(value)
         for m in _EMAIL_IN.finditer(norm):  # an address's domain is a host seen there too
             ents.setdefault("host", set()).add(m.group(0).rsplit("@", 1)[1].casefold().rstrip("."))
         amounts = ents.setdefault("amount", set())
-        for m in _NUMBER_IN.finditer(norm):
-            amounts.update(normalise_amount(m.group(0)))
+        for written in set(m.group(0) for m in _NUMBER_IN.finditer(norm)):
+            amounts.update(normalise_amount(written))
         return cls(tool, call_id, ents, norm, " ".join(norm.casefold().split()))
 
     def without(self, values: Iterable[Entity], texts: Iterable[str]) -> _Source:
