@@ -286,8 +286,8 @@ def _cli(tmp_path: Path, url: str, *extra: str) -> list[str]:
     (tmp_path / "gatetools.py").write_text(TOOLS_MODULE)
     return [
         sys.executable,
-        "-m",
-        "ctxwright",
+        "-c",
+        "import sys; from ctxwright.cli.main import main; sys.exit(main())",
         "--db",
         str(tmp_path / "c.db"),
         "run",
@@ -331,6 +331,7 @@ def test_cli_without_a_terminal_denies_by_default(tmp_path):
     assert "sent to" not in proc.stdout and "run it?" not in proc.stderr
 
 
+@pytest.mark.slow  # a real process per mode
 @pytest.mark.parametrize(
     ("mode", "to", "allow", "expected"),
     [
@@ -379,6 +380,7 @@ def test_cli_malformed_rule_is_one_line(tmp_path):
     assert len([ln for ln in proc.stderr.splitlines() if ln.strip()]) == 1
 
 
+@pytest.mark.slow  # a real process on a pseudo-terminal per answer
 @pytest.mark.parametrize(
     ("answer", "expected"), [("y", "gate approve send_email (callback)"), ("n", "gate deny send_email (callback)")]
 )
