@@ -20,12 +20,15 @@ if TYPE_CHECKING:
     from ctxwright.backends.scripted import ScriptedBackend
     from ctxwright.compaction.config import CompactionConfig
     from ctxwright.core.reasoning import ReasoningPolicy
+    from ctxwright.defence.gate import GateRequest
+    from ctxwright.defence.policy import GatePolicy
     from ctxwright.errors import (
         BackendError,
         BackendUnavailable,
         ConfigError,
         ContextWindowExceeded,
         CtxwrightError,
+        GateRuleError,
         PrefixMismatch,
         SessionNotFound,
     )
@@ -51,6 +54,9 @@ _EXPORTS = {
     "BackendError": "ctxwright.errors",
     "BackendUnavailable": "ctxwright.errors",
     "ContextWindowExceeded": "ctxwright.errors",
+    "GateRuleError": "ctxwright.errors",
+    "GatePolicy": "ctxwright.defence.policy",
+    "GateRequest": "ctxwright.defence.gate",
 }
 
 __all__ = [
@@ -61,6 +67,9 @@ __all__ = [
     "ContextWindowExceeded",
     "CtxwrightError",
     "EmbeddedBackend",
+    "GatePolicy",
+    "GateRequest",
+    "GateRuleError",
     "Harness",
     "OpenAIBackend",
     "PrefixMismatch",
