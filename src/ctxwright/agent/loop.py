@@ -320,7 +320,7 @@ class Agent:
             tools = self.tools
 
             def untrusted(name: str) -> bool:
-                return name in tools and getattr(tools.get(name), "trust", "trusted") == "untrusted"
+                return name in tools and tools.get(name).trust == "untrusted"
 
             self._provenance = ProvenanceIndex(untrusted)
             self._provenance.add_trusted_text(self.session.prefix.system_prompt)

@@ -162,7 +162,7 @@ class Gate:
     @staticmethod
     def gated(tool: Tool) -> bool:
         """Whether calls to ``tool`` are checked: its effects are ``write`` or ``external``."""
-        return str(getattr(tool, "effects", "none")) in GATED_EFFECTS
+        return tool.effects in GATED_EFFECTS
 
     def check(
         self, tool: Tool, call_id: str, arguments: Mapping[str, Any], index: ProvenanceIndex | None
@@ -310,7 +310,7 @@ def _verdict(value: Any) -> bool | None:
 
 
 def _effects(tool: Tool) -> str:
-    return str(getattr(tool, "effects", "none"))
+    return tool.effects
 
 
 def _outside(t: Target) -> str:

@@ -51,6 +51,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
 from ctxwright.core.events import AssistantEvent, Event, ToolEvent, UserEvent
+from ctxwright.defence.marking import TAG
 from ctxwright.defence.policy import email_parts, host_of, leaves, name_words, targets_of
 
 __all__ = [
@@ -173,7 +174,9 @@ _FILE_SUFFIXES = frozenset(
         "lock",
     ]
 )
-_WRAPPED = re.compile(r"<external_content\b([^>]*)>(.*?)</external_content\s*>", re.IGNORECASE | re.DOTALL)
+#: A section marked as external content anywhere in a result (``defence/marking.py`` defuses
+#: every tag inside a marked body, so the first closing tag is the section's own).
+_WRAPPED = re.compile(rf"<{TAG}\b([^>]*)>(.*?)</{TAG}\s*>", re.DOTALL)
 _ATTR = re.compile(r'(\w+)="([^"]*)"')
 
 
@@ -479,8 +482,10 @@ class ProvenanceIndex:
             name = args["name"]
             inner = args.get("arguments")
             args = inner if isinstance(inner, dict) else {}
-        if self.untrusted_tool(name):
+        if ev.external or self.untrusted_tool(name):
             self.untrusted.append(_Source.of(content, name, call_id))
+            if ev.sanitized is not None:  # what the tool said before the sanitizer: the same values
+                self.untrusted.append(_Source.of(ev.sanitized.original, name, call_id))
             return
         rest: list[str] = []
         last = 0
