@@ -32,13 +32,17 @@ def main() -> None:
         ["compression.py", *(["--quick"] if args.quick else [])],
         ["terminal.py"],
         ["tool_search.py", "--part", "search", *(["--quick"] if args.quick else [])],
+        ["tool_search.py", "--part", "session"],
+        ["tool_search.py", "--part", "e2e", *(["--quick"] if args.quick else [])],
     ]
-    no_model = {"audit_speed.py", "long_session.py", "terminal.py", "tool_search.py"}  # offline: no backend arguments
+    # offline: no backend arguments (tool_search's e2e part is the one that runs a model)
+    no_model = {"audit_speed.py", "long_session.py", "terminal.py", "tool_search.py"}
     failed = []
     for script, *extra in runs:
-        name = script.removesuffix(".py") + ("_quick" if args.quick else "")
+        part = extra[1] if extra[:1] == ["--part"] and extra[1] != "search" else None  # one JSON per part
+        name = script.removesuffix(".py") + (f"_{part}" if part else "") + ("_quick" if args.quick else "")
         cmd = [sys.executable, str(HERE / script), *extra, "--json", str(out / f"{name}.json")]
-        if script not in no_model:
+        if script not in no_model or part == "e2e":
             cmd += served
         print("$", " ".join(cmd), flush=True)
         if subprocess.run(cmd).returncode != 0:

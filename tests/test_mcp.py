@@ -353,3 +353,41 @@ def test_cli_run_with_mcp(tmp_path: Path, capsys: pytest.CaptureFixture[str], no
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "`no-such-server-xyz --stdio` cannot be started" in lines[0], err
     assert "Traceback" not in err
+
+
+def test_mcp_tools_deferred_are_found_with_search_and_run_through_call_tool(no_leftovers: None) -> None:
+    """With deferral the MCP tools leave the tools array; search_tools finds them (and one the
+    server adds later), call_tool runs them through the SDK, the tools array never changes."""
+    backend = ScriptedBackend(
+        [
+            turn(call("search_tools", {"query": "add two numbers"}, "c_s1")),
+            turn(call("call_tool", {"name": "basic__add", "arguments": {"a": 2, "b": 3}}, "c_add")),
+            turn(call("call_tool", {"name": "basic__add", "arguments": {"a": "two"}}, "c_bad")),
+            turn(call("changing__install", {}, "c_install")),
+            turn(call("search_tools", {"query": "weather city"}, "c_s2")),
+            turn(call("call_tool", {"name": "changing__weather", "arguments": {"city": "Oslo"}}, "c_weather")),
+            "done",
+        ]
+    )
+    with Harness(
+        "sys",
+        [],
+        backend=backend,
+        mcp_servers=[server("basic"), server("changing")],
+        defer_tools="all",
+        max_tool_rounds=10,
+        max_repeats=0,
+        **QUIET,
+    ) as h:
+        array = [t.name for t in h.session.prefix.tools]
+        assert "search_tools" in array and "call_tool" in array and "basic__add" not in array
+        assert "changing__install" not in array  # every MCP tool is deferrable
+        h.run("go")
+        assert len({json.dumps([t.to_wire() for t in r.tools]) for r in backend.requests}) == 1
+        out = {ev.message.tool_call_id: body(ev) for ev in tool_events(h)}
+        found = [t["function"]["name"] for t in json.loads(out["c_s1"])["tools"]]
+        assert found[0] == "basic__add"
+        assert "5" in out["c_add"] and "<external_content" in out["c_add"]
+        assert json.loads(out["c_bad"])["error"]["type"] == "invalid_arguments"
+        assert "changing__weather" in [t["function"]["name"] for t in json.loads(out["c_s2"])["tools"]]
+        assert "sunny in Oslo" in out["c_weather"]

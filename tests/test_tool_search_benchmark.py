@@ -73,3 +73,56 @@ def test_benchmark_runs_and_its_files_feed_the_cli(tmp_path: Path, capsys: pytes
     expected = [json.loads(line)["expected"] for line in queries.read_text().splitlines()]
     assert len(answers) == 20
     assert sum(want in got["results"] for want, got in zip(expected, answers, strict=True)) >= 15
+
+
+def test_session_part_counts_breaks_only_in_the_anti_pattern(tmp_path: Path) -> None:
+    """The session arms through the real harness and the audit: the search arm never breaks the
+    prefix and sends far fewer tokens than every schema in it; appending found tools breaks it."""
+    out = tmp_path / "s.json"
+    assert tool_search.main(["--part", "session", "--calls", "8", "--json", str(out)]) == 0
+    sizes = json.loads(out.read_text())["session"]["sizes"]
+    assert set(sizes) == {"10", "100", "500"}
+    big = sizes["500"]
+    assert big["search_call_tool"]["prefix_breaks"] == 0 and big["search_call_tool"]["reuse_efficiency"] == 1.0
+    assert big["search_call_tool"]["calls"] == big["all_in_prefix"]["calls"] == 8
+    assert big["search_call_tool"]["vs_all_in_prefix"] < 0.15
+    assert big["append_to_tools"]["prefix_breaks"] >= 3 and big["append_to_tools"]["break_causes"] == ["tools_changed"]
+    assert big["append_to_tools"]["reuse_efficiency"] < 1.0
+
+
+def test_e2e_scoring_is_by_code_against_the_schema() -> None:
+    """A call through call_tool with valid arguments succeeds; the wrong tool, or arguments that
+    miss a required field, do not."""
+    from ctxwright import Harness
+    from ctxwright.backends.scripted import ScriptedBackend
+    from ctxwright.core.messages import Message, ToolCall
+
+    tools = toolgen.generate_catalog(0)
+    specs, _ = tool_search.spread_catalog(tools, [])
+    target, other = specs[0], specs[1]
+    good = tool_search.example_arguments(target.parameters)
+    assert tool_search.valid_arguments(target, good)
+    assert not tool_search.valid_arguments(target, "not an object")
+    cases = [
+        ("call_tool", {"name": target.name, "arguments": good}, True),
+        ("call_tool", {"name": other.name, "arguments": tool_search.example_arguments(other.parameters)}, False),
+        ("call_tool", {"name": target.name, "arguments": {}}, not target.parameters.get("required")),
+    ]
+    for name, args, success in cases:
+        reply = Message(
+            role="assistant", content="", tool_calls=(ToolCall(id="c1", name=name, arguments=json.dumps(args)),)
+        )
+        h = Harness(
+            "s",
+            [tool_search.executable(s) for s in specs[:5]],
+            backend=ScriptedBackend([reply, "done"]),
+            defer_tools="all",
+            status=False,
+            todo=False,
+            delegate=False,
+            read_result=False,
+        )
+        h.run("task")
+        score = tool_search.score_e2e(h, target)
+        assert score["success"] is success and score["right_tool"] is (args["name"] == target.name)
+        h.close()

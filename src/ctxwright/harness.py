@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from ctxwright.agent import recipe
 from ctxwright.agent.delegate import Delegator
-from ctxwright.agent.loop import Agent, AgentConfig, EventSink, RunResult
+from ctxwright.agent.loop import Agent, AgentConfig, EventSink, RunResult, _counter_for
 from ctxwright.audit.compare import Prices
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import CompactionConfig
@@ -63,7 +63,8 @@ from ctxwright.skills.tools import (
 from ctxwright.status.bar import OPERATING_MANUAL, Mode, StatusBar, StatusConfig
 from ctxwright.status.todo import TodoList
 from ctxwright.tools.builtin import default_tools, make_file_tools
-from ctxwright.tools.registry import Tool, ToolRegistry
+from ctxwright.tools.deferred import DISPATCH_TOOLS, SEARCH_TOOL, DeferConfig, DeferredTools, choose_deferred
+from ctxwright.tools.registry import Tool, ToolRegistry, valid_function_name
 
 __all__ = ["DEFAULT_SYSTEM", "BackendDefaults", "Harness", "backend_defaults"]
 
@@ -218,7 +219,8 @@ class Harness:
             start a new session. Fixed for a session.
         mcp_servers: MCP servers to start over stdio (``mcp/``), each a command line (a
             string, split like a shell) or an argv list. Their tools are added after all
-            the others as ``SERVER__TOOL``, with the server's schemas verbatim; their results
+            the others (before ``search_tools`` and ``call_tool``; deferrable, see
+            ``defer_tools``) as ``SERVER__TOOL``, with the server's schemas verbatim; their results
             reach the model as ``<external_content>`` (defence ``tags`` and above). A server that sends
             ``tools/list_changed`` never changes the prefix: new tools are deferred and
             announced in a ``<system-reminder>`` user message before the next model call,
@@ -248,6 +250,19 @@ class Harness:
         gate_rules: a YAML file with the same keys, merged with ``allow``.
         approve_timeout: seconds the callback may take before its silence is a deny
             (default 120).
+        defer_tools: which tools leave the request's ``tools`` array, to be found with
+            ``search_tools(query, limit)`` (their full schemas come back as its tool result)
+            and run with ``call_tool(name, arguments)``; both are added to the prefix when any
+            tool is deferred (``tools/deferred.py``). ``"auto"`` (the default): defer every
+            deferrable tool when the schemas would take more than 10% of the window or there
+            are more than 30 tools, and tools marked ``@tool(deferred=True)`` always;
+            ``"all"`` / ``True``; ``"none"`` / ``False``; or a :class:`DeferConfig` (other
+            thresholds). The harness's own tools (demo, file, TODO, ``read_result``,
+            ``delegate``, skill tools) and tools marked ``deferred=False`` are never deferred.
+            Decided when the session starts and recorded: a resume rebuilds the same prefix.
+        tool_index: ``"prefix"`` also lists the deferred tools, ``[name: summary]`` one a
+            line, in ``search_tools``' description (frozen with the prefix; for catalogs small
+            enough to list); ``"none"`` (default): search only.
         reasoning: how earlier reasoning is sent back: ``"strip"``, ``"keep"``,
             ``"must_send_back"``, ``"qwen3"`` or a :class:`ReasoningPolicy`. ``None``: the
             mode recorded with the session, else by model family (``core/reasoning.py``).
@@ -315,6 +330,8 @@ class Harness:
         allow: GatePolicy | Mapping[str, Any] | None = None,
         gate_rules: str | Path | None = None,
         approve_timeout: float | None = None,
+        defer_tools: bool | str | DeferConfig | Mapping[str, Any] | None = None,
+        tool_index: str | None = None,
         reasoning: ReasoningMode | ReasoningPolicy | None = None,
         max_iterations: int | None = None,
         max_tool_rounds: int | None = None,
@@ -449,23 +466,33 @@ class Harness:
         self.tools = ToolRegistry()
         self.todo: TodoList | None = TodoList() if use_todo else None
         self.delegator: Delegator | None = None
+
+        def add(items: Iterable[Tool | Callable[..., Any]], source: str | None = None) -> None:
+            """Register; the harness's own tools (``source`` given) are core tools, never deferred."""
+            for item in items:
+                t = item if isinstance(item, Tool) else Tool.from_function(item)
+                if source is not None:
+                    t = replace(t, source=source, deferred=False if t.deferred is None else t.deferred)
+                self.tools.register(t)
+
         try:
-            user_tools = default_tools() if opts["tools"] is None else opts["tools"]
-            for t in user_tools:
-                self.tools.register(t)
-            for t in make_file_tools(self.workspace) if self.workspace is not None else ():
-                self.tools.register(t)
-            for t in self.todo.tools() if self.todo is not None else ():
-                self.tools.register(t)
+            if opts["tools"] is None:
+                add(default_tools(), "the built-in demo tools")
+            else:
+                add(opts["tools"])
+            if self.workspace is not None:
+                add(make_file_tools(self.workspace), "the file tools (workspace=)")
+            if self.todo is not None:
+                add(self.todo.tools(), "the TODO tools (todo=)")
             if use_reader:  # offloaded and cleared results are paged back; the agent binds it
-                self.tools.register(ResultReader().tool())
+                add([ResultReader().tool()], "read_result (read_result=)")
             if use_delegate:
                 self.delegator = Delegator(on_event=self.on_event, skills=self.skill_tools)
-                self.tools.register(self.delegator.tool())
-            for t in self.skill_tools.tools() if self.skill_tools is not None else ():
-                self.tools.register(t)
+                add([self.delegator.tool()], "delegate (delegate=)")
+            if self.skill_tools is not None:
+                add(self.skill_tools.tools(), "the skill tools (skills=)")
             if self.skill_scripts is not None:
-                self.tools.register(self.skill_scripts.tool())
+                add([self.skill_scripts.tool()], "run_skill_script (allow_skill_scripts=)")
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"the tool list cannot be used: {exc}") from None
         mcp_commands = opts["mcp_servers"]
@@ -474,6 +501,7 @@ class Harness:
         if mcp_commands is not None:
             mcp_commands = [parse_command(c) for c in mcp_commands]
             self._start_mcp(mcp_commands, opts, stored)
+        defer_record = self._defer(opts, recorded, stored, names)
 
         # the defence level: its prompt section is part of the prefix (defence/levels.py)
         self.defence: Features = self._defence(opts, stored, recorded)
@@ -502,6 +530,7 @@ class Harness:
             "cache_price_ratio": ratio,
             "compaction": compaction_record,
             "defence": self.defence.to_dict(),
+            "defer_tools": defer_record,
         }
         config_record.update({k: opts[k] for k in recipe.WHEN_GIVEN if opts[k] is not None})
         if skill_dirs is not None:
@@ -592,7 +621,8 @@ class Harness:
     def _start_mcp(self, commands: list[list[str]], opts: dict[str, Any], stored: Session | None) -> None:
         """Start the MCP servers and register their tools after all the others.
 
-        A new session puts every listed tool in the prefix. A resumed one keeps its prefix:
+        A new session offers every listed tool (in the prefix, or deferred by ``defer_tools``,
+        :meth:`_defer`, which runs after this). A resumed one keeps its prefix:
         a tool it lists is registered as it was (or, if its server no longer lists it, as a
         stand-in with the stored schema that answers "removed"); a tool the server lists now
         but the prefix does not is deferred, and announced by :meth:`_announce_mcp`.
@@ -632,7 +662,10 @@ class Harness:
         if self.mcp is None:
             return
         for t in self.mcp.refresh(reserved=self.tools.names()):
-            self.tools.register(t)
+            if self.deferred is not None:  # searchable with search_tools as well as announced
+                self.deferred.add([t])
+            else:
+                self.tools.register(t)
         self._announce_mcp()
 
     def _announce_mcp(self) -> None:
@@ -651,6 +684,53 @@ class Harness:
         self.session.add_user(text, **{MCP_TOOLS_KEY: names})
         self._mcp_told = (self._mcp_told | set(names["added"])) - set(removed)
         self.on_event("mcp_tools_changed", {**names, "content": text})
+
+    def _defer(
+        self, opts: dict[str, Any], recorded: Mapping[str, Any], stored: Session | None, names: tuple[str, ...]
+    ) -> dict[str, Any]:
+        """Decide which tools leave the ``tools`` array (``tools/deferred.py``) and register
+        ``search_tools`` and ``call_tool`` when any does; what to record of it.
+
+        A new session decides by its :class:`DeferConfig`; a resumed one by its stored
+        prefix -- every deferrable tool not in it is deferred, when the prefix has the search
+        tools -- so it rebuilds the same ``tools`` array whatever the window or tokenizer now."""
+        rec = recorded.get("defer_tools")
+        given = opts["defer_tools"]
+        if given is None and stored is not None and not isinstance(rec, Mapping):
+            given = "none"  # a session from before deferral: every tool was in its prefix
+        try:
+            config = DeferConfig.of(given, opts["tool_index"], rec if isinstance(rec, Mapping) else None)
+        except ValueError as exc:
+            raise ConfigError(f"{exc} (CLI: --defer-tools, --tool-index)") from None
+        tools = [t for t in self.tools if t.name not in DISPATCH_TOOLS]
+        if stored is not None:
+            deferred: tuple[str, ...] = ()
+            with_search = SEARCH_TOOL in names and config.mode != "none"
+            if with_search:
+                deferred = tuple(t.name for t in tools if t.deferred is not False and t.name not in names)
+        else:
+            window = opts["window"] or getattr(self.backend, "n_ctx", None)
+            window = window or getattr(self.backend, "context_window", None) or 128_000
+            deferred = choose_deferred(tools, config, _counter_for(self.backend), int(window))
+            with_search = bool(deferred)
+        named = [t.name for t in tools if t.name not in deferred and not valid_function_name(t.name)]
+        if named:
+            raise ConfigError(
+                f"tool name(s) {', '.join(map(repr, named))} cannot be in the request's tools array (servers accept "
+                "1-64 letters, digits, '_' or '-'); defer them (Tool.deferred=True, or defer_tools='all' / "
+                "--defer-tools all): a deferred tool is called through call_tool, where its name is an argument"
+            )
+        self.deferred: DeferredTools | None = None
+        self.tools.defer(deferred)
+        if with_search:
+            self.deferred = DeferredTools(self.tools, config)
+            try:
+                for t in self.deferred.tools():
+                    self.tools.register(t)
+            except ValueError as exc:
+                raise ConfigError(f"the tool list cannot be used: {exc}") from None
+            self.on_event("tools_deferred", {"names": list(deferred), "index": config.index})
+        return config.to_dict()
 
     def _open_store(self, db: str | Path | Store | None) -> Store | None:
         if db is None or isinstance(db, Store):

@@ -94,6 +94,7 @@ class Delegator:
                 reg.register(own[t.name])
             else:
                 reg.register(t)
+        reg.defer(t.name for t in self.parent.tools.deferred())  # the same prefix: the same tools array
         return reg
 
     def delegate(self, task: str) -> str:

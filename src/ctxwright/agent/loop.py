@@ -273,8 +273,8 @@ class Agent:
 
     # -- tools ---------------------------------------------------------------------------
     def _timeout_for(self, call: ToolCall) -> float:
-        tool = self.tools.get(call.name) if call.name in self.tools else None
-        return (tool.timeout_s if tool is not None and tool.timeout_s else None) or self.config.tool_timeout_s
+        """The tool's own ``timeout_s`` (through ``call_tool``: the deferred tool's), else the config's."""
+        return self.tools.timeout_for(call) or self.config.tool_timeout_s
 
     def _run_tools(
         self, calls: tuple[ToolCall, ...], blocked: dict[int, ToolOutcome] | None = None

@@ -77,27 +77,18 @@ def _gate_options(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    """Turn the arguments into one :class:`~ctxwright.harness.Harness` and print its run."""
-    from ctxwright.core.store import default_db_path
-    from ctxwright.harness import Harness
+def system_and_tools(args: argparse.Namespace) -> tuple[str | None, list[Any] | None]:
+    """``--system`` and ``--tool`` as the Harness takes them (``None``: the defaults)."""
     from ctxwright.tools.imported import import_tool
 
-    if args.report is not None:  # a report that cannot be written is said before the run, not after it
-        out = Path(args.report).expanduser()
-        if not out.parent.is_dir() or out.is_dir():
-            raise CtxwrightError(f"--report {args.report}: give a file in an existing folder, e.g. report.html")
     tools = [import_tool(spec) for spec in args.tool] if args.tool else None
     system = _system_text(args.system) if args.system is not None else None
-    if args.resume and args.continue_:
-        raise CtxwrightError("--resume ID and --continue both name the session to continue: give one of them")
-    if args.continue_:
-        args.resume = _latest_session(args.db or default_db_path())
-    if args.resume and not args.prompt:
-        how = "--continue" if args.continue_ else "--resume ID"
-        raise CtxwrightError(f'{how} needs a follow-up message: ctxwright run {how} "follow-up"')
-    if not args.prompt and (tools is not None or system is not None) and not args.resume:
-        raise CtxwrightError('give your agent its task: ctxwright run --system ... --tool ... "the task"')
+    return system, tools
+
+
+def harness_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`~ctxwright.harness.Harness` keywords of the options :func:`add_run_options`
+    defines, only those given (on ``--resume`` the others are the session's)."""
     # only the compaction flags given: on --resume the others are the session's (agent/recipe.py)
     fields = _given(
         result_cap_tokens=args.result_cap,
@@ -141,8 +132,33 @@ def cmd_run(args: argparse.Namespace) -> int:
         timestamps=args.timestamps or None,
         max_repeats=args.max_repeats,
         compaction=compaction,
+        defer_tools=args.defer_tools,
+        tool_index=args.tool_index,
         **_gate_options(args),
     )
+    return options
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Turn the arguments into one :class:`~ctxwright.harness.Harness` and print its run."""
+    from ctxwright.core.store import default_db_path
+    from ctxwright.harness import Harness
+
+    if args.report is not None:  # a report that cannot be written is said before the run, not after it
+        out = Path(args.report).expanduser()
+        if not out.parent.is_dir() or out.is_dir():
+            raise CtxwrightError(f"--report {args.report}: give a file in an existing folder, e.g. report.html")
+    system, tools = system_and_tools(args)
+    if args.resume and args.continue_:
+        raise CtxwrightError("--resume ID and --continue both name the session to continue: give one of them")
+    if args.continue_:
+        args.resume = _latest_session(args.db or default_db_path())
+    if args.resume and not args.prompt:
+        how = "--continue" if args.continue_ else "--resume ID"
+        raise CtxwrightError(f'{how} needs a follow-up message: ctxwright run {how} "follow-up"')
+    if not args.prompt and (tools is not None or system is not None) and not args.resume:
+        raise CtxwrightError('give your agent its task: ctxwright run --system ... --tool ... "the task"')
+    options = harness_options(args)
     printer = RunPrinter(console, err_console)
     with Harness(
         system,
@@ -294,17 +310,12 @@ def _add_switch(parser: Any, name: str, help_text: str) -> None:
     group.add_argument(f"--no-{flag}", dest=name, action="store_false")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def add_run_options(r: argparse.ArgumentParser) -> None:
+    """The options that configure an agent (``run``, ``tools list``): one definition, so
+    ``ctxwright tools list`` shows the tools of exactly the run its options describe."""
     from ctxwright.compaction.strategies import STRATEGIES
     from ctxwright.defence.levels import LEVELS
 
-    p = argparse.ArgumentParser(prog="ctxwright", description="Context engineering for LLM agents.")
-    p.add_argument("--version", action="version", version=f"ctxwright {_version()}")
-    _add_global_options(p, None)
-    sub = p.add_subparsers(dest="command", required=True)
-
-    r = sub.add_parser("run", help="run the agent on a prompt")
-    r.add_argument("prompt", nargs="?", help=f"the task (default: {DEFAULT_PROMPT!r})")
     r.add_argument(
         "--backend",
         choices=["embedded", "openai"],
@@ -347,20 +358,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="stream the answer's tokens as they are generated (default: on for the embedded model, off for served)",
     )
     stream.add_argument("--no-stream", dest="stream", action="store_false")
-    r.add_argument(
-        "--resume", metavar="ID", help="continue a stored session, with the options it recorded (flags given override)"
-    )
-    r.add_argument(
-        "--continue",
-        dest="continue_",
-        action="store_true",
-        help="continue the session used last (top-level) in the database, like --resume ID",
-    )
-    r.add_argument(
-        "--take-over",
-        action="store_true",
-        help="continue a session another process is recorded as running (after checking it is gone)",
-    )
     r.add_argument("--max-iterations", type=int, help="model calls before the run stops (default: 20)")
     r.add_argument(
         "--max-tool-rounds", type=int, help="rounds of tool calls before an answer is required (embedded default: 1)"
@@ -391,12 +388,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="identical tool calls (same tool, same arguments) in a row before the model is told; the next "
         "one is not run and ends the run with repeated_tool_call (default: 3; 0: no limit)",
-    )
-    r.add_argument("--wide", action="store_true", help="the per-call table with all its columns (wider than 80)")
-    r.add_argument(
-        "--report",
-        metavar="PATH",
-        help="at the end of the run, write the session's HTML report there (as `ctxwright report ID -o PATH`)",
     )
     r.add_argument(
         "--tool-choice-first",
@@ -530,6 +521,50 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         metavar="SECONDS",
         help="seconds to wait for an answer before a call counts as denied (default 120)",
+    )
+    r.add_argument(
+        "--defer-tools",
+        choices=["auto", "all", "none"],
+        help="keep tools out of the request's tools array, found with search_tools and run with call_tool "
+        "(default auto: when the schemas would take over 10%% of the window or there are over 30 tools; "
+        "the harness's own tools are never deferred)",
+    )
+    r.add_argument(
+        "--tool-index",
+        choices=["none", "prefix"],
+        help="prefix: also list the deferred tools, [name: summary] one a line, in search_tools' "
+        "description (for small catalogs; default none: search only)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ctxwright", description="Context engineering for LLM agents.")
+    p.add_argument("--version", action="version", version=f"ctxwright {_version()}")
+    _add_global_options(p, None)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run the agent on a prompt")
+    r.add_argument("prompt", nargs="?", help=f"the task (default: {DEFAULT_PROMPT!r})")
+    add_run_options(r)
+    r.add_argument(
+        "--resume", metavar="ID", help="continue a stored session, with the options it recorded (flags given override)"
+    )
+    r.add_argument(
+        "--continue",
+        dest="continue_",
+        action="store_true",
+        help="continue the session used last (top-level) in the database, like --resume ID",
+    )
+    r.add_argument(
+        "--take-over",
+        action="store_true",
+        help="continue a session another process is recorded as running (after checking it is gone)",
+    )
+    r.add_argument("--wide", action="store_true", help="the per-call table with all its columns (wider than 80)")
+    r.add_argument(
+        "--report",
+        metavar="PATH",
+        help="at the end of the run, write the session's HTML report there (as `ctxwright report ID -o PATH`)",
     )
     r.set_defaults(func=cmd_run)
 

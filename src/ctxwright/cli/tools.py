@@ -4,13 +4,17 @@
 JSONL catalog (one OpenAI tool object per line, see ``tools/catalog.py``) the way the agent's
 ``search_tools`` does; ``--queries QFILE`` answers a JSONL file of ``{"id", "query"}`` at once,
 one ``{"id": ..., "results": [name, ...]}`` line per query in rank order, for evaluating a
-catalog's searchability offline. See ``docs/tools.md``.
+catalog's searchability offline.
 
-``tools list [--tool MODULE:FUNCTION ...] [--workspace DIR] [--mcp CMD ...] [--skills DIR ...]
-[--allow-skill-scripts] [--json]`` lists the tools a ``ctxwright run`` with those options gives
-a served model, in prefix order, with what each declares: ``trust`` (are its results marked as
-external content?) and ``effects`` (does a confirmation gate check it?), so a user sees which
-tools the defences treat how before a session starts (``docs/defence.md``).
+``tools list [run options] [--json]`` lists the tools a ``ctxwright run`` with the same options
+(one definition, ``cli/main.py``) would have, in prefix order: whether each is in the request's
+``tools`` array or deferred (``tools/deferred.py``), the tokens its schema costs, and what it
+declares: ``trust`` (are its results marked as external content?) and ``effects`` (does a
+confirmation gate check it?). Why: with deferral what the model sees on every call is not the
+tool list you passed, and a user should see which tools the defences treat how before a session
+starts (``docs/defence.md``, ``docs/tools.md``). It builds the same
+:class:`~ctxwright.harness.Harness` in memory: nothing is stored and no model is called; without
+a backend option it shows a served model's tool set.
 
 Each subcommand registers itself in :func:`add_tools_parser`; add the next one there.
 """
@@ -33,56 +37,14 @@ def add_tools_parser(sub: Any) -> None:
 
 
 def _add_list_parser(tools_sub: Any) -> None:
+    from ctxwright.cli.main import add_run_options
+
     ls = tools_sub.add_parser(
-        "list", help="the tools a run with these options has, with their trust and effects declarations"
+        "list", help="the tools a run with these options would have: in the prefix or deferred, with schema tokens"
     )
-    ls.add_argument(
-        "--tool", action="append", metavar="MODULE:FUNCTION", help="a function of yours (as for run; repeatable)"
-    )
-    ls.add_argument("--workspace", help="add read_file/list_dir confined to this folder (as for run)")
-    ls.add_argument("--mcp", action="append", metavar="COMMAND", help="start this MCP server (as for run)")
-    ls.add_argument("--skills", action="append", metavar="DIR", help="a folder of Agent Skills (as for run)")
-    ls.add_argument("--allow-skill-scripts", action="store_true", help="include run_skill_script (as for run)")
+    add_run_options(ls)
     ls.add_argument("--json", action="store_true", help="print the list as JSON")
     ls.set_defaults(func=cmd_list)
-
-
-def cmd_list(args: argparse.Namespace) -> int:
-    from ctxwright.backends.scripted import ScriptedBackend
-    from ctxwright.harness import Harness
-    from ctxwright.tools.imported import import_tool
-
-    tools = [import_tool(spec) for spec in args.tool] if args.tool else None
-    with Harness(
-        tools=tools,
-        backend=ScriptedBackend(["(tools list)"]),  # a served model's tool set; nothing is sent
-        db=None,
-        workspace=args.workspace,
-        mcp_servers=args.mcp,
-        skills=args.skills,
-        allow_skill_scripts=args.allow_skill_scripts or None,
-    ) as h:
-        rows = [
-            {
-                "name": t.name,
-                "trust": t.trust,
-                "effects": t.effects,
-                "deferred": t.deferred,
-                "description": t.description,
-            }
-            for t in h.tools
-        ]
-    if args.json:
-        print(json.dumps({"tools": rows}, ensure_ascii=False, indent=1))
-        return 0
-    width = max([4, *(len(str(r["name"])) + (11 if r["deferred"] else 0) for r in rows)])
-    print(f"{'name':<{width}}  {'trust':<9}  {'effects':<8}  description")
-    for r in rows:
-        summary = " ".join(str(r["description"]).split())
-        summary = summary if len(summary) <= 60 else summary[:59] + "…"
-        name = f"{r['name']}{' (deferred)' if r['deferred'] else ''}"
-        print(f"{name:<{width}}  {r['trust']:<9}  {r['effects']:<8}  {summary}")
-    return 0
 
 
 def _add_search_parser(tools_sub: Any) -> None:
@@ -163,4 +125,76 @@ def cmd_search(args: argparse.Namespace) -> int:
         summary = " ".join(hit.spec.description.split())
         summary = summary if len(summary) <= 80 else summary[:79] + "…"
         print(f"{rank:>2}. {hit.name:<{width}}  {hit.score:7.3f}  {summary}")
+    return 0
+
+
+def tools_report(args: argparse.Namespace) -> dict[str, Any]:
+    """What ``tools list`` prints, as data."""
+    from ctxwright.backends.scripted import ScriptedBackend
+    from ctxwright.cli.main import harness_options, system_and_tools
+    from ctxwright.harness import Harness
+    from ctxwright.tools.deferred import DISPATCH_TOOLS, schema_tokens
+
+    system, tools = system_and_tools(args)
+    options = harness_options(args)
+    if not any(options.get(k) for k in ("backend", "model", "base_url", "gguf")):
+        options["backend"] = ScriptedBackend(["(tools list)"])  # a served model's tool set; nothing is sent
+    with Harness(system, tools, db=None, **options) as h:
+        counter = h.agent.counter
+        b: Any = h.backend
+        window = getattr(b, "n_ctx", None) or getattr(b, "context_window", None)
+        rows = []
+        for t in h.tools:
+            deferred = h.tools.is_deferred(t.name)
+            kind = "search" if t.name in DISPATCH_TOOLS else ("core" if t.deferred is False else "")
+            rows.append(
+                {
+                    "name": t.name,
+                    "trust": t.trust,
+                    "effects": t.effects,
+                    "deferred": deferred,
+                    "where": "deferred" if deferred else "prefix",
+                    "tokens": schema_tokens([t.spec], counter),
+                    "core": t.deferred is False,
+                    "kind": kind,
+                    "source": t.source,
+                    "description": t.description,
+                }
+            )
+        return {
+            "backend": h.backend.name,
+            "model": h.backend.model,
+            "window": window,
+            "tokens_counted_by": counter.source,
+            "defer_tools": h.session.meta.get("harness", {}).get("defer_tools"),
+            "prefix_tools": len(h.tools.specs()),
+            "prefix_tool_tokens": schema_tokens(h.tools.specs(), counter),
+            "deferred_tools": len(h.tools.deferred()),
+            "deferred_tool_tokens": schema_tokens((t.spec for t in h.tools.deferred()), counter),
+            "tools": rows,
+        }
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    rep = tools_report(args)
+    if args.json:
+        print(json.dumps(rep, ensure_ascii=False, indent=1))
+        return 0
+    rows = rep["tools"]
+    width = max([4, *(len(str(r["name"])) for r in rows)])
+    print(f"{'name':<{width}}  {'trust':<9}  {'effects':<8}  {'in':<8}  {'tokens':>6}  description")
+    for r in rows:
+        summary = " ".join(str(r["description"]).split())
+        summary = summary if len(summary) <= 60 else summary[:59] + "…"
+        print(
+            f"{r['name']:<{width}}  {r['trust']:<9}  {r['effects']:<8}  {r['where']:<8}  {r['tokens']:>6,}  {summary}"
+        )
+    share = ""
+    if rep["window"]:
+        share = f" ({rep['prefix_tool_tokens'] / rep['window']:.1%} of the {rep['window']:,}-token window)"
+    print(
+        f"tools array (every request): {rep['prefix_tools']} tool(s), {rep['prefix_tool_tokens']:,} tokens{share}; "
+        f"deferred (found with search_tools): {rep['deferred_tools']} tool(s), {rep['deferred_tool_tokens']:,} "
+        f"tokens; counted by {rep['tokens_counted_by']}"
+    )
     return 0

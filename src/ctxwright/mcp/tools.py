@@ -198,7 +198,7 @@ class McpTools:
                             f"the tool {t.name!r} of the MCP server `{conn.command}` would be named {name!r}, which "
                             "another tool of this agent already has; rename that tool or drop the server"
                         )
-                    made = mgr._make(conn, prefix, t, deferred=False)
+                    made = mgr._make(conn, prefix, t, deferred=None)  # the harness's defer_tools decides
                     if made is not None:
                         mgr._live.add(made.name)
         except BaseException:
@@ -207,7 +207,7 @@ class McpTools:
         return mgr
 
     # -- tools --------------------------------------------------------------------------
-    def _make(self, conn: McpConnection, prefix: str, t: mt.Tool, *, deferred: bool) -> Tool | None:
+    def _make(self, conn: McpConnection, prefix: str, t: mt.Tool, *, deferred: bool | None) -> Tool | None:
         """The ctxwright tool for ``t`` (kept in :attr:`tools`), or ``None`` with a warning
         when its schema is not usable."""
         name = tool_name(prefix, t.name)
@@ -222,6 +222,7 @@ class McpTools:
                 deferred=deferred,
                 trust="untrusted",
                 effects=effects_of(t.annotations),
+                source=f"the MCP server `{conn.command}`",
             )
         except ValueError as exc:
             self.on_event("mcp_warning", {"message": f"skipped {t.name!r} of `{conn.command}`: {exc}"})

@@ -20,6 +20,10 @@ Why this module exists:
 * Execution is split into :meth:`ToolRegistry.resolve` (lookup + validation, cheap) and
   :meth:`BoundCall.run` (the tool's own code), so an agent loop can validate on its own
   thread and run only the tool body in a worker thread with ``Tool.timeout_s``.
+* A tool may be *deferred*: registered and callable (through ``call_tool``,
+  ``tools/deferred.py``) but left out of the request's ``tools`` array, so hundreds of
+  schemas do not ride in every request's prefix. :meth:`ToolRegistry.specs` is the array
+  the prefix is built from; :meth:`ToolRegistry.all_specs` is every registered tool.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ __all__ = [
     "error_outcome",
     "render_result",
     "tool",
+    "valid_function_name",
 ]
 
 ERROR_UNKNOWN_TOOL = "unknown_tool"
@@ -178,6 +183,19 @@ def _schema_for(hint: Any) -> dict[str, Any]:
     )
 
 
+def valid_function_name(name: str) -> bool:
+    """Whether ``name`` may be a function name in a request's ``tools`` array (OpenAI-compatible
+    servers refuse others); a deferred tool, called through ``call_tool``, need not be one."""
+    return bool(_TOOL_NAME.match(name))
+
+
+def _source_of(func: Callable[..., Any]) -> str:
+    """``module:qualname`` of a function, how ``ctxwright run --tool`` names it too."""
+    module = getattr(func, "__module__", None) or "?"
+    qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or type(func).__name__
+    return f"{module}:{qualname}"
+
+
 def _is_json_value(value: Any) -> bool:
     """True when ``value`` survives a strict JSON round trip unchanged (usable as a default)."""
     try:
@@ -248,14 +266,22 @@ class Tool:
     spec: ToolSpec
     args_model: type[BaseModel]
     timeout_s: float | None = None
-    #: not in the prefix's ``tools`` array: found by search and called through the registry
-    deferred: bool = False
+    #: ``True``: never in the ``tools`` array (found with ``search_tools`` and run with
+    #: ``call_tool``, or announced and called by name); ``False``: a core tool, always in the
+    #: array; ``None``: deferred when the harness's ``defer_tools`` policy says so.
+    deferred: bool | None = None
     #: where its results come from; ``"untrusted"`` results are marked as external content
     trust: Trust = DEFAULT_TRUST
     #: what running it does; ``write`` and ``external`` calls are what a confirmation gate checks
     effects: Effects = DEFAULT_EFFECTS
     #: checks the arguments against ``spec``'s JSON Schema (tools built by :meth:`from_schema`)
     schema_validator: jsonschema.protocols.Validator | None = None
+    #: where the tool comes from (``module:function``, ``MCP server ...``), named when two
+    #: sources register the same name
+    source: str = ""
+    #: for a dispatcher such as ``call_tool``: turns its call into the call of another tool,
+    #: which then runs as if the model had called it (validation, timeout, result budget)
+    resolver: Callable[[ToolCall], BoundCall | ToolOutcome] | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -275,6 +301,8 @@ class Tool:
         *,
         trust: Trust = DEFAULT_TRUST,
         effects: Effects = DEFAULT_EFFECTS,
+        deferred: bool | None = None,
+        source: str | None = None,
     ) -> Tool:
         """Build a tool from ``func``'s type hints and Google-style docstring.
 
@@ -345,6 +373,8 @@ class Tool:
             timeout_s=timeout_s,
             trust=trust,
             effects=effects,
+            deferred=deferred,
+            source=source or _source_of(func),
         )
 
     @classmethod
@@ -356,9 +386,10 @@ class Tool:
         func: Callable[..., Any],
         *,
         timeout_s: float | None = None,
-        deferred: bool = False,
+        deferred: bool | None = None,
         trust: Trust = DEFAULT_TRUST,
         effects: Effects = DEFAULT_EFFECTS,
+        source: str = "",
     ) -> Tool:
         """A tool whose schema is given, not derived: an MCP server's tool, kept verbatim.
 
@@ -384,6 +415,7 @@ class Tool:
             trust=trust,
             effects=effects,
             schema_validator=validator_cls(parameters),
+            source=source,
         )
 
     def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -410,6 +442,7 @@ def tool(
     timeout_s: float | None = None,
     trust: Trust = DEFAULT_TRUST,
     effects: Effects = DEFAULT_EFFECTS,
+    deferred: bool | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -422,15 +455,17 @@ def tool(
     timeout_s: float | None = None,
     trust: Trust = DEFAULT_TRUST,
     effects: Effects = DEFAULT_EFFECTS,
+    deferred: bool | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator form of :meth:`Tool.from_function`: ``@tool``, ``@tool(timeout_s=5)``,
-    ``@tool(trust="untrusted", effects="external")``. A bad declaration fails here, at import."""
+    ``@tool(trust="untrusted", effects="external")``, ``@tool(deferred=True)`` (kept out of the
+    prefix, found with ``search_tools``). A bad declaration fails here, at import."""
     if func is None:
         check_declarations(name or "(decorated)", trust, effects)
 
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool.from_function(
-            f, name=name, description=description, timeout_s=timeout_s, trust=trust, effects=effects
+            f, name=name, description=description, timeout_s=timeout_s, trust=trust, effects=effects, deferred=deferred
         )
 
     return wrap(func) if func is not None else wrap
@@ -579,23 +614,56 @@ class BoundCall:
 
 
 class ToolRegistry:
-    """Tools in the order the model sees them: insertion order, never re-sorted."""
+    """Tools in the order the model sees them: insertion order, never re-sorted.
+
+    Some may be deferred (:meth:`defer`): still registered and callable, but not in
+    :meth:`specs`, the request's ``tools`` array."""
 
     def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._deferred: set[str] = set()
         for item in tools:
             self.register(item)
 
     def register(self, tool_or_func: Tool | Callable[..., Any]) -> Tool:
-        """Add a tool (a plain function is converted with :meth:`Tool.from_function`)."""
+        """Add a tool (a plain function is converted with :meth:`Tool.from_function`).
+
+        A second tool of the same name is refused, naming both sources: a model sees one
+        name, and which of two tools it would run is not something to decide silently."""
         item = tool_or_func if isinstance(tool_or_func, Tool) else Tool.from_function(tool_or_func)
-        if item.name in self._tools:
+        old = self._tools.get(item.name)
+        if old is not None:
             raise ValueError(
-                f"a tool named {item.name!r} is already registered; tool names must be unique "
-                "(pass name=... to Tool.from_function to rename one)"
+                f"a tool named {item.name!r} from {item.source or 'an unnamed source'} is already registered "
+                f"from {old.source or 'an unnamed source'}; tool names must be unique (rename one: pass name=... "
+                "to Tool.from_function / @tool, or leave one source out)"
             )
         self._tools[item.name] = item
         return item
+
+    def unregister(self, name: str) -> Tool:
+        """Remove a tool (a deferred tool whose server dropped it); ``KeyError`` if unknown.
+
+        Never used on a tool in the prefix: the ``tools`` array is frozen for the session."""
+        found = self.get(name)
+        del self._tools[name]
+        self._deferred.discard(name)
+        return found
+
+    def defer(self, names: Iterable[str]) -> None:
+        """Keep these registered tools out of :meth:`specs` (the request's ``tools`` array)."""
+        for name in names:
+            self.get(name)  # KeyError naming the available tools
+            self._deferred.add(name)
+
+    def is_deferred(self, name: str) -> bool:
+        """Kept out of the ``tools`` array: marked ``deferred=True``, or deferred by :meth:`defer`."""
+        found = self._tools.get(name)
+        return found is not None and (found.deferred is True or name in self._deferred)
+
+    def deferred(self) -> tuple[Tool, ...]:
+        """The deferred tools, in registration order."""
+        return tuple(t for t in self._tools.values() if self.is_deferred(t.name))
 
     def get(self, name: str) -> Tool:
         """The tool called ``name``; ``KeyError`` listing the available names otherwise."""
@@ -606,8 +674,12 @@ class ToolRegistry:
             raise KeyError(f"no tool named {name!r}; available: {available}") from None
 
     def specs(self) -> tuple[ToolSpec, ...]:
-        """The specs of the tools in the prefix's ``tools`` array (deferred ones left out)."""
-        return tuple(t.spec for t in self._tools.values() if not t.deferred)
+        """The request's ``tools`` array: every tool not deferred, in registration order."""
+        return tuple(t.spec for t in self._tools.values() if not self.is_deferred(t.name))
+
+    def all_specs(self) -> tuple[ToolSpec, ...]:
+        """Every registered tool's spec, deferred ones included."""
+        return tuple(t.spec for t in self._tools.values())
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._tools)
@@ -621,6 +693,21 @@ class ToolRegistry:
     def __iter__(self) -> Iterator[Tool]:
         return iter(tuple(self._tools.values()))
 
+    def timeout_for(self, call: ToolCall) -> float | None:
+        """The ``timeout_s`` of the tool ``call`` will run: for a dispatcher (``call_tool``),
+        the tool it dispatches to, so a deferred tool keeps its own deadline."""
+        found = self._tools.get(call.name)
+        if found is None:
+            return None
+        if found.resolver is not None:
+            try:
+                bound = found.resolver(call)
+            except Exception:
+                return found.timeout_s
+            if isinstance(bound, BoundCall):
+                return bound.tool.timeout_s or found.timeout_s
+        return found.timeout_s
+
     def resolve(self, call: ToolCall) -> BoundCall | ToolOutcome:
         """Look up and validate ``call``: a :class:`BoundCall` ready to run, or an error outcome."""
         start = time.perf_counter()
@@ -630,12 +717,17 @@ class ToolRegistry:
 
         found = self._tools.get(call.name)
         if found is None:
-            available = ", ".join(self._tools) or "(none)"
+            listed = [n for n in self._tools if not self.is_deferred(n)]  # not hundreds of deferred names
+            available = ", ".join(listed) or "(none)"
             close = difflib.get_close_matches(call.name, list(self._tools), n=1)
             hint = f"Available tools: {available}."
+            if len(listed) < len(self._tools) and "search_tools" in self._tools:
+                hint += " More tools are found with search_tools and run with call_tool."
             if close:
                 hint += f" Did you mean {close[0]!r}?"
             return error_outcome(call, ERROR_UNKNOWN_TOOL, f"there is no tool named {call.name!r}", hint, elapsed())
+        if found.resolver is not None:
+            return found.resolver(call)
         try:
             arguments = call.parsed_arguments()
         except ValueError as exc:
