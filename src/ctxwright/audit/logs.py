@@ -57,7 +57,7 @@ _BOM = b"\xef\xbb\xbf"
 #: a first line longer than this that does not parse is a broken JSONL record, not the
 #: opening line of a pretty-printed document
 _DOCUMENT_FIRST_LINE = 4096
-#: threads of conversation whose latest request the reader remembers (see ``_Reader``), and
+#: threads of conversation whose latest request the reader remembers (see ``RecordReader``), and
 #: the bytes they may hold together
 _THREADS = 16
 _THREAD_BYTES = 64 * 1024 * 1024
@@ -150,7 +150,7 @@ def read_stream(f: IO[bytes]) -> Iterator[LogItem]:
     of bad UTF-8 would sink the file instead of being one problem.
     """
     lines = _Lines(f)
-    reader = _Reader()
+    reader = RecordReader()
     head = lines.peek_nonblank(1)
     if not head:
         return
@@ -285,8 +285,8 @@ class _Thread:
         self.size = sum(len(b) for b in data) * 2  # the bytes and the parsed messages, roughly
 
 
-class _Reader:
-    """Turns records into requests; shares unchanged messages with the previous request of
+class RecordReader:
+    """Turns records into requests (one reader for logs, exports and the proxy's live calls); shares unchanged messages with the previous request of
     the same thread.
 
     An append-only log repeats its whole history on every line, and a log of interleaved

@@ -273,7 +273,18 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     from ctxwright.cli.audit import prices_from_args, run_audit
 
-    return run_audit(args.file, as_json=args.json, prices=prices_from_args(args), console=console)
+    prices = prices_from_args(args)
+    if args.proxy_session:
+        from ctxwright.cli.proxy import audit_proxy_session
+
+        if args.file:
+            raise CtxwrightError("give a log FILE or --proxy-session ID, not both")
+        return audit_proxy_session(
+            args, lambda path: run_audit(path, as_json=args.json, prices=prices, console=console)
+        )
+    if not args.file:
+        raise CtxwrightError("give a log to audit: ctxwright audit FILE (or --proxy-session ID)")
+    return run_audit(args.file, as_json=args.json, prices=prices, console=console)
 
 
 def result_cap_help() -> str:
@@ -582,9 +593,11 @@ def build_parser() -> argparse.ArgumentParser:
     au = sub.add_parser("audit", help="audit a request log's prompt-cache reuse, offline")
     au.add_argument(
         "file",
+        nargs="?",
         help="JSONL of request bodies or {request, response} pairs (OpenAI or Anthropic), "
         "or a session export from `ctxwright show ID --json`",
     )
+    au.add_argument("--proxy-session", metavar="ID", help="audit a session recorded by `ctxwright proxy` instead")
     au.add_argument("--json", action="store_true", help="print the audit as JSON")
     from ctxwright.cli.audit import add_price_options
 
@@ -603,6 +616,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ctxwright.cli.tools import add_tools_parser
 
     add_tools_parser(sub)
+    from ctxwright.cli.proxy import add_proxy_parser
+
+    add_proxy_parser(sub)
     for command in sub.choices.values():  # `ctxwright show ID --db x.db` as well as `ctxwright --db x.db show ID`
         _add_global_options(command, argparse.SUPPRESS)
     return p

@@ -913,6 +913,10 @@ class Store:
 
         return self._run(insert)
 
+    def proxy_call_count(self, session_id: str) -> int:
+        row = self._fetchone("SELECT COUNT(*) AS n FROM proxy_exchanges WHERE session_id=?", (session_id,))
+        return 0 if row is None else int(row["n"])
+
     def set_proxy_audit(self, exchange_id: int, audit: Mapping[str, Any]) -> None:
         self._execute("UPDATE proxy_exchanges SET audit_json=? WHERE id=?", (canonical_json(dict(audit)), exchange_id))
 

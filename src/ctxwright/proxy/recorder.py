@@ -1,0 +1,214 @@
+"""Recording and auditing each relayed exchange, on a thread of its own.
+
+Why a thread: the relay runs on one event loop, and anything slow there (an SQLite commit,
+decoding a large body, hashing a long history) delays every other client's bytes. The loop
+only queues the finished exchange (:meth:`Recorder.submit`, a lock-free append); this
+thread decodes it, places it in a session (``proxy/sessions.py``), audits it with the same
+auditor as ``ctxwright audit`` (``audit/compare.py``, fed by the same reader,
+``audit/logs.py``), writes one row, and prints one line. One writer keeps the session
+placement and the audit in arrival order. Rows are written one by one as they arrive
+(autocommit, WAL), so a crash loses only exchanges still in flight or in the queue; closing
+the recorder drains the queue first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ctxwright.audit.compare import AuditLimits, Auditor, AuditRequest, AuditRow
+from ctxwright.audit.live import audit_record
+from ctxwright.audit.logs import ParseProblem, RecordReader
+from ctxwright.core.proxy_log import api_of, decode_body, is_event_stream, sse_events
+from ctxwright.core.store import Store
+from ctxwright.core.tokens import TokenCounter
+from ctxwright.proxy.server import Exchange
+from ctxwright.proxy.sessions import SessionPlacer
+
+#: what the proxy's audit keeps in memory (it runs for days: smaller than a one-off audit's)
+PROXY_AUDIT_LIMITS = AuditLimits(index_bytes=32 * 1024 * 1024, open_conversations=256, open_bytes=64 * 1024 * 1024)
+
+
+def _json(data: bytes | bytearray | None) -> Any:
+    if data is None:
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _response_id(value: Any) -> str | None:
+    """The id of a Responses API answer (a body, or a stream's ``response.*`` events)."""
+    if isinstance(value, dict) and isinstance(value.get("id"), str):
+        return str(value["id"])
+    if isinstance(value, list):
+        for ev in value:
+            inner = ev.get("response") if isinstance(ev, dict) else None
+            if isinstance(inner, dict) and isinstance(inner.get("id"), str):
+                return str(inner["id"])
+    return None
+
+
+def format_line(session_id: str, call_index: int, ex: Exchange, row: AuditRow | None, problem: str | None) -> str:
+    """The one printed line of a model call: session, call, status, cause, cached ÷ reusable
+    tokens, the first divergence. No header, no body text beyond the divergence snippet."""
+    head = f"{session_id} #{call_index:<3} {ex.status or '---'} {ex.total_ms or 0:7.0f} ms"
+    if ex.outcome != "complete":
+        head += f" [{ex.outcome}]"
+    if row is None:
+        return f"{head}  not audited: {problem}"
+    cached = "?" if row.cached_tokens is None else f"{row.cached_tokens:,}"
+    line = f"{head}  {row.cause:<15} cached {cached} ÷ reusable {row.reusable_prefix_tokens:,} tok"
+    d = row.first_divergence
+    if d is not None:
+        where = "tools" if d.message_index is None else f"msg#{d.message_index}"
+        snippet = f"{d.before[-20:]}|{d.after[:20]}".replace("\n", "⏎")
+        line += f"  at {where} {d.field} @{d.byte_offset}: …{snippet}…"
+    return line
+
+
+class Recorder:
+    """Takes finished exchanges from the relay and records, audits and prints them.
+
+    ``printer`` receives each printed line (``None``: silent). :meth:`close` drains the queue.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        upstream: str,
+        *,
+        printer: Callable[[str], None] | None = print,
+        counter: TokenCounter | None = None,
+    ) -> None:
+        self.store = store
+        self.printer = printer
+        self.placer = SessionPlacer(store, upstream)
+        self.reader = RecordReader()
+        counter = counter or TokenCounter(cache_size=PROXY_AUDIT_LIMITS.token_memo)
+        self.auditor = Auditor(counter, keep_rows=False, limits=PROXY_AUDIT_LIMITS)
+        self._calls: dict[str, int] = {}
+        self._queue: queue.SimpleQueue[Exchange | None] = queue.SimpleQueue()
+        self.recorded = 0
+        self.failures = 0
+        self._idle = threading.Condition()
+        self._pending = 0
+        self._thread = threading.Thread(target=self._run, name="ctxwright-proxy-recorder", daemon=True)
+        self._thread.start()
+
+    def submit(self, ex: Exchange) -> None:
+        """Queue one finished exchange (called on the event loop; returns at once)."""
+        with self._idle:
+            self._pending += 1
+        self._queue.put(ex)
+
+    def wait_idle(self, timeout: float = 10.0, *, at_least: int = 0) -> bool:
+        """Block until every submitted exchange is handled and at least ``at_least`` in all
+        were (tests, benchmarks: an exchange is submitted just after its last byte is sent, so
+        a client may see its answer before the proxy has submitted it)."""
+        with self._idle:
+            return self._idle.wait_for(
+                lambda: self._pending == 0 and self.recorded + self.failures >= at_least, timeout
+            )
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            ex = self._queue.get()
+            if ex is None:
+                return
+            ok = False
+            try:
+                self.record(ex)
+                ok = True
+            except Exception as exc:  # one exchange that cannot be recorded must not stop the others
+                if self.printer is not None:
+                    self.printer(f"ctxwright proxy: could not record {ex.method} {ex.path}: {exc}")
+            finally:
+                with self._idle:
+                    if ok:
+                        self.recorded += 1
+                    else:
+                        self.failures += 1
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def record(self, ex: Exchange) -> int:
+        """Decode, place, audit and write one exchange; its row id."""
+        req_raw = ex.request.data
+        req_plain = decode_body(bytes(req_raw), ex.request_encoding) if req_raw is not None else None
+        body = _json(req_plain)
+        api = api_of(ex.method, ex.path)
+        resp_raw = ex.response.data
+        resp_plain = decode_body(bytes(resp_raw), ex.response_encoding) if resp_raw is not None else None
+        streamed = is_event_stream(ex.response_content_type)
+        if resp_plain is None:
+            response: Any = None
+        elif streamed:
+            response = sse_events(resp_plain)
+        else:
+            response = _json(resp_plain)
+        row: dict[str, Any] = {
+            "started_at": ex.started_at,
+            "ended_at": ex.ended_at,
+            "method": ex.method,
+            "path": ex.path,
+            "api": api,
+            "streamed": int(streamed),
+            "status": ex.status,
+            "outcome": ex.outcome,
+            "error": ex.error,
+            "request_bytes": ex.request.size,
+            "request_sha256": ex.request.sha.hexdigest(),
+            "request_content_type": ex.request_content_type,
+            "request_encoding": ex.request_encoding,
+            "request_body": req_plain,
+            "request_parsed": int(isinstance(body, dict)),
+            "response_bytes": ex.response.size,
+            "response_sha256": ex.response.sha.hexdigest(),
+            "response_content_type": ex.response_content_type,
+            "response_encoding": ex.response_encoding,
+            "response_body": resp_plain,
+            "response_parsed": int(response is not None and response != []),
+            "ttfb_ms": ex.ttfb_ms,
+            "total_ms": ex.total_ms,
+        }
+        if api is None or not isinstance(body, dict):  # not a model call (or not one we can read)
+            if api is not None:
+                row["error"] = row["error"] or (
+                    "request body over the recording cap" if ex.request.over else "request body is not a JSON object"
+                )
+            return self.store.record_proxy_exchange(row)
+        placement = self.placer.place(ex.session_header, body, api)
+        sid = placement.session_id
+        k = self._calls.get(sid)
+        if k is None:
+            k = 0 if placement.new else self._next_index(sid)
+        self._calls[sid] = k + 1
+        self.placer.answered(sid, _response_id(response) if api == "openai_responses" else None)
+        audit_row, problem = self._audit(sid, body, response)
+        audit = audit_record(audit_row) if audit_row is not None else {"problem": problem}
+        audit["grouped_by"] = placement.grouped_by
+        row.update(session_id=sid, call_index=k, audit_json=json.dumps(audit, ensure_ascii=False))
+        rid = self.store.record_proxy_exchange(row)
+        if self.printer is not None:
+            self.printer(format_line(sid, k, ex, audit_row, problem))
+        return rid
+
+    def _next_index(self, sid: str) -> int:
+        return self.store.proxy_call_count(sid)
+
+    def _audit(self, sid: str, body: dict[str, Any], response: Any) -> tuple[AuditRow | None, str | None]:
+        items = list(self.reader.read_record({"request": body, "response": response}, 1))
+        req = next((i for i in items if isinstance(i, AuditRequest)), None)
+        if req is None:
+            return None, "; ".join(i.message for i in items if isinstance(i, ParseProblem)) or "unreadable request"
+        return self.auditor.add(dataclasses.replace(req, conversation=sid, session=sid)), None

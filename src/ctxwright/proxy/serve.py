@@ -1,0 +1,82 @@
+"""Running the proxy in the foreground (``ctxwright proxy``) or on a thread (tests, benchmarks)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import uvicorn
+
+from ctxwright.core.store import Store
+from ctxwright.errors import CtxwrightError
+from ctxwright.proxy.recorder import Recorder
+from ctxwright.proxy.server import ProxyConfig, ProxyThread, build_app, uvicorn_config
+
+
+@dataclass
+class RecordingProxy:
+    """A proxy on a background thread with its recorder: ``with RecordingProxy.start(...) as p``."""
+
+    thread: ProxyThread
+    recorder: Recorder
+
+    @classmethod
+    def start(
+        cls,
+        config: ProxyConfig,
+        store: Store,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        printer: Callable[[str], None] | None = None,
+    ) -> RecordingProxy:
+        recorder = Recorder(store, config.upstream, printer=printer)
+        thread = ProxyThread(build_app(config, recorder.submit), host, port).start()
+        return cls(thread, recorder)
+
+    @property
+    def url(self) -> str:
+        return self.thread.url
+
+    def stop(self) -> None:
+        self.thread.stop()
+        self.recorder.close()
+
+    def __enter__(self) -> RecordingProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, or one clear error (port taken, address not here)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise CtxwrightError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}. Pick another --port (or stop what uses it)."
+        ) from None
+    return sock
+
+
+def serve(
+    config: ProxyConfig, store: Store, *, host: str, port: int, printer: Callable[[str], None] = print
+) -> Recorder:
+    """Serve until interrupted (Ctrl-C); the recorder is drained before this returns."""
+    sock = bind(host, port)
+    recorder = Recorder(store, config.upstream, printer=printer)
+    server = uvicorn.Server(uvicorn_config(build_app(config, recorder.submit), host, sock.getsockname()[1]))
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # uvicorn shuts down cleanly on Ctrl-C, then raises it again for the caller: a normal stop here
+    finally:
+        recorder.close()
+        sock.close()
+    return recorder

@@ -1,0 +1,364 @@
+"""The relay: an ASGI app (Starlette on uvicorn) that forwards every request to the upstream
+with httpx and streams the answer back as it arrives.
+
+What it protects:
+
+* **Not a byte changed.** The request body is streamed to the upstream as the client sends it
+  and the upstream's body is streamed back as its raw bytes (``aiter_raw``): a compressed
+  response stays compressed, because the client asked for it (its ``Accept-Encoding`` is
+  passed on) and only the recording is decoded, afterwards, off the event loop. Headers pass
+  both ways except the hop-by-hop ones (RFC 9110 §7.6.1), which belong to each connection,
+  and ``Host``, which names the upstream. httpx adds no header of its own: requests are built
+  directly, not through the client's defaults.
+* **Streams stay streams.** Server-sent events reach the client chunk by chunk, as the
+  upstream flushes them; nothing waits for the end of a response, so the time to the first
+  token is the upstream's.
+* **Errors stay the provider's.** Any status and body the upstream sends (429, 500, a
+  malformed body) is relayed unchanged. Only when there is no upstream answer at all does the
+  proxy answer itself -- 502 (cannot connect, broken answer) or 504 (no answer in time) --
+  with a JSON error body both OpenAI's and Anthropic's SDKs read (``error.message``).
+* **The key is only relayed.** ``Authorization``, ``x-api-key`` and ``api-key`` go to the
+  upstream and nowhere else: no header is recorded or logged.
+
+Each exchange is handed to the recorder (``proxy/recorder.py``) when it ends -- completed,
+cut by the client, or failed -- and the recorder writes and audits it on its own thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import Any
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+#: Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1), plus ``host``.
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+#: bytes of one body the recording keeps (default); past it only its size and hash are kept
+DEFAULT_RECORD_CAP = 32 * 1024 * 1024
+#: the header that names a proxy session explicitly
+SESSION_HEADER = "x-ctxwright-session"
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """Where to forward and how long to wait.
+
+    ``read_timeout`` is the longest silence between two pieces of an upstream answer (a
+    reasoning model may think for minutes before its first byte: the default is generous);
+    ``connect_timeout`` how long to wait for a connection.
+    """
+
+    upstream: str
+    connect_timeout: float = 10.0
+    read_timeout: float = 600.0
+    record_cap: int = DEFAULT_RECORD_CAP
+
+    def __post_init__(self) -> None:
+        url = httpx.URL(self.upstream)
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError(
+                f"--upstream {self.upstream!r} is not an http(s) URL; give the provider's origin, "
+                "e.g. https://api.openai.com"
+            )
+
+
+class Capture:
+    """A body as it passes: its size and sha256 always, its bytes up to ``cap``."""
+
+    __slots__ = ("cap", "data", "over", "sha", "size")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.data: bytearray | None = bytearray()
+        self.size = 0
+        self.sha = hashlib.sha256()
+        self.over = False
+
+    def add(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        self.sha.update(chunk)
+        if self.data is not None:
+            if len(self.data) + len(chunk) > self.cap:
+                self.data, self.over = None, True  # dropped: memory stays bounded by the cap
+            else:
+                self.data += chunk
+
+
+@dataclass
+class Exchange:
+    """One relayed request and its answer, as the recorder receives it."""
+
+    method: str
+    path: str
+    started_at: float
+    t0: float
+    request: Capture
+    request_content_type: str | None
+    request_encoding: str | None
+    session_header: str | None
+    response: Capture
+    status: int | None = None
+    response_content_type: str | None = None
+    response_encoding: str | None = None
+    outcome: str = "complete"
+    error: str | None = None
+    ttfb_ms: float | None = None
+    total_ms: float | None = None
+    ended_at: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _error_response(status: int, code: str, message: str) -> Response:
+    body = {"type": "error", "error": {"type": code, "code": code, "message": f"ctxwright proxy: {message}"}}
+    return Response(json.dumps(body), status_code=status, media_type="application/json")
+
+
+def _header(raw: list[tuple[bytes, bytes]], name: bytes) -> str | None:
+    for k, v in raw:
+        if k.lower() == name:
+            return v.decode("latin-1")
+    return None
+
+
+def _forwardable(raw: list[tuple[bytes, bytes]], *, drop_host: bool) -> list[tuple[bytes, bytes]]:
+    """The headers to pass on: all but the hop-by-hop ones and those the ``Connection`` header
+    names (and, for a request, ``Host``)."""
+    named = {
+        t.strip().lower().encode("latin-1")
+        for k, v in raw
+        if k.lower() == b"connection"
+        for t in v.decode("latin-1").split(",")
+    }
+    return [
+        (k, v)
+        for k, v in raw
+        if (kl := k.lower()) not in HOP_BY_HOP and kl not in named and not (drop_host and kl == b"host")
+    ]
+
+
+class _Relay(Response):
+    """Streams an upstream answer to the client as it arrives; stops reading the upstream the
+    moment the client goes away; hands the exchange to ``done`` whatever happens."""
+
+    def __init__(self, upstream: httpx.Response, exchange: Exchange, done: Callable[[Exchange], None]) -> None:
+        self.upstream = upstream
+        self.exchange = exchange
+        self.done = done
+        self.status_code = upstream.status_code
+        self.background = None
+        self.raw_headers = _forwardable(upstream.headers.raw, drop_host=False)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        ex = self.exchange
+        stream_task = asyncio.current_task()
+        gone = asyncio.Event()
+
+        async def watch() -> None:  # the request body is read: the next message is a disconnect
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    gone.set()
+                    if stream_task is not None:
+                        stream_task.cancel()
+                    return
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            async for chunk in self.upstream.aiter_raw():
+                if ex.ttfb_ms is None:
+                    ex.ttfb_ms = (time.perf_counter() - ex.t0) * 1000
+                ex.response.add(chunk)
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not gone.is_set():
+                raise
+            ex.outcome, ex.error = "client_disconnected", "the client closed the connection before the end"
+        except httpx.TimeoutException:
+            ex.outcome, ex.error = "upstream_timeout", "the upstream went silent mid-answer (read timeout)"
+        except httpx.TransportError as exc:
+            ex.outcome, ex.error = "upstream_broken", f"the upstream broke off mid-answer ({type(exc).__name__})"
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.upstream.aclose())
+            ex.total_ms = (time.perf_counter() - ex.t0) * 1000
+            ex.ended_at = time.time()
+            self.done(ex)
+
+
+def build_app(config: ProxyConfig, done: Callable[[Exchange], None]) -> Starlette:
+    """The proxy as an ASGI app; ``done(exchange)`` is called once per exchange, on the event
+    loop, when it ends (it must return at once: the recorder queues it)."""
+    base = httpx.URL(config.upstream)
+    base_path = base.raw_path.rstrip(b"/")
+    timeout = httpx.Timeout(
+        connect=config.connect_timeout, read=config.read_timeout, write=config.read_timeout, pool=None
+    )
+    state: dict[str, httpx.AsyncClient] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # no cookie jar: a proxy must not carry one client's cookies into another's requests
+        jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=30)
+        async with httpx.AsyncClient(timeout=timeout, limits=limits, cookies=jar, follow_redirects=False) as client:
+            state["client"] = client
+            yield
+
+    async def relay(request: Request) -> Response:
+        scope = request.scope
+        raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
+        query: bytes = scope.get("query_string") or b""
+        target = base_path + raw_path + (b"?" + query if query else b"")
+        url = base.copy_with(raw_path=target)
+        raw = list(scope["headers"])
+        ex = Exchange(
+            method=request.method,
+            path=(raw_path + (b"?" + query if query else b"")).decode("latin-1"),
+            started_at=time.time(),
+            t0=time.perf_counter(),
+            request=Capture(config.record_cap),
+            request_content_type=_header(raw, b"content-type"),
+            request_encoding=_header(raw, b"content-encoding"),
+            session_header=_header(raw, SESSION_HEADER.encode()),
+            response=Capture(config.record_cap),
+        )
+        has_body = _header(raw, b"content-length") not in (None, "0") or _header(raw, b"transfer-encoding")
+
+        async def body() -> AsyncIterator[bytes]:
+            async for chunk in request.stream():
+                if chunk:
+                    ex.request.add(chunk)
+                    yield chunk
+
+        upload = body()
+        outgoing = httpx.Request(
+            request.method, url, headers=_forwardable(raw, drop_host=True), content=upload if has_body else b""
+        )
+        client = state["client"]
+        try:
+            upstream = await client.send(outgoing, stream=True)
+        except ClientDisconnect:
+            return _failed(ex, done, 499, "client_disconnected", "the client closed the connection mid-request")
+        except httpx.TransportError as exc:
+            if has_body:  # read the rest of what the client sent, so the failed call is recorded whole
+                with contextlib.suppress(Exception):
+                    async for _chunk in upload:
+                        pass
+            return _upstream_failed(ex, done, config, exc)
+        ex.status = upstream.status_code
+        ex.response_content_type = upstream.headers.get("content-type")
+        ex.response_encoding = upstream.headers.get("content-encoding")
+        return _Relay(upstream, ex, done)
+
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+    return Starlette(routes=[Route("/{path:path}", relay, methods=methods)], lifespan=lifespan)
+
+
+def _upstream_failed(ex: Exchange, done: Callable[[Exchange], None], config: ProxyConfig, exc: Exception) -> Response:
+    """The proxy's own answer when the upstream gave none: 502 or 504, one clear message."""
+    up = config.upstream
+    if isinstance(exc, httpx.ConnectTimeout):
+        msg = f"could not connect to the upstream {up} within {config.connect_timeout:g} s (--connect-timeout)"
+        return _failed(ex, done, 502, "upstream_unreachable", msg)
+    if isinstance(exc, httpx.ConnectError):
+        msg = f"could not connect to the upstream {up} ({exc or type(exc).__name__}); is it running?"
+        return _failed(ex, done, 502, "upstream_unreachable", msg)
+    if isinstance(exc, httpx.TimeoutException):
+        msg = f"the upstream {up} sent no answer within {config.read_timeout:g} s (--timeout)"
+        return _failed(ex, done, 504, "upstream_timeout", msg)
+    msg = f"the upstream {up} sent no valid HTTP answer ({type(exc).__name__}: {exc})"
+    return _failed(ex, done, 502, "upstream_broken", msg)
+
+
+def _failed(ex: Exchange, done: Callable[[Exchange], None], status: int, code: str, message: str) -> Response:
+    ex.outcome, ex.error = code, message
+    ex.total_ms = (time.perf_counter() - ex.t0) * 1000
+    ex.ended_at = time.time()
+    done(ex)
+    return _error_response(status, code, message)
+
+
+def uvicorn_config(app: Starlette, host: str, port: int) -> uvicorn.Config:
+    """uvicorn as a relay needs it: no ``Server``/``Date`` headers of its own (the upstream's
+    pass through), no access log (a request line is the recorder's job, without headers)."""
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        server_header=False,
+        date_header=False,
+        timeout_keep_alive=30,
+        lifespan="on",
+    )
+
+
+class ProxyThread:
+    """The proxy served on a background thread (tests, benchmarks, embedding in an app).
+
+    The socket is bound before the thread starts, so ``url`` is known (port 0 picks a free
+    one) and a client may connect at once.
+    """
+
+    def __init__(self, app: Starlette, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.host, self.port = host, self.sock.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn_config(app, host, self.port))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> ProxyThread:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the proxy did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+    def __enter__(self) -> ProxyThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
