@@ -187,14 +187,17 @@ class Recorder:
                     "request body over the recording cap" if ex.request.over else "request body is not a JSON object"
                 )
             return self.store.record_proxy_exchange(row)
-        placement = self.placer.place(ex.session_header, body, api)
+        req, problem = self._read(body, response)
+        placement = self.placer.place(ex.session_header, body, api, req)
         sid = placement.session_id
         k = self._calls.get(sid)
         if k is None:
             k = 0 if placement.new else self._next_index(sid)
         self._calls[sid] = k + 1
         self.placer.answered(sid, _response_id(response) if api == "openai_responses" else None)
-        audit_row, problem = self._audit(sid, body, response)
+        audit_row = None
+        if req is not None:
+            audit_row = self.auditor.add(dataclasses.replace(req, conversation=sid, session=sid))
         audit = audit_record(audit_row) if audit_row is not None else {"problem": problem}
         audit["grouped_by"] = placement.grouped_by
         row.update(session_id=sid, call_index=k, audit_json=json.dumps(audit, ensure_ascii=False))
@@ -206,9 +209,10 @@ class Recorder:
     def _next_index(self, sid: str) -> int:
         return self.store.proxy_call_count(sid)
 
-    def _audit(self, sid: str, body: dict[str, Any], response: Any) -> tuple[AuditRow | None, str | None]:
+    def _read(self, body: dict[str, Any], response: Any) -> tuple[AuditRequest | None, str | None]:
+        """The call as ``ctxwright audit`` reads a logged ``{"request", "response"}`` record."""
         items = list(self.reader.read_record({"request": body, "response": response}, 1))
         req = next((i for i in items if isinstance(i, AuditRequest)), None)
         if req is None:
             return None, "; ".join(i.message for i in items if isinstance(i, ParseProblem)) or "unreadable request"
-        return self.auditor.add(dataclasses.replace(req, conversation=sid, session=sid)), None
+        return req, None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -11,7 +12,10 @@ import uvicorn
 from ctxwright.core.store import Store
 from ctxwright.errors import CtxwrightError
 from ctxwright.proxy.recorder import Recorder
-from ctxwright.proxy.server import ProxyConfig, ProxyThread, build_app, uvicorn_config
+from ctxwright.proxy.server import ProxyConfig, ProxyThread, build_app, listening_socket, uvicorn_config
+
+#: the GIL switch interval of a serving proxy (CPython's default is 5 ms)
+SWITCH_INTERVAL_S = 0.0005
 
 
 @dataclass
@@ -52,8 +56,7 @@ class RecordingProxy:
 
 def bind(host: str, port: int) -> socket.socket:
     """The listening socket, or one clear error (port taken, address not here)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = listening_socket(host)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -70,6 +73,10 @@ def serve(
 ) -> Recorder:
     """Serve until interrupted (Ctrl-C); the recorder is drained before this returns."""
     sock = bind(host, port)
+    # The recorder thread decodes, audits and writes while the event loop relays bytes; with
+    # CPython's default 5 ms GIL switch interval the loop can wait that long for the GIL
+    # after every socket call. A shorter interval bounds what recording adds to a request.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     recorder = Recorder(store, config.upstream, printer=printer)
     server = uvicorn.Server(uvicorn_config(build_app(config, recorder.submit), host, sock.getsockname()[1]))
     try:

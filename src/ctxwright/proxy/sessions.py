@@ -24,10 +24,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from ctxwright.audit.logs import split_body
+from ctxwright.audit.compare import AuditRequest
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.store import Store
-from ctxwright.errors import LogRecordRejected
 
 REMEMBERED = 10_000
 
@@ -39,19 +38,17 @@ class Placement:
     new: bool
 
 
-def _chain(body: dict[str, Any]) -> list[bytes]:
+def _chain(req: AuditRequest, fixed: bytes) -> list[bytes]:
     """Hash chain over the request's parts in prompt order: element k covers the system
-    prompt, the tools and the first k messages."""
-    try:
-        system, messages = split_body(body)
-    except LogRecordRejected:
-        return []
-    h = hashlib.sha256()
-    h.update(canonical_json([system, body.get("tools") or []]).encode("utf-8", "surrogatepass"))
-    out = [h.digest()]
-    for m in messages:
-        h.update(b"\x00" + canonical_json(m).encode("utf-8", "surrogatepass"))
-        out.append(h.digest())
+    prompt and tools (``fixed``, their hash) and the first k messages. Built from the
+    message hashes the log reader already computed (``audit/logs.py``), so a long history
+    is not serialized again."""
+    hashes = req.message_hashes
+    if hashes is None:
+        hashes = [hashlib.sha256(canonical_json(m).encode("utf-8", "surrogatepass")).digest() for m in req.messages]
+    out = [fixed]
+    for h in hashes:
+        out.append(hashlib.sha256(out[-1] + h).digest())
     return out
 
 
@@ -79,9 +76,22 @@ class SessionPlacer:
         self._latest: OrderedDict[bytes, str] = OrderedDict()  # full chain hash of a latest request -> session
         self._tail: dict[str, bytes] = {}  # session -> its entry in _latest
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> session
+        self._fixed_of: tuple[Any, str, bytes] | None = None
 
-    def place(self, header: str | None, body: dict[str, Any] | None, api: str | None) -> Placement:
-        chain = _chain(body) if isinstance(body, dict) else []
+    def _fixed(self, req: AuditRequest) -> bytes:
+        """The hash of the system prompt and tools; the reader hands back the same tools
+        object while they stay equal, so it is serialized once per change."""
+        if self._fixed_of is None or self._fixed_of[0] is not req.tools or self._fixed_of[1] != req.system:
+            text = canonical_json([req.system, list(req.tools)]).encode("utf-8", "surrogatepass")
+            self._fixed_of = (req.tools, req.system, hashlib.sha256(text).digest())
+        return self._fixed_of[2]
+
+    def place(
+        self, header: str | None, body: dict[str, Any] | None, api: str | None, req: AuditRequest | None = None
+    ) -> Placement:
+        """The session of one call; ``req`` is its body as the log reader read it (``None``
+        when it could not be read: it is then placed by header or key only, or alone)."""
+        chain = _chain(req, self._fixed(req)) if req is not None else []
         placement = self._find(header, body, chain, api)
         if chain:  # this request is now its session's latest
             old = self._tail.pop(placement.session_id, None)
