@@ -34,9 +34,10 @@ def main() -> None:
         ["tool_search.py", "--part", "search", *(["--quick"] if args.quick else [])],
         ["tool_search.py", "--part", "session"],
         ["tool_search.py", "--part", "e2e", *(["--quick"] if args.quick else [])],
+        ["proxy_overhead.py", *(["--quick"] if args.quick else [])],
     ]
     # offline: no backend arguments (tool_search's e2e part is the one that runs a model)
-    no_model = {"audit_speed.py", "long_session.py", "terminal.py", "tool_search.py"}
+    no_model = {"audit_speed.py", "long_session.py", "terminal.py", "tool_search.py", "proxy_overhead.py"}
     failed = []
     for script, *extra in runs:
         part = extra[1] if extra[:1] == ["--part"] and extra[1] != "search" else None  # one JSON per part
