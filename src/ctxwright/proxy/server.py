@@ -34,9 +34,8 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import Any
 
 import httpx
 import uvicorn
@@ -132,7 +131,6 @@ class Exchange:
     ttfb_ms: float | None = None
     total_ms: float | None = None
     ended_at: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _error_response(status: int, code: str, message: str) -> Response:
