@@ -179,7 +179,7 @@ def read_records(records: Iterable[Any]) -> Iterator[LogItem]:
     """:func:`read_log` on records already parsed (the n-th reported as line n): what
     ``core/proxy_log.py`` hands back for a proxy session. A request record yields exactly one
     item, its request or its problem."""
-    reader = _Reader()
+    reader = RecordReader()
     for number, record in enumerate(records, start=1):
         yield from reader.read_record(record, number)
 
