@@ -12,7 +12,8 @@ service.
 
 A request may ask for a behaviour with the ``x-test-behaviour`` header: ``garbage`` (a 200
 whose body is not JSON), ``gzip`` (a gzip-compressed answer), ``slow=S`` (wait S seconds before
-answering), ``drip=N`` (a stream of N events 50 ms apart, for disconnect tests), ``status=C``
+answering), ``drip=N`` (a stream of N events 50 ms apart, for disconnect tests), ``stall=S`` (a stream that goes
+silent for S seconds after its first event), ``status=C``
 (answer with status C and a provider error body).
 """
 
@@ -136,10 +137,12 @@ class Upstream:
         seen.sent = body
         return Response(body, status_code=status, headers=hdrs, media_type=content_type)
 
-    def _stream(self, seen: Seen, events: list[bytes], drip: int = 0) -> Response:
+    def _stream(self, seen: Seen, events: list[bytes], drip: int = 0, stall: float = 0.0) -> Response:
         async def gen() -> Any:
             try:
-                for ev in events:
+                for i, ev in enumerate(events):
+                    if i == 1 and stall:
+                        await asyncio.sleep(stall)
                     seen.sent += ev
                     yield ev
                 for i in range(drip):
@@ -173,7 +176,7 @@ class Upstream:
             if (body.get("stream_options") or {}).get("include_usage"):
                 chunks.append({**base, "choices": [], "usage": self._usage_openai()})
             events = [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"]
-            return self._stream(seen, events, _drip(behaviour))
+            return self._stream(seen, events, _drip(behaviour), _stall(behaviour))
         reply = {
             "id": "chatcmpl-1",
             "object": "chat.completion",
@@ -240,7 +243,7 @@ class Upstream:
                 + b"\n\n"
                 for i, (name, data) in enumerate(evs)
             ]
-            return self._stream(seen, events, _drip(behaviour))
+            return self._stream(seen, events, _drip(behaviour), _stall(behaviour))
         return self._send(seen, 200, json.dumps(resp).encode(), compress=behaviour == "gzip")
 
     def _anthropic(self, seen: Seen, raw: bytes, behaviour: str) -> Response:
@@ -300,8 +303,12 @@ class Upstream:
                 f"event: {name}\ndata: ".encode() + json.dumps({"type": name, **data}).encode() + b"\n\n"
                 for name, data in evs
             ]
-            return self._stream(seen, events, _drip(behaviour))
+            return self._stream(seen, events, _drip(behaviour), _stall(behaviour))
         return self._send(seen, 200, json.dumps(msg).encode(), compress=behaviour == "gzip")
+
+
+def _stall(behaviour: str) -> float:
+    return float(behaviour[6:]) if behaviour.startswith("stall=") else 0.0
 
 
 def _drip(behaviour: str) -> int:

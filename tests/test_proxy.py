@@ -361,6 +361,26 @@ def test_slow_upstream_times_out_with_504(upstream, tmp_path):
     assert row["outcome"] == "upstream_timeout"
 
 
+def test_an_upstream_silent_mid_stream_is_cut_and_recorded_as_a_timeout(upstream, tmp_path):
+    store = Store(tmp_path / "p.db")
+    with RecordingProxy.start(ProxyConfig(upstream=upstream.url, read_timeout=1.0), store) as p:
+        body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}
+        headers = {"authorization": "Bearer k", "x-test-behaviour": "stall=4"}
+        got = b""
+        with (
+            pytest.raises(httpx.RemoteProtocolError),
+            httpx.Client(timeout=10) as c,
+            c.stream("POST", p.url + "/v1/chat/completions", json=body, headers=headers) as r,
+        ):
+            for chunk in r.iter_raw():
+                got += chunk
+        assert got.startswith(b"data: ")  # the first event arrived before the silence
+        assert p.recorder.wait_idle(20, at_least=1)
+    (row,) = store.proxy_exchange_rows(proxy_sessions(store)[0]["id"])
+    assert row["outcome"] == "upstream_timeout" and row["status"] == 200
+    assert bytes(row["response_body"]) == got
+
+
 def test_garbage_from_the_upstream_is_forwarded_and_recorded_as_unparsed(proxy, upstream):
     before = len(upstream.seen)
     r = httpx.post(
