@@ -31,7 +31,13 @@ On the embedded model the first call of a ``catalog`` task is forced to be ``Ski
 model cannot plan a tool call; it still has to pick the name); on a served model
 (``--base-url``) the model decides.
 
-    python benchmarks/skills.py [--quick] [--json PATH] [--base-url URL --model NAME]
+On a loaded machine, ``--count-only`` (embedded model only) counts the paste-all arm's prompts
+and the prefix-mode addition with the model's chat template and tokenizer instead of running
+them: the prompt sizes and the tokens llama.cpp would reuse (the longest common token prefix)
+are exact, the paste-all score is not measured. ``--scripted`` checks the plumbing without a
+model.
+
+    python benchmarks/skills.py [--quick] [--count-only] [--json PATH] [--base-url URL --model NAME]
 """
 
 from __future__ import annotations
@@ -124,7 +130,28 @@ class Runner:
             return Harness(system=pasted_system(skills), tools=[], **o)
         return Harness(system=SYSTEM, tools=[], **o)
 
+    def counted(self, request: ChatRequest) -> list[int]:
+        """``--count-only``: the prompt's tokens as the embedded backend would send them
+        (its chat template and tokenizer on the exact request), without running the model."""
+        return list(self.backend.tokenize(self.backend.render_prompt(request)))
+
     def task(self, arm: str, task: corpus.Task, skills_dir: Path, skills: list[Skill]) -> dict[str, Any]:
+        if arm == "paste_all" and self.args.count_only:
+            msgs = (Message(role="system", content=pasted_system(skills)), Message(role="user", content=task.prompt))
+            n = len(self.counted(ChatRequest(messages=msgs, tools=(), tool_choice="auto")))
+            call = {"prompt_tokens": n, "cached_tokens": None, "reusable_tokens": None, "prefill_ms": None}
+            return {
+                "skill": task.skill,
+                "counted_only": True,
+                "score": None,
+                "passed": None,
+                "checks": None,
+                "skills_loaded": [],
+                "right_skill_loaded": False,
+                "stop_reason": None,
+                "answer": None,
+                "calls": [{**call, "wall_ms": None}],
+            }
         with self.harness(arm, skills_dir, skills) as h:
             result = h.run(task.prompt)
             loaded = [
@@ -169,6 +196,11 @@ class Runner:
         with self.harness("catalog", folder, skills, db=db) as h1:
             r1 = h1.run(corpus.TASKS[0].prompt)
             sid = h1.session_id
+            self.conversation = [
+                m
+                for m in h1.session.messages()
+                if not (m.role == "user" and (m.content or "").startswith("<system-reminder>"))
+            ]
         corpus.write_skill(folder, corpus.ADDED)
         with Harness.resume(
             sid, tools=[], db=db, skills=[folder], tool_choice_first=self.first_choice(), **self.options()
@@ -207,6 +239,8 @@ class Runner:
         session would send to continue with the new skill has a new prefix."""
         folder = self.work / "add-prefix"
         corpus.install(folder)
+        if self.args.count_only:
+            return self.add_prefix_counted(folder, skills)
         self.reset()
         native = prefix_mode_available()
         if native:
@@ -249,6 +283,34 @@ class Runner:
             ),
             "tokens_added": None,
             **across(before.prompt_tokens, after.prompt_tokens, after.cached_tokens, reusable),
+        }
+
+    def add_prefix_counted(self, folder: Path, skills: list[Skill]) -> dict[str, Any]:
+        """``--count-only``: the reminder session's conversation (without its catalog message)
+        under the prefix-mode tools of twenty skills, then of twenty-one; llama.cpp reuses the
+        longest common token prefix with what it holds, so that is what is counted as cached."""
+        corpus.write_skill(folder, corpus.ADDED)
+        skills21 = load_skills([folder]).skills
+        choice = self.first_choice() or "auto"
+        conv = tuple(self.conversation)
+        before = self.counted(
+            ChatRequest(messages=conv, tools=tuple(t.spec for t in prefix_tools(skills)), tool_choice=choice)
+        )
+        after_msgs = (*conv, Message(role="user", content=corpus.ADDED_TASK.prompt))
+        after = self.counted(
+            ChatRequest(messages=after_msgs, tools=tuple(t.spec for t in prefix_tools(skills21)), tool_choice=choice)
+        )
+        common = 0
+        for x, y in zip(before, after[:-1], strict=False):
+            if x != y:
+                break
+            common += 1
+        return {
+            "mode": "prefix",
+            "how": "counted, not run (--count-only): the reminder session's conversation under prefix-mode tools "
+            "built from the public pieces (catalog in the Skill tool's description)",
+            "tokens_added": None,
+            **across(len(before), len(after), common, common),
         }
 
 
@@ -322,8 +384,11 @@ def summarise(arm: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "arm": arm,
         "tasks": len(runs),
-        "score": round(statistics.mean(r["score"] for r in runs), 4),
-        "tasks_passed": sum(r["passed"] for r in runs),
+        "score": round(statistics.mean(r["score"] for r in runs), 4)
+        if all(r["score"] is not None for r in runs)
+        else None,
+        "tasks_passed": sum(bool(r["passed"]) for r in runs),
+        "counted_only": any(r.get("counted_only") for r in runs),
         "right_skill_loaded": sum(r["right_skill_loaded"] for r in runs) if arm == "catalog" else None,
         "calls": len(calls),
         "prompt_tokens_per_call": round(sum(prompts) / len(prompts), 1) if prompts else None,
@@ -344,6 +409,12 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=96)
     p.add_argument("--keep", action="store_true", help="keep the temporary skills folder")
     p.add_argument(
+        "--count-only",
+        action="store_true",
+        help="embedded model only, for a loaded machine: count the paste-all arm's prompts and the prefix-mode "
+        "addition with the model's template and tokenizer instead of running them (no scores for paste-all)",
+    )
+    p.add_argument(
         "--scripted",
         action="store_true",
         help="plumbing check without a model: a scripted policy loads the skill whose description shares the "
@@ -354,6 +425,8 @@ def main() -> None:
     tasks = corpus.TASKS[:n_tasks]
     arms = [a for a in args.arms.split(",") if a]
     backend = scripted_backend() if args.scripted else make_backend(args, n_ctx=EMBEDDED_N_CTX)
+    if args.count_only and backend.name != "embedded":
+        raise SystemExit("--count-only needs the embedded model (its template and tokenizer count the prompts)")
     work = Path(tempfile.mkdtemp(prefix="ctxwright-skills-"))
     try:
         skills_dir = work / "skills"
@@ -377,7 +450,7 @@ def main() -> None:
                 res = runner.task(arm, task, skills_dir, skills)
                 per_arm[arm].append(res)
                 console.print(
-                    f"[dim]{arm:9s} {task.skill:17s} score {res['score']:.2f} loaded {res['skills_loaded']} "
+                    f"[dim]{arm:9s} {task.skill:17s} score {res['score']} loaded {res['skills_loaded']} "
                     f"prompt/call {[c['prompt_tokens'] for c in res['calls']]} cached "
                     f"{[c['cached_tokens'] for c in res['calls']]}  answer: {(res['answer'] or '')[:80]!r}[/]"
                 )
@@ -449,7 +522,7 @@ def main() -> None:
                 [
                     o["arm"],
                     o["score"],
-                    f"{o['tasks_passed']}/{o['tasks']}",
+                    "counted, not run" if o["counted_only"] else f"{o['tasks_passed']}/{o['tasks']}",
                     "-" if o["right_skill_loaded"] is None else f"{o['right_skill_loaded']}/{o['tasks']}",
                     o["calls"],
                     o["prompt_tokens_per_call"],

@@ -105,7 +105,7 @@ def test_scripted_run_reports_every_figure(tmp_path):
 
 @pytest.mark.slow
 def test_embedded_run_reports_every_figure(tmp_path):
-    data = _run(tmp_path, "--quick", "--tasks", "1", "--arms", "catalog,none", timeout=1500)
+    data = _run(tmp_path, "--tasks", "1", "--count-only", "--arms", "catalog,none", timeout=1500)
     _check_shape(data, ["catalog", "none"], 1)
     assert data["backend"] == "embedded" and data["tokens_counted_by"] != "estimate"
     reminder = data["addition"][0]
