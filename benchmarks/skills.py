@@ -289,17 +289,16 @@ class Runner:
         """``--count-only``: the reminder session's conversation (without its catalog message)
         under the prefix-mode tools of twenty skills, then of twenty-one; llama.cpp reuses the
         longest common token prefix with what it holds, so that is what is counted as cached."""
+        native = prefix_mode_available()
+        tools20 = self.prefix_specs(folder, skills)
         corpus.write_skill(folder, corpus.ADDED)
-        skills21 = load_skills([folder]).skills
+        tools21 = self.prefix_specs(folder, load_skills([folder]).skills)
         choice = self.first_choice() or "auto"
         conv = tuple(self.conversation)
-        before = self.counted(
-            ChatRequest(messages=conv, tools=tuple(t.spec for t in prefix_tools(skills)), tool_choice=choice)
-        )
+        before = self.counted(ChatRequest(messages=conv, tools=tools20, tool_choice=choice))
         after_msgs = (*conv, Message(role="user", content=corpus.ADDED_TASK.prompt))
-        after = self.counted(
-            ChatRequest(messages=after_msgs, tools=tuple(t.spec for t in prefix_tools(skills21)), tool_choice=choice)
-        )
+        after = self.counted(ChatRequest(messages=after_msgs, tools=tools21, tool_choice=choice))
+        how = "Harness(skills_catalog='prefix') tools" if native else "tools built from the public pieces"
         common = 0
         for x, y in zip(before, after[:-1], strict=False):
             if x != y:
@@ -307,11 +306,17 @@ class Runner:
             common += 1
         return {
             "mode": "prefix",
-            "how": "counted, not run (--count-only): the reminder session's conversation under prefix-mode tools "
-            "built from the public pieces (catalog in the Skill tool's description)",
+            "how": f"counted, not run (--count-only): the reminder session's conversation under {how}",
             "tokens_added": None,
             **across(len(before), len(after), common, common),
         }
+
+    def prefix_specs(self, folder: Path, skills: list[Skill]) -> tuple[Any, ...]:
+        """The prefix-mode tool specs for the skills of ``folder`` (no model call)."""
+        if not prefix_mode_available():
+            return tuple(t.spec for t in prefix_tools(skills))
+        with Harness(system=SYSTEM, tools=[], skills=[folder], skills_catalog="prefix", **self.options()) as h:
+            return tuple(h.session.prefix.tools)
 
 
 def scripted_backend() -> ScriptedBackend:
