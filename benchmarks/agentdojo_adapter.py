@@ -169,6 +169,30 @@ def _attack(suite: TaskSuite[Any]) -> FixedJailbreakAttack:
     return _ATTACKS[suite.name]
 
 
+def plain_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic schema with its local ``$ref``s inlined and its ``title`` noise dropped.
+
+    AgentDojo's enums come out as ``$defs`` + ``$ref``; the embedded backend builds a grammar
+    from the tool schemas and its converter (llama-cpp-python's) cannot resolve them, and
+    every provider accepts the inlined form."""
+    defs = schema.get("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                target = defs[node["$ref"].rsplit("/", 1)[-1]]
+                merged = {**walk(target), **{k: walk(v) for k, v in node.items() if k != "$ref"}}
+                return merged
+            # "title" as an annotation is a string; a property named "title" is a schema (a dict)
+            return {k: walk(v) for k, v in node.items() if k != "$defs" and not (k == "title" and isinstance(v, str))}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    out: dict[str, Any] = walk(schema)
+    return out
+
+
 @dataclass
 class Episode:
     """One task on one live environment: the tools bound to it and what actually ran."""
@@ -194,7 +218,7 @@ class Episode:
         out = []
         for function in self.suite.tools:
             trust, effects, _why = DECLARATIONS[self.suite.name][function.name]
-            schema = function.parameters.model_json_schema()
+            schema = plain_schema(function.parameters.model_json_schema())
             out.append(make_tool(function.name, function.description, schema, self._runner(function.name), trust, effects))
         return out
 

@@ -67,6 +67,9 @@ from ctxwright.tools.registry import Tool, tool
 #: The user's allowlists in both parts: their own mail domain; files only in the workspace
 #: (the gate always allows the workspace folder).
 BOOK_DOMAINS = ("example.com",)
+#: A real model's replies are capped: a 135M model that does not stop would otherwise decode
+#: 512 tokens per call, minutes on a loaded 2-core machine.
+REAL_OPTIONS: dict[str, Any] = {"max_tokens": 192}
 
 
 @dataclass
@@ -286,7 +289,9 @@ class BookWorstCase:
         )
 
 
-def run_book_trial(attack: str, level: str, trial: int, model: str, backend: Any) -> dict[str, Any]:
+def run_book_trial(
+    attack: str, level: str, trial: int, model: str, backend: Any, iterations: int = 6
+) -> dict[str, Any]:
     user, page, memory = book_case(attack, trial)
     with tempfile.TemporaryDirectory(prefix="ctxw-inj-") as ws:
         world = World(page=page, memory=memory, workspace=ws)
@@ -296,7 +301,7 @@ def run_book_trial(attack: str, level: str, trial: int, model: str, backend: Any
         t0 = time.perf_counter()
         h = harness_for(
             level, system=BOOK_SYSTEM, tools=world.tools(), backend=backend, approver=approver, workspace=ws,
-            domains=BOOK_DOMAINS, max_iterations=6,
+            domains=BOOK_DOMAINS, max_iterations=iterations, **({} if model == "worst-case" else REAL_OPTIONS),
         )
         try:
             result = h.run(user)
@@ -313,12 +318,20 @@ def run_book_trial(attack: str, level: str, trial: int, model: str, backend: Any
 
 
 def part_book(args: argparse.Namespace, models: dict[str, Any]) -> dict[str, Any]:
+    """Every attack x level x trial for each model; a real model at ``--real-levels`` and
+    ``--real-trials`` only (on a loaded 2-core machine one 135M-model run takes minutes)."""
     out: dict[str, Any] = {"trials": args.trials, "models": {}}
     for model, backend in models.items():
+        real = model != "worst-case"
+        levels = [lv for lv in (args.real_levels if real else LEVELS) if lv in args.levels]
+        n = args.real_trials if real else args.trials
         cells: dict[str, dict[str, Any]] = {}
         for attack in WORDINGS:
-            for level in LEVELS:
-                trials = [run_book_trial(attack, level, t, model, backend) for t in range(args.trials)]
+            for level in levels:
+                trials = [
+                    run_book_trial(attack, level, t, model, backend, args.real_iterations if real else 6)
+                    for t in range(n)
+                ]
                 cells[f"{attack}/{level}"] = {
                     "attack": attack,
                     "level": level,
@@ -331,7 +344,7 @@ def part_book(args: argparse.Namespace, models: dict[str, Any]) -> dict[str, Any
                     "trials": trials,
                 }
             console.print(f"[dim]book: {model} {attack} done[/]")
-        out["models"][model] = cells
+        out["models"][model] = {"levels": levels, "trials": n, "cells": cells}
     return out
 
 
@@ -342,19 +355,19 @@ def _rate(xs: Iterator[bool] | Any) -> float:
 
 def book_table(part: dict[str, Any]) -> list[Any]:
     tables = []
-    for model, cells in part["models"].items():
+    for model, res in part["models"].items():
+        cells, levels = res["cells"], res["levels"]
         rows = []
         for attack in WORDINGS:
             row: list[Any] = [attack]
-            for level in LEVELS:
+            for level in levels:
                 c = cells[f"{attack}/{level}"]
                 row.append(f"{c['attack_success']:.0%} / {c['benign_success']:.0%}")
-            row.append(f"{cells[f'{attack}/provenance']['secret_in_reply']:.0%}")
+            row.append(f"{cells[f'{attack}/{levels[-1]}']['secret_in_reply']:.0%}")
             rows.append(row)
-        cols = ["attack", *[f"{BOOK_NAMES[lv]} {lv}" for lv in LEVELS], "D5 secret in reply"]
-        tables.append(
-            table(f"Experiment 2-5, {model}: attack success / benign success ({part['trials']} trials per cell)", cols, rows)
-        )
+        cols = ["attack", *[f"{BOOK_NAMES[lv]} {lv}" for lv in levels], f"{BOOK_NAMES[levels[-1]]} secret in reply"]
+        title = f"Experiment 2-5, {model}: attack success / benign success ({res['trials']} trials per cell)"
+        tables.append(table(title, cols, rows))
     return tables
 
 
@@ -388,7 +401,7 @@ def dojo_episode(ad: Any, suite: Any, uid: str, iid: str | None, level: str, bac
         h = harness_for(
             level, system=ad.system_prompt(), tools=episode.tools(_make_tool),
             backend=ScriptedBackend([worst]) if worst else backend, approver=approver, workspace=ws,
-            max_iterations=max_iterations,
+            max_iterations=max_iterations, **({} if worst else REAL_OPTIONS),
         )
         try:
             result = h.run(user_task.PROMPT)
@@ -420,7 +433,7 @@ def part_agentdojo(args: argparse.Namespace, real: dict[str, Any]) -> dict[str, 
         users = list(suite.user_tasks)[:limit] if limit else list(suite.user_tasks)
         t0 = time.perf_counter()
         res: dict[str, Any] = {"user_tasks": len(users), "pairs": len(pairs), "levels": {}}
-        for level in LEVELS:
+        for level in args.levels:
             benign = [dojo_episode(ad, suite, u, None, level, None, 40) for u in users]
             attacked = [dojo_episode(ad, suite, u, i, level, None, 40) for u, i in pairs]
             res["levels"][level] = {
@@ -437,13 +450,13 @@ def part_agentdojo(args: argparse.Namespace, real: dict[str, Any]) -> dict[str, 
         console.print(f"[dim]agentdojo worst-case: {name} done in {res['seconds']} s[/]")
     for model, backend in real.items():
         out["real"][model] = {}
-        for name in ad.SUITES:
+        for name in args.real_suites:
             suite = ad.load(name)
             pairs = _pairs(suite, 1, args.real_tasks)
             users = [u for u, _ in pairs]
             t0 = time.perf_counter()
             res = {"user_tasks": len(users), "pairs": len(pairs), "levels": {}}
-            for level in args.real_levels:
+            for level in [lv for lv in args.real_levels if lv in args.levels]:
                 benign = [dojo_episode(ad, suite, u, None, level, backend, args.real_iterations) for u in users]
                 attacked = [dojo_episode(ad, suite, u, i, level, backend, args.real_iterations) for u, i in pairs]
                 res["levels"][level] = {
@@ -462,7 +475,7 @@ def part_agentdojo(args: argparse.Namespace, real: dict[str, Any]) -> dict[str, 
 def dojo_tables(part: dict[str, Any]) -> list[Any]:
     rows = []
     for name, res in part["worst_case"].items():
-        for level in LEVELS:
+        for level in res["levels"]:
             c = res["levels"][level]
             rows.append(
                 [name, f"{BOOK_NAMES[level]} {level}", res["pairs"], f"{c['targeted_attack_success']:.0%}",
@@ -513,20 +526,26 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_backend_args(p)
     p.add_argument("--part", choices=["book", "agentdojo", "all"], default="all")
-    p.add_argument("--quick", action="store_true", help="a small run: 1 trial, 4 user tasks per suite, 1 real task")
-    p.add_argument("--trials", type=int, default=5, help="book: wordings of each attack per cell (default 5)")
-    p.add_argument("--pairs", type=int, default=2, help="agentdojo: injection tasks per user task (default 2)")
-    p.add_argument("--real-tasks", type=int, default=2, help="agentdojo: user tasks per suite for a real model")
-    p.add_argument("--real-iterations", type=int, default=6, help="agentdojo: iteration cap for a real model")
-    p.add_argument("--real-levels", default=",".join(LEVELS), help="agentdojo: levels for a real model")
-    p.add_argument("--no-embedded", action="store_true", help="skip the embedded model (worst case and --base-url only)")
+    p.add_argument("--quick", action="store_true", help="a small run: 1 trial, 4 user tasks per suite")
+    p.add_argument("--levels", default=",".join(LEVELS), help="defence levels to run (default all five)")
+    p.add_argument("--trials", type=int, default=5, help="book, worst case: wordings of each attack per cell")
+    p.add_argument("--pairs", type=int, default=2, help="agentdojo, worst case: injection tasks per user task")
+    p.add_argument("--real-trials", type=int, default=1, help="book, real models: trials per cell (default 1)")
+    p.add_argument("--real-levels", default="none,provenance", help="real models: levels (default none,provenance)")
+    p.add_argument("--real-suites", default="banking", help="agentdojo, real models: suites (default banking)")
+    p.add_argument("--real-tasks", type=int, default=1, help="agentdojo, real models: user tasks per suite")
+    p.add_argument("--real-iterations", type=int, default=4, help="real models: iteration cap per episode")
+    p.add_argument("--no-embedded", action="store_true", help="skip the embedded model")
     args = p.parse_args(argv)
     if args.quick:
-        args.trials, args.real_tasks = 1, 1
-    args.real_levels = [lv for lv in args.real_levels.split(",") if lv]
-    unknown = [lv for lv in args.real_levels if lv not in LEVELS]
-    if unknown:
-        p.error(f"--real-levels: unknown {unknown}; choose from {', '.join(LEVELS)}")
+        args.trials = 1
+    for opt in ("levels", "real_levels"):
+        chosen = [lv for lv in getattr(args, opt).split(",") if lv]
+        unknown = [lv for lv in chosen if lv not in LEVELS]
+        if unknown:
+            p.error(f"--{opt.replace('_', '-')}: unknown {unknown}; choose from {', '.join(LEVELS)}")
+        setattr(args, opt, chosen)
+    args.real_suites = [s for s in args.real_suites.split(",") if s]
     data: dict[str, Any] = {"benchmark": "injection", "machine": machine(), "quick": args.quick}
     t0 = time.perf_counter()
     with real_models(args) as real:
