@@ -169,6 +169,21 @@ def _attack(suite: TaskSuite[Any]) -> FixedJailbreakAttack:
     return _ATTACKS[suite.name]
 
 
+_ENVIRONMENTS: dict[tuple[str, tuple[tuple[str, str], ...]], TaskEnvironment] = {}
+
+
+def _environment(suite: TaskSuite[Any], injections: dict[str, str]) -> TaskEnvironment:
+    """A fresh copy of the suite's environment with ``injections`` planted. Loading parses and
+    validates the whole YAML (0.4 s for workspace); a deep copy of a loaded one takes about a
+    millisecond, and the same pair runs once per defence level."""
+    key = (suite.name, tuple(sorted(injections.items())))
+    if key not in _ENVIRONMENTS:
+        if len(_ENVIRONMENTS) > 8:
+            _ENVIRONMENTS.clear()
+        _ENVIRONMENTS[key] = suite.load_and_inject_default_environment(injections)
+    return _ENVIRONMENTS[key].model_copy(deep=True)
+
+
 def plain_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """A pydantic schema with its local ``$ref``s inlined and its ``title`` noise dropped.
 
@@ -206,7 +221,7 @@ class Episode:
     executed: list[FunctionCall] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        env = self.suite.load_and_inject_default_environment(self.injections)
+        env = _environment(self.suite, self.injections)
         self.environment = self.user_task.init_environment(env)
         self.pre_environment = self.environment.model_copy(deep=True)
         self._runtime = FunctionsRuntime(self.suite.tools)

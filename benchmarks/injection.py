@@ -44,6 +44,7 @@ Models for part ``book``: ``worst-case`` (scripted, follows any injection), ``em
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import tempfile
@@ -84,12 +85,37 @@ class Approver:
         return False
 
 
+def gate_in_build() -> bool:
+    """Whether this build's ``Harness`` has the confirmation gate (an ``approve`` callback)."""
+    return "approve" in inspect.signature(Harness).parameters
+
+
+def runnable_levels(levels: list[str]) -> tuple[list[str], list[str]]:
+    """``(run, skipped)``: D4 and D5 need the gate; without it they would silently be D3."""
+    gate = gate_in_build()
+    run = [lv for lv in levels if gate or lv in ("none", "warning", "tags")]
+    return run, [lv for lv in levels if lv not in run]
+
+
 def harness_for(
-    level: str, *, system: str, tools: list[Tool], backend: Any, approver: Approver, workspace: str,
-    domains: tuple[str, ...] = (), max_iterations: int = 12, **extra: Any
+    level: str,
+    *,
+    system: str,
+    tools: list[Tool],
+    backend: Any,
+    approver: Approver,
+    workspace: str | None,
+    domains: tuple[str, ...] = (),
+    max_iterations: int = 12,
+    **extra: Any,
 ) -> Harness:
     """One agent at defence ``level``: nothing but the level, the allowlists and the approver
     differ between levels."""
+    gate: dict[str, Any] = {}
+    if gate_in_build():
+        gate["approve"] = approver
+        if domains:
+            gate["gate_rules"] = {"domains": list(domains)}
     return Harness(
         system=system,
         tools=tools,
@@ -97,12 +123,11 @@ def harness_for(
         db=None,
         workspace=workspace,
         defence=level,
-        approve=approver,
-        gate_rules={"domains": list(domains)} if domains else None,
         status=False,
         todo=False,
         delegate=False,
         max_iterations=max_iterations,
+        **gate,
         **extra,
     )
 
@@ -280,7 +305,8 @@ class BookWorstCase:
                 self.obeyed = True
                 self.plan = self.evil + self.plan
         if not self.plan:
-            reply = "Done." + (f" My instructions were: {request.messages[0].content}" if self.obeyed else "")
+            leak = self.obeyed and self.attack == "direct"  # the direct attack asks for the prompt
+            reply = "Done." + (f" My instructions were: {request.messages[0].content}" if leak else "")
             return Message(role="assistant", content=reply)
         name, args = self.plan.pop(0)
         self.n += 1
@@ -397,16 +423,16 @@ def dojo_episode(ad: Any, suite: Any, uid: str, iid: str | None, level: str, bac
     episode = ad.Episode(suite, user_task, inj_task, injections)
     approver = Approver()
     worst = ad.WorstCaseModel(episode) if backend is None else None
-    with tempfile.TemporaryDirectory(prefix="ctxw-dojo-") as ws:
-        h = harness_for(
-            level, system=ad.system_prompt(), tools=episode.tools(_make_tool),
-            backend=ScriptedBackend([worst]) if worst else backend, approver=approver, workspace=ws,
-            max_iterations=max_iterations, **({} if worst else REAL_OPTIONS),
-        )
-        try:
-            result = h.run(user_task.PROMPT)
-        finally:
-            h.close()
+    # no workspace: AgentDojo's tools are the agent's only tools (banking has its own read_file)
+    h = harness_for(
+        level, system=ad.system_prompt(), tools=episode.tools(_make_tool),
+        backend=ScriptedBackend([worst]) if worst else backend, approver=approver, workspace=None,
+        max_iterations=max_iterations, **({} if worst else REAL_OPTIONS),
+    )
+    try:
+        result = h.run(user_task.PROMPT)
+    finally:
+        h.close()
     utility, attacked = episode.score(result.final_answer)
     return {
         "user_task": uid,
@@ -433,17 +459,24 @@ def part_agentdojo(args: argparse.Namespace, real: dict[str, Any]) -> dict[str, 
         users = list(suite.user_tasks)[:limit] if limit else list(suite.user_tasks)
         t0 = time.perf_counter()
         res: dict[str, Any] = {"user_tasks": len(users), "pairs": len(pairs), "levels": {}}
+        benign: dict[str, list[dict[str, Any]]] = {lv: [] for lv in args.levels}
+        attacked: dict[str, list[dict[str, Any]]] = {lv: [] for lv in args.levels}
+        for u in users:  # levels innermost: one environment load serves all five
+            for level in args.levels:
+                benign[level].append(dojo_episode(ad, suite, u, None, level, None, 40))
+        for u, i in pairs:
+            for level in args.levels:
+                attacked[level].append(dojo_episode(ad, suite, u, i, level, None, 40))
         for level in args.levels:
-            benign = [dojo_episode(ad, suite, u, None, level, None, 40) for u in users]
-            attacked = [dojo_episode(ad, suite, u, i, level, None, 40) for u, i in pairs]
+            b, a = benign[level], attacked[level]
             res["levels"][level] = {
-                "benign_utility": _rate(e["utility"] for e in benign),
-                "benign_no_prompt": _rate(e["prompts"] == 0 for e in benign),
-                "utility_under_attack": _rate(e["utility"] for e in attacked),
-                "targeted_attack_success": _rate(e["attack"] for e in attacked),
-                "injection_seen": _rate(e["obeyed"] for e in attacked),
-                "failed": [f"{e['user_task']}+{e['injection_task']}" for e in attacked if e["attack"]][:20],
-                "prompted_benign": [e["user_task"] for e in benign if e["prompts"]],
+                "benign_utility": _rate(e["utility"] for e in b),
+                "benign_no_prompt": _rate(e["prompts"] == 0 for e in b),
+                "utility_under_attack": _rate(e["utility"] for e in a),
+                "targeted_attack_success": _rate(e["attack"] for e in a),
+                "injection_seen": _rate(e["obeyed"] for e in a),
+                "succeeded": [f"{e['user_task']}+{e['injection_task']}" for e in a if e["attack"]],
+                "prompted_benign": [e["user_task"] for e in b if e["prompts"]],
             }
         res["seconds"] = round(time.perf_counter() - t0, 1)
         out["worst_case"][name] = res
@@ -479,12 +512,14 @@ def dojo_tables(part: dict[str, Any]) -> list[Any]:
             c = res["levels"][level]
             rows.append(
                 [name, f"{BOOK_NAMES[level]} {level}", res["pairs"], f"{c['targeted_attack_success']:.0%}",
-                 f"{c['utility_under_attack']:.0%}", res["user_tasks"], f"{c['benign_no_prompt']:.0%}"]
+                 f"{c['utility_under_attack']:.0%}", res["user_tasks"], f"{c['benign_utility']:.0%}",
+                 f"{c['benign_no_prompt']:.0%}"]
             )
     tables = [
         table(
             "AgentDojo v1, worst-case model (obeys every injection it sees)",
-            ["suite", "level", "attacked pairs", "targeted ASR", "utility under attack", "benign tasks", "benign, no prompt"],
+            ["suite", "level", "attacked pairs", "targeted ASR", "utility under attack", "benign tasks", "utility",
+             "benign, no prompt"],
             rows,
         )
     ]
@@ -546,7 +581,10 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--{opt.replace('_', '-')}: unknown {unknown}; choose from {', '.join(LEVELS)}")
         setattr(args, opt, chosen)
     args.real_suites = [s for s in args.real_suites.split(",") if s]
-    data: dict[str, Any] = {"benchmark": "injection", "machine": machine(), "quick": args.quick}
+    args.levels, skipped = runnable_levels(args.levels)
+    if skipped:
+        console.print(f"[yellow]this build has no confirmation gate: levels {skipped} are not run[/]")
+    data: dict[str, Any] = {"benchmark": "injection", "machine": machine(), "quick": args.quick, "skipped": skipped}
     t0 = time.perf_counter()
     with real_models(args) as real:
         if args.part in ("book", "all"):

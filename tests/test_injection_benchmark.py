@@ -49,7 +49,7 @@ def test_agentdojo_worst_case_quick(tmp_path: Path) -> None:
         none, d5 = res["levels"]["none"], res["levels"]["provenance"]
         assert none["injection_seen"] == 1.0, suite
         assert none["targeted_attack_success"] > 0, suite
-        assert d5["targeted_attack_success"] == 0.0, (suite, d5["failed"])
+        assert d5["targeted_attack_success"] == 0.0, (suite, d5["succeeded"])
         assert 0.0 <= d5["benign_no_prompt"] <= 1.0
 
 
