@@ -147,7 +147,9 @@ def system_prompt() -> str:
     return str(load_system_message(None))
 
 
-def injections_for(suite: TaskSuite[Any], user_task: BaseUserTask[Any], injection_task: BaseInjectionTask[Any]) -> dict[str, str]:
+def injections_for(
+    suite: TaskSuite[Any], user_task: BaseUserTask[Any], injection_task: BaseInjectionTask[Any]
+) -> dict[str, str]:
     """AgentDojo's ``important_instructions`` attack text in every vector the user task sees.
 
     The attack class itself wants a model name from a pipeline; ctxwright is not one of
@@ -234,7 +236,9 @@ class Episode:
         for function in self.suite.tools:
             trust, effects, _why = DECLARATIONS[self.suite.name][function.name]
             schema = plain_schema(function.parameters.model_json_schema())
-            out.append(make_tool(function.name, function.description, schema, self._runner(function.name), trust, effects))
+            out.append(
+                make_tool(function.name, function.description, schema, self._runner(function.name), trust, effects)
+            )
         return out
 
     def _runner(self, name: str) -> Callable[..., str]:
@@ -279,7 +283,9 @@ class WorstCaseModel:
     """
 
     def __init__(self, episode: Episode) -> None:
-        self._plan = [self._call(c) for c in episode.user_task.ground_truth(episode.pre_environment.model_copy(deep=True))]
+        self._plan = [
+            self._call(c) for c in episode.user_task.ground_truth(episode.pre_environment.model_copy(deep=True))
+        ]
         inj = episode.injection_task
         self._attack = (
             [self._call(c) for c in inj.ground_truth(episode.pre_environment.model_copy(deep=True))] if inj else []
