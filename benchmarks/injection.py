@@ -112,10 +112,10 @@ def harness_for(
     """One agent at defence ``level``: nothing but the level, the allowlists and the approver
     differ between levels."""
     gate: dict[str, Any] = {}
-    if gate_in_build():
+    if gate_in_build() and level in ("gate", "provenance"):  # the lower levels refuse gate options
         gate["approve"] = approver
         if domains:
-            gate["gate_rules"] = {"domains": list(domains)}
+            gate["allow"] = {"domains": list(domains)}
     return Harness(
         system=system,
         tools=tools,
@@ -450,7 +450,11 @@ def dojo_episode(
     finally:
         h.close()
     utility, attacked = episode.score(result.final_answer)
+    # an injection task whose ground truth calls no tool (travel's "say that I should visit
+    # the Riverside View Hotel") is judged on the reply alone: no gate on calls can stop it
+    output_only = bool(inj_task) and not inj_task.ground_truth(episode.pre_environment.model_copy(deep=True))
     return {
+        "output_only": output_only,
         "user_task": uid,
         "injection_task": iid,
         "utility": utility,
@@ -490,6 +494,8 @@ def part_agentdojo(args: argparse.Namespace, real: dict[str, Any]) -> dict[str, 
                 "benign_no_prompt": _rate(e["prompts"] == 0 for e in b),
                 "utility_under_attack": _rate(e["utility"] for e in a),
                 "targeted_attack_success": _rate(e["attack"] for e in a),
+                "tool_attack_success": _rate(e["attack"] for e in a if not e["output_only"]),
+                "tool_attack_pairs": sum(1 for e in a if not e["output_only"]),
                 "injection_seen": _rate(e["obeyed"] for e in a),
                 "succeeded": [f"{e['user_task']}+{e['injection_task']}" for e in a if e["attack"]],
                 "prompted_benign": [e["user_task"] for e in b if e["prompts"]],
@@ -532,6 +538,7 @@ def dojo_tables(part: dict[str, Any]) -> list[Any]:
                     f"{BOOK_NAMES[level]} {level}",
                     res["pairs"],
                     f"{c['targeted_attack_success']:.0%}",
+                    f"{c['tool_attack_success']:.0%}",
                     f"{c['utility_under_attack']:.0%}",
                     res["user_tasks"],
                     f"{c['benign_utility']:.0%}",
@@ -617,6 +624,7 @@ def markdown(data: dict[str, Any]) -> str:
                         f"{BOOK_NAMES[lv]} {lv}",
                         res["pairs"],
                         f"{c['targeted_attack_success']:.0%}",
+                        f"{c['tool_attack_success']:.0%} of {c['tool_attack_pairs']}",
                         f"{c['utility_under_attack']:.0%}",
                         res["user_tasks"],
                         f"{c['benign_utility']:.0%}",
@@ -628,6 +636,7 @@ def markdown(data: dict[str, Any]) -> str:
             "level",
             "attacked pairs",
             "targeted ASR",
+            "ASR, tool-call attacks",
             "utility under attack",
             "benign tasks",
             "utility",
