@@ -75,7 +75,7 @@ DECLARATIONS: dict[str, dict[str, tuple[str, str, str]]] = {
         "search_files": (_U, "read", "files shared by others"),
     },
     "slack": {
-        "get_channels": (_T, "read", "channel names, set by the workspace"),
+        "get_channels": (_U, "read", "channel names; outsiders create channels (AgentDojo plants one)"),
         "add_user_to_channel": (_T, "external", "gives someone access"),
         "read_channel_messages": (_U, "read", "messages written by others"),
         "read_inbox": (_U, "read", "messages written by others"),

@@ -473,7 +473,7 @@ def part_agentdojo(args: argparse.Namespace, real: dict[str, Any]) -> dict[str, 
     out: dict[str, Any] = {"version": ad.VERSION, "attack": "important_instructions", "worst_case": {}, "real": {}}
     limit = 4 if args.quick else None
     per_task = 1 if args.quick else args.pairs
-    for name in [] if args.no_worst_case else ad.SUITES:
+    for name in [] if args.no_worst_case else args.suites:
         suite = ad.load(name)
         pairs = _pairs(suite, per_task, limit)
         users = list(suite.user_tasks)[:limit] if limit else list(suite.user_tasks)
@@ -692,6 +692,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--levels", default=",".join(LEVELS), help="defence levels to run (default all five)")
     p.add_argument("--trials", type=int, default=5, help="book, worst case: wordings of each attack per cell")
     p.add_argument("--pairs", type=int, default=2, help="agentdojo, worst case: injection tasks per user task")
+    p.add_argument("--suites", default="workspace,slack,travel,banking", help="agentdojo, worst case: suites")
     p.add_argument("--real-trials", type=int, default=1, help="book, real models: trials per cell (default 1)")
     p.add_argument("--real-levels", default="none,provenance", help="real models: levels (default none,provenance)")
     p.add_argument("--real-suites", default="banking", help="agentdojo, real models: suites (default banking)")
@@ -710,6 +711,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--{opt.replace('_', '-')}: unknown {unknown}; choose from {', '.join(LEVELS)}")
         setattr(args, opt, chosen)
     args.real_suites = [s for s in args.real_suites.split(",") if s]
+    args.suites = [s for s in args.suites.split(",") if s]
     args.levels, skipped = runnable_levels(args.levels)
     if skipped:
         console.print(f"[yellow]this build has no confirmation gate: levels {skipped} are not run[/]")
