@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -95,17 +96,21 @@ def open_page(
 ) -> PageResult:
     """Load ``path`` in headless Chromium, wait until the JS expression ``ready`` is true,
     evaluate ``expressions`` and optionally write a full-page PNG to ``screenshot``."""
-    with tempfile.TemporaryDirectory(prefix="ctxw-chromium-") as profile:
+    # Chromium's helper processes may still write to the profile for a moment after the main
+    # process is killed; a profile that cannot be removed must not fail the test.
+    with tempfile.TemporaryDirectory(prefix="ctxw-chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen(
             [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}", "about:blank"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,  # its own process group: the renderer and GPU helpers die with it
         )
         try:
             return _drive(proc, path, expressions, ready, screenshot, width, height, timeout, max_shot_height)
         finally:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
             if proc.stderr:
                 proc.stderr.close()
