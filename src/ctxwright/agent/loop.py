@@ -447,7 +447,7 @@ class Agent:
                     external=o.external,
                     ok=o.ok,
                     features=self.config.defence,
-                    tool_name=c.name,
+                    tool_name=o.source or c.name,
                     call_id=c.id,
                 )
                 for c, o in zip(msg.tool_calls, outcomes, strict=False)
@@ -465,7 +465,7 @@ class Agent:
             for call, out, (body, extra), n, prep in zip(
                 msg.tool_calls, outcomes, bodies, repeats, prepared, strict=False
             ):
-                content = self._stamp(finish(prep, body, extra, tool_name=call.name, call_id=call.id))
+                content = self._stamp(finish(prep, body, extra, tool_name=out.source or call.name, call_id=call.id))
                 limit = self.config.max_repeats
                 if limit and n == limit + 1:
                     note = repeat_note(call, n, limit)

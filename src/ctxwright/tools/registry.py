@@ -36,7 +36,7 @@ import time
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Union, overload
 
 import jsonschema
@@ -487,6 +487,9 @@ class ToolOutcome:
     error_type: str | None
     elapsed_ms: float
     external: bool = False
+    #: the tool that ran and produced ``content`` -- not the called one when ``call_tool`` runs a
+    #: deferred tool -- so external content names its real source, ``tool:read_webpage``
+    source: str | None = field(default=None, compare=False)
 
 
 def error_outcome(call: ToolCall, error_type: str, message: str, hint: str, elapsed_ms: float = 0.0) -> ToolOutcome:
@@ -594,7 +597,7 @@ class BoundCall:
             failed = error_outcome(
                 self.call, exc.error_type, _safe_str(exc), exc.hint, (time.perf_counter() - start) * 1000.0
             )
-            return replace(failed, external=exc.external and self.tool.trust == "untrusted")
+            return replace(failed, external=exc.external and self.tool.trust == "untrusted", source=self._source())
         except (Exception, SystemExit) as exc:  # a tool calling sys.exit must not end the agent
             return error_outcome(
                 self.call,
@@ -610,7 +613,11 @@ class BoundCall:
             error_type=None,
             elapsed_ms=(time.perf_counter() - start) * 1000.0,
             external=self.tool.trust == "untrusted",
+            source=self._source(),
         )
+
+    def _source(self) -> str:
+        return self.tool.name
 
 
 class ToolRegistry:
