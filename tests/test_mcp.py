@@ -287,6 +287,41 @@ def test_resume_keeps_the_prefix_when_a_server_changed_between_runs(tmp_path: Pa
         }
 
 
+def test_list_changed_with_deferred_tools_search_and_call(no_leftovers: None) -> None:
+    """With deferral on, the tools array is search_tools and call_tool for the whole session: a
+    tool a server adds is found by search_tools and run by call_tool; a removed one is not found,
+    and a call to it says it was removed."""
+    backend = ScriptedBackend(
+        [
+            turn(call("call_tool", {"name": "changing__install", "arguments": {}}, "c_install")),
+            turn(
+                call("search_tools", {"query": "weather for a city"}, "c_find"),
+                call("search_tools", {"query": "goodbye"}, "c_gone"),
+            ),
+            turn(
+                call("call_tool", {"name": "changing__weather", "arguments": {"city": "Oslo"}}, "c_weather"),
+                call("call_tool", {"name": "changing__goodbye", "arguments": {}}, "c_bye"),
+            ),
+            "sunny",
+        ]
+    )
+    with Harness("sys", [], backend=backend, mcp_servers=[server("changing")], defer_tools="all", **QUIET) as h:
+        sha = h.session.prefix.sha256
+        assert h.session.prefix.tool_names() == ("search_tools", "call_tool")
+        assert h.run("weather in Oslo?").final_answer == "sunny"
+        assert h.session.prefix.sha256 == sha
+        assert len({json.dumps([t.to_wire() for t in r.tools]) for r in backend.requests}) == 1
+        (told,) = [ev for ev in h.session.events if isinstance(ev, UserEvent) and ev.mcp_tools_announced]
+        text = told.message.content or ""
+        assert "search_tools(query)" in text and "<parameters>" not in text
+        out = {ev.message.tool_call_id: body(ev) for ev in tool_events(h)}
+        found = [t["function"]["name"] for t in json.loads(out["c_find"])["tools"]]
+        assert found[0] == "changing__weather"
+        assert "changing__goodbye" not in [t["function"]["name"] for t in json.loads(out["c_gone"])["tools"]]
+        assert "sunny in Oslo" in out["c_weather"] and "<external_content" in out["c_weather"]
+        assert json.loads(out["c_bye"])["error"]["type"] == "mcp_tool_removed"
+
+
 # -- crashes and hangs ------------------------------------------------------------------------------
 
 

@@ -63,7 +63,7 @@ from ctxwright.skills.tools import (
 from ctxwright.status.bar import OPERATING_MANUAL, Mode, StatusBar, StatusConfig
 from ctxwright.status.todo import TodoList
 from ctxwright.tools.builtin import default_tools, make_file_tools
-from ctxwright.tools.deferred import DISPATCH_TOOLS, SEARCH_TOOL, DeferConfig, DeferredTools, choose_deferred
+from ctxwright.tools.deferred import CALL_TOOL, DISPATCH_TOOLS, SEARCH_TOOL, DeferConfig, DeferredTools, choose_deferred
 from ctxwright.tools.registry import Tool, ToolRegistry, valid_function_name
 
 __all__ = ["DEFAULT_SYSTEM", "BackendDefaults", "Harness", "backend_defaults"]
@@ -661,11 +661,15 @@ class Harness:
         """Before each model call: take in MCP tool-list changes (``Agent`` calls this)."""
         if self.mcp is None:
             return
+        before = set(self.mcp.live())
         for t in self.mcp.refresh(reserved=self.tools.names()):
             if self.deferred is not None:  # searchable with search_tools as well as announced
                 self.deferred.add([t])
             else:
                 self.tools.register(t)
+        if self.deferred is not None:  # a removed tool is not found (a call to it says removed)
+            after = set(self.mcp.live())
+            self.deferred.searchable([self.mcp.tools[n] for n in sorted(after - before)], hidden=sorted(before - after))
         self._announce_mcp()
 
     def _announce_mcp(self) -> None:
@@ -678,8 +682,12 @@ class Harness:
         removed = sorted(self._mcp_told - set(live))
         if not added and not removed:
             return
-        how = "call one by its name with arguments matching its parameters."
-        text = reminder(added, removed, how=how, schemas=True)
+        if self.deferred is not None:  # their schemas come from search_tools, not the reminder
+            how = f"find one's parameters with {SEARCH_TOOL}(query) and run it with {CALL_TOOL}(name, arguments)."
+            text = reminder(added, removed, how=how)
+        else:
+            how = "call one by its name with arguments matching its parameters."
+            text = reminder(added, removed, how=how, schemas=True)
         names = {"added": [t.name for t in added], "removed": removed}
         self.session.add_user(text, **{MCP_TOOLS_KEY: names})
         self._mcp_told = (self._mcp_told | set(names["added"])) - set(removed)

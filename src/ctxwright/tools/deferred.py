@@ -267,6 +267,14 @@ class DeferredTools:
                 added.append(t.name)
         return added
 
+    def searchable(self, tools: Iterable[Tool], *, hidden: Iterable[str] = ()) -> None:
+        """Make registered deferred ``tools`` searchable (again) and the ``hidden`` names not,
+        keeping them registered: an MCP tool its server removed stays callable so that a call
+        to it gets the server's "removed" error, not an unknown-tool one, but no search finds it."""
+        with self._lock:
+            self._index.remove(list(hidden))
+            self._index.add([t.spec for t in tools if t.name not in self._index and self.registry.is_deferred(t.name)])
+
     def remove(self, names: Iterable[str]) -> list[str]:
         """Unregister deferred tools (a call to one becomes an unknown-tool error)."""
         removed = []
