@@ -17,7 +17,29 @@ What counts as a value (:func:`entities_of`), per argument:
 * inside any string: e-mail addresses, URLs (with a scheme or ``www.``), IBANs, and account or
   phone numbers (6 or more digits, spaces and hyphens between them allowed);
 * numbers: every number argument, and strings in parameters named ``amount``, ``sum``,
-  ``price``, ``total``, ``cost``, ``value``, ``quantity``.
+  ``price``, ``total``, ``cost``, ``value``, ``quantity``;
+* every other string argument (and list item) as a whole (kind ``text``): a hotel's name, an
+  event's title, a new password -- an attacker needs no address to do harm, ``reserve_hotel(
+  "Riverside View Hotel")`` or ``update_password("new_password")`` is enough. Not compared as a
+  whole: free text the model writes (parameters named ``body``, ``content``, ``text``,
+  ``message``, ``subject``, ``description``, ``note``, ``comment``, or any value with a line
+  break or longer than 120 characters) -- only the values inside it are, as above; a string
+  that holds such an inner value (the IBAN is compared, not the sentence around it); a value
+  the tool's own schema enumerates; a date or a time of day (it says when, not to whom);
+* a digits-only string in a parameter whose name says it is an id (``id``, ``file``,
+  ``account``, ``number``, ``key``, ``ref``, ...; kind ``id``), however short: ``delete_file(
+  "13")``. Small numbers are everywhere in text (``June 13``, ``11. Serve hot``), so an id
+  counts as seen in a source only where the source *refers to it as an id*: after ``id``,
+  ``#``, ``no``, ``number``, ``file``, ``event``, ``record``, ``item`` or ``transaction``, with
+  up to two words between (``the file with ID '13'``). The id fields of an untrusted
+  structured result (``id_: '11'``) do not count there -- the system holding the records
+  numbered them, not whoever wrote their text -- but they do in a trusted one. So the id a
+  listing returns passes, the id an injected sentence names is flagged, and ``June 13`` in
+  the user's message vouches for no file 13.
+
+Values found in prose lose the quotes, brackets and punctuation around them, on both sides:
+AgentDojo writes "send it to 'mark.black-2134@gmail.com'", and the quote is no part of the
+address.
 
 How values are normalised before they are compared, on both sides: Unicode NFKC, invisible
 format characters removed (zero-width, bidirectional controls, tag characters -- an attacker's
@@ -29,7 +51,9 @@ paths through ``normpath``; names case-folded with whitespace collapsed.
 
 What is never flagged -- the minimum: a text value shorter than :data:`MIN_CHARS` (4)
 characters after normalisation, or one of :data:`COMMON` (``true``, ``none``, ``inbox``, ...);
-a number with fewer than :data:`MIN_DIGITS` (2) digits in its decimal form (``1`` to ``9``).
+a number with fewer than :data:`MIN_DIGITS` (2) digits in its decimal form (``1`` to ``9``),
+unless it is an id (above). A whole ``text`` value counts as seen only as a whole phrase
+(word boundaries on both sides, case-folded, whitespace collapsed).
 Such values occur everywhere and say nothing about where an intention came from.
 
 Laundering a value through the agent's own words does not make it trusted: a tool's result
@@ -69,7 +93,7 @@ __all__ = [
     "normalise_url",
 ]
 
-EntityKind = Literal["email", "url", "host", "path", "name", "iban", "account", "amount"]
+EntityKind = Literal["email", "url", "host", "path", "name", "iban", "account", "amount", "text", "id"]
 
 #: Text values shorter than this (after normalisation) are never flagged.
 MIN_CHARS = 4
@@ -114,6 +138,29 @@ COMMON = frozenset(
 )
 
 _AMOUNT_WORDS = frozenset({"amount", "sum", "price", "total", "cost", "value", "quantity"})
+#: Parameters whose value is free text a model writes (a mail's body, a subject, a message):
+#: compared by the values inside them, never as a whole -- the whole text is the model's own.
+_FREE_TEXT_WORDS = frozenset(
+    {"body", "content", "contents", "text", "message", "msg", "subject", "description", "note", "notes", "comment"}
+)
+#: Parameters whose digits-only value is an identifier (``delete_file("13")``): such a value is
+#: compared however short it is -- "13" says nothing as a word, but as a file id copied from a
+#: listing it names exactly what an attacker wants deleted.
+_ID_WORDS = frozenset({"id", "ids", "file", "account", "number", "no", "num", "iban", "uid", "key", "ref", "reference"})
+_ID_REF = re.compile(
+    r"(?:\b(?:ids?|id_|no|nos|number|num|file|files|event|events|record|item|transaction)\b|#)"
+    r"[^\w\n]{0,4}(?:[a-z]+[^\w\n]{1,4}){0,2}?(\d+)(?![\w]|[.:/-]\d)",
+    re.IGNORECASE,
+)
+#: A date or a time of day (``2024-05-20``, ``2024-05-20 10:00``, ``10:00``): it says when an
+#: effect happens, not who receives it or what it touches, and calendars copied from data are
+#: the ordinary case -- never compared as a value of its own.
+_DATE = re.compile(r"(?:\d{4}-\d{1,2}-\d{1,2}(?:[ T]\d{1,2}:\d{2}(?::\d{2})?)?|\d{1,2}:\d{2}(?::\d{2})?)")
+#: A string longer than this, or with a line break, is free text whatever its parameter's name.
+_MAX_PHRASE = 120
+#: Quotes, brackets and sentence punctuation around a value as written in prose ("to
+#: 'mark@example.com'", "(see www.example.com).") -- never part of the value.
+_SURROUND = "'\"`‘’“”«»<>()[]{}.,;:!?"
 _EMAIL_IN = re.compile(r"(?<![\w.+-])[\w.!#$%&'*+/=?^`{|}~-]+@[\w-]+(?:\.[\w-]+)+")
 _URL_IN = re.compile(r"(?:\bhttps?://|(?<![\w.@-])www\.)[^\s<>\"'`()\[\]{}|\\^]+", re.IGNORECASE)
 _IBAN_IN = re.compile(r"\b[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}|(?: [A-Z0-9]{4}){2,7}(?: [A-Z0-9]{1,4})?)\b", re.IGNORECASE)
@@ -178,6 +225,9 @@ _FILE_SUFFIXES = frozenset(
 #: every tag inside a marked body, so the first closing tag is the section's own).
 _WRAPPED = re.compile(rf"<{TAG}\b([^>]*)>(.*?)</{TAG}\s*>", re.DOTALL)
 _ATTR = re.compile(r'(\w+)="([^"]*)"')
+#: An id field of a structured result (``id_: '13'``, ``"file_id": 13``): the system that
+#: holds the records numbered them, not whoever wrote their text.
+_ID_FIELD = re.compile(r"""(\b(?:id_?|ids|\w+_ids?)['"]?\s*[:=]\s*['"]?)(\w+)""", re.IGNORECASE)
 
 
 # --------------------------------------------------------------------------- normalisation
@@ -304,22 +354,27 @@ def _eligible(kind: EntityKind, norm: str) -> bool:
     return len(norm) >= MIN_CHARS and norm not in COMMON
 
 
+def _trim(raw: str) -> str:
+    """A value found in prose without the quotes, brackets and punctuation around it."""
+    return raw.strip(_SURROUND)
+
+
 def _text_entities(text: str, *, normalised: bool = False) -> Iterable[tuple[EntityKind, str, str]]:
     """``(kind, raw, norm)`` of the addresses, URLs, hosts, IBANs and long numbers in ``text``
     (each distinct written form once)."""
     text = text if normalised else normalise(text)
-    for raw in dict.fromkeys(m.group(0).rstrip(".") for m in _EMAIL_IN.finditer(text)):
+    for raw in dict.fromkeys(_trim(m.group(0)) for m in _EMAIL_IN.finditer(text)):
         norm = normalise_email(raw)
         if norm:
             yield "email", raw, norm
     blanked = _EMAIL_IN.sub(lambda m: " " * len(m.group(0)), text)
-    for raw in dict.fromkeys(m.group(0).rstrip(".,;:!?") for m in _URL_IN.finditer(blanked)):
+    for raw in dict.fromkeys(_trim(m.group(0)) for m in _URL_IN.finditer(blanked)):
         yield "url", raw, normalise_url(raw)
         host = normalise_host(raw)
         if host:
             yield "host", raw, host
     blanked = _URL_IN.sub(lambda m: " " * len(m.group(0)), blanked)
-    for raw in dict.fromkeys(m.group(0).rstrip(".,;:!?") for m in _BARE_URL_IN.finditer(blanked)):
+    for raw in dict.fromkeys(_trim(m.group(0)) for m in _BARE_URL_IN.finditer(blanked)):
         host = normalise_host(raw)  # example.com/path without a scheme
         if host and host.rsplit(".", 1)[-1] not in _FILE_SUFFIXES:
             yield "url", raw, normalise_url(raw)
@@ -328,6 +383,8 @@ def _text_entities(text: str, *, normalised: bool = False) -> Iterable[tuple[Ent
         yield "iban", raw, raw.replace(" ", "").upper()
     # an IBAN's digits are not also an account number (its spaces would make them one)
     for raw in dict.fromkeys(m.group(0) for m in _DIGITS_IN.finditer(_IBAN_IN.sub(" ", text))):
+        if _DATE.fullmatch(raw):  # 2024-05-20 is a date, not an account
+            continue
         yield "account", raw, re.sub(r"\D", "", raw)
 
 
@@ -340,7 +397,9 @@ def entities_of(arguments: Mapping[str, Any], schema: Mapping[str, Any] | None =
         if norm and _eligible(kind, norm):
             found.setdefault((kind, argument, norm), Entity(kind, argument, value, norm))
 
+    targeted: set[str] = set()
     for t in targets_of(arguments, schema):
+        targeted.add(t.argument)
         if t.type == "email":
             add("email", t.argument, t.value, normalise_email(t.value))
         elif t.type == "url":
@@ -352,7 +411,7 @@ def entities_of(arguments: Mapping[str, Any], schema: Mapping[str, Any] | None =
             add("path", t.argument, t.value, normalise_path(t.value))
         else:
             add("name", t.argument, t.value, normalise_name(t.value))
-    for place, name, _prop, value in leaves(arguments, schema):
+    for place, name, prop, value in leaves(arguments, schema):
         if isinstance(value, bool) or value is None:
             continue
         if isinstance(value, (int, float)):
@@ -361,12 +420,41 @@ def entities_of(arguments: Mapping[str, Any], schema: Mapping[str, Any] | None =
             continue
         if not isinstance(value, str):
             continue
-        for kind, raw, norm in _text_entities(value):
+        inner = list(_text_entities(value))
+        for kind, raw, norm in inner:
             add(kind, place, raw, norm)
-        if name_words(name) & _AMOUNT_WORDS:
+        words = name_words(name)
+        if words & _AMOUNT_WORDS:
             for norm in normalise_amount(value):
                 add("amount", place, value, norm)
+        if inner or place in targeted or _free_text(words, value) or _enumerated(prop, value):
+            # the values inside are compared (an IBAN written with or without spaces), not
+            # the whole string
+            continue
+        whole = normalise_name(value)
+        if whole.isdigit():
+            if words & _ID_WORDS:  # an id however short: delete_file("13")
+                norm = whole.lstrip("0") or "0"
+                found.setdefault(("id", place, norm), Entity("id", place, value, norm))
+            elif len(whole) < 6:  # 6+ digits are an account number, above
+                for norm in normalise_amount(whole):
+                    add("amount", place, value, norm)
+            continue
+        if not _DATE.fullmatch(whole):
+            add("text", place, value, _trim(whole))
     return tuple(found.values())
+
+
+def _free_text(words: frozenset[str], value: str) -> bool:
+    """A value the model writes in its own words (a body, a subject): only the values inside
+    it say where an intention came from, not the whole text."""
+    return bool(words & _FREE_TEXT_WORDS) or "\n" in value or len(value) > _MAX_PHRASE
+
+
+def _enumerated(schema: Mapping[str, Any], value: str) -> bool:
+    """A value the tool's own schema lists (``enum``): it comes from the tool, not from data."""
+    enum = schema.get("enum") if isinstance(schema, Mapping) else None
+    return isinstance(enum, list) and value in enum
 
 
 # --------------------------------------------------------------------------- sources
@@ -381,6 +469,7 @@ class _Source:
     entities: dict[str, set[str]]
     text: str  # normalised, for paths
     folded: str  # normalised and case-folded, for names
+    prose: str = ""  # ``text`` with the values of id fields blanked, for ids
 
     @classmethod
     def of(cls, text: str, tool: str | None = None, call_id: str | None = None) -> _Source:
@@ -393,7 +482,8 @@ class _Source:
         amounts = ents.setdefault("amount", set())
         for written in set(m.group(0) for m in _NUMBER_IN.finditer(norm)):
             amounts.update(normalise_amount(written))
-        return cls(tool, call_id, ents, norm, " ".join(norm.casefold().split()))
+        prose = _ID_FIELD.sub(lambda m: m.group(1) + " " * len(m.group(2)), norm)
+        return cls(tool, call_id, ents, norm, " ".join(norm.casefold().split()), prose)
 
     def without(self, values: Iterable[Entity], texts: Iterable[str]) -> _Source:
         """This source minus the values of the call that produced it (a tool echoing its input)."""
@@ -405,14 +495,27 @@ class _Source:
             if len(t) >= MIN_CHARS:
                 text = text.replace(normalise(t), "\x00")
                 folded = folded.replace(" ".join(normalise(t).casefold().split()), "\x00")
-        return _Source(self.tool, self.call_id, ents, text, folded)
+        prose = self.prose
+        for t in texts:
+            if t:
+                prose = prose.replace(normalise(t), "\x00")
+        return _Source(self.tool, self.call_id, ents, text, folded, prose)
 
-    def has(self, e: Entity) -> bool:
+    def has(self, e: Entity, *, trusted: bool = False) -> bool:
         if e.type == "path":
             return _bounded(e.norm, self.text, r"[\w/.-]", r"[\w/-]")
-        if e.type == "name":
+        if e.type in ("name", "text"):
             return _bounded(e.norm, self.folded, r"\w", r"\w")
+        if e.type == "id":  # "13" as a token, not inside 2024-05-13 or 13.5
+            return e.norm in _id_refs(self.text if trusted else self.prose)
         return e.norm in self.entities.get(e.type, ())
+
+
+def _id_refs(text: str) -> set[str]:
+    """The numbers ``text`` refers to as ids: after ``id``, ``#``, ``no``, ``number``, ``file``,
+    ``event``, ... with up to two words between (``the file with ID '13'``, ``id_: '13'``) --
+    not the 13 of ``June 13`` or of ``13. Serve hot``."""
+    return {m.group(1).lstrip("0") or "0" for m in _ID_REF.finditer(text)}
 
 
 def _bounded(needle: str, hay: str, before: str, after: str) -> bool:
@@ -504,7 +607,7 @@ class ProvenanceIndex:
     def seen_untrusted(self, e: Entity) -> tuple[Seen, ...]:
         """Where ``e`` was seen in untrusted content, or ``()`` when it was not or when a
         trusted source holds it too."""
-        if any(s.has(e) for s in self.trusted):
+        if any(s.has(e, trusted=True) for s in self.trusted):
             return ()
         return tuple(dict.fromkeys(Seen(s.tool or "?", s.call_id or "?") for s in self.untrusted if s.has(e)))
 
