@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import importlib.util
 import json
 import socket
 import threading
@@ -138,27 +139,32 @@ def _error_response(status: int, code: str, message: str) -> Response:
     return Response(json.dumps(body), status_code=status, media_type="application/json")
 
 
-def _header(raw: list[tuple[bytes, bytes]], name: bytes) -> str | None:
-    for k, v in raw:
-        if k.lower() == name:
-            return v.decode("latin-1")
-    return None
+_SESSION = SESSION_HEADER.encode()
+#: request headers the relay reads (besides forwarding them), looked up in one pass
+_READ = frozenset({b"content-type", b"content-encoding", _SESSION, b"content-length", b"transfer-encoding"})
+
+
+def _scan(raw: list[tuple[bytes, bytes]], *, drop_host: bool) -> tuple[list[tuple[bytes, bytes]], dict[bytes, str]]:
+    """One pass over the headers (this runs on the event loop for every request): the ones to
+    pass on -- all but the hop-by-hop ones, those the ``Connection`` header names and, for a
+    request, ``Host`` -- and the first value of each header in ``_READ``."""
+    lowered = [(k.lower(), k, v) for k, v in raw]
+    named: set[bytes] = set()
+    seen: dict[bytes, str] = {}
+    for kl, _k, v in lowered:
+        if kl == b"connection":
+            named.update(t.strip().lower().encode("latin-1") for t in v.decode("latin-1").split(","))
+        elif kl in _READ and kl not in seen:
+            seen[kl] = v.decode("latin-1")
+    keep = [
+        (k, v) for kl, k, v in lowered if kl not in HOP_BY_HOP and kl not in named and not (drop_host and kl == b"host")
+    ]
+    return keep, seen
 
 
 def _forwardable(raw: list[tuple[bytes, bytes]], *, drop_host: bool) -> list[tuple[bytes, bytes]]:
-    """The headers to pass on: all but the hop-by-hop ones and those the ``Connection`` header
-    names (and, for a request, ``Host``)."""
-    named = {
-        t.strip().lower().encode("latin-1")
-        for k, v in raw
-        if k.lower() == b"connection"
-        for t in v.decode("latin-1").split(",")
-    }
-    return [
-        (k, v)
-        for k, v in raw
-        if (kl := k.lower()) not in HOP_BY_HOP and kl not in named and not (drop_host and kl == b"host")
-    ]
+    """The headers to pass on (see :func:`_scan`)."""
+    return _scan(raw, drop_host=drop_host)[0]
 
 
 class _Relay(Response):
@@ -227,7 +233,7 @@ def build_app(config: ProxyConfig, done: Callable[[Exchange], None]) -> Starlett
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # no cookie jar: a proxy must not carry one client's cookies into another's requests
         jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=30)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=30)
         async with httpx.AsyncClient(timeout=timeout, limits=limits, cookies=jar, follow_redirects=False) as client:
             state["client"] = client
             yield
@@ -238,19 +244,19 @@ def build_app(config: ProxyConfig, done: Callable[[Exchange], None]) -> Starlett
         query: bytes = scope.get("query_string") or b""
         target = base_path + raw_path + (b"?" + query if query else b"")
         url = base.copy_with(raw_path=target)
-        raw = list(scope["headers"])
+        forward, seen = _scan(scope["headers"], drop_host=True)
         ex = Exchange(
             method=request.method,
             path=(raw_path + (b"?" + query if query else b"")).decode("latin-1"),
             started_at=time.time(),
             t0=time.perf_counter(),
             request=Capture(config.record_cap),
-            request_content_type=_header(raw, b"content-type"),
-            request_encoding=_header(raw, b"content-encoding"),
-            session_header=_header(raw, SESSION_HEADER.encode()),
+            request_content_type=seen.get(b"content-type"),
+            request_encoding=seen.get(b"content-encoding"),
+            session_header=seen.get(_SESSION),
             response=Capture(config.record_cap),
         )
-        has_body = _header(raw, b"content-length") not in (None, "0") or _header(raw, b"transfer-encoding")
+        has_body = seen.get(b"content-length") not in (None, "0") or bool(seen.get(b"transfer-encoding"))
 
         async def body() -> AsyncIterator[bytes]:
             async for chunk in request.stream():
@@ -259,9 +265,7 @@ def build_app(config: ProxyConfig, done: Callable[[Exchange], None]) -> Starlett
                     yield chunk
 
         upload = body()
-        outgoing = httpx.Request(
-            request.method, url, headers=_forwardable(raw, drop_host=True), content=upload if has_body else b""
-        )
+        outgoing = httpx.Request(request.method, url, headers=forward, content=upload if has_body else b"")
         client = state["client"]
         try:
             upstream = await client.send(outgoing, stream=True)
@@ -306,13 +310,22 @@ def _failed(ex: Exchange, done: Callable[[Exchange], None], status: int, code: s
     return _error_response(status, code, message)
 
 
+def _fast(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
 def uvicorn_config(app: Starlette, host: str, port: int) -> uvicorn.Config:
     """uvicorn as a relay needs it: no ``Server``/``Date`` headers of its own (the upstream's
-    pass through), no access log (a request line is the recorder's job, without headers)."""
+    pass through), no access log (a request line is the recorder's job, without headers), and
+    the C parser (``httptools``) and libuv loop (``uvloop``) when installed -- they are
+    dependencies; the pure-Python ``h11`` and ``asyncio`` remain the fallback, and the relay
+    CPU per request is what the added latency of every concurrent client is made of."""
     return uvicorn.Config(
         app,
         host=host,
         port=port,
+        http="httptools" if _fast("httptools") else "h11",
+        loop="uvloop" if _fast("uvloop") else "asyncio",
         log_level="warning",
         access_log=False,
         server_header=False,
