@@ -242,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.serve_upstream:
         serve_upstream(args.serve_upstream)
         return 0
+    load_start = os.getloadavg()[0]
     up_port, px_port = _free_port(), _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     tmp = tempfile.mkdtemp(prefix="proxy-bench-")
@@ -323,12 +324,16 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"{'PASS' if ok else 'FAIL'}  {name}")
     console.print(f"recorded {recorded} of {expected} calls in the proxy's store")
     load = os.getloadavg()
-    console.print(f"load average during the run: {load[0]:.1f} on {os.cpu_count()} cores (other processes share them)")
+    console.print(
+        f"load average (1 min): {load_start:.1f} at the start, {load[0]:.1f} at the end, on {os.cpu_count()} cores "
+        "(client, upstream and proxy share them with whatever else runs)"
+    )
     save(
         args,
         {
             "benchmark": "proxy_overhead",
             "machine": machine(),
+            "load_average_1m_at_start": round(load_start, 2),
             "load_average_1m_at_end": round(load[0], 2),
             "quick": args.quick,
             "stream_events": STREAM_EVENTS,

@@ -233,6 +233,9 @@ def build_app(config: ProxyConfig, done: Callable[[Exchange], None]) -> Starlett
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # no cookie jar: a proxy must not carry one client's cookies into another's requests
         jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+        # One client for the proxy's life: every request reuses a kept-alive connection (no TCP
+        # or TLS handshake per call). The idle pool is capped because httpcore scans (and polls)
+        # each idle connection on every request; 64 covers a few dozen concurrent agents.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=30)
         async with httpx.AsyncClient(timeout=timeout, limits=limits, cookies=jar, follow_redirects=False) as client:
             state["client"] = client
