@@ -562,3 +562,35 @@ def test_the_cli_proxy_runs_prints_a_line_per_call_and_stops_on_ctrl_c(upstream,
         timeout=30,
     )
     assert busy.returncode == 2 and "cannot listen on" in busy.stderr and "Traceback" not in busy.stderr
+
+
+def test_uvicorn_runs_on_httptools_and_uvloop():
+    """Both are dependencies: a relay on h11 and the asyncio loop costs more CPU per request."""
+    from ctxwright.proxy.server import build_app, uvicorn_config
+
+    config = uvicorn_config(build_app(ProxyConfig("http://127.0.0.1:1"), lambda ex: None), "127.0.0.1", 0)
+    assert (config.http, config.loop) == ("httptools", "uvloop")
+
+
+def test_header_scan_drops_hop_by_hop_and_connection_named_and_reads_first_values():
+    from ctxwright.proxy.server import _scan
+
+    raw = [
+        (b"Host", b"127.0.0.1:8787"),
+        (b"Connection", b"keep-alive, X-Drop"),
+        (b"X-Drop", b"1"),
+        (b"Content-Type", b"application/json"),
+        (b"content-type", b"text/plain"),
+        (b"X-Ctxwright-Session", b"s1"),
+        (b"TE", b"trailers"),
+        (b"Authorization", b"Bearer k"),
+    ]
+    keep, seen = _scan(raw, drop_host=True)
+    assert keep == [
+        (b"Content-Type", b"application/json"),
+        (b"content-type", b"text/plain"),
+        (b"X-Ctxwright-Session", b"s1"),
+        (b"Authorization", b"Bearer k"),
+    ]
+    assert seen[b"content-type"] == "application/json" and seen[b"x-ctxwright-session"] == "s1"
+    assert (b"Host", b"127.0.0.1:8787") in _scan(raw, drop_host=False)[0]
