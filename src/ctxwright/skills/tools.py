@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,9 +61,10 @@ MAX_LISTED = 200
 CatalogMode = Literal["reminder", "prefix"]
 CATALOG_MODES: tuple[CatalogMode, ...] = ("reminder", "prefix")
 
+#: What the model is told once per catalog, before the entries: the line format, then what to do.
 _HOW_TO_USE = (
-    f"When a task matches a skill's description, call {SKILL_TOOL}(name) to load its instructions before "
-    f"you start, and {READ_SKILL_FILE_TOOL}(name, path) for the files they mention."
+    f"Skills, one a line as name: description (its SKILL.md). When a task matches one, call {SKILL_TOOL}(name) "
+    f"first; {READ_SKILL_FILE_TOOL}(name, path) reads the files it mentions."
 )
 
 
@@ -87,19 +89,43 @@ class CatalogEntry:
         return cls(str(data.get("name", "")), str(data.get("description", "")), str(data.get("location", "")))
 
 
-def catalog_xml(entries: Iterable[CatalogEntry]) -> str:
-    """The ``<available_skills>`` block: one ``<skill>`` with name, description and location each."""
-    lines = [CATALOG_OPEN]
-    for e in entries:
-        lines += [
-            "<skill>",
-            f"<name>{escape(e.name)}</name>",
-            f"<description>{escape(e.description)}</description>",
-            f"<location>{escape(e.location)}</location>",
-            "</skill>",
-        ]
-    lines.append(CATALOG_CLOSE)
-    return "\n".join(lines)
+def _one_line(text: str) -> str:
+    """``text`` with every run of whitespace that holds a line break turned into one space, so
+    a description written over several lines (a YAML block scalar) stays on its skill's line."""
+    return _LINE_BREAKS.sub(" ", text)
+
+
+def _escaped_line(text: str) -> str:
+    """``text`` with its line breaks written as ``\\n`` (a name or a path must stay exact, and
+    still take one line)."""
+    return _LINE_BREAK.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+#: The characters ``str.splitlines`` breaks on: any of them would start a new catalog line.
+_LINE_BREAK = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+_LINE_BREAKS = re.compile("\\s*" + _LINE_BREAK.pattern + "\\s*")
+
+
+def catalog_line(entry: CatalogEntry) -> str:
+    """One skill's catalog line: ``- name: description (location)``.
+
+    One line per skill, not an XML element per field: the tags of
+    ``<skill><name>…</name><description>…</description><location>…</location></skill>`` cost
+    about 29 tokens a skill in a small model's tokenizer, paid on every call for every installed
+    skill, where this costs about 5. ``&``, ``<`` and ``>`` are escaped, so no description can
+    close the ``<available_skills>`` block the ledger recognises, and line breaks are
+    neutralised, so one skill never spills onto the next one's line.
+    """
+    name = escape(_escaped_line(entry.name))
+    description = escape(_one_line(entry.description).strip())
+    location = escape(_escaped_line(entry.location))
+    return f"- {name}: {description} ({location})"
+
+
+def catalog_listing(entries: Iterable[CatalogEntry]) -> str:
+    """The ``<available_skills>`` block, one :func:`catalog_line` per skill: the one rendering of
+    the entries, for the reminder message and for the prefix-mode tool description alike."""
+    return "\n".join([CATALOG_OPEN, *(catalog_line(e) for e in entries), CATALOG_CLOSE])
 
 
 def catalog_message(skills: Sequence[Skill], *, first: bool = True) -> str:
@@ -108,11 +134,9 @@ def catalog_message(skills: Sequence[Skill], *, first: bool = True) -> str:
     ``first=False`` words it as an addition, for skills found after the session announced others.
     """
     intro = (
-        f"Skills are available: folders of instructions for particular tasks. {_HOW_TO_USE}"
-        if first
-        else f"More skills are available now, besides those listed before; load one with {SKILL_TOOL}(name)."
+        _HOW_TO_USE if first else f"More skills, besides those listed before; load one with {SKILL_TOOL}(name)."
     )
-    return "\n".join([REMINDER_OPEN, intro, catalog_xml(CatalogEntry.of(s) for s in skills), REMINDER_CLOSE])
+    return "\n".join([REMINDER_OPEN, intro, catalog_listing(CatalogEntry.of(s) for s in skills), REMINDER_CLOSE])
 
 
 def announced_skills(session: Session) -> set[str]:
@@ -344,10 +368,7 @@ class SkillTools:
         if self.frozen:
             names = tuple(e.name for e in self.frozen)
             skill_tool.__annotations__ = {"name": cast(Any, Literal)[names], "return": str}
-            description = (
-                "Load a skill's instructions and the list of its files. Skills are folders of instructions for "
-                f"particular tasks. {_HOW_TO_USE}\n{catalog_xml(self.frozen)}"
-            )
+            description = f"Load a skill's instructions and the list of its files. {_HOW_TO_USE}\n{catalog_listing(self.frozen)}"
         return [
             # a skill's body is the instructions the user installed it for: trusted; its other
             # files are third-party resources (references, data): untrusted
@@ -370,7 +391,8 @@ __all__ = [
     "announce",
     "announced_skills",
     "catalog_message",
-    "catalog_xml",
+    "catalog_line",
+    "catalog_listing",
     "resource_files",
     "unknown_skill",
 ]
