@@ -203,7 +203,7 @@ def test_third_party_skills_in_an_agent_and_their_scripts_run(tmp_path):
     assert any("claude-api" in w and "loaded anyway" in w for w in warnings)
     catalog = backend.requests[0].messages[1].content or ""
     for name in EXPECTED:
-        assert f"<name>{name}</name>" in catalog
+        assert f"\n- {name}: " in catalog
     skill, inspect, server = (m.content or "" for m in backend.requests[2].messages if m.role == "tool")
     assert '<file path="scripts/inspect_pr_checks.py"' in skill and "run_skill_script(name='gh-fix-ci'" in skill
     assert "exited with code 0" in inspect and "usage: inspect_pr_checks.py" in inspect

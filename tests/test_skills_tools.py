@@ -131,8 +131,7 @@ def test_catalog_is_a_user_message_and_adding_a_skill_keeps_the_prefix(tmp_path)
     assert [m.role for m in msgs] == ["system", "user", "user"]
     assert msgs[0].content == "S.\n\n" + TAGS_SECTION  # the catalog is never in the system prompt
     catalog = msgs[1].content or ""
-    assert catalog.startswith("<system-reminder>") and "<name>house-style</name>" in catalog
-    assert "<description>Use for house-style tasks.</description>" in catalog
+    assert catalog.startswith("<system-reminder>") and "\n- house-style: Use for house-style tasks. (" in catalog
     assert msgs[2].content == "write a report"
     tool_msg = next(m for m in first.requests[1].messages if m.role == "tool")
     assert (tool_msg.content or "").startswith('<skill_content name="house-style">')
@@ -149,7 +148,7 @@ def test_catalog_is_a_user_message_and_adding_a_skill_keeps_the_prefix(tmp_path)
     catalogs = [ev for ev in events if isinstance(ev, UserEvent) and ev.skills_announced is not None]
     assert [ev.skills_announced for ev in catalogs] == [("house-style",), ("pdf-tools",)]
     added = catalogs[1].message.content or ""
-    assert "<name>pdf-tools</name>" in added and "house-style" not in added
+    assert "\n- pdf-tools: " in added and "house-style" not in added
     assert req.messages[-2].content == added and req.messages[-1].content == "and a pdf"
 
     # a third run with the same skills announces nothing more, and remembers the activation

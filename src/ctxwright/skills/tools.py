@@ -133,9 +133,7 @@ def catalog_message(skills: Sequence[Skill], *, first: bool = True) -> str:
 
     ``first=False`` words it as an addition, for skills found after the session announced others.
     """
-    intro = (
-        _HOW_TO_USE if first else f"More skills, besides those listed before; load one with {SKILL_TOOL}(name)."
-    )
+    intro = _HOW_TO_USE if first else f"More skills, besides those listed before; load one with {SKILL_TOOL}(name)."
     return "\n".join([REMINDER_OPEN, intro, catalog_listing(CatalogEntry.of(s) for s in skills), REMINDER_CLOSE])
 
 
@@ -368,7 +366,9 @@ class SkillTools:
         if self.frozen:
             names = tuple(e.name for e in self.frozen)
             skill_tool.__annotations__ = {"name": cast(Any, Literal)[names], "return": str}
-            description = f"Load a skill's instructions and the list of its files. {_HOW_TO_USE}\n{catalog_listing(self.frozen)}"
+            description = (
+                f"Load a skill's instructions and the list of its files. {_HOW_TO_USE}\n{catalog_listing(self.frozen)}"
+            )
         return [
             # a skill's body is the instructions the user installed it for: trusted; its other
             # files are third-party resources (references, data): untrusted
@@ -390,9 +390,9 @@ __all__ = [
     "SkillTools",
     "announce",
     "announced_skills",
-    "catalog_message",
     "catalog_line",
     "catalog_listing",
+    "catalog_message",
     "resource_files",
     "unknown_skill",
 ]
