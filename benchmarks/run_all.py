@@ -36,6 +36,7 @@ def main() -> None:
         ["tool_search.py", "--part", "e2e", *(["--quick"] if args.quick else [])],
         ["proxy_overhead.py", *(["--quick"] if args.quick else [])],
         ["skills.py", *(["--quick"] if args.quick else [])],
+        ["injection.py", *(["--quick"] if args.quick else [])],
     ]
     # offline: no backend arguments (tool_search's e2e part is the one that runs a model)
     no_model = {"audit_speed.py", "long_session.py", "terminal.py", "tool_search.py", "proxy_overhead.py"}
