@@ -337,8 +337,11 @@ class DeferredTools:
         return self.registry.resolve(ToolCall(id=call.id, name=name, arguments=canonical_json(arguments)))
 
     def _check(self, target: Tool, arguments: dict[str, Any]) -> str | None:
-        """The JSON Schema validator's complaint about ``arguments``, or ``None``."""
-        validator = self._validators.get(target.name)
+        """The JSON Schema validator's complaint about ``arguments``, or ``None``.
+
+        A tool built from a given schema (``Tool.from_schema``: an MCP tool) already holds its
+        checked validator; only a tool whose schema was derived from a function needs one here."""
+        validator = target.schema_validator or self._validators.get(target.name)
         if validator is None:
             schema = target.parameters
             cls = validators.validator_for(schema)
