@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import skill_folders
 from ctxwright import Harness, ScriptedBackend
 from ctxwright.backends.scripted import call
 from ctxwright.core.events import ToolEvent
@@ -18,16 +19,11 @@ from ctxwright.errors import PrefixMismatch, SkillToolError
 from ctxwright.skills import load_skills
 from ctxwright.skills.scripts import SkillScripts, StreamCapture
 from ctxwright.skills.tools import SkillTools
+from skill_folders import no_conventional_skills  # noqa: F401 -- the fixture is autouse
 
 
 def make_skill(root: Path, name: str, files: dict[str, str]) -> Path:
-    folder = root / name
-    folder.mkdir(parents=True)
-    (folder / "SKILL.md").write_text(f"---\nname: {name}\ndescription: Use for {name} tasks.\n---\nRun the script.\n")
-    for rel, text in files.items():
-        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-        (folder / rel).write_text(text)
-    return folder
+    return skill_folders.make_skill(root, name, "Run the script.", files)
 
 
 ECHO = """import os, sys
@@ -36,14 +32,6 @@ print("cwd=" + os.getcwd())
 print("stdin=" + repr(sys.stdin.read()))
 """
 FAIL = "import sys\nprint('partial')\nprint('bad input: expected a number', file=sys.stderr)\nsys.exit(3)\n"
-
-
-@pytest.fixture(autouse=True)
-def _no_conventional_skills(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.chdir(home)
 
 
 def runner(root: Path, **kw) -> SkillScripts:

@@ -19,24 +19,7 @@ from ctxwright.defence.marking import TAGS_SECTION
 from ctxwright.errors import SkillToolError
 from ctxwright.skills import load_skills
 from ctxwright.skills.tools import SkillTools
-
-
-def make_skill(root: Path, name: str, body: str = "Do it well.", files: dict[str, str] | None = None) -> Path:
-    folder = root / name
-    folder.mkdir(parents=True)
-    (folder / "SKILL.md").write_text(f"---\nname: {name}\ndescription: Use for {name} tasks.\n---\n{body}\n")
-    for rel, text in (files or {}).items():
-        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-        (folder / rel).write_text(text)
-    return folder
-
-
-@pytest.fixture(autouse=True)
-def _no_conventional_skills(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.chdir(home)
+from skill_folders import make_skill, no_conventional_skills  # noqa: F401 -- the fixture is autouse
 
 
 def tools_for(root: Path) -> SkillTools:
