@@ -132,7 +132,7 @@ def test_tools_list_shows_trust_and_effects(tmp_path: Path, capsys: pytest.Captu
     out = capsys.readouterr().out
     assert re.search(r"^read_file\s+untrusted\s+read\s", out, re.M)
     assert re.search(r"^calculator\s+trusted\s+none\s", out, re.M)
-    assert main(["tools", "list", "--json"]) == 0
+    assert main(["tools", "list", "--json", "--read-result"]) == 0  # run's defaults: read_result is asked for
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["tools"]}
     assert rows["read_result"]["trust"] == "untrusted" and rows["get_current_time"]["effects"] == "read"
 

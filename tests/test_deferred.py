@@ -12,6 +12,7 @@ import time
 import pytest
 
 from ctxwright import Harness, tool
+from ctxwright.agent.assemble import fork
 from ctxwright.backends.scripted import ScriptedBackend
 from ctxwright.cli.main import main
 from ctxwright.core.events import ToolEvent
@@ -427,7 +428,8 @@ def test_a_sub_agent_shares_the_deferred_tools_and_the_tools_array():
     h.run("go")
     assert len({json.dumps([t.to_wire() for t in r.tools]) for r in be.requests}) == 1
     assert h.delegator is not None and h.delegator.children
-    child = h.delegator._child_tools(None)
+    assert h.agent.ctx.assembly is not None
+    child = fork(h.agent.ctx.assembly).tools  # what the sub-agent was built with
     assert [t.name for t in child.specs()] == [t.name for t in h.tools.specs()] and len(child.deferred()) == 40
     delegated = body(results(h)[0]) if results(h)[0].message.content.startswith("{") else results(h)[0].message.content
     assert "the child is done" in str(delegated)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from ctxwright.agent.context import Context
     from ctxwright.agent.loop import RunResult
     from ctxwright.backends.embedded import EmbeddedBackend
     from ctxwright.backends.openai_compat import OpenAIBackend
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 #: public name -> the module that defines it
 _EXPORTS = {
     "Harness": "ctxwright.harness",
+    "Context": "ctxwright.agent.context",
     "tool": "ctxwright.tools.registry",
     "Tool": "ctxwright.tools.registry",
     "ToolRegistry": "ctxwright.tools.registry",
@@ -64,6 +66,7 @@ __all__ = [
     "BackendUnavailable",
     "CompactionConfig",
     "ConfigError",
+    "Context",
     "ContextWindowExceeded",
     "CtxwrightError",
     "EmbeddedBackend",

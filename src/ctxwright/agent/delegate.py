@@ -17,11 +17,11 @@ Confirmation gate: the child's calls pass the parent's gate, with the parent's s
 the provenance of its values -- the task the parent model wrote is not a user message, so
 an address the parent read in a web page stays untrusted in the child (``defence/``).
 
-Skills: the child gets the parent's skills, so a side task can follow one. Its ``Skill`` and
-``read_skill_file`` are the same tool bytes over its own :class:`SkillTools` (a skill the
-child loads is not "already loaded" for the parent, which never saw it), and in reminder mode
-the catalog is announced in the child's own trajectory, before its task; in prefix mode it is
-already in the shared prefix.
+Components: the child is the parent's assembly forked (``agent/assemble.py: fork``): every
+component goes on in the child as its ``fork()`` says -- its own TODO list and status bar, its
+own ``read_result`` over its own results, the parent's skills with its own activations (the
+catalog announced in its own trajectory in reminder mode), the parent's MCP servers with list
+changes announced to it -- behind the same tool bytes, checked to be the parent's.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ctxwright.compaction.skills import shown_in
 from ctxwright.core.session import Session
-from ctxwright.skills.tools import SkillTools, announce
-from ctxwright.tools.registry import Tool, ToolRegistry
+from ctxwright.tools.component import Build, Component, register_core
+from ctxwright.tools.registry import Tool
 
 if TYPE_CHECKING:
+    from ctxwright.agent.assemble import Assembly
     from ctxwright.agent.loop import Agent, RunResult
 
 CHILD_TASK = (
@@ -43,6 +43,10 @@ CHILD_TASK = (
     "below on your own with the tools you have. Then reply with a conclusion of at most {limit} "
     "characters: the facts you found (with where they came from), and what you could not do.\n\n"
     "Task: {task}"
+)
+DESCRIPTION = (
+    "Hand a self-contained side task to a sub-agent that works in its "
+    "own context; only its short conclusion comes back."
 )
 
 
@@ -56,9 +60,7 @@ class Delegator:
         max_iterations: int = 8,
         timeout_s: float = 900.0,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
-        skills: SkillTools | None = None,
     ) -> None:
-        self.skills = skills
         self.max_conclusion_chars = max_conclusion_chars
         self.max_iterations = max_iterations
         self.timeout_s = timeout_s
@@ -77,25 +79,21 @@ class Delegator:
             self._child_backend = fork() if callable(fork) else self.parent.backend
         return self._child_backend
 
-    def _child_tools(self, skills: SkillTools | None) -> ToolRegistry:
-        """The parent's tools, except that ``delegate`` refuses, ``read_result`` reads the
-        child's own results and the skill tools are ``skills``' (the child's own activations)."""
-        from ctxwright.compaction.retrieval import ResultReader
+    def _parent_assembly(self) -> Assembly:
+        """The parent's components; for an agent built from bare parts (a registry, no
+        components), the two tools that must differ in a child: ``read_result`` (the child's
+        own results) and ``delegate`` (refusing)."""
+        from ctxwright.agent.assemble import Assembly
+        from ctxwright.compaction.retrieval import ReaderComponent
 
         assert self.parent is not None
-        own = {t.name: t for t in skills.tools()} if skills is not None else {}
-        reg = ToolRegistry()
-        for t in self.parent.tools:
-            if t.name == "delegate":
-                reg.register(Tool.from_function(_refuse_nested, name="delegate", description=t.description))
-            elif t.name == "read_result":
-                reg.register(ResultReader().tool())
-            elif t.name in own:
-                reg.register(own[t.name])
-            else:
-                reg.register(t)
-        reg.defer(t.name for t in self.parent.tools.deferred())  # the same prefix: the same tools array
-        return reg
+        if self.parent.ctx.assembly is not None:
+            return self.parent.ctx.assembly
+        tools = self.parent.tools
+        comps: list[Component] = [ReaderComponent()] if "read_result" in tools else []
+        if "delegate" in tools:
+            comps.append(DelegateComponent(delegator=self))
+        return Assembly(self.parent.session.prefix.system_prompt, tools, comps)
 
     def delegate(self, task: str) -> str:
         """Hand a self-contained side task to a sub-agent; you get back only its short conclusion.
@@ -103,7 +101,10 @@ class Delegator:
         Args:
             task: the whole task, with every detail the sub-agent needs (it sees nothing else)
         """
+        from ctxwright.agent.assemble import fork
+        from ctxwright.agent.context import Context
         from ctxwright.agent.loop import Agent
+        from ctxwright.status.component import StatusComponent
 
         if self.parent is None:
             raise RuntimeError("delegate is not bound to a parent agent")
@@ -111,6 +112,7 @@ class Delegator:
             raise ValueError("the task is empty; describe the whole side task in one message")
         parent = self.parent
         ps = parent.session
+        assembly = fork(self._parent_assembly())
         child = Session.start(
             ps.prefix,
             store=ps.store,
@@ -120,29 +122,27 @@ class Delegator:
             meta={"delegated_task": task},
         )
         self.children.append(child.id)
+        assembly.bind(child)
         cfg = replace(parent.config, max_iterations=self.max_iterations)
         sink = self.on_event or (lambda kind, data: None)
-        skills = self.skills.fork() if self.skills is not None else None
-        if skills is not None:  # its activations are its own: the child's view answers
-            skills.is_shown = shown_in(child)
-        if skills is not None and skills.frozen is None:  # reminder mode: the child is told too
-            done = announce(child, list(skills.skills.values()))
-            if done is not None:
-                sink("skills_catalog", {"names": done[0], "content": done[1], "child": child.id})
         summ = parent.context.summarizer if parent.context is not None else None
-        agent = Agent(
+        status = assembly.find(StatusComponent)
+        ctx = Context.over(
             child,
             self._backend(),
-            self._child_tools(skills),
+            assembly.tools,
             cfg,
             counter=parent.counter,
             on_event=lambda kind, data: sink(kind, {**data, "child": child.id}),
+            status=status.bar if status is not None else None,
             summary_backend=summ.backend if summ is not None else None,
+            assembly=assembly,
             # the child's calls pass the parent's gate; its task is the parent model's words, so
             # provenance reads the parent's sources (defence/provenance.py)
             gate=parent.gate,
             gate_parents=(*parent.gate_parents, ps),
         )  # no third model object
+        agent = Agent.on(ctx)
         try:
             result: RunResult = agent.run(CHILD_TASK.format(limit=self.max_conclusion_chars, task=task))
         except Exception as exc:
@@ -166,8 +166,7 @@ class Delegator:
             self.delegate,
             name="delegate",
             timeout_s=self.timeout_s,
-            description="Hand a self-contained side task to a sub-agent that works in its "
-            "own context; only its short conclusion comes back.",
+            description=DESCRIPTION,
             # the conclusion is our own model's writing: the child's untrusted results were marked
             # in its own context, and its calls run in its own loop with the parent's config
             # (the same defence level); delegating itself changes nothing outside
@@ -175,11 +174,46 @@ class Delegator:
             effects="none",
         )
 
+    def close(self) -> None:
+        """Close the child's model object, when the delegator made one of its own."""
+        child = self._child_backend
+        if child is not None and self.parent is not None and child is not self.parent.backend:
+            child.close()
+        self._child_backend = None
+
+
+class DelegateComponent(Component):
+    """``delegate(task)`` in the prefix; the Harness binds it to the parent agent."""
+
+    name = "delegate"
+
+    def __init__(
+        self, on_event: Callable[[str, dict[str, Any]], None] | None = None, *, delegator: Delegator | None = None
+    ) -> None:
+        self.delegator = delegator or Delegator(on_event=on_event)
+
+    def add_tools(self, build: Build) -> None:
+        register_core(build.tools, [self.delegator.tool()], "delegate (delegate=)")
+
+    def fork(self) -> Component | None:
+        return _NoDelegate(self.delegator.tool())
+
+    def close(self) -> None:
+        self.delegator.close()
+
+
+class _NoDelegate(Component):
+    """In a child, ``delegate`` is the same bytes but refuses: the depth is bounded at one."""
+
+    name = "delegate"
+
+    def __init__(self, tool: Tool) -> None:
+        self.tool = replace(tool, func=_refuse_nested)
+
+    def own_tools(self) -> list[Tool]:
+        return [self.tool]
+
 
 def _refuse_nested(task: str) -> str:
-    """Not available inside a sub-agent.
-
-    Args:
-        task: ignored
-    """
+    """Not available inside a sub-agent (the tool keeps the parent's bytes: the same prefix)."""
     raise RuntimeError("delegate is not available inside a sub-agent: do this part of the task yourself")

@@ -518,22 +518,32 @@ class OpenAIBackend:
             raise MalformedResponse(
                 f"{url} answered HTTP 200 without a non-empty `choices` list; body starts with {text[:200]!r}"
             )
-        choice = choices[0]
-        wire = choice.get("message")
-        if not isinstance(wire, dict):
-            raise MalformedResponse(f"{url}: choices[0] has no `message` object")
-        try:
-            reply = _assistant_message(wire)
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise MalformedResponse(f"{url}: cannot read choices[0].message ({exc})") from exc
-        finish = choice.get("finish_reason")
-        model = data.get("model")
-        return Completion(
-            message=reply,
-            usage=_usage(data, latency_ms),
-            finish_reason=finish if isinstance(finish, str) else None,
-            model=model if isinstance(model, str) else None,
-        )
+        return completion_from_data(data, latency_ms, where=url)
+
+
+def completion_from_data(data: dict[str, Any], latency_ms: float = 0.0, *, where: str = "the reply") -> Completion:
+    """A :class:`Completion` from a chat-completions reply's JSON (``choices[0].message`` and
+    ``usage``): what this backend parses, and what ``Context.record`` takes from a caller's
+    own client (an SDK object's ``model_dump()``)."""
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise MalformedResponse(f"{where} has no non-empty `choices` list")
+    choice = choices[0]
+    wire = choice.get("message")
+    if not isinstance(wire, dict):
+        raise MalformedResponse(f"{where}: choices[0] has no `message` object")
+    try:
+        reply = _assistant_message(wire)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise MalformedResponse(f"{where}: cannot read choices[0].message ({exc})") from exc
+    finish = choice.get("finish_reason")
+    model = data.get("model")
+    return Completion(
+        message=reply,
+        usage=_usage(data, latency_ms),
+        finish_reason=finish if isinstance(finish, str) else None,
+        model=model if isinstance(model, str) else None,
+    )
 
 
 def _sse_events(lines: Iterator[str]) -> Iterator[str]:

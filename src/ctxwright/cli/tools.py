@@ -12,9 +12,10 @@ catalog's searchability offline.
 declares: ``trust`` (are its results marked as external content?) and ``effects`` (does a
 confirmation gate check it?). Why: with deferral what the model sees on every call is not the
 tool list you passed, and a user should see which tools the defences treat how before a session
-starts (``docs/defence.md``, ``docs/tools.md``). It builds the same
-:class:`~ctxwright.harness.Harness` in memory: nothing is stored and no model is called; without
-a backend option it shows a served model's tool set.
+starts (``docs/defence.md``, ``docs/tools.md``). It runs the same wiring as ``run``
+(``agent/wiring.py``) in memory -- the same backend (the embedded model when no backend option
+is given, as for ``run``) and the same components -- so it lists exactly the tools of the
+first request ``run`` sends; nothing is stored and no model is called.
 
 Each subcommand registers itself in :func:`add_tools_parser`; add the next one there.
 """
@@ -129,23 +130,33 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def tools_report(args: argparse.Namespace) -> dict[str, Any]:
-    """What ``tools list`` prints, as data."""
-    from ctxwright.backends.scripted import ScriptedBackend
+    """What ``tools list`` prints, as data: the tools the same wiring as ``ctxwright run``
+    builds (``agent/wiring.py``: the same backend and its defaults, the same components in
+    the same order), in an in-memory session -- nothing is stored and no model is called."""
+    from ctxwright.agent.wiring import chosen_window, wire
     from ctxwright.cli.main import harness_options, system_and_tools
-    from ctxwright.harness import Harness
     from ctxwright.tools.deferred import DISPATCH_TOOLS, schema_tokens
 
     system, tools = system_and_tools(args)
     options = harness_options(args)
-    if not any(options.get(k) for k in ("backend", "model", "base_url", "gguf")):
-        options["backend"] = ScriptedBackend(["(tools list)"])  # a served model's tool set; nothing is sent
-    with Harness(system, tools, db=None, **options) as h:
-        counter = h.agent.counter
-        b: Any = h.backend
-        window = getattr(b, "n_ctx", None) or getattr(b, "context_window", None)
+    backend = options.pop("backend", None)
+    wired = wire(
+        {"system": system, "tools": tools, **options},
+        backend=backend,
+        db=None,
+        resume=None,
+        take_over=False,
+        on_event=None,
+        default_backend="embedded",
+    )
+    try:
+        from ctxwright.agent.context import counter_for
+
+        registry = wired.assembly.tools
+        counter = counter_for(wired.backend)
         rows = []
-        for t in h.tools:
-            deferred = h.tools.is_deferred(t.name)
+        for t in registry:
+            deferred = registry.is_deferred(t.name)
             kind = "search" if t.name in DISPATCH_TOOLS else ("core" if t.deferred is False else "")
             rows.append(
                 {
@@ -162,17 +173,19 @@ def tools_report(args: argparse.Namespace) -> dict[str, Any]:
                 }
             )
         return {
-            "backend": h.backend.name,
-            "model": h.backend.model,
-            "window": window,
+            "backend": wired.backend.name,
+            "model": wired.backend.model,
+            "window": chosen_window(wired.backend),
             "tokens_counted_by": counter.source,
-            "defer_tools": h.session.meta.get("harness", {}).get("defer_tools"),
-            "prefix_tools": len(h.tools.specs()),
-            "prefix_tool_tokens": schema_tokens(h.tools.specs(), counter),
-            "deferred_tools": len(h.tools.deferred()),
-            "deferred_tool_tokens": schema_tokens((t.spec for t in h.tools.deferred()), counter),
+            "defer_tools": wired.session.meta.get("harness", {}).get("defer_tools"),
+            "prefix_tools": len(registry.specs()),
+            "prefix_tool_tokens": schema_tokens(registry.specs(), counter),
+            "deferred_tools": len(registry.deferred()),
+            "deferred_tool_tokens": schema_tokens((t.spec for t in registry.deferred()), counter),
             "tools": rows,
         }
+    finally:
+        wired.close()
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from ctxwright.compaction.offload import ResultFiles
 from ctxwright.core.events import ToolEvent
+from ctxwright.tools.component import Build, Component, register_core
 from ctxwright.tools.registry import Tool
 
 if TYPE_CHECKING:
@@ -75,3 +76,22 @@ class ResultReader:
             trust="untrusted",
             effects="read",
         )
+
+
+class ReaderComponent(Component):
+    """``read_result`` in the prefix: offloaded and cleared results paged back. The agent
+    binds the reader to its session's offload folder; a child agent reads its own results."""
+
+    name = "read_result"
+
+    def __init__(self) -> None:
+        self.reader = ResultReader()
+
+    def add_tools(self, build: Build) -> None:
+        register_core(build.tools, [self.reader.tool()], "read_result (read_result=)")
+
+    def own_tools(self) -> list[Tool]:
+        return [self.reader.tool()]
+
+    def fork(self) -> Component | None:
+        return ReaderComponent()

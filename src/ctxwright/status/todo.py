@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from ctxwright.core.events import TodoEvent, TodoItem
 from ctxwright.errors import TodoError
+from ctxwright.tools.component import Build, Component, register_core
 from ctxwright.tools.registry import Tool
 
 if TYPE_CHECKING:
@@ -127,3 +128,25 @@ class TodoList:
             Tool.from_function(rewrite_todo_list, trust="trusted", effects="none"),
             Tool.from_function(update_todo_status, trust="trusted", effects="none"),
         ]
+
+
+class TodoComponent(Component):
+    """The TODO tools in the prefix; the list's changes are events of the session, rebuilt
+    on resume (:meth:`TodoList.bind`). A child agent gets its own list behind the same bytes."""
+
+    name = "todo"
+
+    def __init__(self) -> None:
+        self.todo = TodoList()
+
+    def add_tools(self, build: Build) -> None:
+        register_core(build.tools, self.todo.tools(), "the TODO tools (todo=)")
+
+    def own_tools(self) -> list[Tool]:
+        return self.todo.tools()
+
+    def bind(self, session: Session) -> None:
+        self.todo.bind(session)
+
+    def fork(self) -> Component | None:
+        return TodoComponent()

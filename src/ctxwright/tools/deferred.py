@@ -39,6 +39,8 @@ from pydantic import create_model
 from ctxwright.core.messages import ToolCall, canonical_json
 from ctxwright.core.request import ToolSpec
 from ctxwright.core.tokens import TokenCounter
+from ctxwright.errors import ConfigError
+from ctxwright.tools.component import Build, Component
 from ctxwright.tools.registry import (
     ERROR_INVALID_ARGUMENTS,
     ERROR_INVALID_JSON,
@@ -49,6 +51,7 @@ from ctxwright.tools.registry import (
     ToolRegistry,
     _brief_schema,
     error_outcome,
+    valid_function_name,
 )
 from ctxwright.tools.search import ToolIndex
 
@@ -382,3 +385,52 @@ def _json_kind(value: object) -> str:
     if isinstance(value, bool):
         return "a boolean"
     return "a number" if isinstance(value, (int, float)) else type(value).__name__
+
+
+class DeferralComponent(Component):
+    """Decides which tools leave the request's ``tools`` array and registers ``search_tools``
+    and ``call_tool`` when any does (last of all tools, so every other one can be deferred).
+
+    A new session decides by its :class:`DeferConfig`; a resumed one by its stored prefix --
+    every deferrable tool not in it is deferred, when the prefix has the search tools -- so it
+    rebuilds the same ``tools`` array whatever the window or tokenizer now."""
+
+    name = "deferral"
+
+    def __init__(self, config: DeferConfig) -> None:
+        self.config = config
+        self.deferred: DeferredTools | None = None
+        self.names: tuple[str, ...] = ()
+
+    def add_tools(self, build: Build) -> None:
+        registry = build.tools
+        tools = [t for t in registry if t.name not in DISPATCH_TOOLS]
+        names = build.stored_names
+        if build.stored is not None:
+            deferred: tuple[str, ...] = ()
+            with_search = SEARCH_TOOL in names and self.config.mode != "none"
+            if with_search:
+                deferred = tuple(t.name for t in tools if t.deferred is not False and t.name not in names)
+        else:
+            deferred = choose_deferred(tools, self.config, build.counter, build.window)
+            with_search = bool(deferred)
+        named = [t.name for t in tools if t.name not in deferred and not valid_function_name(t.name)]
+        if named:
+            raise ConfigError(
+                f"tool name(s) {', '.join(map(repr, named))} cannot be in the request's tools array (servers accept "
+                "1-64 letters, digits, '_' or '-'); defer them (Tool.deferred=True, or defer_tools='all' / "
+                "--defer-tools all): a deferred tool is called through call_tool, where its name is an argument"
+            )
+        registry.defer(deferred)
+        self.names = deferred
+        if with_search:
+            self.deferred = DeferredTools(registry, self.config)
+            try:
+                for t in self.deferred.tools():
+                    registry.register(t)
+            except ValueError as exc:
+                raise ConfigError(f"the tool list cannot be used: {exc}") from None
+            build.on_event("tools_deferred", {"names": list(deferred), "index": self.config.index})
+
+    def record(self) -> dict[str, Any]:
+        return {"defer_tools": self.config.to_dict()}

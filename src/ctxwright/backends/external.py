@@ -1,0 +1,42 @@
+"""The backend of a context driven by the caller's own loop.
+
+When a loop of yours calls the model (``ctx.request()`` -> your client -> ``ctx.record(reply)``),
+ctxwright never calls it itself: it only needs the model's name for the session's record and
+a token count (offline, ``core/tokens.py``) for the ledger and the compaction trigger. The
+mechanisms that would call the model on their own -- a sub-agent (``delegate``), LLM summaries
+-- are refused with a context of this kind; pass a real backend to ``Context(backend=...)``
+for those.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctxwright.core.request import ChatRequest, Completion
+from ctxwright.errors import BackendUnavailable
+
+__all__ = ["EXTERNAL", "ExternalBackend"]
+
+EXTERNAL = "external"
+
+
+class ExternalBackend:
+    """Stands for the caller's model: a name, a window, no calls of its own."""
+
+    name = EXTERNAL
+
+    def __init__(self, model: str | None = None, context_window: int | None = None) -> None:
+        self.model = model or EXTERNAL
+        self.context_window = context_window
+
+    def complete(self, request: ChatRequest, on_event: Any = None) -> Completion:
+        raise BackendUnavailable(
+            "this context is driven by your own loop and has no model of its own to call: pass "
+            "backend= (an OpenAIBackend, EmbeddedBackend or your Backend) to Context for delegate or LLM summaries"
+        )
+
+    def count_tokens(self, text: str) -> int | None:
+        return None
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,173 @@
+"""The context any loop can drive (``agent/context.py``), and the one assembler under it.
+
+* ``Context`` driven by the official ``openai`` client against the fake server, which rejects
+  an unanswered tool call as OpenAI does: every request append-only relative to the last,
+  the tools array byte-identical across calls, the session stored and resumable.
+* ``ctxwright tools list`` with a set of flags lists exactly the tools of the first request
+  ``ctxwright run`` sends with the same flags.
+* a sub-agent is its parent's components forked: the same prefix bytes, its own TODO list.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai import OpenAI
+from tests.fakeserver import FakeOpenAIServer
+
+from ctxwright import Context, Harness, tool
+from ctxwright.agent.assemble import fork
+from ctxwright.backends.scripted import ScriptedBackend, call
+from ctxwright.cli.main import main
+from ctxwright.core.messages import Message
+from ctxwright.errors import ConfigError, CtxwrightError
+from ctxwright.status.todo import TodoComponent
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def _drive(ctx: Context, client: OpenAI, question: str) -> Any:
+    ctx.add_user(question)
+    while True:
+        reply = client.chat.completions.create(model="m", **ctx.request())
+        step = ctx.record(reply)
+        if not step.tool_calls:
+            return step
+        ctx.run_tools(step)
+
+
+def _is_prefix(old: list[Any], new: list[Any]) -> bool:
+    return new[: len(old)] == old
+
+
+def test_context_drives_an_openai_client_loop_append_only(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    replies = [
+        FakeOpenAIServer.reply_tool_calls([("c1", "add", '{"a": 2, "b": 3}')]),
+        FakeOpenAIServer.reply_text("2 + 3 = 5"),
+        FakeOpenAIServer.reply_tool_calls([("c2", "add", '{"a": 5, "b": 1}')]),
+        FakeOpenAIServer.reply_text("6"),
+    ]
+    with FakeOpenAIServer(replies) as srv:
+        client = OpenAI(base_url=srv.url, api_key="x", max_retries=0)
+        with Context(system="You add numbers.", tools=[add], db=db) as ctx:
+            step = _drive(ctx, client, "What is 2 + 3?")
+            assert step.text == "2 + 3 = 5"
+            sid = ctx.session_id
+            assert ctx.audit().requests == 2
+        with Context.resume(sid, tools=[add], db=db) as ctx2:  # stored and resumable like a Harness session
+            step = _drive(ctx2, client, "And plus 1?")
+            assert step.text == "6"
+        sent = srv.requests
+        assert not srv.rejected  # every tool call answered before the next request
+    assert len(sent) == 4
+    tools = {json.dumps(r["tools"], sort_keys=True) for r in sent}
+    assert len(tools) == 1  # the tools array byte-identical across calls, across the resume
+    for old, new in zip(sent, sent[1:], strict=False):
+        assert _is_prefix(old["messages"], new["messages"])  # append-only
+    assert sent[0]["messages"][0]["content"].startswith("You add numbers.")
+    tool_msgs = [m for m in sent[1]["messages"] if m["role"] == "tool"]
+    assert tool_msgs and tool_msgs[0]["content"] == "5" and tool_msgs[0]["tool_call_id"] == "c1"
+
+
+def test_context_record_takes_a_dict_and_refuses_without_a_request() -> None:
+    ctx = Context(system="s", tools=[add])
+    with pytest.raises(CtxwrightError, match=r"ctx\.request\(\)"):
+        ctx.record({"choices": [{"message": {"role": "assistant", "content": "x"}}]})
+    ctx.add_user("hi")
+    body = ctx.request()
+    assert body["tools"][0]["function"]["name"] == "add" and "model" not in body
+    step = ctx.record({"choices": [{"message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}]})
+    assert step.text == "hello" and step.finish_reason == "stop"
+    with pytest.raises(ConfigError, match="model's reply"):
+        ctx.request()
+        ctx.record(42)
+    ctx.close()
+    with pytest.raises(CtxwrightError, match="closed"):
+        ctx.add_user("again")
+
+
+def test_context_refuses_options_that_need_a_model_and_unknown_ones() -> None:
+    with pytest.raises(ConfigError, match="delegate needs a model"):
+        Context(system="s", tools=[add], delegate=True)
+    with pytest.raises(ConfigError, match="did you mean 'max_tokens'"):
+        Context(system="s", tools=[add], max_token=5)
+
+
+def _first_request_tools(args: list[str], tmp_path: Path) -> list[str]:
+    """The tool names of the first request ``ctxwright run ARGS`` sends to a served model."""
+    with FakeOpenAIServer([FakeOpenAIServer.reply_text("done")]) as srv:
+        run = [
+            "run",
+            *args,
+            "--backend",
+            "openai",
+            "--model",
+            "m",
+            "--base-url",
+            srv.url,
+            "--db",
+            str(tmp_path / "r.db"),
+        ]
+        assert main([*run, "hello"]) == 0
+        return [t["function"]["name"] for t in srv.requests[0].get("tools", [])]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],
+        ["--no-status", "--no-todo"],
+        ["--no-delegate", "--read-result"],
+        ["--workspace", "."],
+        ["--no-compaction"],
+        ["--defer-tools", "all"],
+    ],
+)
+def test_tools_list_lists_what_run_sends(flags: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    flags = [str(tmp_path) if f == "." else f for f in flags]
+    served = ["--backend", "openai", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
+    assert main(["tools", "list", "--json", *flags, *served]) == 0
+    listed = [r["name"] for r in json.loads(capsys.readouterr().out)["tools"] if r["where"] == "prefix"]
+    assert listed == _first_request_tools(flags, tmp_path)
+
+
+def test_tools_list_without_a_backend_lists_what_run_on_the_embedded_model_sends(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # run's default backend is the embedded model, whose defaults leave the status bar, the TODO
+    # tools, read_result and delegate off: tools list must show that tool set, not a served one's
+    assert main(["tools", "list", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["backend"] == "embedded"
+    assert [r["name"] for r in rep["tools"]] == ["get_current_time", "get_weather", "calculator"]
+
+
+def test_a_child_is_the_parent_forked_with_its_own_todo_and_status() -> None:
+    script: list[Message | str] = [
+        Message(role="assistant", tool_calls=(call("delegate", {"task": "note it"}, "d1"),)),
+        Message(role="assistant", tool_calls=(call("rewrite_todo_list", {"items": ["child item"]}, "t1"),)),
+        "child done",
+        "parent done",
+    ]
+    backend = ScriptedBackend(script)
+    with Harness("sys", [add], backend=backend, todo=True, status=True, delegate=True) as h:
+        h.run("go")
+        assert h.agent.ctx.assembly is not None
+        child = fork(h.agent.ctx.assembly)
+        assert child.tools.specs() == h.tools.specs()
+        parent_todo = h.agent.ctx.assembly.find(TodoComponent)
+        child_todo = child.find(TodoComponent)
+        assert parent_todo is not None and child_todo is not None and parent_todo.todo is not child_todo.todo
+        assert h.todo is not None and not h.todo.items  # the child's list is its own
+    child_req = backend.requests[1]
+    assert child_req.messages[0] == backend.requests[0].messages[0] and child_req.tools == backend.requests[0].tools
+    # the child has a status bar of its own now: its request ends with an <agent_status> message
+    assert "<agent_status>" in (child_req.messages[-1].content or "")
