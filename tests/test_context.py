@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,7 @@ def test_context_drives_an_openai_client_loop_append_only(tmp_path: Path) -> Non
     assert len(sent) == 4
     tools = {json.dumps(r["tools"], sort_keys=True) for r in sent}
     assert len(tools) == 1  # the tools array byte-identical across calls, across the resume
-    for old, new in zip(sent, sent[1:], strict=False):
+    for old, new in itertools.pairwise(sent):
         assert _is_prefix(old["messages"], new["messages"])  # append-only
     assert sent[0]["messages"][0]["content"].startswith("You add numbers.")
     tool_msgs = [m for m in sent[1]["messages"] if m["role"] == "tool"]
