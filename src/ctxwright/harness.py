@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from ctxwright.agent import recipe
 from ctxwright.agent.delegate import Delegator
-from ctxwright.agent.loop import Agent, AgentConfig, EventSink, RunResult, _counter_for
+from ctxwright.agent.loop import Agent, AgentConfig, RunResult, _counter_for
 from ctxwright.audit.compare import Prices
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import CompactionConfig
@@ -33,6 +33,7 @@ from ctxwright.core.events import MCP_TOOLS_KEY, UserEvent
 from ctxwright.core.lease import Lease
 from ctxwright.core.lease import acquire as acquire_lease
 from ctxwright.core.prefix import Prefix
+from ctxwright.core.progress import EventSink, McpToolsChanged, SkillsCatalog, SkillsWarning, ToolsDeferred, ignore
 from ctxwright.core.reasoning import ReasoningMode, ReasoningPolicy
 from ctxwright.core.reasoning import install as install_reasoning
 from ctxwright.core.recovery import import_pending
@@ -201,7 +202,7 @@ class Harness:
             When any skill loads, the agent gets ``Skill(name)`` and ``read_skill_file(name,
             path)``, and before the next user message a ``<system-reminder>`` user message
             lists the skills the session has not announced yet (never the system prompt).
-            Loader warnings go to ``on_event("skills_warning", {"message": ...})`` and
+            Loader warnings go to ``on_event`` (``SkillsWarning``) and
             :attr:`skill_warnings`. ``None``: no skills; on resume, the recorded folders.
             A sub-agent (``delegate``) gets the same skills, announced in its own session.
         allow_skill_scripts: also give the agent ``run_skill_script(name, script, args)``,
@@ -282,13 +283,11 @@ class Harness:
             is not run and ends the run with ``repeated_tool_call`` (``core/repeats.py``).
             Default 3; 0: no limit.
         timestamps: prefix user and tool contents with ``[YYYY-MM-DD HH:MM:SS]`` (default off).
-        on_event: ``on_event(kind, data)`` for progress: ``user``, ``status``, ``compaction``,
-            ``request``, ``token`` (streamed text, from a backend that streams), ``assistant``,
-            ``tool_start``, ``tool``, ``repeated_call``, ``error``, ``stop``, ``ledger_mismatch``
-            (the data of each: ``agent/loop.py``), and from the backend during a call:
-            ``retry`` (``attempt``, ``max_retries``, ``reason``, ``wait_s``) and
-            ``stream_fallback`` (``reason``). A sub-agent's events come with ``data["child"]``,
-            its session id.
+        on_event: ``on_event(event)`` for progress: one typed
+            :class:`~ctxwright.core.progress.ProgressEvent` per thing that happens (a user
+            message, a model call, a tool start and result, a retry, a streamed token, ...;
+            every type and its fields: ``docs/events.md``). A sub-agent's events come with
+            ``event.child``, its session id.
     """
 
     def __init__(
@@ -375,7 +374,7 @@ class Harness:
             raise ConfigError(
                 f"max_repeats={opts['max_repeats']}: give 1 or more identical calls in a row, or 0 for no limit"
             )
-        self.on_event: EventSink = opts["on_event"] or (lambda kind, data: None)
+        self.on_event: EventSink = opts["on_event"] or ignore
         self.store: Store | None = self._open_store(opts["db"])
         stored: Session | None = None
         recorded: dict[str, Any] = {}
@@ -420,7 +419,7 @@ class Harness:
             loaded = load_skills(skill_dirs)
             self.skills, self.skill_warnings = loaded.skills, loaded.warnings
             for warning in self.skill_warnings:
-                self.on_event("skills_warning", {"message": warning})
+                self.on_event(SkillsWarning(message=warning))
         self.skills_catalog: CatalogMode = self._catalog_mode(opts["skills_catalog"], stored, recorded)
         # running skill scripts: off unless asked for, and on resume as the prefix says
         allow_scripts = opts["allow_skill_scripts"]
@@ -443,7 +442,7 @@ class Harness:
                         "announced and Skill cannot load it; start a new session to use it"
                     )
                     self.skill_warnings.append(warning)
-                    self.on_event("skills_warning", {"message": warning})
+                    self.on_event(SkillsWarning(message=warning))
             has_skill_tools = bool(frozen)
         else:
             # registered when skills loaded, or when the stored prefix has them (a folder since removed)
@@ -691,7 +690,7 @@ class Harness:
         names = {"added": [t.name for t in added], "removed": removed}
         self.session.add_user(text, **{MCP_TOOLS_KEY: names})
         self._mcp_told = (self._mcp_told | set(names["added"])) - set(removed)
-        self.on_event("mcp_tools_changed", {**names, "content": text})
+        self.on_event(McpToolsChanged(added=tuple(names["added"]), removed=tuple(removed), content=text))
 
     def _defer(
         self, opts: dict[str, Any], recorded: Mapping[str, Any], stored: Session | None, names: tuple[str, ...]
@@ -737,7 +736,7 @@ class Harness:
                     self.tools.register(t)
             except ValueError as exc:
                 raise ConfigError(f"the tool list cannot be used: {exc}") from None
-            self.on_event("tools_deferred", {"names": list(deferred), "index": config.index})
+            self.on_event(ToolsDeferred(names=deferred, index=config.index))
         return config.to_dict()
 
     def _open_store(self, db: str | Path | Store | None) -> Store | None:
@@ -938,7 +937,7 @@ class Harness:
             return
         done = announce(self.session, self.skills)
         if done is not None:
-            self.on_event("skills_catalog", {"names": done[0], "content": done[1]})
+            self.on_event(SkillsCatalog(names=tuple(done[0]), content=done[1]))
 
     @staticmethod
     def _catalog_mode(given: str | None, stored: Session | None, recorded: Mapping[str, Any]) -> CatalogMode:

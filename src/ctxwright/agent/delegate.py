@@ -26,11 +26,11 @@ already in the shared prefix.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ctxwright.compaction.skills import shown_in
+from ctxwright.core.progress import EventSink, SkillsCatalog, ignore
 from ctxwright.core.session import Session
 from ctxwright.skills.tools import SkillTools, announce
 from ctxwright.tools.registry import Tool, ToolRegistry
@@ -55,7 +55,7 @@ class Delegator:
         max_conclusion_chars: int = 1_500,
         max_iterations: int = 8,
         timeout_s: float = 900.0,
-        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        on_event: EventSink | None = None,
         skills: SkillTools | None = None,
     ) -> None:
         self.skills = skills
@@ -121,14 +121,14 @@ class Delegator:
         )
         self.children.append(child.id)
         cfg = replace(parent.config, max_iterations=self.max_iterations)
-        sink = self.on_event or (lambda kind, data: None)
+        sink = self.on_event or ignore
         skills = self.skills.fork() if self.skills is not None else None
         if skills is not None:  # its activations are its own: the child's view answers
             skills.is_shown = shown_in(child)
         if skills is not None and skills.frozen is None:  # reminder mode: the child is told too
             done = announce(child, list(skills.skills.values()))
             if done is not None:
-                sink("skills_catalog", {"names": done[0], "content": done[1], "child": child.id})
+                sink(SkillsCatalog(names=tuple(done[0]), content=done[1], child=child.id))
         summ = parent.context.summarizer if parent.context is not None else None
         agent = Agent(
             child,
@@ -136,7 +136,7 @@ class Delegator:
             self._child_tools(skills),
             cfg,
             counter=parent.counter,
-            on_event=lambda kind, data: sink(kind, {**data, "child": child.id}),
+            on_event=lambda event: sink(replace(event, child=child.id)),
             summary_backend=summ.backend if summ is not None else None,
             # the child's calls pass the parent's gate; its task is the parent model's words, so
             # provenance reads the parent's sources (defence/provenance.py)

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ctxwright.agent.progress import AssistantReply, Compacted, GateDecided
 from ctxwright.audit.compare import Auditor
 from ctxwright.audit.live import audit_record, audit_request, past_requests
 from ctxwright.backends.base import Backend
@@ -44,6 +45,19 @@ from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.core.events import AssistantEvent
 from ctxwright.core.interrupted import close_open_rounds
 from ctxwright.core.messages import ToolCall, canonical_json
+from ctxwright.core.progress import (
+    BackendFailed,
+    EventSink,
+    LedgerWarning,
+    RepeatedCall,
+    RequestSent,
+    StatusShown,
+    Stopped,
+    ToolDone,
+    ToolStart,
+    UserInput,
+    ignore,
+)
 from ctxwright.core.repeats import DEFAULT_MAX_REPEATS, repeat_counts, repeat_note
 from ctxwright.core.request import ChatRequest, Completion, ToolChoice
 from ctxwright.core.session import Session
@@ -58,7 +72,6 @@ from ctxwright.status.bar import StatusBar
 from ctxwright.tools.registry import BoundCall, ToolOutcome, ToolRegistry, error_outcome
 
 StopReason = Literal["final_answer", "max_iterations", "backend_error", "repeated_tool_call"]
-EventSink = Callable[[str, dict[str, Any]], None]
 
 
 @dataclass
@@ -158,7 +171,7 @@ class Agent:
         self.backend = backend
         self.tools = tools
         self.config = config or AgentConfig()
-        self.on_event = on_event or (lambda kind, data: None)
+        self.on_event = on_event or ignore
         self.counter = counter or _counter_for(backend)
         self.auditor = Auditor(self.counter)
         for past in past_requests(session):  # a resumed session: audit against what it sent before
@@ -193,19 +206,19 @@ class Agent:
             status_msg = self.status.record(
                 s, iteration=iteration, tokens_used=self.tokens_used, count=self.counter.count
             )
-            self.on_event("status", {"content": status_msg.content})
+            self.on_event(StatusShown(content=status_msg.content or ""))
         compactions: list[CompactionReport] = []
         if self.context is not None:  # may raise ContextWindowExceeded: nothing fits, nothing sent
             compactions = self.context.before_call(s, s.call_count)
             for c in compactions:
-                self.on_event("compaction", {"report": c})
+                self.on_event(Compacted(report=c))
         request = s.build_request(
             tool_choice=tool_choice, max_tokens=self.config.max_tokens, temperature=self.config.temperature
         )
         ledger = build_ledger(
             self.counter, s.prefix.canonical(), list(request.messages[1:]), self._tools_text, s.prefix.tools
         )
-        self.on_event("request", {"index": s.call_count, "messages": len(request.messages)})
+        self.on_event(RequestSent(index=s.call_count, messages=len(request.messages)))
         pre_ms = (time.perf_counter() - t0) * 1000
         t_call = time.perf_counter()
         try:
@@ -252,7 +265,7 @@ class Agent:
         )
         if mismatch is not None and mismatch.kind not in self._warned:
             self._warned.add(mismatch.kind)
-            self.on_event("ledger_mismatch", {"index": idx, "kind": mismatch.kind, "message": mismatch.message})
+            self.on_event(LedgerWarning(index=idx, mismatch=mismatch))
         ids = {"assigned_ids": {str(i): v for i, v in assigned.items()}} if assigned else {}
         s.add_assistant(message, u, call_index=idx, finish_reason=completion.finish_reason, **ids)
         report.overhead_ms = round(pre_ms + (time.perf_counter() - t1) * 1000 + self._carry_ms, 3)
@@ -290,7 +303,7 @@ class Agent:
             if box:
                 threads.append(None)
                 continue
-            self.on_event("tool_start", {"call": call})
+            self.on_event(ToolStart(call=call))
             worker = threading.Thread(
                 target=lambda c=call, b=box: b.append(self.tools.execute(c)), daemon=True, name=f"tool-{call.name}"
             )
@@ -351,7 +364,7 @@ class Agent:
             request = self.gate.check(bound.tool, call.id, arguments, self._index() if self.gate.provenance else None)
             decision = self.gate.decide(request)
             self.session.append(self.gate.event(request, decision))
-            self.on_event("gate", {"call": call, "request": request, "decision": decision})
+            self.on_event(GateDecided(call=call, request=request, decision=decision))
             if not decision.approved:
                 denied[i] = error_outcome(
                     call,
@@ -415,10 +428,10 @@ class Agent:
         # calls a crash or Ctrl-C left without results: answered before any request (core/interrupted.py)
         for call, ev in close_open_rounds(s, self._stamp):
             content = ev.message.content or ""
-            self.on_event("tool", {"call": call, "content": content, "ok": False, "elapsed_ms": 0.0})
+            self.on_event(ToolDone(call=call, content=content, ok=False, elapsed_ms=0.0))
         if user_input is not None:
             s.add_user(self._stamp(user_input))
-            self.on_event("user", {"content": user_input})
+            self.on_event(UserInput(content=user_input))
         reports: list[CallReport] = []
         rounds = 0
         for it in range(1, self.config.max_iterations + 1):
@@ -428,11 +441,11 @@ class Agent:
             try:
                 completion, report = self._call_model(choice, it)
             except BackendError as exc:
-                self.on_event("error", {"error": f"{type(exc).__name__}: {exc}"})
+                self.on_event(BackendFailed(error=f"{type(exc).__name__}: {exc}"))
                 return RunResult(None, "backend_error", it, reports, error=f"{type(exc).__name__}: {exc}")
             reports.append(report)
             msg = completion.message
-            self.on_event("assistant", {"message": msg, "report": report})
+            self.on_event(AssistantReply(message=msg, report=report))
             if not msg.tool_calls:
                 return RunResult(msg.content or "", "final_answer", it, reports)
             rounds += 1  # noqa: SIM113 -- counts tool rounds, not loop iterations
@@ -470,7 +483,7 @@ class Agent:
                 if limit and n == limit + 1:
                     note = repeat_note(call, n, limit)
                     content = f"{content}\n{note}"
-                    self.on_event("repeated_call", {"call": call, "count": n, "note": note})
+                    self.on_event(RepeatedCall(call=call, count=n, note=note))
                 s.add_tool_result(
                     call.id,
                     content,
@@ -481,13 +494,13 @@ class Agent:
                     **prep.fields,
                     **extra,
                 )
-                self.on_event("tool", {"call": call, "content": content, "ok": out.ok, "elapsed_ms": out.elapsed_ms})
+                self.on_event(ToolDone(call=call, content=content, ok=out.ok, elapsed_ms=out.elapsed_ms))
             del outcomes, out, prepared, prep  # the tools' full outputs: offloaded or recorded by now, not kept twice
             self._carry_ms += (time.perf_counter() - t_res) * 1000
             if blocked:
-                self.on_event("stop", {"reason": "repeated_tool_call"})
+                self.on_event(Stopped(reason="repeated_tool_call"))
                 return RunResult(None, "repeated_tool_call", it, reports)
-        self.on_event("stop", {"reason": "max_iterations"})
+        self.on_event(Stopped(reason="max_iterations"))
         return RunResult(None, "max_iterations", self.config.max_iterations, reports)
 
 
