@@ -404,7 +404,7 @@ def test_the_embedded_model_sees_only_the_two_fixed_tools_and_its_calls_are_answ
         max_tool_rounds=1,
         max_iterations=2,
         status=False,
-        on_event=lambda kind, data: seen.append(kind),
+        on_event=lambda event: seen.append(event.kind),
     ) as h:
         sha = h.session.prefix.sha256
         assert [t.name for t in h.session.prefix.tools] == [SEARCH_TOOL, CALL_TOOL]

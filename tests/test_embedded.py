@@ -10,6 +10,7 @@ import pytest
 from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.prefix import Prefix
+from ctxwright.core.progress import Token
 from ctxwright.core.request import ChatRequest
 from ctxwright.core.session import Session
 from ctxwright.errors import BackendUnavailable, ContextWindowExceeded
@@ -161,7 +162,7 @@ def test_streamed_answer_tokens_leave_the_recorded_call_unchanged(backend):
     backend.reset_cache()
     tokens: list[str] = []
     loud = backend.complete(
-        request, on_event=lambda kind, data: tokens.append(data["text"]) if kind == "token" else None
+        request, on_event=lambda event: tokens.append(event.text) if isinstance(event, Token) else None
     )
     assert loud.message == quiet.message and loud.finish_reason == quiet.finish_reason
     assert (loud.usage.prompt_tokens, loud.usage.completion_tokens, loud.usage.cached_tokens) == (

@@ -245,7 +245,7 @@ def test_resume_recreates_a_served_backend_from_the_store(tmp_path, monkeypatch)
 def test_events_reach_the_callback():
     seen: list[str] = []
     backend = ScriptedBackend(_add_then_answer())
-    with Harness(tools=[add], backend=backend, on_event=lambda kind, data: seen.append(kind)) as h:
+    with Harness(tools=[add], backend=backend, on_event=lambda event: seen.append(event.kind)) as h:
         h.run("What is 2 + 3?")
     assert seen[0] == "user" and "tool" in seen and seen[-1] == "assistant"
     assert seen.count("request") == 2

@@ -22,6 +22,7 @@ from ctxwright.backends.scripted import call
 from ctxwright.cli.main import main
 from ctxwright.core.events import ToolEvent, UserEvent
 from ctxwright.core.messages import Message
+from ctxwright.core.progress import McpToolsChanged, ProgressEvent
 from ctxwright.core.render import render
 from ctxwright.defence.marking import wrap
 from ctxwright.errors import ConfigError, McpServerError
@@ -218,7 +219,7 @@ def test_list_changed_never_touches_the_prefix(tmp_path: Path, no_leftovers: Non
             "sunny",
         ]
     )
-    events: list[tuple[str, dict[str, Any]]] = []
+    events: list[ProgressEvent] = []
     db = tmp_path / "s.db"
     with Harness(
         "sys",
@@ -227,7 +228,7 @@ def test_list_changed_never_touches_the_prefix(tmp_path: Path, no_leftovers: Non
         db=db,
         mcp_servers=[server("changing")],
         **QUIET,
-        on_event=lambda kind, data: events.append((kind, data)),
+        on_event=events.append,
     ) as h:
         prefix_sha = h.session.prefix.sha256
         tools_before = backend_tools = None
@@ -248,10 +249,7 @@ def test_list_changed_never_touches_the_prefix(tmp_path: Path, no_leftovers: Non
         out = {ev.message.tool_call_id: body(ev) for ev in tool_events(h)}
         assert "sunny in Oslo" in out["c_weather"]
         assert json.loads(out["c_bye"])["error"]["type"] == "mcp_tool_removed"
-        assert (
-            "mcp_tools_changed",
-            {"added": ["changing__weather"], "removed": ["changing__goodbye"], "content": text},
-        ) in events
+        assert McpToolsChanged(added=("changing__weather",), removed=("changing__goodbye",), content=text) in events
         assert tools_before is backend_tools is None
         sid = h.session_id
         n_events = len(h.session.events)

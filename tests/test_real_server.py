@@ -11,11 +11,11 @@ chatml`` it drops the tools without a word, which the ledger check now says.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from ctxwright import Harness, tool
+from ctxwright.core.progress import LedgerWarning, ProgressEvent, Retry, StreamFallback, ToolDone
 from ctxwright.core.render import NULL_CONTENT_KEY
 from ctxwright.core.store import Store
 from llamaserver import LlamaServer
@@ -42,7 +42,7 @@ def test_a_tool_loop_runs_against_llama_cpp_server(tmp_path: Path) -> None:
     """The whole loop, streamed: call 1 asks for ``add`` (the streamed request comes back
     empty, so the backend falls back to a plain one), the result goes back with the
     tool-call turn as ``"content": ""``, call 2 answers."""
-    events: list[tuple[str, dict[str, Any]]] = []
+    events: list[ProgressEvent] = []
     db = tmp_path / "loop.db"
     with LlamaServer(tmp_path / "server.log") as srv:
         with Harness(
@@ -60,18 +60,18 @@ def test_a_tool_loop_runs_against_llama_cpp_server(tmp_path: Path) -> None:
             max_tool_rounds=1,
             max_tokens=48,
             stream=True,
-            on_event=lambda kind, data: events.append((kind, data)),
+            on_event=events.append,
         ) as h:
             result = h.run("What is 2 + 3? Use the add tool.")
             sid = h.session_id
         log = srv.tail()
     assert result.stop_reason == "final_answer", f"{result.error}\n{log}"
     assert [r.tool_calls for r in result.calls] == [1, 0]
-    assert [d["content"] for k, d in events if k == "tool"] == ["5"]
-    assert [d["reason"] for k, d in events if k == "stream_fallback"] == [
+    assert [e.content for e in events if isinstance(e, ToolDone)] == ["5"]
+    assert [e.reason for e in events if isinstance(e, StreamFallback)] == [
         "the server answered the streamed request with an empty stream"
     ]
-    assert not [d for k, d in events if k == "retry"]
+    assert not [e for e in events if isinstance(e, Retry)]
     store = Store(db)
     assert store.get_session(sid).meta[NULL_CONTENT_KEY] == "empty"
     calls = store.calls(sid)
@@ -86,7 +86,7 @@ def test_a_tool_loop_runs_against_llama_cpp_server(tmp_path: Path) -> None:
 def test_a_server_that_drops_the_tools_is_warned_about(tmp_path: Path) -> None:
     """``--chat_format chatml`` renders no tools: the server counts ~390 prompt tokens
     where ctxwright counts ~1,160 (the default tools alone are ~800)."""
-    events: list[tuple[str, dict[str, Any]]] = []
+    events: list[ProgressEvent] = []
     with LlamaServer(tmp_path / "server.log", chat_format="chatml") as srv:
         with Harness(
             backend="openai",
@@ -95,12 +95,12 @@ def test_a_server_that_drops_the_tools_is_warned_about(tmp_path: Path) -> None:
             db=tmp_path / "drop.db",
             max_iterations=1,
             max_tokens=16,
-            on_event=lambda kind, data: events.append((kind, data)),
+            on_event=events.append,
         ) as h:
             result = h.run("What's the current time and weather in Vancouver?")
         log = srv.tail()
     assert result.stop_reason in ("final_answer", "max_iterations"), f"{result.error}\n{log}"
-    (warning,) = [d for k, d in events if k == "ledger_mismatch"]
-    assert warning["kind"] == "tools_dropped" and "dropped the tools" in warning["message"]
+    (warning,) = [e.mismatch for e in events if isinstance(e, LedgerWarning)]
+    assert warning.kind == "tools_dropped" and "dropped the tools" in warning.message
     (report,) = result.calls
     assert report.prompt_tokens is not None and report.prompt_tokens < report.ledger.total - report.ledger.tools // 2

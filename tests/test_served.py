@@ -28,6 +28,7 @@ from ctxwright.cli.progress import calls_table
 from ctxwright.compaction import CompactionConfig, ContextManager
 from ctxwright.core.messages import Message, ToolCall, assistant, system, tool_result, user
 from ctxwright.core.prefix import Prefix
+from ctxwright.core.progress import ProgressEvent, Retry, StreamFallback, Token
 from ctxwright.core.redact import redact
 from ctxwright.core.render import NULL_CONTENT_KEY
 from ctxwright.core.request import ChatRequest
@@ -179,18 +180,16 @@ def test_a_failed_call_keeps_its_wall_time(tmp_path: Path) -> None:
 def test_a_server_that_never_answers_is_retried_visibly_then_named_with_the_setting_to_raise(
     tmp_path: Path,
 ) -> None:
-    events: list[tuple[str, dict[str, Any]]] = []
+    events: list[ProgressEvent] = []
     slow = S.reply_text("too late", delay_s=3.0)
     with (
         S([slow, slow, slow]) as srv,
-        served(
-            srv.url, tmp_path / "t.db", timeout=0.3, max_retries=2, on_event=lambda k, d: events.append((k, d))
-        ) as h,
+        served(srv.url, tmp_path / "t.db", timeout=0.3, max_retries=2, on_event=events.append) as h,
     ):
         result = h.run("2 + 3?")
-    retries = [d for k, d in events if k == "retry"]
-    assert [r["attempt"] for r in retries] == [1, 2] and all(r["max_retries"] == 2 for r in retries)
-    assert all("no answer within 0.3 s" in r["reason"] for r in retries)
+    retries = [e for e in events if isinstance(e, Retry)]
+    assert [r.attempt for r in retries] == [1, 2] and all(r.max_retries == 2 for r in retries)
+    assert all("no answer within 0.3 s" in r.reason for r in retries)
     assert result.stop_reason == "backend_error"
     assert "did not answer within 0.3 s" in (result.error or "") and "--timeout" in (result.error or "")
     assert len(srv.requests) == 3
@@ -389,9 +388,9 @@ def test_streaming_records_exactly_what_a_plain_call_records(tmp_path: Path) -> 
     for stream in (False, True):
         tokens: list[str] = []
 
-        def on(kind: str, data: dict[str, Any], tokens: list[str] = tokens) -> None:
-            if kind == "token":
-                tokens.append(data["text"])
+        def on(event: ProgressEvent, tokens: list[str] = tokens) -> None:
+            if isinstance(event, Token):
+                tokens.append(event.text)
 
         with S(_script()) as srv:
             with served(srv.url, tmp_path / f"s{stream}.db", stream=stream, on_event=on) as h:
@@ -409,24 +408,24 @@ def test_streaming_records_exactly_what_a_plain_call_records(tmp_path: Path) -> 
 def test_an_empty_stream_falls_back_to_plain_calls(tmp_path: Path) -> None:
     """llama-cpp-python's server answers a streamed request with tools and tool_choice
     "auto" with HTTP 200 and an empty body (``tests/test_real_server.py`` shows it)."""
-    events: list[tuple[str, dict[str, Any]]] = []
+    events: list[ProgressEvent] = []
     with S([S.malformed(b"", content_type="text/event-stream"), *_script()]) as srv:
-        with served(srv.url, None, stream=True, on_event=lambda k, d: events.append((k, d))) as h:
+        with served(srv.url, None, stream=True, on_event=events.append) as h:
             result = h.run("2 + 3?")
         sent = srv.requests
     assert result.stop_reason == "final_answer"
-    (fallback,) = [d for k, d in events if k == "stream_fallback"]
-    assert "empty stream" in fallback["reason"]
+    (fallback,) = [e for e in events if isinstance(e, StreamFallback)]
+    assert "empty stream" in fallback.reason
     assert [r.get("stream") for r in sent] == [True, None, None]
-    assert not [k for k, _ in events if k == "retry"]
+    assert not [e for e in events if isinstance(e, Retry)]
 
 
 def test_a_stream_without_usage_keeps_usage_unknown_and_stops_streaming() -> None:
     events: list[str] = []
     with S([S.reply_text("hello there"), S.reply_text("again")]) as srv:
         backend = OpenAIBackend("m", base_url=srv.url, stream=True, max_retries=0)
-        first = backend.complete(ChatRequest((system("s"), user("u"))), on_event=lambda k, d: events.append(k))
-        backend.complete(ChatRequest((system("s"), user("u"))), on_event=lambda k, d: events.append(k))
+        first = backend.complete(ChatRequest((system("s"), user("u"))), on_event=lambda e: events.append(e.kind))
+        backend.complete(ChatRequest((system("s"), user("u"))), on_event=lambda e: events.append(e.kind))
         backend.close()
         sent = srv.requests
     assert first.usage.prompt_tokens is None and first.message.content == "hello there"
@@ -521,7 +520,7 @@ def test_a_stream_cut_mid_transfer_is_truncated_too() -> None:
     with S([S.cut(S.reply_text("y" * 200, usage=S.usage_openai(1, 1)), 6)]) as srv:
         backend = OpenAIBackend("m", base_url=srv.url, max_retries=0, stream=True)
         with pytest.raises(ResponseTruncated, match=r"streamed reply .* cut off mid-transfer"):
-            backend.complete(ChatRequest((system("s"), user("u"))), on_event=lambda k, d: None)
+            backend.complete(ChatRequest((system("s"), user("u"))), on_event=lambda e: None)
         backend.close()
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from ctxwright import Harness, ScriptedBackend
 from ctxwright.backends.scripted import call
 from ctxwright.core.messages import Message
+from ctxwright.core.progress import ProgressEvent, SkillsWarning
 from ctxwright.skills import load_skills
 from ctxwright.skills.tools import MAX_READ_BYTES, SkillTools
 
@@ -67,7 +68,7 @@ def test_every_bad_input_is_one_line_and_the_session_goes_on(tmp_path, monkeypat
             "Done, briefly.",
         ]
     )
-    events: list[tuple[str, dict[str, object]]] = []
+    events: list[ProgressEvent] = []
     with Harness(
         system="S.",
         tools=[],
@@ -76,7 +77,7 @@ def test_every_bad_input_is_one_line_and_the_session_goes_on(tmp_path, monkeypat
         status=False,
         max_tool_rounds=3,
         db=tmp_path / "s.db",
-        on_event=lambda kind, data: events.append((kind, data)),
+        on_event=events.append,
     ) as h:
         result = h.run("use the good skill")
         warnings = h.skill_warnings
@@ -96,7 +97,7 @@ def test_every_bad_input_is_one_line_and_the_session_goes_on(tmp_path, monkeypat
     }
     for folder, fragment in expected.items():
         assert any(str(root / folder) in w and fragment in w for w in warnings), (folder, warnings)
-    assert [d["message"] for k, d in events if k == "skills_warning"] == warnings
+    assert [e.message for e in events if isinstance(e, SkillsWarning)] == warnings
 
     # the tools: the Skill result lists the resources without reading them; each bad read is
     # an error the model can read, the huge one a cut text; the run reaches its answer

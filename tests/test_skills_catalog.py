@@ -13,6 +13,7 @@ from ctxwright.backends.scripted import call
 from ctxwright.cli.main import main
 from ctxwright.core.events import ToolEvent, UserEvent
 from ctxwright.core.messages import Message
+from ctxwright.core.progress import ProgressEvent, SkillsCatalog, SkillsWarning
 from ctxwright.core.session import Session
 from ctxwright.core.skills_catalog import catalog_block, is_catalog_message, skills_catalog_tokens
 from ctxwright.core.store import Store
@@ -110,19 +111,17 @@ def test_prefix_mode_is_frozen_on_resume_and_a_new_skill_is_a_warning(tmp_path):
     make_skill(root, "pdf-tools")
     md = root / "house-style" / "SKILL.md"
     md.write_text(md.read_text().replace("Use for house-style tasks.", "Changed description."))
-    seen: list[tuple[str, dict]] = []
+    seen: list[ProgressEvent] = []
     backend = ScriptedBackend([skill_call("pdf-tools"), "fine"])
-    with Harness.resume(
-        sid, backend=backend, db=db, tools=[], status=False, on_event=lambda k, d: seen.append((k, d))
-    ) as h2:
+    with Harness.resume(sid, backend=backend, db=db, tools=[], status=False, on_event=seen.append) as h2:
         assert h2.skills_catalog == "prefix"  # recorded with the session
         assert h2.session.prefix.sha256 == sha and h2.session.prefix.tools == tools_before
         assert backend.requests == []
         h2.run("a pdf now")
         events = h2.session.events
-    warnings = [d["message"] for k, d in seen if k == "skills_warning"]
+    warnings = [e.message for e in seen if isinstance(e, SkillsWarning)]
     assert len(warnings) == 1 and "'pdf-tools'" in warnings[0] and "new session" in warnings[0]
-    assert not any(k == "skills_catalog" for k, _ in seen)
+    assert not any(isinstance(e, SkillsCatalog) for e in seen)
     assert not any(isinstance(ev, UserEvent) and ev.skills_announced is not None for ev in events)
     assert backend.requests[0].tools == tools_before  # same bytes as the first run sent
     # the new skill is not in the enum: the model's call is refused as an invalid argument
@@ -344,13 +343,13 @@ def test_a_delegated_child_gets_the_parents_skills(tmp_path, mode):
             "final",
         ]
     )
-    seen: list[tuple[str, dict]] = []
+    seen: list[ProgressEvent] = []
     with Harness(
         backend=backend,
         **opts(root, db),
         delegate=True,
         skills_catalog=mode,
-        on_event=lambda k, d: seen.append((k, d)),
+        on_event=seen.append,
     ) as h:
         result = h.run("delegate the report")
         parent = h.session
@@ -368,7 +367,7 @@ def test_a_delegated_child_gets_the_parents_skills(tmp_path, mode):
         assert [ev.skills_announced for ev in child_catalogs] == [("house-style",)]
         assert child_req.messages[1].content == child_catalogs[0].message.content
         assert "Task: write the report" in (child_req.messages[2].content or "")
-        assert [d["child"] for k, d in seen if k == "skills_catalog" and "child" in d] == [child_id]
+        assert [e.child for e in seen if isinstance(e, SkillsCatalog) and e.child is not None] == [child_id]
     else:  # in the shared prefix: nothing appended
         assert child_catalogs == [] and "Task: write the report" in (child_req.messages[1].content or "")
     child_result = next(ev for ev in child.events if isinstance(ev, ToolEvent)).message.content or ""

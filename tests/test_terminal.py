@@ -17,6 +17,7 @@ from rich.console import Console
 
 from ctxwright import Harness, ScriptedBackend, tool
 from ctxwright.agent.loop import CallReport
+from ctxwright.agent.progress import AssistantReply
 from ctxwright.backends.scripted import call
 from ctxwright.cli.main import main
 from ctxwright.cli.progress import RunPrinter, calls_table
@@ -24,6 +25,7 @@ from ctxwright.cli.show import render_session
 from ctxwright.compaction import CompactionConfig
 from ctxwright.core.events import AssistantEvent, StatusEvent, ToolEvent
 from ctxwright.core.messages import Message, ToolCall
+from ctxwright.core.progress import BackendFailed, RequestSent, StatusShown, Token, ToolDone, ToolStart, UserInput
 from ctxwright.core.repeats import repeat_counts
 from ctxwright.core.store import Store
 from ctxwright.core.tokens import Ledger
@@ -164,15 +166,15 @@ def test_any_bracket_text_is_printed_as_it_is(text):
     con, err_con, out, err = _consoles()
     printer = RunPrinter(con, err_con, live=False)
     tc = ToolCall("id1", "echo", json.dumps({"text": text}))
-    printer("user", {"content": text})
-    printer("request", {"index": 0, "messages": 2})
-    printer("assistant", {"message": _A(tc), "report": None})
-    printer("tool_start", {"call": tc})
-    printer("tool", {"call": tc, "content": text, "ok": False, "elapsed_ms": 1.0})
-    printer("status", {"content": f"<agent_status>\nlast_error: {text}\n</agent_status>"})
-    printer("request", {"index": 1, "messages": 4})
-    printer("assistant", {"message": _A(text=text), "report": None})
-    printer("error", {"error": text})
+    printer(UserInput(content=text))
+    printer(RequestSent(index=0, messages=2))
+    printer(AssistantReply(message=_A(tc), report=_report(0, "cold start")))
+    printer(ToolStart(call=tc))
+    printer(ToolDone(call=tc, content=text, ok=False, elapsed_ms=1.0))
+    printer(StatusShown(content=f"<agent_status>\nlast_error: {text}\n</agent_status>"))
+    printer(RequestSent(index=1, messages=4))
+    printer(AssistantReply(message=_A(text=text), report=_report(1, "append")))
+    printer(BackendFailed(error=text))
     printer.close()
     printed = out.getvalue()
     assert printed.count(text) >= 4 and json.dumps({"text": text}) in printed
@@ -268,7 +270,7 @@ def test_streamed_tokens_are_printed_as_they_come_and_not_again():
 
     def streaming(request):
         for piece in ("Hel", "lo [/b] ", "world\\"):
-            printer("token", {"text": piece})
+            printer(Token(text=piece))
         seen_during_call.append(out.getvalue())
         return "Hello [/b] world\\"
 
@@ -380,9 +382,9 @@ def test_a_30_mb_streamed_answer_is_echoed_in_part():
     printer.session_id = "abc"
     piece = "0123456789 [/x] " * 4096  # 64 KiB per token event
     for _ in range(size // len(piece)):
-        printer("token", {"text": piece})
-    printer("token", {"text": "THE END"})
-    printer("assistant", {"message": _A(text="(the whole answer)"), "report": None})
+        printer(Token(text=piece))
+    printer(Token(text="THE END"))
+    printer(AssistantReply(message=_A(text="(the whole answer)"), report=_report(0, "cold start")))
     echoed = out.getvalue()
     assert len(echoed) < 200_000 and echoed.rstrip().endswith("THE END")
     assert "bytes not shown; `ctxwright show abc` has it all" in echoed and "(the whole answer)" not in echoed

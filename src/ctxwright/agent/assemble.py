@@ -16,12 +16,13 @@ prompt is the caller's prompt, then the defence level's section, then the status
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ctxwright.backends.base import Backend
 from ctxwright.core.prefix import Prefix
+from ctxwright.core.progress import EventSink
 from ctxwright.core.request import ToolSpec
 from ctxwright.core.sections import SystemPromptBuilder
 from ctxwright.core.session import Session
@@ -83,7 +84,7 @@ def assemble(
     stored: Session | None,
     window: int,
     counter: TokenCounter,
-    on_event: Callable[..., None],
+    on_event: EventSink,
 ) -> Assembly:
     """Build the tools and the system prompt from ``components``, in their order. On resume
     (``stored``), each component checks its part of the stored prefix first."""

@@ -45,6 +45,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from ctxwright.agent.assemble import Assembly
+from ctxwright.agent.progress import AssistantReply, Compacted, GateDecided
 from ctxwright.audit.compare import Auditor, AuditSummary
 from ctxwright.audit.live import audit_record, audit_request, past_requests
 from ctxwright.backends.base import Backend
@@ -54,6 +55,17 @@ from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.core.events import AssistantEvent, ToolEvent
 from ctxwright.core.interrupted import close_open_rounds
 from ctxwright.core.messages import Message, ToolCall, canonical_json
+from ctxwright.core.progress import (
+    EventSink,
+    LedgerWarning,
+    RepeatedCall,
+    RequestSent,
+    StatusShown,
+    ToolDone,
+    ToolStart,
+    UserInput,
+    ignore,
+)
 from ctxwright.core.repeats import DEFAULT_MAX_REPEATS, repeat_counts, repeat_note
 from ctxwright.core.request import ChatRequest, Completion, ToolChoice
 from ctxwright.core.session import Session
@@ -71,12 +83,6 @@ if TYPE_CHECKING:
     from ctxwright.agent.wiring import Wired
 
 __all__ = ["CallReport", "Context", "ContextConfig", "Step"]
-
-EventSink = Callable[[str, dict[str, Any]], None]
-
-
-def _ignore(kind: str, data: dict[str, Any]) -> None:
-    return None
 
 
 @dataclass
@@ -273,7 +279,7 @@ class Context:
         self.backend = backend
         self.tools = tools
         self.config = config or ContextConfig()
-        self.on_event: EventSink = on_event or _ignore
+        self.on_event: EventSink = on_event or ignore
         self.status = status
         #: the components that act during the session (``tools/component.py``); ``None`` for
         #: a context over bare parts
@@ -322,7 +328,7 @@ class Context:
         the components append what they announce (a skills catalog, MCP changes)."""
         for call, ev in close_open_rounds(self.session, self.stamp):
             content = ev.message.content or ""
-            self.on_event("tool", {"call": call, "content": content, "ok": False, "elapsed_ms": 0.0})
+            self.on_event(ToolDone(call=call, content=content, ok=False, elapsed_ms=0.0))
         if self.assembly is not None:
             self.assembly.before_run(self.session)
         self._iteration = self._rounds = 0
@@ -332,7 +338,7 @@ class Context:
         self._check_open()
         self.begin()
         self.session.add_user(self.stamp(text))
-        self.on_event("user", {"content": text})
+        self.on_event(UserInput(content=text))
 
     # -- one model call ------------------------------------------------------------------
     def prepare(self, tool_choice: ToolChoice = "auto", iteration: int | None = None) -> ChatRequest:
@@ -351,19 +357,19 @@ class Context:
             status_msg = self.status.record(
                 s, iteration=iteration, tokens_used=self.tokens_used, count=self.counter.count
             )
-            self.on_event("status", {"content": status_msg.content})
+            self.on_event(StatusShown(content=status_msg.content or ""))
         compactions: list[CompactionReport] = []
         if self.compaction is not None:
             compactions = self.compaction.before_call(s, s.call_count)
             for c in compactions:
-                self.on_event("compaction", {"report": c})
+                self.on_event(Compacted(report=c))
         request = s.build_request(
             tool_choice=tool_choice, max_tokens=self.config.max_tokens, temperature=self.config.temperature
         )
         ledger = build_ledger(
             self.counter, s.prefix.canonical(), list(request.messages[1:]), self._tools_text, s.prefix.tools
         )
-        self.on_event("request", {"index": s.call_count, "messages": len(request.messages)})
+        self.on_event(RequestSent(index=s.call_count, messages=len(request.messages)))
         now = time.perf_counter()
         self._pending = Pending(request, ledger, compactions, (now - t0) * 1000, now)
         return request
@@ -435,7 +441,7 @@ class Context:
         )
         if mismatch is not None and mismatch.kind not in self._warned:
             self._warned.add(mismatch.kind)
-            self.on_event("ledger_mismatch", {"index": idx, "kind": mismatch.kind, "message": mismatch.message})
+            self.on_event(LedgerWarning(index=idx, mismatch=mismatch))
         ids = {"assigned_ids": {str(i): v for i, v in assigned.items()}} if assigned else {}
         s.add_assistant(message, u, call_index=idx, finish_reason=completion.finish_reason, **ids)
         report.overhead_ms = round(pending.pre_ms + (time.perf_counter() - t1) * 1000 + self._carry_ms, 3)
@@ -443,7 +449,7 @@ class Context:
         if message.tool_calls:
             self._rounds += 1
         step = Step(message, report, completion.finish_reason)
-        self.on_event("assistant", {"message": message, "report": report})
+        self.on_event(AssistantReply(message=message, report=report))
         return step
 
     def _take_pending(self) -> Pending:
@@ -496,7 +502,7 @@ class Context:
             if limit and n == limit + 1:
                 note = repeat_note(call, n, limit)
                 content = f"{content}\n{note}"
-                self.on_event("repeated_call", {"call": call, "count": n, "note": note})
+                self.on_event(RepeatedCall(call=call, count=n, note=note))
             ev = s.add_tool_result(
                 call.id,
                 content,
@@ -508,7 +514,7 @@ class Context:
                 **extra,
             )
             events.append(ev)
-            self.on_event("tool", {"call": call, "content": content, "ok": out.ok, "elapsed_ms": out.elapsed_ms})
+            self.on_event(ToolDone(call=call, content=content, ok=out.ok, elapsed_ms=out.elapsed_ms))
         del outcomes, out, prepared, prep  # the tools' full outputs: offloaded or recorded by now, not kept twice
         self._carry_ms += (time.perf_counter() - t_res) * 1000
         step.blocked = bool(blocked)
@@ -530,7 +536,7 @@ class Context:
             if box:
                 threads.append(None)
                 continue
-            self.on_event("tool_start", {"call": call})
+            self.on_event(ToolStart(call=call))
             worker = threading.Thread(
                 target=lambda c=call, b=box: b.append(self.tools.execute(c)), daemon=True, name=f"tool-{call.name}"
             )
@@ -591,7 +597,7 @@ class Context:
             request = self.gate.check(bound.tool, call.id, arguments, self._index() if self.gate.provenance else None)
             decision = self.gate.decide(request)
             self.session.append(self.gate.event(request, decision))
-            self.on_event("gate", {"call": call, "request": request, "decision": decision})
+            self.on_event(GateDecided(call=call, request=request, decision=decision))
             if not decision.approved:
                 denied[i] = error_outcome(
                     call,

@@ -26,10 +26,10 @@ changes announced to it -- behind the same tool bytes, checked to be the parent'
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ctxwright.core.progress import EventSink, ignore
 from ctxwright.core.session import Session
 from ctxwright.tools.component import Build, Component, register_core
 from ctxwright.tools.registry import Tool
@@ -59,7 +59,7 @@ class Delegator:
         max_conclusion_chars: int = 1_500,
         max_iterations: int = 8,
         timeout_s: float = 900.0,
-        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        on_event: EventSink | None = None,
     ) -> None:
         self.max_conclusion_chars = max_conclusion_chars
         self.max_iterations = max_iterations
@@ -124,7 +124,7 @@ class Delegator:
         self.children.append(child.id)
         assembly.bind(child)
         cfg = replace(parent.config, max_iterations=self.max_iterations)
-        sink = self.on_event or (lambda kind, data: None)
+        sink = self.on_event or ignore
         summ = parent.context.summarizer if parent.context is not None else None
         status = assembly.find(StatusComponent)
         ctx = Context.over(
@@ -133,7 +133,7 @@ class Delegator:
             assembly.tools,
             cfg,
             counter=parent.counter,
-            on_event=lambda kind, data: sink(kind, {**data, "child": child.id}),
+            on_event=lambda event: sink(replace(event, child=child.id)),
             status=status.bar if status is not None else None,
             summary_backend=summ.backend if summ is not None else None,
             assembly=assembly,
@@ -187,9 +187,7 @@ class DelegateComponent(Component):
 
     name = "delegate"
 
-    def __init__(
-        self, on_event: Callable[[str, dict[str, Any]], None] | None = None, *, delegator: Delegator | None = None
-    ) -> None:
+    def __init__(self, on_event: EventSink | None = None, *, delegator: Delegator | None = None) -> None:
         self.delegator = delegator or Delegator(on_event=on_event)
 
     def add_tools(self, build: Build) -> None:

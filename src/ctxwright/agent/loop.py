@@ -26,6 +26,7 @@ from ctxwright.agent.context import CallReport, Context, ContextConfig, Step, co
 from ctxwright.audit.compare import Auditor
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import ContextManager
+from ctxwright.core.progress import BackendFailed, EventSink, Stopped
 from ctxwright.core.request import ChatRequest, Completion, ToolChoice
 from ctxwright.core.session import Session
 from ctxwright.core.tokens import TokenCounter
@@ -35,7 +36,6 @@ from ctxwright.status.bar import StatusBar
 from ctxwright.tools.registry import ToolRegistry
 
 StopReason = Literal["final_answer", "max_iterations", "backend_error", "repeated_tool_call"]
-EventSink = Callable[[str, dict[str, Any]], None]
 
 #: The loop's knobs are the context's (one declaration: ``agent/context.py``).
 AgentConfig = ContextConfig
@@ -184,7 +184,7 @@ class Agent:
             try:
                 step = self._call_model(choice, it)
             except BackendError as exc:
-                self.on_event("error", {"error": f"{type(exc).__name__}: {exc}"})
+                self.on_event(BackendFailed(error=f"{type(exc).__name__}: {exc}"))
                 return RunResult(None, "backend_error", it, reports, error=f"{type(exc).__name__}: {exc}")
             reports.append(step.report)
             if not step.tool_calls:
@@ -192,9 +192,9 @@ class Agent:
             rounds += 1  # noqa: SIM113 -- counts tool rounds, not loop iterations
             ctx.run_tools(step)
             if step.blocked:
-                self.on_event("stop", {"reason": "repeated_tool_call"})
+                self.on_event(Stopped(reason="repeated_tool_call"))
                 return RunResult(None, "repeated_tool_call", it, reports)
-        self.on_event("stop", {"reason": "max_iterations"})
+        self.on_event(Stopped(reason="max_iterations"))
         return RunResult(None, "max_iterations", self.config.max_iterations, reports)
 
 

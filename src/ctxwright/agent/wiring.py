@@ -31,6 +31,7 @@ from ctxwright.compaction.retrieval import ReaderComponent
 from ctxwright.compaction.skills import shown_in
 from ctxwright.core.lease import Lease
 from ctxwright.core.lease import acquire as acquire_lease
+from ctxwright.core.progress import EventSink, ignore
 from ctxwright.core.reasoning import ReasoningMode, ReasoningPolicy
 from ctxwright.core.reasoning import install as install_reasoning
 from ctxwright.core.recovery import import_pending
@@ -128,7 +129,7 @@ class Wired:
     assembly: Assembly
     config: ContextConfig
     store: Store | None
-    on_event: Callable[..., None]
+    on_event: EventSink
     status: StatusBar | None = None
     gate: Gate | None = None
     lease: Lease | None = None
@@ -180,7 +181,7 @@ def wire(
     db: str | Path | Store | None,
     resume: str | None,
     take_over: bool,
-    on_event: Callable[..., None] | None,
+    on_event: EventSink | None,
     default_backend: str = EXTERNAL,
 ) -> Wired:
     """Open (or resume) a session and build everything around it. On any failure what was
@@ -190,7 +191,7 @@ def wire(
         raise ConfigError(
             f"max_repeats={opts['max_repeats']}: give 1 or more identical calls in a row, or 0 for no limit"
         )
-    sink: Callable[..., None] = on_event or (lambda kind, data: None)
+    sink: EventSink = on_event or ignore
     opened = _open(db, resume, take_over)
     owned: Backend | None = None
     comps: list[Component] = []
@@ -312,7 +313,7 @@ def components_for(
     backend: Backend,
     stored: Session | None,
     recorded: Mapping[str, Any],
-    on_event: Callable[..., None],
+    on_event: EventSink,
     d: BackendDefaults,
 ) -> tuple[list[Component], Parts]:
     """The components in prefix order for these (resolved) options, and what was decided.

@@ -17,7 +17,7 @@ tool calls always parse (argument *values* may still be wrong -- the model is ti
 
 Streaming: the reply is always generated as a stream (for the prefill/decode split); with
 ``stream=True`` and an ``on_event`` callback, the text of a final answer reaches the caller
-as ``("token", {"text": ...})`` events while it is generated -- decoded from inside the
+as ``Token`` events (``core/progress.py``) while it is generated -- decoded from inside the
 constrained ``{"answer": "..."}`` JSON (:class:`AnswerDeltas`), so a terminal shows the
 answer, not its JSON wrapper. Tool-call replies send no tokens. What is recorded is the
 same either way: the events only observe the generation.
@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ctxwright.core.messages import Message, ToolCall, Usage, canonical_json
+from ctxwright.core.progress import EventSink, Token
 from ctxwright.core.request import ChatRequest, Completion, ToolSpec
 from ctxwright.errors import BackendUnavailable, ContextWindowExceeded
 
@@ -221,8 +222,6 @@ def _response_schema(request: ChatRequest) -> dict[str, Any] | None:
     return None
 
 
-EventSink = Callable[[str, dict[str, Any]], None]
-
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\", '"': '"'}
 _ANSWER_OPEN = re.compile(r'\s*\{\s*"answer"\s*:\s*"')
 _ANSWER_HEAD = '{"answer":"'
@@ -387,7 +386,7 @@ class EmbeddedBackend:
     # -- the call ------------------------------------------------------------------------
     def complete(self, request: ChatRequest, *, on_event: EventSink | None = None) -> Completion:
         """Generate one reply. With :attr:`stream` on, ``on_event`` receives the answer's text
-        as ``("token", {"text": ...})`` events while it is generated."""
+        as ``Token`` events while it is generated."""
         prompt = self.render_prompt(request)
         tokens = self.tokenize(prompt)
         max_new = request.max_tokens or 512
@@ -409,7 +408,7 @@ class EmbeddedBackend:
         finish = None
         sink = on_event
         deltas = (
-            AnswerDeltas(lambda text: sink("token", {"text": text}))
+            AnswerDeltas(lambda text: sink(Token(text=text)))
             if sink is not None and self.stream and _response_schema(request) is None
             else None
         )
@@ -444,7 +443,7 @@ class EmbeddedBackend:
         # a caller-given response_format gets the raw JSON back, as a served model returns it
         message = Message(role="assistant", content=text) if _response_schema(request) else self._parse(text)
         if deltas is not None and sink is not None and (message.content or "").endswith(CUT_MARK) and deltas.emitted:
-            sink("token", {"text": CUT_MARK})  # the streamed text ends as the recorded answer does
+            sink(Token(text=CUT_MARK))  # the streamed text ends as the recorded answer does
         usage = Usage(
             prompt_tokens=len(tokens),
             completion_tokens=n_out,

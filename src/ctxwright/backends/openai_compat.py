@@ -8,9 +8,9 @@ typed model drops fields it does not know) and maps every provider's dialect ont
 
 Retries are ours, not the SDK's (it runs with ``max_retries=0``): the SDK retries in
 silence, so a server that never answers stalled a run for ``timeout`` × 4 with nothing on
-screen. Here every retry is announced before its wait, as a ``("retry", {...})`` event
-through the ``on_event`` callback that :meth:`OpenAIBackend.complete` takes (the agent
-passes the Harness's). What is retried follows the SDK's rules (timeouts, connection
+screen. Here every retry is announced before its wait, as a ``Retry`` event
+(``core/progress.py``) through the ``on_event`` callback that :meth:`OpenAIBackend.complete`
+takes (the agent passes the Harness's). What is retried follows the SDK's rules (timeouts, connection
 failures, HTTP 408/409/429/5xx, a server's ``x-should-retry``; a ``retry-after`` of up to
 60 s is honoured, else exponential backoff from 0.5 s to 8 s).
 
@@ -22,11 +22,11 @@ may carry credentials (``user:pass@``, ``?api-key=``), and these messages are pr
 stored with the failed call.
 
 Streaming (``stream=True``) sends ``"stream": true`` and ``stream_options.include_usage``
-and hands each text delta to ``on_event`` as ``("token", {"text": ...})``; the reply is
+and hands each text delta to ``on_event`` as a ``Token`` event; the reply is
 assembled into exactly the message and usage a non-streamed call returns. The stream flags
 are transport, not prompt: they are not part of the recorded request (``ChatRequest``).
 A server that cannot stream what was asked falls back cleanly to non-streamed calls for
-the rest of the session, announced as a ``("stream_fallback", {"reason": ...})`` event:
+the rest of the session, announced as a ``StreamFallback`` event:
 llama-cpp-python's server answers a streamed request with tools and ``tool_choice``
 ``"auto"`` with HTTP 200 and an empty body, and its streams carry no usage.
 """
@@ -38,13 +38,14 @@ import os
 import random
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import openai
 
 from ctxwright.core.messages import Message, Usage
+from ctxwright.core.progress import EventSink, Retry, StreamFallback, Token, ignore
 from ctxwright.core.redact import redact
 from ctxwright.core.request import ChatRequest, Completion
 from ctxwright.core.usage import as_object, read_usage
@@ -60,14 +61,12 @@ _PLACEHOLDER_KEY = "not-needed"
 
 #: Seconds without an answer (a read that receives no byte) before a try is given up.
 DEFAULT_TIMEOUT_S = 120.0
-#: Retries after the first try. Each is announced (``("retry", ...)`` events), so a dead
+#: Retries after the first try. Each is announced (``Retry`` events), so a dead
 #: server costs at most (1 + 2) × timeout, on screen, instead of 4 × 120 s in silence.
 DEFAULT_MAX_RETRIES = 2
 _INITIAL_BACKOFF_S = 0.5
 _MAX_BACKOFF_S = 8.0
 _MAX_RETRY_AFTER_S = 60.0
-
-EventSink = Callable[[str, dict[str, Any]], None]
 
 _CLOSED_WITHOUT_ANSWER = "the server closed the connection without answering"
 
@@ -86,10 +85,6 @@ _CONTEXT_PHRASES: tuple[str, ...] = (
 )
 _CONTEXT_CODES: frozenset[str] = frozenset({"context_length_exceeded", "exceed_context_size_error"})
 _CONTEXT_STATUSES: frozenset[int] = frozenset({400, 413, 422})
-
-
-def _ignore(kind: str, data: dict[str, Any]) -> None:
-    pass
 
 
 @dataclass
@@ -197,10 +192,10 @@ class OpenAIBackend:
     def complete(self, request: ChatRequest, *, on_event: EventSink | None = None) -> Completion:
         """Send one rendered request and translate the reply, or raise one of our errors.
 
-        ``on_event`` receives ``("retry", {...})`` before each retry, ``("token", {"text"})``
-        for each streamed text delta, ``("stream_fallback", {"reason"})`` when streaming is
-        switched off."""
-        sink = on_event or _ignore
+        ``on_event`` receives a ``Retry`` event before each retry, a ``Token`` for each
+        streamed text delta, a ``StreamFallback`` when streaming is switched off
+        (``core/progress.py``)."""
+        sink = on_event or ignore
         body = request.openai_body(self.model)
         attempt = 0
         while True:
@@ -212,14 +207,13 @@ class OpenAIBackend:
             attempt += 1
             wait = result.wait_s if result.wait_s is not None else _backoff(attempt)
             sink(
-                "retry",
-                {
-                    "attempt": attempt,
-                    "max_retries": self.max_retries,
-                    "reason": result.reason,
-                    "wait_s": round(wait, 3),
-                    "url": self.shown_url,
-                },
+                Retry(
+                    attempt=attempt,
+                    max_retries=self.max_retries,
+                    reason=result.reason,
+                    wait_s=round(wait, 3),
+                    url=self.shown_url,
+                )
             )
             time.sleep(wait)
 
@@ -230,7 +224,7 @@ class OpenAIBackend:
             if not isinstance(result, _Fallback):
                 return result
             self.stream = False
-            sink("stream_fallback", {"reason": result.reason, "url": self.shown_url})
+            sink(StreamFallback(reason=result.reason, url=self.shown_url))
             plain = self._plain(body)
             if isinstance(plain, _Failure) and plain.reason == _CLOSED_WITHOUT_ANSWER:
                 # the failed stream left a dead keep-alive connection in the pool (llama-cpp-python's
@@ -294,7 +288,7 @@ class OpenAIBackend:
             # The call's usage stays unknown (never guessed); later calls go unstreamed,
             # because the audit needs each call's prompt and cached tokens more than live text.
             self.stream = False
-            sink("stream_fallback", {"reason": "the server sends no usage in streamed replies", "url": self.shown_url})
+            sink(StreamFallback(reason="the server sends no usage in streamed replies", url=self.shown_url))
         return completion
 
     def _stream_broken(self, exc: BaseException | None, got: _Assembly) -> _Failure:
@@ -352,7 +346,7 @@ class OpenAIBackend:
             text = delta.get("content")
             if isinstance(text, str) and text:
                 got.content.append(text)
-                sink("token", {"text": text})
+                sink(Token(text=text))
             thinking = delta.get("reasoning_content")
             if not isinstance(thinking, str):
                 thinking = delta.get("reasoning")

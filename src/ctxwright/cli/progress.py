@@ -16,7 +16,7 @@ Why each rule:
   and for how long (rich ``Live``, redrawn in place, erased when the step ends). When it is
   not (CI logs, ``| tee``), one plain line per step and no animation, so the log stays
   readable: a spinner's redraws would fill it with carriage returns and escape codes.
-* **Streamed tokens.** A backend that streams delivers ``("token", {"text": ...})`` events
+* **Streamed tokens.** A backend that streams delivers ``Token`` events
   during its call; they are printed as they come, and the finished answer is then not
   printed again. A backend that does not stream sends none, and the answer is printed
   when it is complete: the printer works either way.
@@ -30,6 +30,7 @@ Why each rule:
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -41,6 +42,26 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
+from ctxwright.agent.progress import AssistantReply, Compacted, GateDecided
+from ctxwright.core.progress import (
+    BackendFailed,
+    LedgerWarning,
+    McpToolsChanged,
+    McpWarning,
+    ProgressEvent,
+    RepeatedCall,
+    RequestSent,
+    Retry,
+    SkillsCatalog,
+    SkillsWarning,
+    StatusShown,
+    Stopped,
+    StreamFallback,
+    Token,
+    ToolDone,
+    ToolStart,
+    UserInput,
+)
 from ctxwright.core.tokens import Ledger
 
 if TYPE_CHECKING:
@@ -220,108 +241,153 @@ class RunPrinter:
         # soft_wrap: the terminal wraps long lines itself; rich need not lay out every word
         self.out.print(line, soft_wrap=True)
 
-    def __call__(self, kind: str, data: dict[str, Any]) -> None:
+    def __call__(self, event: ProgressEvent) -> None:
         """Progress of a run (the Harness's ``on_event``); of a sub-agent, only its calls and results."""
-        child = "child" in data
-        if child and kind not in ("tool", "assistant", "retry"):
+        if event.child is not None and not isinstance(event, _CHILD_SHOWN):
             return
-        if not child and kind not in ("token", "request", "tool_start", "retry"):
+        if event.child is None and not isinstance(event, _NOT_RECORDED):
             self._stop()  # a line of the record: the live line goes first
-        if kind == "token":
-            self._token(str(data.get("text") or ""))
-        elif kind == "user":
-            self._clipped("user  ", "bold cyan", str(data["content"]))
-        elif kind == "request":
-            self._start(f"model call {int(data.get('index', 0))}")  # numbered as in the per-call table
-        elif kind == "assistant":
-            streamed = False if child else self._end_stream()
-            msg = data["message"]
-            for tc in msg.tool_calls:
-                self._clipped("call  ", "bold yellow", f"{tc.name}({tc.arguments})", ("  " + tc.id, "dim"))
-            if not msg.tool_calls and not streamed:
-                self._clipped("answer ", "bold green", str(msg.content or ""))
-        elif kind == "tool_start":
-            name = data["call"].name
-            if self._activity is not None and self._activity.label.startswith("tool"):
-                self._activity.label = "tools " + self._activity.label.split(" ", 1)[1] + ", " + name
-                if not self.live:
-                    self.err.print(Text(f"… tool {name}", style="dim"), soft_wrap=True)
-            else:
-                self._start(f"tool {name}")
-        elif kind == "tool":
-            content = str(data["content"])
-            tag, tag_style = ("result", "bold") if data["ok"] else ("error", "bold red")
-            line = _literal(tag, tag_style, " ", data["call"].name, (f" {data['elapsed_ms']:.0f} ms", "dim"), "  ")
-            line.append(content[:RESULT_PREVIEW_CHARS])
-            if len(content) > RESULT_PREVIEW_CHARS:
-                line.append(f"… ({len(content):,} chars)", style="dim")
-            self.out.print(line, soft_wrap=True)
-        elif kind == "gate":
-            decision = data["decision"]
-            style = "bold green" if decision.approved else "bold red"
-            self.out.print(
-                _literal(
-                    "gate",
-                    style,
-                    f" {decision.decision} {data['request'].tool}",
-                    (f" ({decision.by})", "dim"),
-                    "  ",
-                    decision.reason,
-                ),
-                soft_wrap=True,
-            )
-        elif kind == "repeated_call":
-            self.out.print(_literal("repeated", "bold magenta", " ", str(data["note"])), soft_wrap=True)
-        elif kind == "compaction":
-            c = data["report"]
-            self.out.print(
-                _literal(
-                    "compaction",
-                    "bold blue",
-                    f" {c.layer}: {c.messages_changed} message(s) · request {c.tokens_before:,} → "
-                    f"{c.tokens_after:,} tokens",
-                    (f" (event #{c.event_seq})", "dim"),
-                ),
-                soft_wrap=True,
-            )
-        elif kind == "status":
-            body = str(data["content"]).replace("<agent_status>\n", "").replace("\n</agent_status>", "")
-            self.out.print(Text("status  " + body.replace("\n", " · "), style="dim"), soft_wrap=True)
-        elif kind == "retry":  # on stderr, as it happens: a server that does not answer is not silent
-            self.err.print(
-                _literal(
-                    "retry",
-                    "yellow",
-                    f" {data['attempt']}/{data['max_retries']} in {float(data['wait_s']):.1f} s: ",
-                    str(data["reason"]),
-                    (f" ({data.get('url', '')})", "dim"),
-                ),
-                soft_wrap=True,
-            )
-        elif kind == "skills_warning":
-            self.err.print(_literal("skills", "yellow", " ", str(data["message"])), soft_wrap=True)
-        elif kind == "skills_catalog":
-            self.out.print(Text("skills  " + ", ".join(map(str, data["names"])), style="dim"), soft_wrap=True)
-        elif kind == "mcp_warning":
-            self.err.print(_literal("mcp", "yellow", " ", str(data["message"])), soft_wrap=True)
-        elif kind == "mcp_tools_changed":
-            added = ", ".join(map(str, data["added"])) or "none"
-            removed = ", ".join(map(str, data["removed"])) or "none"
-            self.out.print(
-                _literal("mcp", "dim", " ", f"tools changed: added {added}; removed {removed}"), soft_wrap=True
-            )
-        elif kind == "stream_fallback":
-            self.err.print(Text(f"streaming off: {data['reason']}", style="dim"), soft_wrap=True)
-        elif kind == "ledger_mismatch":
-            self.err.print(
-                _literal("warning", "yellow", f" call {data['index']}: ", str(data["message"])), soft_wrap=True
-            )
-        elif kind == "error":
-            self.close()
-            self.err.print(_literal("error", "red", " ", str(data["error"])), soft_wrap=True)
-        elif kind == "stop":
-            self.close()
-            self.out.print(_literal("stopped", "red", " ", str(data["reason"])), soft_wrap=True)
+        self._on(event)
+
+    # one handler per event type (core/progress.py, agent/progress.py); other types print nothing
+    @functools.singledispatchmethod
+    def _on(self, event: ProgressEvent) -> None:
+        pass
+
+    @_on.register
+    def _(self, event: Token) -> None:
+        self._token(event.text)
+
+    @_on.register
+    def _(self, event: UserInput) -> None:
+        self._clipped("user  ", "bold cyan", event.content)
+
+    @_on.register
+    def _(self, event: RequestSent) -> None:
+        self._start(f"model call {event.index}")  # numbered as in the per-call table
+
+    @_on.register
+    def _(self, event: AssistantReply) -> None:
+        streamed = False if event.child is not None else self._end_stream()
+        msg = event.message
+        for tc in msg.tool_calls:
+            self._clipped("call  ", "bold yellow", f"{tc.name}({tc.arguments})", ("  " + tc.id, "dim"))
+        if not msg.tool_calls and not streamed:
+            self._clipped("answer ", "bold green", str(msg.content or ""))
+
+    @_on.register
+    def _(self, event: ToolStart) -> None:
+        name = event.call.name
+        if self._activity is not None and self._activity.label.startswith("tool"):
+            self._activity.label = "tools " + self._activity.label.split(" ", 1)[1] + ", " + name
+            if not self.live:
+                self.err.print(Text(f"… tool {name}", style="dim"), soft_wrap=True)
+        else:
+            self._start(f"tool {name}")
+
+    @_on.register
+    def _(self, event: ToolDone) -> None:
+        content = event.content
+        tag, tag_style = ("result", "bold") if event.ok else ("error", "bold red")
+        line = _literal(tag, tag_style, " ", event.call.name, (f" {event.elapsed_ms:.0f} ms", "dim"), "  ")
+        line.append(content[:RESULT_PREVIEW_CHARS])
+        if len(content) > RESULT_PREVIEW_CHARS:
+            line.append(f"… ({len(content):,} chars)", style="dim")
+        self.out.print(line, soft_wrap=True)
+
+    @_on.register
+    def _(self, event: GateDecided) -> None:
+        decision = event.decision
+        style = "bold green" if decision.approved else "bold red"
+        self.out.print(
+            _literal(
+                "gate",
+                style,
+                f" {decision.decision} {event.request.tool}",
+                (f" ({decision.by})", "dim"),
+                "  ",
+                decision.reason,
+            ),
+            soft_wrap=True,
+        )
+
+    @_on.register
+    def _(self, event: RepeatedCall) -> None:
+        self.out.print(_literal("repeated", "bold magenta", " ", event.note), soft_wrap=True)
+
+    @_on.register
+    def _(self, event: Compacted) -> None:
+        c = event.report
+        self.out.print(
+            _literal(
+                "compaction",
+                "bold blue",
+                f" {c.layer}: {c.messages_changed} message(s) · request {c.tokens_before:,} → "
+                f"{c.tokens_after:,} tokens",
+                (f" (event #{c.event_seq})", "dim"),
+            ),
+            soft_wrap=True,
+        )
+
+    @_on.register
+    def _(self, event: StatusShown) -> None:
+        body = event.content.replace("<agent_status>\n", "").replace("\n</agent_status>", "")
+        self.out.print(Text("status  " + body.replace("\n", " · "), style="dim"), soft_wrap=True)
+
+    @_on.register
+    def _(self, event: Retry) -> None:  # on stderr, as it happens: a server that does not answer is not silent
+        self.err.print(
+            _literal(
+                "retry",
+                "yellow",
+                f" {event.attempt}/{event.max_retries} in {float(event.wait_s):.1f} s: ",
+                event.reason,
+                (f" ({event.url})", "dim"),
+            ),
+            soft_wrap=True,
+        )
+
+    @_on.register
+    def _(self, event: SkillsWarning) -> None:
+        self.err.print(_literal("skills", "yellow", " ", event.message), soft_wrap=True)
+
+    @_on.register
+    def _(self, event: SkillsCatalog) -> None:
+        self.out.print(Text("skills  " + ", ".join(event.names), style="dim"), soft_wrap=True)
+
+    @_on.register
+    def _(self, event: McpWarning) -> None:
+        self.err.print(_literal("mcp", "yellow", " ", event.message), soft_wrap=True)
+
+    @_on.register
+    def _(self, event: McpToolsChanged) -> None:
+        added = ", ".join(event.added) or "none"
+        removed = ", ".join(event.removed) or "none"
+        self.out.print(_literal("mcp", "dim", " ", f"tools changed: added {added}; removed {removed}"), soft_wrap=True)
+
+    @_on.register
+    def _(self, event: StreamFallback) -> None:
+        self.err.print(Text(f"streaming off: {event.reason}", style="dim"), soft_wrap=True)
+
+    @_on.register
+    def _(self, event: LedgerWarning) -> None:
+        self.err.print(_literal("warning", "yellow", f" call {event.index}: ", event.mismatch.message), soft_wrap=True)
+
+    @_on.register
+    def _(self, event: BackendFailed) -> None:
+        self.close()
+        self.err.print(_literal("error", "red", " ", event.error), soft_wrap=True)
+
+    @_on.register
+    def _(self, event: Stopped) -> None:
+        self.close()
+        self.out.print(_literal("stopped", "red", " ", event.reason), soft_wrap=True)
+
+
+#: A sub-agent's events that are printed (its calls, results and retries); the rest are its own business.
+_CHILD_SHOWN = (ToolDone, AssistantReply, Retry)
+#: Events that are not a line of the record: the live line stays up through them.
+_NOT_RECORDED = (Token, RequestSent, ToolStart, Retry)
 
 
 # -- the per-call table ------------------------------------------------------------------------

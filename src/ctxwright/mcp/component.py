@@ -12,10 +12,11 @@ that a resumed session is not told twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from ctxwright.core.events import MCP_TOOLS_KEY, UserEvent
+from ctxwright.core.progress import EventSink, McpToolsChanged
 from ctxwright.core.session import Session
 from ctxwright.errors import ConfigError
 from ctxwright.mcp.connection import DEFAULT_TIMEOUT_S, parse_command
@@ -32,9 +33,7 @@ class McpComponent(Component):
 
     name = "mcp"
 
-    def __init__(
-        self, commands: Sequence[str | Sequence[str]], *, timeout: float | None, on_event: Callable[..., None]
-    ) -> None:
+    def __init__(self, commands: Sequence[str | Sequence[str]], *, timeout: float | None, on_event: EventSink) -> None:
         if timeout is not None and timeout <= 0:
             raise ConfigError(
                 f"mcp_timeout={timeout!r}: give the seconds an MCP tool call may take (CLI: --mcp-timeout)"
@@ -123,10 +122,7 @@ class McpComponent(Component):
         session.add_user(text, **{MCP_TOOLS_KEY: names})
         told |= set(names["added"])
         told -= set(removed)
-        data: dict[str, object] = {**names, "content": text}
-        if child is not None:
-            data["child"] = child
-        self.on_event("mcp_tools_changed", data)
+        self.on_event(McpToolsChanged(added=tuple(names["added"]), removed=tuple(removed), content=text, child=child))
 
     def fork(self) -> Component | None:
         return _ChildMcp(self)

@@ -40,6 +40,7 @@ from typing import Any
 import mcp.types as mt
 
 from ctxwright.core.messages import canonical_json
+from ctxwright.core.progress import EventSink, McpWarning, ignore
 from ctxwright.core.request import ToolSpec
 from ctxwright.core.skills_catalog import REMINDER_CLOSE, REMINDER_OPEN
 from ctxwright.errors import McpServerError, McpToolError
@@ -139,7 +140,7 @@ class McpTools:
 
     connections: list[McpConnection]
     timeout: float = DEFAULT_TIMEOUT_S
-    on_event: Callable[[str, dict[str, Any]], None] = lambda kind, data: None
+    on_event: EventSink = ignore
     tools: dict[str, Tool] = field(default_factory=dict)
     _sources: dict[str, _Source] = field(default_factory=dict)
     _live: set[str] = field(default_factory=set)
@@ -153,7 +154,7 @@ class McpTools:
         timeout: float = DEFAULT_TIMEOUT_S,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
         reserved: Iterable[str] = (),
-        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        on_event: EventSink | None = None,
     ) -> McpTools:
         """Start every server (in parallel: each Python server takes a second or two to
         import its SDK), list their tools and build them. If any server fails, the ones
@@ -171,7 +172,7 @@ class McpTools:
                 started.append(f.result())
             else:
                 errors.append(exc)
-        mgr = cls(started, timeout=timeout, on_event=on_event or (lambda kind, data: None))
+        mgr = cls(started, timeout=timeout, on_event=on_event or ignore)
         try:
             if errors:
                 raise errors[0]
@@ -225,7 +226,7 @@ class McpTools:
                 source=f"the MCP server `{conn.command}`",
             )
         except ValueError as exc:
-            self.on_event("mcp_warning", {"message": f"skipped {t.name!r} of `{conn.command}`: {exc}"})
+            self.on_event(McpWarning(message=f"skipped {t.name!r} of `{conn.command}`: {exc}"))
             return None
         self.tools[name] = made
         self._sources[name] = _Source(conn, t.name)
@@ -296,23 +297,17 @@ class McpTools:
             try:
                 listing = conn.list_tools()
             except McpToolError as exc:
-                self.on_event(
-                    "mcp_warning", {"message": f"could not list the changed tools of `{conn.command}`: {exc}"}
-                )
+                self.on_event(McpWarning(message=f"could not list the changed tools of `{conn.command}`: {exc}"))
                 continue
             now: set[str] = set()
             for t in listing:
                 name = tool_name(prefix, t.name)
                 if name in now:
-                    self.on_event(
-                        "mcp_warning", {"message": f"skipped {t.name!r} of `{conn.command}`: {name!r} is taken"}
-                    )
+                    self.on_event(McpWarning(message=f"skipped {t.name!r} of `{conn.command}`: {name!r} is taken"))
                     continue
                 if name not in self.tools:
                     if name in taken:
-                        self.on_event(
-                            "mcp_warning", {"message": f"skipped {t.name!r} of `{conn.command}`: {name!r} is taken"}
-                        )
+                        self.on_event(McpWarning(message=f"skipped {t.name!r} of `{conn.command}`: {name!r} is taken"))
                         continue
                     new = self._make(conn, prefix, t, deferred=True)
                     if new is None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ctxwright.core.progress import EventSink, SkillsCatalog, SkillsWarning
 from ctxwright.core.session import Session
 from ctxwright.errors import ConfigError
 from ctxwright.skills.loader import Skill, load_skills
@@ -40,7 +41,7 @@ class SkillsComponent(Component):
         allow_scripts: bool | None,
         script_timeout: float | None,
         frozen: Sequence[CatalogEntry] | None,
-        on_event: Callable[..., None],
+        on_event: EventSink,
         shown_in: Callable[[Session], Callable[[str], bool]],
     ) -> None:
         self.on_event = on_event
@@ -55,7 +56,7 @@ class SkillsComponent(Component):
             loaded = load_skills(self.dirs)
             self.skills, self.warnings = loaded.skills, loaded.warnings
             for warning in self.warnings:
-                self.on_event("skills_warning", {"message": warning})
+                self.on_event(SkillsWarning(message=warning))
         self._allow_scripts = allow_scripts
         self._script_timeout = DEFAULT_SCRIPT_TIMEOUT_S if script_timeout is None else script_timeout
         self._frozen_recorded = frozen
@@ -84,7 +85,7 @@ class SkillsComponent(Component):
                         "announced and Skill cannot load it; start a new session to use it"
                     )
                     self.warnings.append(warning)
-                    self.on_event("skills_warning", {"message": warning})
+                    self.on_event(SkillsWarning(message=warning))
             has_tools = bool(self.frozen)
         else:
             # registered when skills loaded, or when the stored prefix has them (a folder since removed)
@@ -126,7 +127,7 @@ class SkillsComponent(Component):
             return
         done = announce(session, self.skills)
         if done is not None:
-            self.on_event("skills_catalog", {"names": done[0], "content": done[1]})
+            self.on_event(SkillsCatalog(names=tuple(done[0]), content=done[1]))
 
     def fork(self) -> Component | None:
         return _ChildSkills(self) if self.tools is not None else None
@@ -155,4 +156,4 @@ class _ChildSkills(Component):
             return
         done = announce(session, list(self.tools.skills.values()))
         if done is not None:
-            self.parent.on_event("skills_catalog", {"names": done[0], "content": done[1], "child": session.id})
+            self.parent.on_event(SkillsCatalog(names=tuple(done[0]), content=done[1], child=session.id))

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxwright.backends.base import Backend
+from ctxwright.core.progress import EventSink
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.errors import ConfigError
 from ctxwright.tools.registry import Tool, ToolRegistry
@@ -56,7 +57,7 @@ class Build:
     stored: Session | None
     window: int
     counter: TokenCounter
-    on_event: Callable[..., None]
+    on_event: EventSink
 
     @property
     def stored_names(self) -> tuple[str, ...]:

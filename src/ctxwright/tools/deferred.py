@@ -37,6 +37,7 @@ from jsonschema.exceptions import best_match
 from pydantic import create_model
 
 from ctxwright.core.messages import ToolCall, canonical_json
+from ctxwright.core.progress import ToolsDeferred
 from ctxwright.core.request import ToolSpec
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.errors import ConfigError
@@ -430,7 +431,7 @@ class DeferralComponent(Component):
                     registry.register(t)
             except ValueError as exc:
                 raise ConfigError(f"the tool list cannot be used: {exc}") from None
-            build.on_event("tools_deferred", {"names": list(deferred), "index": self.config.index})
+            build.on_event(ToolsDeferred(names=deferred, index=self.config.index))
 
     def record(self) -> dict[str, Any]:
         return {"defer_tools": self.config.to_dict()}
