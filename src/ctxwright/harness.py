@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from ctxwright.agent import recipe
 from ctxwright.agent.delegate import Delegator
-from ctxwright.agent.loop import Agent, AgentConfig, EventSink, RunResult, _counter_for
+from ctxwright.agent.loop import Agent, AgentConfig, EventSink, RunResult
 from ctxwright.audit.compare import Prices
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import CompactionConfig
@@ -36,7 +36,7 @@ from ctxwright.core.prefix import Prefix
 from ctxwright.core.reasoning import ReasoningMode, ReasoningPolicy
 from ctxwright.core.reasoning import install as install_reasoning
 from ctxwright.core.recovery import import_pending
-from ctxwright.core.redact import is_redacted, redact
+from ctxwright.core.redact import is_redacted
 from ctxwright.core.request import ToolChoice, ToolSpec
 from ctxwright.core.sections import SystemPromptBuilder
 from ctxwright.core.session import Session
@@ -524,7 +524,7 @@ class Harness:
         first = opts["tool_choice_first"]
         config_record = {
             **recorded,
-            **self._recipe(opts),
+            **self.backend.recipe_record(),  # what resume needs to rebuild it (never the API key)
             **{k: opts[k] for k in recipe.DEFAULTS},
             "max_tool_rounds": rounds,
             "cache_price_ratio": ratio,
@@ -717,9 +717,8 @@ class Harness:
             if with_search:
                 deferred = tuple(t.name for t in tools if t.deferred is not False and t.name not in names)
         else:
-            window = opts["window"] or getattr(self.backend, "n_ctx", None)
-            window = window or getattr(self.backend, "context_window", None) or 128_000
-            deferred = choose_deferred(tools, config, _counter_for(self.backend), int(window))
+            window = opts["window"] or self.backend.context_window or 128_000
+            deferred = choose_deferred(tools, config, self.backend.token_counter(), int(window))
             with_search = bool(deferred)
         named = [t.name for t in tools if t.name not in deferred and not valid_function_name(t.name)]
         if named:
@@ -751,8 +750,8 @@ class Harness:
         if backend is not None and not isinstance(backend, str):
             if not isinstance(backend, Backend):
                 raise ConfigError(
-                    f"backend={backend!r} is not a backend: pass 'embedded', 'openai', or an object with "
-                    "name, model, complete(request), count_tokens(text) and close()"
+                    f"backend={backend!r} is not a backend: pass 'embedded', 'openai', or an instance of a "
+                    "subclass of ctxwright.backends.base.Backend (it writes complete(request, *, on_event=None))"
                 )
             for opt in ("model", "base_url", "gguf", "api_key", "timeout", "max_retries", "stream"):
                 if opts[opt] is not None:
@@ -873,21 +872,6 @@ class Harness:
         feats = defence_features(given, sanitize=sanitize)
         return feats
 
-    def _recipe(self, opts: dict[str, Any]) -> dict[str, Any]:
-        """What :meth:`resume` needs to rebuild this backend, stored in ``Session.meta``
-        (never the API key)."""
-        b: Any = self.backend
-        out: dict[str, Any] = {}
-        if self.backend.name == "openai":
-            url = getattr(b, "base_url", None)
-            out["base_url"] = redact(url) if isinstance(url, str) else url  # credentials are never stored
-        if self.backend.name == "embedded" and opts["gguf"] is not None:
-            out["gguf"] = str(getattr(b, "model_path", opts["gguf"]))
-        window = getattr(b, "n_ctx", None) or getattr(b, "context_window", None)
-        if isinstance(window, int):
-            out["window"] = window
-        return out
-
     def _first_choice(self) -> ToolChoice:
         if self._explicit_first_choice is not None:
             return self._explicit_first_choice
@@ -963,7 +947,7 @@ class Harness:
             return
         self._closed = True
         delegator = getattr(self, "delegator", None)
-        child = getattr(delegator, "_child_backend", None)
+        child = delegator._child_backend if delegator is not None else None  # the parent's fork()
         if child is not None and child is not self._owned_backend and self._owned_backend is not None:
             child.close()
         if self.mcp is not None:  # the servers' processes end here, not when the interpreter exits

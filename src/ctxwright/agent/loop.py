@@ -28,7 +28,6 @@ Rules it enforces, each from a failure the book describe:
 
 from __future__ import annotations
 
-import inspect
 import threading
 import time
 from collections.abc import Callable
@@ -159,7 +158,7 @@ class Agent:
         self.tools = tools
         self.config = config or AgentConfig()
         self.on_event = on_event or (lambda kind, data: None)
-        self.counter = counter or _counter_for(backend)
+        self.counter = counter or backend.token_counter()
         self.auditor = Auditor(self.counter)
         for past in past_requests(session):  # a resumed session: audit against what it sent before
             self.auditor.add(past)
@@ -172,8 +171,6 @@ class Agent:
                 self.context.reader = reader
             self.context.bind(session)
         self._carry_ms = 0.0  # overhead spent on tool results, charged to the next call
-        # backends of this package take on_event (retries, streamed tokens); others may not
-        self._backend_events = "on_event" in _parameters(backend.complete)
         self._tools_text = canonical_json([t.to_wire() for t in session.prefix.tools]) if session.prefix.tools else ""
         self._call_ids: set[str] | None = None  # every tool-call id the session holds, built on first use
         self._warned: set[str] = set()  # ledger mismatch kinds already reported in this run
@@ -260,11 +257,9 @@ class Agent:
         return completion, report
 
     def _complete(self, request: ChatRequest) -> Completion:
-        """The backend call; a backend that takes ``on_event`` reports retries and streamed
-        tokens through the harness's callback while it runs."""
-        if self._backend_events:
-            return self.backend.complete(request, on_event=self.on_event)  # type: ignore[call-arg]
-        return self.backend.complete(request)
+        """The backend call; the backend reports retries and streamed tokens through the
+        harness's callback while it runs."""
+        return self.backend.complete(request, on_event=self.on_event)
 
     def _ids(self) -> set[str]:
         if self._call_ids is None:
@@ -491,30 +486,11 @@ class Agent:
         return RunResult(None, "max_iterations", self.config.max_iterations, reports)
 
 
-def _parameters(fn: Callable[..., Any]) -> tuple[str, ...]:
-    try:
-        return tuple(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return ()
-
-
 def _reader_in(tools: ToolRegistry) -> ResultReader | None:
     if "read_result" not in tools:
         return None
     owner = getattr(tools.get("read_result").func, "__self__", None)
     return owner if isinstance(owner, ResultReader) else None
-
-
-def _counter_for(backend: Backend) -> TokenCounter:
-    """The backend's own tokenizer when it has one, else the best offline fallback."""
-    probe = None
-    try:
-        probe = backend.count_tokens("hello")
-    except Exception:
-        probe = None
-    if probe is not None:
-        return TokenCounter(lambda t: backend.count_tokens(t) or 0, source=f"{backend.name} tokenizer")
-    return TokenCounter()
 
 
 __all__ = ["Agent", "AgentConfig", "CallReport", "RunResult"]

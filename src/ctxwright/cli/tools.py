@@ -141,8 +141,7 @@ def tools_report(args: argparse.Namespace) -> dict[str, Any]:
         options["backend"] = ScriptedBackend(["(tools list)"])  # a served model's tool set; nothing is sent
     with Harness(system, tools, db=None, **options) as h:
         counter = h.agent.counter
-        b: Any = h.backend
-        window = getattr(b, "n_ctx", None) or getattr(b, "context_window", None)
+        window = h.backend.context_window
         rows = []
         for t in h.tools:
             deferred = h.tools.is_deferred(t.name)

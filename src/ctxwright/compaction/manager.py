@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxwright.backends.base import Backend
 from ctxwright.compaction import pipeline
 from ctxwright.compaction.breaker import CircuitBreaker
 from ctxwright.compaction.budget import apply_budget, sanitize, text_sha256
@@ -69,18 +70,17 @@ class ContextManager:
 
     @classmethod
     def for_backend(
-        cls, config: CompactionConfig, counter: TokenCounter, backend: Any, summary_backend: Any = None
+        cls, config: CompactionConfig, counter: TokenCounter, backend: Backend, summary_backend: Backend | None = None
     ) -> ContextManager:
-        """``summary_backend``: where LLM summaries run; default a fork of ``backend`` when it
-        has one (the embedded model: its own KV state), else ``backend`` itself (a served
-        model: a separate request does not disturb the session's cached prefix)."""
-        window = config.window_tokens or getattr(backend, "context_window", None) or DEFAULT_SERVED_WINDOW
+        """``summary_backend``: where LLM summaries run; default ``backend.fork()`` (the
+        embedded model: a second model object with its own KV state; a served model: the
+        backend itself, as a separate request does not disturb the session's cached prefix)."""
+        window = config.window_tokens or backend.context_window or DEFAULT_SERVED_WINDOW
         m = cls(config, counter, int(window))
         m.breaker = CircuitBreaker(config.breaker_threshold, config.breaker_cooldown_calls)
         if config.uses_llm:
             if summary_backend is None:
-                fork = getattr(backend, "fork", None)
-                summary_backend = fork() if callable(fork) else backend
+                summary_backend = backend.fork()
             m.summarizer = Summarizer(
                 summary_backend,
                 counter,
