@@ -31,27 +31,27 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from ctxwright.agent.results import drafts_of, result_steps
 from ctxwright.audit.compare import Auditor
 from ctxwright.audit.live import audit_record, audit_request, past_requests
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import CompactionConfig, CompactionReport, ContextManager
-from ctxwright.compaction.budget import ByteScan, sanitize
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.core.events import AssistantEvent
 from ctxwright.core.interrupted import close_open_rounds
 from ctxwright.core.messages import ToolCall, canonical_json
 from ctxwright.core.repeats import DEFAULT_MAX_REPEATS, repeat_counts, repeat_note
 from ctxwright.core.request import ChatRequest, Completion, ToolChoice
+from ctxwright.core.results import run_steps
 from ctxwright.core.session import Session
 from ctxwright.core.tokens import Ledger, TokenCounter, build_ledger, check_reported
 from ctxwright.core.tool_ids import assign_ids, ids_in
 from ctxwright.defence.gate import Gate
 from ctxwright.defence.levels import Features, features
 from ctxwright.defence.provenance import ProvenanceIndex
-from ctxwright.defence.record import finish, prepare
 from ctxwright.errors import BackendError
 from ctxwright.status.bar import StatusBar
 from ctxwright.tools.registry import BoundCall, ToolOutcome, ToolRegistry, error_outcome
@@ -379,31 +379,6 @@ class Agent:
         }
         return counts, blocked
 
-    def _cap(self, content: str | bytes) -> str:
-        """Hard cap on one result's characters, so one huge output cannot fill the window;
-        text that is not valid UTF-8 becomes U+FFFD (no provider accepts it). A large bytes
-        result is decoded a slice at a time, keeping only the head and tail it shows
-        (``compaction/budget.py`` says why)."""
-        n = self.config.max_result_chars
-        if isinstance(content, bytes):
-            scan = ByteScan(n * 3 // 4, n // 4)
-            for _ in scan.watch(content):
-                pass
-            if scan.chars > n:
-                return self._capped(scan.head, scan.tail, scan.chars)
-            content = content.decode("utf-8", "surrogateescape")
-        content = sanitize(content)[0]
-        if len(content) <= n:
-            return content
-        return self._capped(content[: n * 3 // 4], content[-(n // 4) :], len(content))
-
-    def _capped(self, head: str, tail: str, total: int) -> str:
-        return (
-            f"{head}\n[... ctxwright: {total - len(head) - len(tail):,} characters omitted; the "
-            f"tool returned {total:,} characters, over the {self.config.max_result_chars:,}-character cap. Ask for a "
-            f"smaller slice (offset/limit) if you need the middle ...]\n{tail}"
-        )
-
     # -- the loop ------------------------------------------------------------------------
     def run(self, user_input: str | None = None) -> RunResult:
         s = self.session
@@ -435,49 +410,18 @@ class Agent:
             denied = self._gate(msg.tool_calls, blocked)
             outcomes = self._run_tools(msg.tool_calls, {**blocked, **denied})
             t_res = time.perf_counter()
-            # untrusted results sanitized before the budget layer, wrapped after it (defence/record.py)
-            prepared = [
-                prepare(
-                    o.content,
-                    external=o.external,
-                    ok=o.ok,
-                    features=self.config.defence,
-                    tool_name=o.source or c.name,
-                    call_id=c.id,
-                )
-                for c, o in zip(msg.tool_calls, outcomes, strict=False)
-            ]
-            if self.context is not None:  # layer 1, repeats and the record-time strategy, decided once
-                bodies = self.context.process_batch(
-                    s,
-                    [
-                        (c.name, c.id, p.content, o.ok)
-                        for c, o, p in zip(msg.tool_calls, outcomes, prepared, strict=False)
-                    ],
-                )
-            else:  # still never record text that is not valid UTF-8 (no provider accepts it)
-                bodies = [(self._cap(p.content), {}) for p in prepared]
-            for call, out, (body, extra), n, prep in zip(
-                msg.tool_calls, outcomes, bodies, repeats, prepared, strict=False
-            ):
-                content = self._stamp(finish(prep, body, extra, tool_name=out.source or call.name, call_id=call.id))
-                limit = self.config.max_repeats
+            # sanitize -> budget/offload -> mark -> timestamp, decided once per result (agent/results.py)
+            stamp = self._stamp if self.config.timestamps else None
+            steps = result_steps(s, self.config.defence, self.context, self.config.max_result_chars, stamp)
+            limit = self.config.max_repeats
+            for d, n in zip(run_steps(steps, drafts_of(msg.tool_calls, outcomes)), repeats, strict=False):
                 if limit and n == limit + 1:
-                    note = repeat_note(call, n, limit)
-                    content = f"{content}\n{note}"
-                    self.on_event("repeated_call", {"call": call, "count": n, "note": note})
-                s.add_tool_result(
-                    call.id,
-                    content,
-                    tool_name=call.name,
-                    ok=out.ok,
-                    elapsed_ms=round(out.elapsed_ms, 3),
-                    error_type=out.error_type,
-                    **prep.fields,
-                    **extra,
-                )
-                self.on_event("tool", {"call": call, "content": content, "ok": out.ok, "elapsed_ms": out.elapsed_ms})
-            del outcomes, out, prepared, prep  # the tools' full outputs: offloaded or recorded by now, not kept twice
+                    note = repeat_note(d.call, n, limit)
+                    d = replace(d, content=f"{d.text}\n{note}")
+                    self.on_event("repeated_call", {"call": d.call, "count": n, "note": note})
+                s.add_result(d)
+                self.on_event("tool", {"call": d.call, "content": d.text, "ok": d.ok, "elapsed_ms": d.elapsed_ms})
+            del outcomes  # the tools' full outputs: offloaded or recorded by now, not kept twice
             self._carry_ms += (time.perf_counter() - t_res) * 1000
             if blocked:
                 self.on_event("stop", {"reason": "repeated_tool_call"})
