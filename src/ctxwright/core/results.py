@@ -37,8 +37,10 @@ class ResultDraft:
     ``content`` is the tool's output at first (``bytes`` for a large binary one, decoded by
     the budget step) and the text to record at the end. ``source``: the tool whose text it
     is, when not the one called (``call_tool`` runs a deferred tool; the defences name the
-    deferred one). ``external``/``sanitized``/``wrap`` are the defences' part (``wrap``: the
-    mark step wraps the content), ``budget`` is compaction's.
+    deferred one). ``external``/``sanitized``/``wrap`` are the defences' part: ``external``
+    starts as the registry's word (an untrusted tool's own text) and, after the sanitize step,
+    says whether the event records the text as marked external content; ``wrap``: the mark
+    step wraps it. ``budget`` is compaction's part (``None`` with compaction off).
     """
 
     call: ToolCall
