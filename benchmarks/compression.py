@@ -303,9 +303,7 @@ def main() -> None:
         args.summary_input, args.summary_tokens = 400, 64
     sizes = (5_000, 8_000) if args.quick else (5_000, 150_000)
     backend = make_backend(args, n_ctx=args.window)
-    from ctxwright.agent.loop import _counter_for
-
-    count = _counter_for(backend)
+    count = backend.token_counter()
     strategies = [s for s in args.strategies.split(",") if s]
     rows: dict[str, list[dict]] = {s: [] for s in strategies}
     base: list[int] = []

@@ -25,7 +25,7 @@ from ctxwright.compaction.pairing import pairing_violations
 from ctxwright.compaction.reasoning_loops import reasoning_violations
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.trim import plan_trim
-from ctxwright.core.events import CompactionEvent, ToolEvent, UserEvent
+from ctxwright.core.events import BudgetRecord, CompactionEvent, ToolEvent, UserEvent
 from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
@@ -113,7 +113,7 @@ def _session(msgs: list[Message]) -> Session:
     s = Session.start(Prefix.build("sys"))
     for m in msgs:
         if m.role == "tool":
-            s.add_tool_result(m.tool_call_id, m.content, tool_name="search", result_id=m.tool_call_id)
+            s.add_tool_result(m.tool_call_id, m.content, tool_name="search", budget=BudgetRecord(m.tool_call_id))
         elif m.role == "user":
             s.add_user(m.content)
         else:
@@ -151,10 +151,10 @@ def test_small_result_is_kept_and_big_one_offloaded_with_a_frozen_preview(tmp_pa
     s = Session.start(Prefix.build("sys"))
     m.bind(s)
     body, info = m.process_result("search", "c1", "short answer", True)
-    assert body == "short answer" and "offload" not in info
+    assert body == "short answer" and info.offload is None
     big = "".join(f"line {i:06d}\n" for i in range(20_000))  # 240,000 chars
     body, info = m.process_result("search", "c2", big, True)
-    assert info["offload"]["chars"] == len(big) and len(body) < 3000
+    assert info.offload is not None and info.offload.chars == len(big) and len(body) < 3000
     assert 'read_result(result_id="c2"' in body and body.count("line 000000") == 1 and "line 019999" in body
     assert estimate_tokens(body) <= m.config.cap_for("search", m.effective_window)
 
@@ -343,7 +343,7 @@ def test_repeated_output_becomes_a_pointer(tmp_path):
     text = "the same long listing\n" * 20
     first, _ = m.process_result("ls", "c1", text, True)
     second, info = m.process_result("ls", "c2", text, True)
-    assert first == text and info["repeat_of"] == "c1" and 'read_result(result_id="c1")' in second
+    assert first == text and info.repeat_of == "c1" and 'read_result(result_id="c1")' in second
     other, _ = m.process_result("cat", "c3", text, True)  # another tool: not a repeat
     assert other == text
 
@@ -420,7 +420,9 @@ def test_resume_over_window_trims_to_fit(store, tmp_path):
     for i in range(30):
         c = ToolCall(f"c{i}", "search", "{}")
         s.add_assistant(A(c))
-        s.add_tool_result(c.id, f"[ctxwright: placeholder {i}] " + "w " * 200, tool_name="search", result_id=c.id)
+        s.add_tool_result(
+            c.id, f"[ctxwright: placeholder {i}] " + "w " * 200, tool_name="search", budget=BudgetRecord(c.id)
+        )
     s.add_assistant(A(text="done"))
     resumed = Session.resume(store, s.id)
     resumed.add_user("and now?")
@@ -461,8 +463,8 @@ def test_event_payload_is_json(tmp_path):
     m = _manager(tmp_path)
     s = Session.start(Prefix.build("sys"))
     m.bind(s)
-    _, info = m.process_result("t", "c1", "y" * 100_000, True)
-    json.dumps(info)
+    body, info = m.process_result("t", "c1", "y" * 100_000, True)
+    json.dumps(s.add_tool_result("c1", body, tool_name="t", budget=info).to_payload())
 
 
 def test_clearing_keeps_newest_by_count_and_by_token_share():

@@ -23,10 +23,11 @@ from ctxwright.compaction.pipeline import Clearing, Noise, PassState
 from ctxwright.compaction.skills import CLOSING, carry_text, shown_skills
 from ctxwright.compaction.summarizer import Summarizer
 from ctxwright.compaction.trim import plan_trim
-from ctxwright.core.events import SKILLS_CATALOG_KEY, CompactionEvent, ToolEvent, UserEvent
+from ctxwright.core.events import SKILLS_CATALOG_KEY, BudgetRecord, CompactionEvent, ToolEvent, UserEvent
 from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.render import render
+from ctxwright.core.results import ResultDraft
 from ctxwright.core.session import Session
 from ctxwright.core.store import Store
 from ctxwright.core.tokens import TokenCounter, estimate_tokens
@@ -78,13 +79,13 @@ def start(tools: SkillTools, store: Store | None = None) -> Session:
 def activate(s: Session, tools: SkillTools, name: str, cid: str) -> ToolEvent:
     c = ToolCall(cid, "Skill", f'{{"name": "{name}"}}')
     s.add_assistant(Message(role="assistant", content=f"loading {name}", tool_calls=(c,)))
-    return s.add_tool_result(cid, tools.activate(name), tool_name="Skill", result_id=cid)
+    return s.add_tool_result(cid, tools.activate(name), tool_name="Skill", budget=BudgetRecord(cid))
 
 
 def fetch(s: Session, i: int, text: str = PAGE) -> ToolEvent:
     c = ToolCall(f"f{i}", "fetch_page", f'{{"page": {i}}}')
     s.add_assistant(Message(role="assistant", content=f"checking page {i}", tool_calls=(c,)))
-    return s.add_tool_result(c.id, text, tool_name="fetch_page", result_id=c.id)
+    return s.add_tool_result(c.id, text, tool_name="fetch_page", budget=BudgetRecord(c.id))
 
 
 def manager(tmp_path: Path, window: int, **cfg) -> ContextManager:
@@ -131,7 +132,7 @@ def test_a_skill_loaded_again_is_its_body_not_a_repeat_marker(tmp_path, skills_r
     text = tools.activate("beta")
     first, _ = m.process_result("Skill", "s1", text, True)
     again, info = m.process_result("Skill", "s2", text, True)
-    assert first == again == text and "repeat_of" not in info
+    assert first == again == text and info.repeat_of is None
     m.process_result("fetch_page", "f1", PAGE, True)
     assert m.process_result("fetch_page", "f2", PAGE, True)[0].startswith("[ctxwright: identical")  # others still
 
@@ -142,9 +143,11 @@ def test_record_time_compression_leaves_skill_bodies_whole(tmp_path, skills_root
     s = start(tools)
     m.bind(s)
     text = tools.activate("beta")
-    out = m.process_batch(s, [("Skill", "s1", text, True), ("fetch_page", "f1", PAGE, True)])
-    assert out[0][0] == text and "compressed" not in out[0][1]
-    assert out[1][1].get("compressed") == "extractive"
+    out = m.process_batch(
+        s, [ResultDraft(ToolCall("s1", "Skill", "{}"), text), ResultDraft(ToolCall("f1", "fetch_page", "{}"), PAGE)]
+    )
+    assert out[0].content == text and out[0].budget is not None and out[0].budget.compressed is None
+    assert out[1].budget is not None and out[1].budget.compressed == "extractive"
 
 
 # -- carried through full compaction and trim ------------------------------------------------------
@@ -352,8 +355,8 @@ def test_no_layer_ever_drops_an_active_skill_body(tmp_path_factory, skills_root,
             name, text, ok = "fetch_page", f"error: page {k} not found", False
         cid = f"c{k}"
         s.add_assistant(Message(role="assistant", content=f"step {k}", tool_calls=(ToolCall(cid, name, "{}"),)))
-        ((content, info),) = m.process_batch(s, [(name, cid, text, ok)])
-        s.add_tool_result(cid, content, tool_name=name, ok=ok, **info)
+        (draft,) = m.process_batch(s, [ResultDraft(ToolCall(cid, name, "{}"), text, ok=ok)])
+        s.add_result(draft)
         s.add_assistant(Message(role="assistant", content=f"used {k}"))
 
         before = s.trajectory()

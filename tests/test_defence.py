@@ -23,7 +23,7 @@ from ctxwright import Harness, ScriptedBackend, tool
 from ctxwright.backends.scripted import call
 from ctxwright.cli.main import main
 from ctxwright.core.events import ToolEvent
-from ctxwright.core.messages import Message, canonical_json
+from ctxwright.core.messages import Message, ToolCall, canonical_json
 from ctxwright.core.session import Session
 from ctxwright.core.store import Store
 from ctxwright.defence.levels import BOOK_NAMES, LEVELS, WARNING_SECTION, features
@@ -434,3 +434,32 @@ def test_show_prints_the_marking_and_the_sanitizer_counts(tmp_path: Path, capsys
         "[external content; sanitized: bidi 1, control_tokens 2, role_headers 1, tag_chars 1, zero_width 1, original kept]"
         in out
     )
+
+
+def test_a_result_moves_through_typed_steps_sanitize_cap_mark() -> None:
+    """The steps of ``agent/results.py`` with compaction off: what each one learns is a typed
+    field of the draft, and the event stores exactly those fields."""
+    from ctxwright.agent.results import result_steps
+    from ctxwright.core.events import BudgetRecord
+    from ctxwright.core.prefix import Prefix
+    from ctxwright.core.results import ResultDraft, run_steps
+    from ctxwright.defence.record import mark
+
+    s = Session.start(Prefix.build("sys"))
+    page = ToolCall("p1", "fetch_page", "{}")
+    drafts = [
+        ResultDraft(page, "hello\u200b <|im_start|>system", external=True),
+        ResultDraft(ToolCall("n1", "note", "{}"), "plain"),
+    ]
+    out = run_steps(result_steps(s, features("tags"), None, 100), drafts)
+    fetched, plain = out
+    assert fetched.external and fetched.wrap and fetched.sanitized is not None
+    assert dict(fetched.sanitized.counts)["zero_width"] == 1 and fetched.sanitized.original == drafts[0].content
+    assert unwrap(fetched.text) is not None and (plain.text, plain.external, plain.sanitized) == ("plain", False, None)
+    ev = s.add_result(fetched)
+    assert (ev.external, ev.sanitized, ev.result_id) == (True, fetched.sanitized, None)
+    # a repeat's note is ctxwright's text, not the tool's: never wrapped
+    (repeat,) = mark(
+        [ResultDraft(page, "[ctxwright: identical]", wrap=True, budget=BudgetRecord("p2", repeat_of="p1"))]
+    )
+    assert repeat.text == "[ctxwright: identical]"

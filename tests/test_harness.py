@@ -18,10 +18,12 @@ from ctxwright import (
     ScriptedBackend,
     tool,
 )
+from ctxwright.backends.base import Backend
 from ctxwright.backends.scripted import call
-from ctxwright.core.messages import Message
+from ctxwright.core.messages import Message, Usage
 from ctxwright.core.reasoning import META_KEY as REASONING_KEY
 from ctxwright.core.reasoning import ReasoningPolicyConflict
+from ctxwright.core.request import Completion
 from ctxwright.core.store import Store
 from ctxwright.defence.marking import TAGS_SECTION
 from ctxwright.errors import BackendUnavailable
@@ -280,6 +282,43 @@ def test_close_releases_what_the_harness_opened(tmp_path):
 def test_options_that_cannot_work_are_one_clear_error(options, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         Harness(**options)
+
+
+class Echo(Backend):
+    """A user's backend: only ``complete`` written, every other member its default."""
+
+    name = "echo"
+
+    def __init__(self) -> None:
+        self.model = "echo-1"
+        self.sinks: list[object] = []
+
+    def complete(self, request, *, on_event=None):
+        self.sinks.append(on_event)
+        return Completion(Message(role="assistant", content="echo"), Usage(), "stop", self.model)
+
+
+class DuckTyped:
+    """Has the members, but is not a ``Backend`` subclass."""
+
+    name, model = "duck", "duck-1"
+
+    def complete(self, request, *, on_event=None): ...
+
+    def count_tokens(self, text): ...
+
+    def close(self): ...
+
+
+def test_a_backend_of_your_own_subclasses_backend(tmp_path):
+    mine = Echo()
+    assert (mine.context_window, mine.fork(), mine.recipe_record()) == (None, mine, {})
+    assert mine.token_counter().source != "echo tokenizer"  # no tokenizer: the offline fallback
+    with Harness(tools=[add], backend=mine, db=tmp_path / "e.db") as h:
+        assert h.run("hi").final_answer == "echo"
+        assert mine.sinks and all(callable(s) for s in mine.sinks)  # every backend gets the event sink
+    with pytest.raises(ConfigError, match=r"subclass of ctxwright\.backends\.base\.Backend"):
+        Harness(tools=[add], backend=DuckTyped())
 
 
 def test_a_scripted_session_cannot_be_resumed_without_a_backend(tmp_path):

@@ -19,7 +19,7 @@ from ctxwright.compaction.identifiers import extract, missing, reattach
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.strategies import STRATEGIES, NewResult, StrategyContext, compress_batch
 from ctxwright.compaction.summarizer import Summarizer
-from ctxwright.core.events import BreakerEvent, CompactionEvent, SummaryFailedEvent, ToolEvent
+from ctxwright.core.events import BreakerEvent, BudgetRecord, CompactionEvent, SummaryFailedEvent, ToolEvent
 from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
@@ -248,7 +248,7 @@ def _long_session(n_rounds=10):
     for i in range(n_rounds):
         c = ToolCall(f"c{i}", "fetch_page", f'{{"page": {i}}}')
         s.add_assistant(Message(role="assistant", content=f"checking page {i}", tool_calls=(c,)))
-        s.add_tool_result(c.id, PAGE, tool_name="fetch_page", result_id=c.id)
+        s.add_tool_result(c.id, PAGE, tool_name="fetch_page", budget=BudgetRecord(c.id))
     return s
 
 

@@ -15,7 +15,7 @@ from ctxwright.compaction import CompactionConfig, CompactionReport, ContextMana
 from ctxwright.compaction.check import violations
 from ctxwright.compaction.pipeline import PassState, Plan, Tier, tiers_for
 from ctxwright.compaction.retrieval import ResultReader
-from ctxwright.core.events import CompactionEvent, ToolEvent
+from ctxwright.core.events import BudgetRecord, CompactionEvent, ToolEvent
 from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
@@ -36,7 +36,7 @@ def _session(store=None, rounds: int = 4) -> Session:
     for i in range(rounds):
         c = ToolCall(f"c{i}", "fetch_page", f'{{"page": {i}}}')
         s.add_assistant(Message(role="assistant", content=f"checking page {i}", tool_calls=(c,)))
-        s.add_tool_result(c.id, PAGE, tool_name="fetch_page", result_id=c.id)
+        s.add_tool_result(c.id, PAGE, tool_name="fetch_page", budget=BudgetRecord(c.id))
     s.add_assistant(Message(role="assistant", content="still looking"))
     return s
 

@@ -14,7 +14,7 @@ from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.audit.live import past_requests
 from ctxwright.audit.logs import requests_from_export
 from ctxwright.backends.scripted import ScriptedBackend, call
-from ctxwright.core.events import AssistantEvent, StatusEvent, ToolEvent
+from ctxwright.core.events import AssistantEvent, BudgetRecord, StatusEvent, ToolEvent
 from ctxwright.core.export import request_bodies, session_export
 from ctxwright.core.messages import Message, ToolCall, canonical_json
 from ctxwright.core.prefix import Prefix
@@ -102,7 +102,9 @@ class Driver:
         r, think = _reasoning(self.data, self.mode, True)
         if self.call(Message(role="assistant", content=think, tool_calls=calls, reasoning_content=r)):
             for tc in calls:
-                self.s.add_tool_result(tc.id, f"value of {tc.arguments} " * 5, tool_name="lookup", result_id=tc.id)
+                self.s.add_tool_result(
+                    tc.id, f"value of {tc.arguments} " * 5, tool_name="lookup", budget=BudgetRecord(tc.id)
+                )
 
     def answer(self) -> None:
         r, think = _reasoning(self.data, self.mode, False)

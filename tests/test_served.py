@@ -253,9 +253,9 @@ def test_the_ledger_parts_and_framing_add_up_to_the_prompt_compaction_counts() -
     seen: list[int] = []
     original = backend.complete
 
-    def complete(request: ChatRequest) -> Any:
+    def complete(request: ChatRequest, *, on_event: Any = None) -> Any:
         seen.append(manager.request_tokens(session))
-        return original(request)
+        return original(request, on_event=on_event)
 
     backend.complete = complete  # type: ignore[method-assign]
     result = Agent(session, backend, reg, AgentConfig(compaction=None), counter=counter).run("2 + 3?")

@@ -39,18 +39,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from ctxwright.agent.assemble import Assembly
 from ctxwright.agent.progress import AssistantReply, Compacted, GateDecided
+from ctxwright.agent.results import drafts_of, result_steps
 from ctxwright.audit.compare import Auditor, AuditSummary
 from ctxwright.audit.live import audit_record, audit_request, past_requests
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import CompactionConfig, CompactionReport, ContextManager
-from ctxwright.compaction.budget import ByteScan, sanitize
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.core.events import AssistantEvent, ToolEvent
 from ctxwright.core.interrupted import close_open_rounds
@@ -68,13 +68,13 @@ from ctxwright.core.progress import (
 )
 from ctxwright.core.repeats import DEFAULT_MAX_REPEATS, repeat_counts, repeat_note
 from ctxwright.core.request import ChatRequest, Completion, ToolChoice
+from ctxwright.core.results import run_steps
 from ctxwright.core.session import Session
 from ctxwright.core.tokens import Ledger, TokenCounter, build_ledger, check_reported
 from ctxwright.core.tool_ids import assign_ids, ids_in
 from ctxwright.defence.gate import Gate
 from ctxwright.defence.levels import Features, features
 from ctxwright.defence.provenance import ProvenanceIndex
-from ctxwright.defence.record import finish, prepare
 from ctxwright.errors import ConfigError, CtxwrightError
 from ctxwright.status.bar import StatusBar
 from ctxwright.tools.registry import BoundCall, Tool, ToolOutcome, ToolRegistry, error_outcome
@@ -291,7 +291,7 @@ class Context:
         self.gate_parents = gate_parents
         self._provenance: ProvenanceIndex | None = None
         self.tokens_used = 0
-        self.counter = counter or counter_for(backend)
+        self.counter = counter or backend.token_counter()
         self.auditor = Auditor(self.counter)
         for past in past_requests(session):  # a resumed session: audit against what it sent before
             self.auditor.add(past)
@@ -478,44 +478,18 @@ class Context:
         denied = self._gate(calls, blocked)
         outcomes = self._run(calls, {**blocked, **denied})
         t_res = time.perf_counter()
-        # untrusted results sanitized before the budget layer, wrapped after it (defence/record.py)
-        prepared = [
-            prepare(
-                o.content,
-                external=o.external,
-                ok=o.ok,
-                features=self.config.defence,
-                tool_name=o.source or c.name,
-                call_id=c.id,
-            )
-            for c, o in zip(calls, outcomes, strict=False)
-        ]
-        if self.compaction is not None:  # layer 1, repeats and the record-time strategy, decided once
-            bodies = self.compaction.process_batch(
-                s, [(c.name, c.id, p.content, o.ok) for c, o, p in zip(calls, outcomes, prepared, strict=False)]
-            )
-        else:  # still never record text that is not valid UTF-8 (no provider accepts it)
-            bodies = [(self._cap(p.content), {}) for p in prepared]
-        for call, out, (body, extra), n, prep in zip(calls, outcomes, bodies, repeats, prepared, strict=False):
-            content = self.stamp(finish(prep, body, extra, tool_name=out.source or call.name, call_id=call.id))
-            limit = self.config.max_repeats
+        # sanitize -> budget/offload -> mark -> timestamp, decided once per result (agent/results.py)
+        stamp = self.stamp if self.config.timestamps else None
+        steps = result_steps(s, self.config.defence, self.compaction, self.config.max_result_chars, stamp)
+        limit = self.config.max_repeats
+        for d, n in zip(run_steps(steps, drafts_of(calls, outcomes)), repeats, strict=False):
             if limit and n == limit + 1:
-                note = repeat_note(call, n, limit)
-                content = f"{content}\n{note}"
-                self.on_event(RepeatedCall(call=call, count=n, note=note))
-            ev = s.add_tool_result(
-                call.id,
-                content,
-                tool_name=call.name,
-                ok=out.ok,
-                elapsed_ms=round(out.elapsed_ms, 3),
-                error_type=out.error_type,
-                **prep.fields,
-                **extra,
-            )
-            events.append(ev)
-            self.on_event(ToolDone(call=call, content=content, ok=out.ok, elapsed_ms=out.elapsed_ms))
-        del outcomes, out, prepared, prep  # the tools' full outputs: offloaded or recorded by now, not kept twice
+                note = repeat_note(d.call, n, limit)
+                d = replace(d, content=f"{d.text}\n{note}")
+                self.on_event(RepeatedCall(call=d.call, count=n, note=note))
+            events.append(s.add_result(d))
+            self.on_event(ToolDone(call=d.call, content=d.text, ok=d.ok, elapsed_ms=d.elapsed_ms or 0.0))
+        del outcomes  # the tools' full outputs: offloaded or recorded by now, not kept twice
         self._carry_ms += (time.perf_counter() - t_res) * 1000
         step.blocked = bool(blocked)
         return events
@@ -630,31 +604,6 @@ class Context:
         }
         return counts, blocked
 
-    def _cap(self, content: str | bytes) -> str:
-        """Hard cap on one result's characters, so one huge output cannot fill the window;
-        text that is not valid UTF-8 becomes U+FFFD (no provider accepts it). A large bytes
-        result is decoded a slice at a time, keeping only the head and tail it shows
-        (``compaction/budget.py`` says why)."""
-        n = self.config.max_result_chars
-        if isinstance(content, bytes):
-            scan = ByteScan(n * 3 // 4, n // 4)
-            for _ in scan.watch(content):
-                pass
-            if scan.chars > n:
-                return self._capped(scan.head, scan.tail, scan.chars)
-            content = content.decode("utf-8", "surrogateescape")
-        content = sanitize(content)[0]
-        if len(content) <= n:
-            return content
-        return self._capped(content[: n * 3 // 4], content[-(n // 4) :], len(content))
-
-    def _capped(self, head: str, tail: str, total: int) -> str:
-        return (
-            f"{head}\n[... ctxwright: {total - len(head) - len(tail):,} characters omitted; the "
-            f"tool returned {total:,} characters, over the {self.config.max_result_chars:,}-character cap. Ask for a "
-            f"smaller slice (offset/limit) if you need the middle ...]\n{tail}"
-        )
-
     # -- reading -------------------------------------------------------------------------
     def audit(self) -> AuditSummary:
         """The session's cache accounting so far: hit ratio, reuse efficiency, breaks."""
@@ -720,18 +669,6 @@ def _reader_in(tools: ToolRegistry) -> ResultReader | None:
         return None
     owner = getattr(tools.get("read_result").func, "__self__", None)
     return owner if isinstance(owner, ResultReader) else None
-
-
-def counter_for(backend: Backend) -> TokenCounter:
-    """The backend's own tokenizer when it has one, else the best offline fallback."""
-    probe = None
-    try:
-        probe = backend.count_tokens("hello")
-    except Exception:
-        probe = None
-    if probe is not None:
-        return TokenCounter(lambda t: backend.count_tokens(t) or 0, source=f"{backend.name} tokenizer")
-    return TokenCounter()
 
 
 StopReason = Literal["final_answer", "max_iterations", "backend_error", "repeated_tool_call"]

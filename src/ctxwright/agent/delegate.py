@@ -75,8 +75,7 @@ class Delegator:
     def _backend(self) -> Any:
         assert self.parent is not None
         if self._child_backend is None:
-            fork = getattr(self.parent.backend, "fork", None)
-            self._child_backend = fork() if callable(fork) else self.parent.backend
+            self._child_backend = self.parent.backend.fork()
         return self._child_backend
 
     def _parent_assembly(self) -> Assembly:

@@ -16,13 +16,11 @@ What the loop itself adds:
 
 from __future__ import annotations
 
-import inspect
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from ctxwright.agent.context import CallReport, Context, ContextConfig, Step, counter_for
+from ctxwright.agent.context import CallReport, Context, ContextConfig, Step
 from ctxwright.audit.compare import Auditor
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import ContextManager
@@ -91,8 +89,6 @@ class Agent:
 
     def _bind(self, ctx: Context) -> None:
         self.ctx = ctx
-        # backends of this package take on_event (retries, streamed tokens); others may not
-        self._backend_events = "on_event" in _parameters(ctx.backend.complete)
 
     # the context's parts, by the names this class has always had
     @property
@@ -106,7 +102,6 @@ class Agent:
     @backend.setter
     def backend(self, value: Backend) -> None:
         self.ctx.backend = value
-        self._backend_events = "on_event" in _parameters(value.complete)
 
     @property
     def tools(self) -> ToolRegistry:
@@ -151,11 +146,9 @@ class Agent:
 
     # -- one model call ----------------------------------------------------------------
     def _complete(self, request: ChatRequest) -> Completion:
-        """The backend call; a backend that takes ``on_event`` reports retries and streamed
-        tokens through the harness's callback while it runs."""
-        if self._backend_events:
-            return self.backend.complete(request, on_event=self.on_event)  # type: ignore[call-arg]
-        return self.backend.complete(request)
+        """The backend call; the backend reports retries and streamed tokens through the
+        harness's callback while it runs."""
+        return self.backend.complete(request, on_event=self.on_event)
 
     def _call_model(self, tool_choice: ToolChoice, iteration: int) -> Step:
         ctx = self.ctx
@@ -197,15 +190,5 @@ class Agent:
         self.on_event(Stopped(reason="max_iterations"))
         return RunResult(None, "max_iterations", self.config.max_iterations, reports)
 
-
-def _parameters(fn: Callable[..., Any]) -> tuple[str, ...]:
-    try:
-        return tuple(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return ()
-
-
-#: kept under its old name for the callers that pick a counter for a backend
-_counter_for = counter_for
 
 __all__ = ["Agent", "AgentConfig", "CallReport", "RunResult"]

@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from ctxwright.agent import recipe
 from ctxwright.agent.assemble import Assembly, assemble, check_resume
-from ctxwright.agent.context import ContextConfig, counter_for
+from ctxwright.agent.context import ContextConfig
 from ctxwright.agent.delegate import DelegateComponent
 from ctxwright.backends.base import Backend
 from ctxwright.backends.external import EXTERNAL, ExternalBackend
@@ -35,7 +35,7 @@ from ctxwright.core.progress import EventSink, ignore
 from ctxwright.core.reasoning import ReasoningMode, ReasoningPolicy
 from ctxwright.core.reasoning import install as install_reasoning
 from ctxwright.core.recovery import import_pending
-from ctxwright.core.redact import is_redacted, redact
+from ctxwright.core.redact import is_redacted
 from ctxwright.core.request import ToolChoice
 from ctxwright.core.session import Session
 from ctxwright.core.store import Store
@@ -213,7 +213,7 @@ def wire(
             backend=chosen,
             stored=stored,
             window=int(window),
-            counter=counter_for(chosen),
+            counter=chosen.token_counter(),
             on_event=sink,
         )
         for c in comps:  # the deferral decision is made: MCP list changes go to its index
@@ -410,8 +410,7 @@ def components_for(
 def chosen_window(backend: Backend) -> int:
     """The backend's context window: the embedded model's ``n_ctx``, the served model's given
     window, else 128,000."""
-    window = getattr(backend, "n_ctx", None) or getattr(backend, "context_window", None)
-    return int(window) if isinstance(window, int) else 128_000
+    return backend.context_window or 128_000
 
 
 # -- the options ----------------------------------------------------------------------------
@@ -510,7 +509,7 @@ def _record(
     component's (never the API key)."""
     out: dict[str, Any] = {
         **recorded,
-        **_backend_record(backend, opts),
+        **backend.recipe_record(),  # what a resume needs to rebuild it (never the API key)
         **{k: opts[k] for k in recipe.DEFAULTS},
         "max_tool_rounds": parts.rounds,
         "cache_price_ratio": parts.ratio,
@@ -529,21 +528,6 @@ def _record(
     return out
 
 
-def _backend_record(backend: Backend, opts: Mapping[str, Any]) -> dict[str, Any]:
-    """What a resume needs to rebuild this backend, stored in ``Session.meta`` (never the API key)."""
-    b: Any = backend
-    out: dict[str, Any] = {}
-    if backend.name == "openai":
-        url = getattr(b, "base_url", None)
-        out["base_url"] = redact(url) if isinstance(url, str) else url  # credentials are never stored
-    if backend.name == "embedded" and opts["gguf"] is not None:
-        out["gguf"] = str(getattr(b, "model_path", opts["gguf"]))
-    window = getattr(b, "n_ctx", None) or getattr(b, "context_window", None)
-    if isinstance(window, int):
-        out["window"] = window
-    return out
-
-
 def _backend(
     backend: Backend | str | None,
     opts: dict[str, Any],
@@ -555,8 +539,8 @@ def _backend(
     if backend is not None and not isinstance(backend, str):
         if not isinstance(backend, Backend):
             raise ConfigError(
-                f"backend={backend!r} is not a backend: pass 'embedded', 'openai', or an object with "
-                "name, model, complete(request), count_tokens(text) and close()"
+                f"backend={backend!r} is not a backend: pass 'embedded', 'openai', or an instance of a "
+                "subclass of ctxwright.backends.base.Backend (it writes complete(request, *, on_event=None))"
             )
         for opt in ("model", "base_url", "gguf", "api_key", "timeout", "max_retries", "stream"):
             if opts[opt] is not None and not (opt == "model" and backend.name == EXTERNAL):

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
+from ctxwright.backends.base import Backend
 from ctxwright.core.messages import Message, ToolCall, Usage, canonical_json
 from ctxwright.core.progress import EventSink, Token
 from ctxwright.core.request import ChatRequest, Completion, ToolSpec
@@ -308,7 +309,7 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-class EmbeddedBackend:
+class EmbeddedBackend(Backend):
     """llama.cpp in-process. ``n_ctx`` defaults to the model's 8,192-token window."""
 
     name = "embedded"
@@ -330,6 +331,8 @@ class EmbeddedBackend:
                 "'ctxwright[embedded]'`, or run `make demo`) or use --backend openai."
             ) from exc
         self.model_path = Path(model_path) if model_path else find_model_file()
+        #: whether the GGUF file was named (not the installed default): only then is it recorded
+        self._path_given = bool(model_path)
         self.model = MODEL_NAME if self.model_path.name == MODEL_FILE else self.model_path.stem
         self.n_ctx = n_ctx
         #: send a final answer's text as ``token`` events while it is generated
@@ -490,6 +493,12 @@ class EmbeddedBackend:
     def context_window(self) -> int:
         """The window the compaction layers plan for: the ``n_ctx`` this model was loaded with."""
         return self.n_ctx
+
+    def recipe_record(self) -> dict[str, Any]:
+        """The GGUF file, when one was named (the installed default is found again on resume,
+        wherever it is installed then), and the ``n_ctx`` it was loaded with."""
+        gguf = {"gguf": str(self.model_path)} if self._path_given else {}
+        return {**gguf, **super().recipe_record()}
 
     def reset_cache(self) -> None:
         """Forget the KV state and the reuse history: the next call starts cold."""

@@ -10,8 +10,7 @@ for those.
 
 from __future__ import annotations
 
-from typing import Any
-
+from ctxwright.backends.base import Backend, EventSink
 from ctxwright.core.request import ChatRequest, Completion
 from ctxwright.errors import BackendUnavailable
 
@@ -20,23 +19,21 @@ __all__ = ["EXTERNAL", "ExternalBackend"]
 EXTERNAL = "external"
 
 
-class ExternalBackend:
+class ExternalBackend(Backend):
     """Stands for the caller's model: a name, a window, no calls of its own."""
 
     name = EXTERNAL
 
     def __init__(self, model: str | None = None, context_window: int | None = None) -> None:
         self.model = model or EXTERNAL
-        self.context_window = context_window
+        self._window = context_window
 
-    def complete(self, request: ChatRequest, on_event: Any = None) -> Completion:
+    @property
+    def context_window(self) -> int | None:
+        return self._window
+
+    def complete(self, request: ChatRequest, *, on_event: EventSink | None = None) -> Completion:
         raise BackendUnavailable(
             "this context is driven by your own loop and has no model of its own to call: pass "
             "backend= (an OpenAIBackend, EmbeddedBackend or your Backend) to Context for delegate or LLM summaries"
         )
-
-    def count_tokens(self, text: str) -> int | None:
-        return None
-
-    def close(self) -> None:
-        return None

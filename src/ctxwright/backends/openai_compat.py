@@ -44,6 +44,7 @@ from typing import Any
 
 import openai
 
+from ctxwright.backends.base import Backend
 from ctxwright.core.messages import Message, Usage
 from ctxwright.core.progress import EventSink, Retry, StreamFallback, Token, ignore
 from ctxwright.core.redact import redact
@@ -141,7 +142,7 @@ class _Assembly:
         return out
 
 
-class OpenAIBackend:
+class OpenAIBackend(Backend):
     """A model served behind an OpenAI-compatible ``/v1/chat/completions`` endpoint."""
 
     name = "openai"
@@ -162,9 +163,7 @@ class OpenAIBackend:
         if max_retries < 0:
             raise ValueError(f"max_retries must be 0 or more, not {max_retries!r}")
         self.model = model
-        #: the served model's window in tokens, if known (the API does not say); the
-        #: compaction layers plan for it, else for 128,000
-        self.context_window = context_window
+        self._context_window = context_window
         self.timeout = float(timeout)
         self.max_retries = int(max_retries)
         self.api_key_env = api_key_env
@@ -188,6 +187,18 @@ class OpenAIBackend:
     def shown_url(self) -> str:
         """:attr:`base_url` without its credentials, for messages."""
         return redact(self.base_url)
+
+    @property
+    def context_window(self) -> int | None:
+        """The served model's window in tokens, as given (the API does not say); the
+        compaction layers plan for it, else for 128,000."""
+        return self._context_window
+
+    def recipe_record(self) -> dict[str, Any]:
+        """The base URL, redacted (credentials in it -- ``user:pass@``, ``?api-key=`` -- are
+        never stored: a resume asks for the full URL again), and the window when given.
+        Never the API key."""
+        return {"base_url": self.shown_url, **super().recipe_record()}
 
     def complete(self, request: ChatRequest, *, on_event: EventSink | None = None) -> Completion:
         """Send one rendered request and translate the reply, or raise one of our errors.

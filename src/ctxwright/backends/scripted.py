@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ctxwright.backends.base import Backend, EventSink
 from ctxwright.core.messages import Message, ToolCall, Usage
 from ctxwright.core.request import ChatRequest, Completion
 from ctxwright.core.tokens import estimate_tokens
@@ -30,7 +31,7 @@ def call(name: str, arguments: str | dict[str, Any], call_id: str | None = None)
     return ToolCall(id=call_id or f"call_{name}_{abs(hash(args)) % 10**8}", name=name, arguments=args)
 
 
-class ScriptedBackend:
+class ScriptedBackend(Backend):
     """Returns the scripted replies in order; when they run out, the last one repeats.
 
     A reply may be a ``Message``, a plain string (final answer), a ``BackendError`` to
@@ -48,7 +49,8 @@ class ScriptedBackend:
         self.requests: list[ChatRequest] = []
         self._prev_text = ""
 
-    def complete(self, request: ChatRequest) -> Completion:
+    def complete(self, request: ChatRequest, *, on_event: EventSink | None = None) -> Completion:
+        """The next scripted reply (``on_event`` is not used: nothing streams or retries)."""
         self.requests.append(request)
         reply = self._replies[min(self._i, len(self._replies) - 1)]
         self._i += 1
@@ -70,9 +72,3 @@ class ScriptedBackend:
         return Completion(
             message=msg, usage=usage, finish_reason="tool_calls" if msg.tool_calls else "stop", model=self.model
         )
-
-    def count_tokens(self, text: str) -> int | None:
-        return None
-
-    def close(self) -> None:
-        pass

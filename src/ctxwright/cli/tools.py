@@ -150,10 +150,8 @@ def tools_report(args: argparse.Namespace) -> dict[str, Any]:
         default_backend="embedded",
     )
     try:
-        from ctxwright.agent.context import counter_for
-
         registry = wired.assembly.tools
-        counter = counter_for(wired.backend)
+        counter = wired.backend.token_counter()
         rows = []
         for t in registry:
             deferred = registry.is_deferred(t.name)

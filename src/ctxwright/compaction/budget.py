@@ -25,10 +25,11 @@ import codecs
 import hashlib
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ctxwright.compaction.offload import SLICE, ResultFiles
+from ctxwright.compaction.offload import SLICE, Offloaded, ResultFiles
+from ctxwright.core.events import BudgetRecord, Offload
 
 #: A BPE token covers at least about a third of a character (a rare CJK character can be
 #: three byte-level tokens) and rarely more than eight characters on real tool output.
@@ -36,12 +37,6 @@ from ctxwright.compaction.offload import SLICE, ResultFiles
 #: than cap*8 are over it without counting (offloading is lossless, so erring there is safe).
 MIN_CHARS_PER_TOKEN = 1 / 3
 MAX_CHARS_PER_TOKEN = 8
-
-
-@dataclass
-class BudgetedResult:
-    content: str
-    info: dict[str, Any] = field(default_factory=dict)
 
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -191,6 +186,11 @@ def _invalid_note(replaced: int) -> str:
     )
 
 
+def offload_of(saved: Offloaded) -> Offload:
+    """The event's record of an offload file."""
+    return Offload(saved.path, saved.chars, saved.bytes)
+
+
 def apply_budget(
     text: str | bytes,
     *,
@@ -201,7 +201,7 @@ def apply_budget(
     files: ResultFiles,
     head_chars: int,
     tail_chars: int,
-) -> BudgetedResult:
+) -> tuple[str, BudgetRecord]:
     """The content to record for one tool result, and what to store about it. A bytes result
     longer than the cap could be in characters is decoded slice by slice into its offload
     file (the module docstring says why)."""
@@ -210,33 +210,26 @@ def apply_budget(
             scan = ByteScan(*preview_sizes(cap_tokens, head_chars, tail_chars))
             saved = files.save_pieces(result_id, scan.watch(text))
             if scan.chars > cap_tokens * MAX_CHARS_PER_TOKEN:  # over the cap without counting
-                info: dict[str, Any] = {"result_id": result_id, "chars": scan.chars}
-                note = ""
-                if scan.replaced:
-                    info["invalid_utf8"] = scan.replaced
-                    note = _invalid_note(scan.replaced)
-                info["sha256"] = scan.sha256
-                info["offload"] = {"path": saved.path, "chars": saved.chars, "bytes": saved.bytes}
+                note = _invalid_note(scan.replaced) if scan.replaced else ""
+                record = BudgetRecord(
+                    result_id,
+                    scan.chars,
+                    invalid_utf8=scan.replaced or None,
+                    sha256=scan.sha256,
+                    offload=offload_of(saved),
+                )
                 shown = ((scan.head, scan.head_chars), (scan.tail, scan.tail_chars))
-                content = _preview(tool_name, result_id, cap_tokens, None, scan.chars, *shown, note)
-                return BudgetedResult(content, info)
+                return _preview(tool_name, result_id, cap_tokens, None, scan.chars, *shown, note), record
             files.discard(result_id)  # multi-byte text, few characters: budget it as text
         text = text.decode("utf-8", "surrogateescape")  # at most cap * MAX_CHARS_PER_TOKEN characters
     text, replaced = sanitize(text)
-    info = {"result_id": result_id, "chars": len(text)}
-    note = ""
-    if replaced:
-        info["invalid_utf8"] = replaced
-        note = _invalid_note(replaced)
+    note = _invalid_note(replaced) if replaced else ""
     over, tokens = over_cap(text, cap_tokens, count)
-    if tokens is not None:
-        info["tokens"] = tokens
+    record = BudgetRecord(result_id, len(text), tokens=tokens, invalid_utf8=replaced or None)
     if not over:
-        return BudgetedResult((f"[ctxwright: {note}]\n" if note else "") + text, info)
-    info["sha256"] = text_sha256(text)
+        return (f"[ctxwright: {note}]\n" if note else "") + text, record
     saved = files.save(result_id, text)
-    info["offload"] = {"path": saved.path, "chars": saved.chars, "bytes": saved.bytes}
-    return BudgetedResult(
+    return (
         preview(
             text,
             tool_name=tool_name,
@@ -247,5 +240,5 @@ def apply_budget(
             tail_chars=tail_chars,
             note=note,
         ),
-        info,
+        replace(record, sha256=text_sha256(text), offload=offload_of(saved)),
     )

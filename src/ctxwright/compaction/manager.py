@@ -20,13 +20,14 @@ layers only rewrite what the model has already seen.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ctxwright.backends.base import Backend
 from ctxwright.compaction import pipeline
 from ctxwright.compaction.breaker import CircuitBreaker
-from ctxwright.compaction.budget import apply_budget, sanitize, text_sha256
+from ctxwright.compaction.budget import apply_budget, offload_of, sanitize, text_sha256
 from ctxwright.compaction.config import CompactionConfig
 from ctxwright.compaction.noise import repeat_marker
 from ctxwright.compaction.offload import ResultFiles
@@ -34,8 +35,9 @@ from ctxwright.compaction.pipeline import CompactionReport, PassState, tiers_for
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.strategies import SCAN_CHARS, NewResult, StrategyContext, compress_batch
 from ctxwright.compaction.summarizer import Summarizer
-from ctxwright.core.events import CompactionEvent, SummaryFailedEvent, ToolEvent, UserEvent
+from ctxwright.core.events import BudgetRecord, CompactionEvent, SummaryFailedEvent, ToolEvent, UserEvent
 from ctxwright.core.messages import Message, canonical_json
+from ctxwright.core.results import ResultDraft
 from ctxwright.core.skill_content import body_skill
 from ctxwright.core.tokens import PER_MESSAGE_OVERHEAD, TokenCounter
 from ctxwright.errors import ContextWindowExceeded, SummaryFailed
@@ -69,18 +71,17 @@ class ContextManager:
 
     @classmethod
     def for_backend(
-        cls, config: CompactionConfig, counter: TokenCounter, backend: Any, summary_backend: Any = None
+        cls, config: CompactionConfig, counter: TokenCounter, backend: Backend, summary_backend: Backend | None = None
     ) -> ContextManager:
-        """``summary_backend``: where LLM summaries run; default a fork of ``backend`` when it
-        has one (the embedded model: its own KV state), else ``backend`` itself (a served
-        model: a separate request does not disturb the session's cached prefix)."""
-        window = config.window_tokens or getattr(backend, "context_window", None) or DEFAULT_SERVED_WINDOW
+        """``summary_backend``: where LLM summaries run; default ``backend.fork()`` (the
+        embedded model: a second model object with its own KV state; a served model: the
+        backend itself, as a separate request does not disturb the session's cached prefix)."""
+        window = config.window_tokens or backend.context_window or DEFAULT_SERVED_WINDOW
         m = cls(config, counter, int(window))
         m.breaker = CircuitBreaker(config.breaker_threshold, config.breaker_cooldown_calls)
         if config.uses_llm:
             if summary_backend is None:
-                fork = getattr(backend, "fork", None)
-                summary_backend = fork() if callable(fork) else backend
+                summary_backend = backend.fork()
             m.summarizer = Summarizer(
                 summary_backend,
                 counter,
@@ -129,12 +130,12 @@ class ContextManager:
 
     def process_result(
         self, tool_name: str, tool_call_id: str, text: str | bytes, ok: bool
-    ) -> tuple[str, dict[str, Any]]:
-        """The content to record for one result, and the payload fields that describe it."""
+    ) -> tuple[str, BudgetRecord]:
+        """The content to record for one result, and what the event records about it."""
         assert self.files is not None, "bind() the manager to a session first"
         rid = self._new_id(tool_call_id)
         cap = self.config.cap_for(tool_name, self.effective_window)
-        res = apply_budget(
+        content, record = apply_budget(
             text,
             tool_name=tool_name,
             result_id=rid,
@@ -148,17 +149,16 @@ class ContextManager:
         # whole, not as a pointer to a result the view no longer shows (skills.py)
         skill_body = isinstance(text, str) and body_skill(tool_name, text) is not None
         if self.config.dedupe and ok and len(text) >= 200 and not skill_body:
-            digest = res.info.get("sha256") or text_sha256(
+            digest = record.sha256 or text_sha256(
                 text if isinstance(text, str) else sanitize(text.decode("utf-8", "surrogateescape"))[0]
             )
-            res.info["sha256"] = digest
+            record = replace(record, sha256=digest)
             key = f"{tool_name}:{digest}"
             earlier = self._seen.get(key)
             if earlier is not None:
-                res.info["repeat_of"] = earlier
-                return repeat_marker(tool_name, earlier), res.info
+                return repeat_marker(tool_name, earlier), replace(record, repeat_of=earlier)
             self._seen[key] = rid
-        return res.content, res.info
+        return content, record
 
     def query(self, session: Session) -> str:
         """What the task is: the first user message, and the latest one if it differs."""
@@ -181,41 +181,37 @@ class ContextManager:
             ),
         )
 
-    def process_batch(
-        self, session: Session, items: list[tuple[str, str, str | bytes, bool]]
-    ) -> list[tuple[str, dict[str, Any]]]:
-        """One round's results ``(tool name, call id, text, ok)``: layer 1 and repeats for each,
-        then the record-time strategy over the round. A large bytes result is decoded where
-        it is saved (``budget.py``); a strategy reads its text back from there."""
-        out = [self.process_result(name, cid, text, ok) for name, cid, text, ok in items]
+    def process_batch(self, session: Session, drafts: list[ResultDraft]) -> list[ResultDraft]:
+        """One round's results, the budget step (``core/results.py``): layer 1 and repeats for
+        each (under the name of the tool called), then the record-time strategy over the
+        round. A large bytes result is decoded where it is saved (``budget.py``); a strategy
+        reads its text back from there."""
+        budgeted = [self.process_result(d.call.name, d.call.id, d.content, d.ok) for d in drafts]
         strategy = self.config.strategy
-        if strategy in ("none", "adaptive"):
-            return out
-        todo = [
-            (i, NewResult(items[i][0], info["result_id"], self._as_text(items[i][2], info), content, items[i][3]))
-            for i, (content, info) in enumerate(out)
-            if "repeat_of" not in info and body_skill(items[i][0], content) is None  # skills.py: never compressed
-        ]
-        ctx = self.strategy_context(session, self._call_index)
-        new = compress_batch(strategy, [r for _, r in todo], ctx)
-        for (i, r), content in zip(todo, new, strict=False):
-            if content is None:
-                continue
-            info = out[i][1]
-            if "offload" not in info:  # the original stays restorable
-                assert self.files is not None
-                saved = self.files.save(r.result_id, r.text)
-                info["offload"] = {"path": saved.path, "chars": saved.chars, "bytes": saved.bytes}
-            info["compressed"] = strategy
-            self.known.append(content)
-            out[i] = (content, info)
-        return out
+        if strategy not in ("none", "adaptive"):
+            todo = [
+                (i, NewResult(d.call.name, rec.result_id, self._as_text(d.content, rec), content, d.ok))
+                for i, (d, (content, rec)) in enumerate(zip(drafts, budgeted, strict=True))
+                if rec.repeat_of is None and body_skill(d.call.name, content) is None  # skills.py: never compressed
+            ]
+            ctx = self.strategy_context(session, self._call_index)
+            new = compress_batch(strategy, [r for _, r in todo], ctx)
+            for (i, r), content in zip(todo, new, strict=False):
+                if content is None:
+                    continue
+                rec = budgeted[i][1]
+                if rec.offload is None:  # the original stays restorable
+                    assert self.files is not None
+                    rec = replace(rec, offload=offload_of(self.files.save(r.result_id, r.text)))
+                self.known.append(content)
+                budgeted[i] = (content, replace(rec, compressed=strategy))
+        return [replace(d, content=content, budget=rec) for d, (content, rec) in zip(drafts, budgeted, strict=True)]
 
-    def _as_text(self, text: str | bytes, info: dict[str, Any]) -> str:
+    def _as_text(self, text: str | bytes, record: BudgetRecord) -> str:
         """A result's text for a strategy: as given, or -- for bytes -- what was saved of it."""
         if isinstance(text, str):
             return text
-        rid = info["result_id"]
+        rid = record.result_id
         if self.files is not None and self.files.exists(rid):
             return self.files.read(rid, 0, SCAN_CHARS)[0]
         return sanitize(text.decode("utf-8", "surrogateescape"))[0]

@@ -19,6 +19,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from dataclasses import replace as dc_replace
 from typing import Any, ClassVar, Literal, TypeVar
 
 from ctxwright.core.messages import Message, Usage
@@ -325,6 +326,24 @@ class Sanitization:
         return ", ".join(f"{kind} {n:,}" for kind, n in self.counts)
 
 
+@dataclass(frozen=True)
+class BudgetRecord:
+    """What compaction's record-time layers say about one result (``compaction/budget.py``,
+    ``compaction/manager.py``), stored as the ``tool`` event's fields of the same names: the
+    id ``read_result`` knows it by, its size (``tokens`` only when it was counted), its hash
+    (for repeats), how many bytes were not UTF-8, where its full text went (``offload``), the
+    earlier result it repeats, and the record-time strategy that shortened it (``compressed``)."""
+
+    result_id: str
+    chars: int | None = None
+    tokens: int | None = None
+    sha256: str | None = None
+    invalid_utf8: int | None = None
+    offload: Offload | None = None
+    repeat_of: str | None = None
+    compressed: str | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class ToolEvent(MessageEvent):
     """One tool result, as recorded (after the budget layer, before any later compaction).
@@ -379,30 +398,42 @@ class ToolEvent(MessageEvent):
 
     @classmethod
     def build(
-        cls, message: Message, *, tool_name: str, ok: bool = True, elapsed_ms: float | None = None, **fields: Any
+        cls,
+        message: Message,
+        *,
+        tool_name: str,
+        ok: bool = True,
+        elapsed_ms: float | None = None,
+        error_type: str | None = None,
+        budget: BudgetRecord | None = None,
+        external: bool = False,
+        sanitized: Sanitization | None = None,
+        interrupted: bool = False,
     ) -> ToolEvent:
-        """From ``Session.add_tool_result``'s arguments (the budget layer's info dict included)."""
-        w = _where(cls.KIND, -1)
-        off = fields.pop("offload", None)
-        san = fields.pop("sanitized", None)
-        return cls(
+        """From ``Session.add_tool_result``'s arguments: the budget layer's record spread
+        into the event's fields of the same names."""
+        event = cls(
             message=message,
             tool_name=tool_name,
             ok=ok,
             elapsed_ms=elapsed_ms,
-            error_type=fields.pop("error_type", None),
-            result_id=fields.pop("result_id", None),
-            chars=fields.pop("chars", None),
-            tokens=fields.pop("tokens", None),
-            sha256=fields.pop("sha256", None),
-            offload=off if isinstance(off, Offload) or off is None else Offload.from_dict(off, w),
-            repeat_of=fields.pop("repeat_of", None),
-            compressed=fields.pop("compressed", None),
-            invalid_utf8=fields.pop("invalid_utf8", None),
-            interrupted=bool(fields.pop("interrupted", False)),
-            external=bool(fields.pop("external", False)),
-            sanitized=san if isinstance(san, Sanitization) or san is None else Sanitization.from_dict(san, w),
-            extra=fields,
+            error_type=error_type,
+            interrupted=interrupted,
+            external=external,
+            sanitized=sanitized,
+        )
+        if budget is None:  # compaction off: no result id, nothing offloaded
+            return event
+        return dc_replace(
+            event,
+            result_id=budget.result_id,
+            chars=budget.chars,
+            tokens=budget.tokens,
+            sha256=budget.sha256,
+            offload=budget.offload,
+            repeat_of=budget.repeat_of,
+            compressed=budget.compressed,
+            invalid_utf8=budget.invalid_utf8,
         )
 
     def _fields_payload(self) -> dict[str, Any]:

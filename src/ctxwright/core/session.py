@@ -26,10 +26,12 @@ from typing import Any, TypeVar, overload
 
 from ctxwright.core.events import (
     AssistantEvent,
+    BudgetRecord,
     CompactionEvent,
     CompactionNote,
     Event,
     MessageEvent,
+    Sanitization,
     StatusEvent,
     ToolEvent,
     UserEvent,
@@ -40,6 +42,7 @@ from ctxwright.core.prefix import Prefix
 from ctxwright.core.recovery import RecoveryLog
 from ctxwright.core.render import CURRENT_NULL_CONTENT, NULL_CONTENT_KEY, Renderer, RenderSettings
 from ctxwright.core.request import ChatRequest, RequestOptions, ToolChoice
+from ctxwright.core.results import ResultDraft
 from ctxwright.core.store import Store
 from ctxwright.errors import PrefixFrozenError, StoreUnusable, StoreWriteFailed
 
@@ -211,10 +214,42 @@ class Session:
         tool_name: str,
         ok: bool = True,
         elapsed_ms: float | None = None,
-        **extra: Any,
+        error_type: str | None = None,
+        budget: BudgetRecord | None = None,
+        external: bool = False,
+        sanitized: Sanitization | None = None,
+        interrupted: bool = False,
     ) -> ToolEvent:
+        """One tool result, with what the budget layer and the defences recorded about it."""
         msg = Message(role="tool", content=content, tool_call_id=tool_call_id)
-        return self.append(ToolEvent.build(msg, tool_name=tool_name, ok=ok, elapsed_ms=elapsed_ms, **extra))
+        return self.append(
+            ToolEvent.build(
+                msg,
+                tool_name=tool_name,
+                ok=ok,
+                elapsed_ms=elapsed_ms,
+                error_type=error_type,
+                budget=budget,
+                external=external,
+                sanitized=sanitized,
+                interrupted=interrupted,
+            )
+        )
+
+    def add_result(self, draft: ResultDraft) -> ToolEvent:
+        """A result that went through the steps of ``core/results.py``, recorded under the
+        tool called (its time to the microsecond)."""
+        return self.add_tool_result(
+            draft.call.id,
+            draft.text,
+            tool_name=draft.call.name,
+            ok=draft.ok,
+            elapsed_ms=round(draft.elapsed_ms, 3) if draft.elapsed_ms is not None else None,
+            error_type=draft.error_type,
+            budget=draft.budget,
+            external=draft.external,
+            sanitized=draft.sanitized,
+        )
 
     def add_compaction(
         self,

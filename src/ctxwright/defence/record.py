@@ -25,63 +25,66 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
+from ctxwright.core.events import Sanitization
 from ctxwright.core.messages import canonical_json
+from ctxwright.core.results import ResultDraft
 from ctxwright.defence.levels import Features
 from ctxwright.defence.marking import wrap
 from ctxwright.defence.sanitize import sanitize
 
-__all__ = ["Prepared", "finish", "prepare"]
+__all__ = ["Sanitize", "mark"]
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
-class Prepared:
-    """A result ready for the budget layer, and what to record about its defences."""
+class Sanitize:
+    """Step 1 (``core/results.py``): each external result sanitized when the level says so,
+    and whether the mark step wraps it; a failed call's external message is sanitized and
+    wrapped here, inside its error object."""
 
-    content: str | bytes
-    #: fields for the ``tool`` event (``external``, ``sanitized``)
-    fields: dict[str, Any]
-    wrap: bool
+    features: Features
 
+    def __call__(self, drafts: list[ResultDraft]) -> list[ResultDraft]:
+        return [self.one(d) for d in drafts]
 
-def _clean(text: str, features: Features, fields: dict[str, Any]) -> str:
-    if not features.sanitize:
-        return text
-    cleaned = sanitize(text)
-    if cleaned.changed:
+    def one(self, draft: ResultDraft) -> ResultDraft:
+        if not (draft.external and self.features.tags):
+            return replace(draft, external=False)
+        content = draft.content
+        text = content if isinstance(content, str) else content.decode("utf-8", "surrogateescape")
+        if not draft.ok:
+            try:
+                body = json.loads(text)
+                error = body["error"]
+                message = error["message"]
+            except (ValueError, TypeError, KeyError):
+                body = message = None
+            if isinstance(message, str):
+                cleaned, record = self._clean(message)
+                error["message"] = wrap(draft.origin, draft.call.id, cleaned)
+                return replace(draft, content=canonical_json(body), sanitized=record, wrap=False)
+        cleaned, record = self._clean(text)
+        return replace(draft, content=cleaned, sanitized=record, wrap=True)
+
+    def _clean(self, text: str) -> tuple[str, Sanitization | None]:
+        if not self.features.sanitize:
+            return text, None
+        cleaned = sanitize(text)
+        if not cleaned.changed:
+            return cleaned.text, None
         # stored as JSON: bytes that were not UTF-8 are kept as U+FFFD, as the budget layer shows them
-        fields["sanitized"] = {"counts": dict(cleaned.counts), "original": _SURROGATES.sub("\ufffd", text)}
-    return cleaned.text
+        return cleaned.text, Sanitization(tuple(sorted(cleaned.counts)), _SURROGATES.sub("\ufffd", text))
 
 
-def prepare(
-    content: str | bytes, *, external: bool, ok: bool, features: Features, tool_name: str, call_id: str
-) -> Prepared:
-    """Step 1 for one result: sanitized when the level says so, and whether to wrap it; a
-    failed call's external message is sanitized and wrapped here, inside its error object."""
-    if not (external and features.tags):
-        return Prepared(content, {}, False)
-    fields: dict[str, Any] = {"external": True}
-    text = content if isinstance(content, str) else content.decode("utf-8", "surrogateescape")
-    if not ok:
-        try:
-            body = json.loads(text)
-            error = body["error"]
-            message = error["message"]
-        except (ValueError, TypeError, KeyError):
-            body = message = None
-        if isinstance(message, str):
-            error["message"] = wrap(tool_name, call_id, _clean(message, features, fields))
-            return Prepared(canonical_json(body), fields, False)
-    return Prepared(_clean(text, features, fields), fields, True)
-
-
-def finish(prepared: Prepared, body: str, extra: dict[str, Any], *, tool_name: str, call_id: str) -> str:
-    """Step 3: the body the budget layer chose, wrapped (unless it is a repeat's note)."""
-    if not prepared.wrap or "repeat_of" in extra:
-        return body
-    return wrap(tool_name, call_id, body)
+def mark(drafts: list[ResultDraft]) -> list[ResultDraft]:
+    """Step 3: the text the budget step chose, wrapped (unless it is a repeat's note, which
+    is ctxwright's text, not the tool's)."""
+    return [
+        replace(d, content=wrap(d.origin, d.call.id, d.text))
+        if d.wrap and (d.budget is None or d.budget.repeat_of is None)
+        else d
+        for d in drafts
+    ]
