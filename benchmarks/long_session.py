@@ -49,7 +49,7 @@ from ctxwright.core.messages import Message
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.request import ChatRequest
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.tools.registry import ToolRegistry, tool
 

@@ -13,7 +13,7 @@ from ctxwright.backends.scripted import ScriptedBackend, call
 from ctxwright.core.messages import Message
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from ctxwright.errors import BackendUnavailable
 from ctxwright.tools.builtin import default_tools
 from ctxwright.tools.registry import ToolRegistry, tool

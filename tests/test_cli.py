@@ -11,7 +11,7 @@ import pytest
 
 from ctxwright.cli.main import main
 from ctxwright.compaction.offload import file_stem
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from ctxwright.defence.marking import TAGS_SECTION, unwrap
 from fakeserver import FakeOpenAIServer as F
 

@@ -28,7 +28,7 @@ from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.render import render
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from ctxwright.core.tokens import TokenCounter, estimate_tokens
 from ctxwright.errors import ContextWindowExceeded
 from ctxwright.skills import load_skills

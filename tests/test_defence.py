@@ -25,7 +25,7 @@ from ctxwright.cli.main import main
 from ctxwright.core.events import ToolEvent
 from ctxwright.core.messages import Message, canonical_json
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from ctxwright.defence.levels import BOOK_NAMES, LEVELS, WARNING_SECTION, features
 from ctxwright.defence.marking import TAGS_SECTION, neutralise, unwrap, wrap
 from ctxwright.defence.sanitize import sanitize

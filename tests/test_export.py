@@ -12,7 +12,7 @@ import pytest
 
 from ctxwright.cli.main import main
 from ctxwright.core.messages import canonical_json
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from fakeserver import FakeOpenAIServer as F
 
 FIXTURES = Path(__file__).parent / "fixtures"

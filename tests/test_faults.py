@@ -32,7 +32,7 @@ from ctxwright.core.events import CompactionEvent, ToolEvent, UserEvent
 from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.request import ChatRequest
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from ctxwright.errors import BackendError
 from fakeserver import FakeOpenAIServer as F
 from fakeserver import pairing_error
@@ -476,8 +476,8 @@ def test_the_lease_of_a_killed_process_is_taken_over(tmp_path):
 def test_the_lease_rules_in_one_process(tmp_path):
     """Another host's lease is refused (its process cannot be checked from here) unless
     ``take_over``; a newer harness of this process takes the session from an older one."""
-    from ctxwright.core.lease import acquire
-    from ctxwright.core.store import LeaseRow
+    from ctxwright.store.lease import acquire
+    from ctxwright.store.sessions import LeaseRow
     from ctxwright.errors import SessionInUse
 
     db = tmp_path / "c.db"

@@ -20,7 +20,7 @@ from ctxwright.backends.scripted import call
 from ctxwright.cli.main import main
 from ctxwright.core.events import GateEvent, ToolEvent
 from ctxwright.core.messages import Message, ToolCall
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from ctxwright.errors import ConfigError, GateRuleError
 from fakeserver import FakeOpenAIServer as F
 

@@ -29,8 +29,8 @@ import httpx2
 import openai
 import pytest
 
-from ctxwright.core.proxy_log import proxy_session_requests, proxy_sessions
-from ctxwright.core.store import Store
+from ctxwright.proxy.log import proxy_session_requests, proxy_sessions
+from ctxwright.store.sessions import Store
 from ctxwright.proxy.serve import RecordingProxy
 from ctxwright.proxy.server import ProxyConfig
 

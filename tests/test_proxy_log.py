@@ -14,8 +14,9 @@ import pytest
 
 from ctxwright.audit.compare import Auditor
 from ctxwright.audit.logs import ParseProblem, parse_log, split_body, usage_of
-from ctxwright.core.proxy_log import api_of, decode_body, proxy_session_requests, proxy_sessions, sse_events
-from ctxwright.core.store import SCHEMA_VERSION, Store
+from ctxwright.proxy.log import api_of, decode_body, proxy_session_requests, proxy_sessions, sse_events
+from ctxwright.store.migrations import SCHEMA_VERSION
+from ctxwright.store.sessions import Store
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.errors import LogRecordRejected, SessionNotFound
 

@@ -17,7 +17,7 @@ import pytest
 
 from ctxwright import Harness, tool
 from ctxwright.core.render import NULL_CONTENT_KEY
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from llamaserver import LlamaServer
 
 pytest.importorskip(

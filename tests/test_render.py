@@ -15,14 +15,14 @@ from ctxwright.audit.live import past_requests
 from ctxwright.audit.logs import requests_from_export
 from ctxwright.backends.scripted import ScriptedBackend, call
 from ctxwright.core.events import AssistantEvent, StatusEvent, ToolEvent
-from ctxwright.core.export import request_bodies, session_export
+from ctxwright.store.export import request_bodies, session_export
 from ctxwright.core.messages import Message, ToolCall, canonical_json
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.reasoning import ReasoningPolicy, install
 from ctxwright.core.render import Renderer, RenderSettings, render
 from ctxwright.core.request import ChatRequest, ToolSpec
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from ctxwright.errors import BackendUnavailable
 from ctxwright.status.bar import StatusBar, StatusConfig
 from ctxwright.tools.registry import ToolRegistry, tool

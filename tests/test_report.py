@@ -320,7 +320,7 @@ def _exchange(sid: str, k: int, request: bytes, response: bytes, **kw) -> dict:
 
 
 def test_a_proxy_session_is_one_page_with_the_proxys_timings(tmp_path, capsys):
-    from ctxwright.core.store import Store
+    from ctxwright.store.sessions import Store
     from ctxwright.report import from_proxy
 
     store = Store(tmp_path / "p.db")

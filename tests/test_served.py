@@ -32,7 +32,7 @@ from ctxwright.core.redact import redact
 from ctxwright.core.render import NULL_CONTENT_KEY
 from ctxwright.core.request import ChatRequest
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from ctxwright.core.tokens import Ledger, TokenCounter, build_ledger, check_reported
 from ctxwright.core.tool_ids import assign_ids
 from ctxwright.errors import BackendUnavailable, ConfigError, ResponseTruncated

@@ -12,7 +12,7 @@ from ctxwright.core.messages import Message, ToolCall, Usage, canonical_json
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.request import ToolSpec
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from ctxwright.errors import PrefixFrozenError, SessionNotFound
 
 TOOLS = (

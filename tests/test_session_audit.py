@@ -12,7 +12,7 @@ from ctxwright.core.events import UserEvent
 from ctxwright.core.messages import Message
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from ctxwright.tools.builtin import default_tools
 
 

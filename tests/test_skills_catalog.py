@@ -15,7 +15,7 @@ from ctxwright.core.events import ToolEvent, UserEvent
 from ctxwright.core.messages import Message
 from ctxwright.core.session import Session
 from ctxwright.core.skills_catalog import catalog_block, is_catalog_message, skills_catalog_tokens
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from ctxwright.core.tokens import TokenCounter, build_ledger, estimate_tokens
 from ctxwright.errors import ConfigError
 from ctxwright.skills import load_skills

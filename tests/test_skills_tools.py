@@ -14,7 +14,7 @@ from ctxwright.core.events import UserEvent
 from ctxwright.core.messages import Message
 from ctxwright.core.render import render
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from ctxwright.defence.marking import TAGS_SECTION
 from ctxwright.errors import SkillToolError
 from ctxwright.skills import load_skills

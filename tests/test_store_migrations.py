@@ -22,7 +22,8 @@ from ctxwright.core.prefix import Prefix
 from ctxwright.core.reasoning import install
 from ctxwright.core.render import render_at
 from ctxwright.core.session import Session
-from ctxwright.core.store import MIGRATIONS, SCHEMA_VERSION, Store, options_of
+from ctxwright.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from ctxwright.store.sessions import Store
 from ctxwright.errors import NotADatabase, SchemaTooNew, StoreUnusable
 from ctxwright.status.bar import StatusBar, StatusConfig
 from ctxwright.tools.registry import ToolRegistry, tool

@@ -17,7 +17,7 @@ from ctxwright.compaction.offload import ResultFiles, file_stem, legacy_stem
 from ctxwright.core.events import ToolEvent
 from ctxwright.core.messages import Message
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from ctxwright.core.tokens import TokenCounter
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import uvicorn
 
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from ctxwright.errors import CtxwrightError
 from ctxwright.proxy.recorder import Recorder
 from ctxwright.proxy.server import ProxyConfig, ProxyThread, build_app, listening_socket, uvicorn_config
