@@ -11,8 +11,8 @@ import pytest
 
 from ctxwright.cli.main import main
 from ctxwright.compaction.offload import file_stem
-from ctxwright.store.sessions import Store
 from ctxwright.defence.marking import TAGS_SECTION, unwrap
+from ctxwright.store.sessions import Store
 from fakeserver import FakeOpenAIServer as F
 
 
@@ -65,7 +65,7 @@ def test_run_show_sessions_and_resume(tmp_path, capsys):
         (row,) = store.list_sessions()
         sid = row["id"]
         calls = store.calls(sid)
-        assert [c["cached_tokens"] for c in calls] == [0, 256]
+        assert [c.cached_tokens for c in calls] == [0, 256]
         assert main(["--db", str(db), "show", sid]) == 0
         shown = capsys.readouterr().out
         assert "get_current_time" in shown and "America/Vancouver" in shown and "256" in shown

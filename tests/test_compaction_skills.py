@@ -28,11 +28,11 @@ from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.render import render
 from ctxwright.core.session import Session
-from ctxwright.store.sessions import Store
 from ctxwright.core.tokens import TokenCounter, estimate_tokens
 from ctxwright.errors import ContextWindowExceeded
 from ctxwright.skills import load_skills
 from ctxwright.skills.tools import SkillTools, catalog_message
+from ctxwright.store.sessions import Store
 from ctxwright.tools.registry import tool
 
 COUNT = TokenCounter(estimate_tokens, "estimate")

@@ -95,7 +95,7 @@ def test_audit_reads_the_exported_requests(tmp_path, capsys):
     assert main(["audit", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["cause"] for r in doc["requests"]] == ["first", "append", "append"]
-    live = [c["audit"]["cause"] for c in Store(db).calls(sid)]
+    live = [c.audit.cause for c in Store(db).calls(sid)]
     assert live == ["first", "append", "append"]
 
 

@@ -22,10 +22,10 @@ from ctxwright.backends.scripted import call
 from ctxwright.core.messages import Message
 from ctxwright.core.reasoning import META_KEY as REASONING_KEY
 from ctxwright.core.reasoning import ReasoningPolicyConflict
-from ctxwright.store.sessions import Store
 from ctxwright.defence.marking import TAGS_SECTION
 from ctxwright.errors import BackendUnavailable
 from ctxwright.status.bar import OPERATING_MANUAL
+from ctxwright.store.sessions import Store
 from fakeserver import FakeOpenAIServer as F
 
 

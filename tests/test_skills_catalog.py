@@ -15,11 +15,11 @@ from ctxwright.core.events import ToolEvent, UserEvent
 from ctxwright.core.messages import Message
 from ctxwright.core.session import Session
 from ctxwright.core.skills_catalog import catalog_block, is_catalog_message, skills_catalog_tokens
-from ctxwright.store.sessions import Store
 from ctxwright.core.tokens import TokenCounter, build_ledger, estimate_tokens
 from ctxwright.errors import ConfigError
 from ctxwright.skills import load_skills
 from ctxwright.skills.tools import CatalogEntry, SkillTools, catalog_listing, catalog_message
+from ctxwright.store.sessions import Store
 from skill_folders import make_skill, no_conventional_skills  # noqa: F401 -- the fixture is autouse
 
 
@@ -219,7 +219,7 @@ def test_calls_record_show_and_audit_the_catalog_line(tmp_path, capsys, mode):
         session = Session.resume(store, sid)
     finally:
         store.close()
-    catalog = [c["ledger"]["skills_catalog"] for c in calls]
+    catalog = [c.ledger["skills_catalog"] for c in calls]
     assert len(catalog) == 2 and catalog[0] == catalog[1] > 0
     if mode == "prefix":
         block = catalog_block(next(t for t in session.prefix.tools if t.name == "Skill").description)
@@ -283,7 +283,7 @@ def test_no_skills_no_catalog_line(tmp_path):
         sid = h.session_id
     store = Store(db)
     try:
-        assert [c["ledger"]["skills_catalog"] for c in store.calls(sid)] == [0]
+        assert [c.ledger["skills_catalog"] for c in store.calls(sid)] == [0]
     finally:
         store.close()
 

@@ -25,9 +25,9 @@ from ctxwright.compaction import CompactionConfig
 from ctxwright.core.events import AssistantEvent, StatusEvent, ToolEvent
 from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.repeats import repeat_counts
-from ctxwright.store.sessions import Store
 from ctxwright.core.tokens import Ledger
 from ctxwright.errors import ConfigError
+from ctxwright.store.sessions import Store
 from fakeserver import FakeOpenAIServer as F
 
 HOSTILE = ["[/INST]", "[/etc/hosts]", "[bold]", "[red]x[/red]", "[/]", "trailing \\"]

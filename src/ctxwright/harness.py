@@ -30,17 +30,13 @@ from ctxwright.compaction import CompactionConfig
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.skills import shown_in
 from ctxwright.core.events import MCP_TOOLS_KEY, UserEvent
-from ctxwright.store.lease import Lease
-from ctxwright.store.lease import acquire as acquire_lease
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.reasoning import ReasoningMode, ReasoningPolicy
 from ctxwright.core.reasoning import install as install_reasoning
-from ctxwright.store.recovery import import_pending
 from ctxwright.core.redact import is_redacted, redact
 from ctxwright.core.request import ToolChoice, ToolSpec
 from ctxwright.core.sections import SystemPromptBuilder
 from ctxwright.core.session import Session
-from ctxwright.store.sessions import Store
 from ctxwright.defence.gate import ApprovalMode, Approver, Gate, build_gate
 from ctxwright.defence.levels import LEVELS, Features, Level
 from ctxwright.defence.levels import features as defence_features
@@ -62,6 +58,10 @@ from ctxwright.skills.tools import (
 )
 from ctxwright.status.bar import OPERATING_MANUAL, Mode, StatusBar, StatusConfig
 from ctxwright.status.todo import TodoList
+from ctxwright.store.lease import Lease
+from ctxwright.store.lease import acquire as acquire_lease
+from ctxwright.store.recovery import import_pending
+from ctxwright.store.sessions import Store
 from ctxwright.tools.builtin import default_tools, make_file_tools
 from ctxwright.tools.deferred import CALL_TOOL, DISPATCH_TOOLS, SEARCH_TOOL, DeferConfig, DeferredTools, choose_deferred
 from ctxwright.tools.registry import Tool, ToolRegistry, valid_function_name

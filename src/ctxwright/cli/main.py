@@ -141,8 +141,8 @@ def harness_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Turn the arguments into one :class:`~ctxwright.harness.Harness` and print its run."""
-    from ctxwright.store.sqlite import default_db_path
     from ctxwright.harness import Harness
+    from ctxwright.store.sqlite import default_db_path
 
     if args.report is not None:  # a report that cannot be written is said before the run, not after it
         out = Path(args.report).expanduser()

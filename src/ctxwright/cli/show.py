@@ -26,13 +26,13 @@ from ctxwright.core.events import (
     UserEvent,
     event_from_dict,
 )
-from ctxwright.store.export import session_export
 from ctxwright.core.messages import Message
 from ctxwright.core.records import CallRecord
 from ctxwright.core.render import Renderer, RenderSettings
-from ctxwright.store.sessions import Store
 from ctxwright.core.tokens import Ledger
 from ctxwright.errors import EventFormatError
+from ctxwright.store.export import session_export
+from ctxwright.store.sessions import Store
 
 
 def _n(v: Any) -> str:
@@ -212,21 +212,21 @@ def _render(data: dict[str, Any], console: Console, indent: str, *, wide: bool =
     if calls:
         console.print(_calls_table(calls, indent, wide=wide))
         _print_parts(console, calls, indent, wide=wide)
-        for c in calls:
-            if c.audit.context and c.audit.cause not in ("append", "first"):
-                before, after = c.audit.context
-                line = Text(f"{indent}  call {c.call_index} diverges at {c.audit.where}: …{before}")
+        for call in calls:
+            if call.audit.context and call.audit.cause not in ("append", "first"):
+                ctx_before, ctx_after = call.audit.context
+                line = Text(f"{indent}  call {call.call_index} diverges at {call.audit.where}: …{ctx_before}")
                 line.append("|", style="red")
-                line.append(f"{after}…")
+                line.append(f"{ctx_after}…")
                 say(line)
-            if c.error and not wide:
-                say(Text(f"{indent}  call {c.call_index} failed: {c.error}"))
-        known = [c for c in calls if c.cached_tokens is not None and c.prompt_tokens]
+            if call.error and not wide:
+                say(Text(f"{indent}  call {call.call_index} failed: {call.error}"))
+        known = [call for call in calls if call.cached_tokens is not None and call.prompt_tokens]
         if known:
             hit, eff = cache_ratios(
-                sum(c.cached_tokens or 0 for c in known),
-                sum(c.prompt_tokens or 0 for c in known),
-                sum(c.audit.reusable_prefix_tokens or 0 for c in known),
+                sum(call.cached_tokens or 0 for call in known),
+                sum(call.prompt_tokens or 0 for call in known),
+                sum(call.audit.reusable_prefix_tokens or 0 for call in known),
             )
             eff_text = f"{eff:.1%}" if eff is not None else "n/a (nothing reusable)"
             say(Text(f"{indent}hit ratio {hit:.1%} (Σcached ÷ Σprompt) · efficiency {eff_text} (Σcached ÷ Σreusable)"))

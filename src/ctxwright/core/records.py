@@ -160,11 +160,12 @@ class CallRecord:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CallRecord:
         """From :meth:`to_dict`'s object (a stored row decoded, an export's ``calls`` entry)."""
+        scalars: dict[str, Any] = {c: d.get(c) for c in CALL_COLUMNS}
         return cls(
             session_id=str(d.get("session_id") or ""),
             call_index=int(d["call_index"]),
             created_at=float(d.get("created_at") or 0.0),
-            **{c: d.get(c) for c in CALL_COLUMNS},
+            **scalars,
             usage=dict(d.get("usage") or {}),
             ledger=dict(d.get("ledger") or {}),
             audit=CallAudit.from_dict(d.get("audit")),

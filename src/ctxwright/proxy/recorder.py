@@ -23,12 +23,12 @@ from typing import Any
 from ctxwright.audit.compare import AuditLimits, Auditor, AuditRequest, AuditRow
 from ctxwright.audit.live import audit_record
 from ctxwright.audit.logs import ParseProblem, RecordReader
-from ctxwright.proxy.log import api_of, decode_body, is_event_stream, sse_events
-from ctxwright.proxy.store import ProxyLog
-from ctxwright.store.sessions import Store
 from ctxwright.core.tokens import TokenCounter
+from ctxwright.proxy.log import api_of, decode_body, is_event_stream, sse_events
 from ctxwright.proxy.server import Exchange
 from ctxwright.proxy.sessions import SessionPlacer
+from ctxwright.proxy.store import ProxyLog
+from ctxwright.store.sessions import Store
 
 #: what the proxy's audit keeps in memory (it runs for days: smaller than a one-off audit's)
 PROXY_AUDIT_LIMITS = AuditLimits(index_bytes=32 * 1024 * 1024, open_conversations=256, open_bytes=64 * 1024 * 1024)

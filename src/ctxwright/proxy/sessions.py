@@ -111,9 +111,7 @@ class SessionPlacer:
             sid = self._keyed.get(key) or self.log.find_session(*key)
             new = sid is None
             if sid is None:
-                sid = self.log.create_session(
-                    grouped_by=key[0], group_key=key[1], api=api, upstream=self.upstream
-                )
+                sid = self.log.create_session(grouped_by=key[0], group_key=key[1], api=api, upstream=self.upstream)
             self._keyed[key] = sid
             return Placement(sid, key[0], new)
         prev = body.get("previous_response_id") if isinstance(body, dict) else None

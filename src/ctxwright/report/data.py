@@ -37,11 +37,11 @@ from ctxwright.core.events import (
 )
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.records import CallRecord
+from ctxwright.core.render import Renderer, RenderSettings
+from ctxwright.core.tokens import PER_MESSAGE_OVERHEAD, Ledger, TokenCounter
 from ctxwright.proxy.log import proxy_session_requests
 from ctxwright.proxy.store import ProxyLog
-from ctxwright.core.render import Renderer, RenderSettings
 from ctxwright.store.sessions import Store
-from ctxwright.core.tokens import PER_MESSAGE_OVERHEAD, Ledger, TokenCounter
 
 #: The parts of a request, in prompt order as far as they have one. The ledger's parts
 #: (``core/tokens.py``) plus two the ledger counts inside history: the status bar's messages
@@ -225,7 +225,7 @@ def _stored_session(store: Store, session_id: str, counter: TokenCounter) -> Ses
     by_index: dict[int, CallData] = {}
     for c in calls:
         a = c.audit
-        before, after = a.context or ("", "")
+        ctx_before, ctx_after = a.context or ("", "")
         parts = {k: int(c.ledger.get(k) or 0) for k in Ledger.PARTS}
         moved = extra.get(c.call_index)
         if moved:
@@ -239,8 +239,8 @@ def _stored_session(store: Store, session_id: str, counter: TokenCounter) -> Ses
             completion_tokens=c.completion_tokens,
             cause=a.cause or ("error" if c.error else "?"),
             where=a.where,
-            before=before,
-            after=after,
+            before=ctx_before,
+            after=ctx_after,
             options_changed=a.options_changed,
             wall_ms=c.elapsed_ms,
             error=c.error,

@@ -27,8 +27,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from ctxwright.store.sessions import LeaseRow, Store
 from ctxwright.errors import SessionInUse
+from ctxwright.store.sessions import LeaseRow, Store
 
 _BOOT_TIME: float | None = None
 

@@ -369,5 +369,4 @@ def migrate(db: sqlite3.Connection, path: Path, applied: set[str]) -> None:
         raise
 
 
-
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_file", "check_schema", "migrate", "recover_v1_options"]

@@ -46,7 +46,6 @@ class LeaseRow:
     since: float
 
 
-
 class Store:
     """One SQLite database (WAL mode). Thread-safe: tool threads may record concurrently.
 

@@ -31,6 +31,7 @@ DEFAULT_WAIT_S = 60.0
 BUSY_TIMEOUT_S = 5.0
 T = TypeVar("T")
 
+
 def default_db_path() -> Path:
     """``$CTXWRIGHT_DB`` if set, else ``ctxwright.db`` in the user's data dir."""
     env = os.environ.get("CTXWRIGHT_DB")
@@ -39,7 +40,6 @@ def default_db_path() -> Path:
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("ctxwright", appauthor=False)) / "ctxwright.db"
-
 
 
 def os_problem(path: Path, exc: OSError) -> str:
@@ -117,7 +117,6 @@ def describe_problem(path: Path, exc: sqlite3.Error, waited_s: float | None = No
     )
 
 
-
 def wait_from_env() -> float:
     raw = os.environ.get("CTXWRIGHT_DB_WAIT")
     if not raw:
@@ -126,7 +125,6 @@ def wait_from_env() -> float:
         return max(0.0, float(raw))
     except ValueError:
         raise StoreUnusable(f"CTXWRIGHT_DB_WAIT={raw!r} is not a number of seconds; set it to e.g. 60") from None
-
 
 
 class Database:
