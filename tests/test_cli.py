@@ -360,7 +360,7 @@ def test_a_damaged_database_is_one_line_and_debug_shows_the_traceback(tmp_path, 
     assert "is not an SQLite database" in err and str(bad) in err and "Traceback" not in err
     assert main(["--debug", "--db", str(bad), "sessions"]) == 2
     err = capsys.readouterr().err
-    assert "Traceback" in err and "store.py" in err
+    assert "Traceback" in err and "migrations.py" in err
     assert err.strip().splitlines()[-1].startswith("ctxwright: ")
 
 

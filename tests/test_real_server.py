@@ -80,7 +80,7 @@ def test_a_tool_loop_runs_against_llama_cpp_server(tmp_path: Path) -> None:
     # tokens, no cached-token field, no timings -- so the wall time is stored with each call
     assert all(c.prompt_tokens and c.cached_tokens is None for c in calls)
     assert all("timings" not in c.usage["raw"] for c in calls)
-    assert all(isinstance(c["wall_ms"], float) and c["wall_ms"] > 0 for c in calls)
+    assert all(isinstance(c.wall_ms, float) and c.wall_ms > 0 for c in calls)
 
 
 def test_a_server_that_drops_the_tools_is_warned_about(tmp_path: Path) -> None:

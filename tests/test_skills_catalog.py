@@ -227,9 +227,9 @@ def test_calls_record_show_and_audit_the_catalog_line(tmp_path, capsys, mode):
     else:
         text = next(ev.message for ev in session.events if isinstance(ev, UserEvent) and ev.skills_announced)
         assert catalog[0] == counter.count_message(text)
-        assert calls[0]["ledger"]["history"] == 0  # the catalog is not counted as history
+        assert calls[0].ledger["history"] == 0  # the catalog is not counted as history
     for c in calls:
-        lg = c["ledger"]
+        lg = c.ledger
         assert (
             sum(lg[k] for k in ("system_and_tools", "skills_catalog", "tool_results", "history"))
             + lg["latest_user"]
@@ -241,7 +241,7 @@ def test_calls_record_show_and_audit_the_catalog_line(tmp_path, capsys, mode):
     assert main(["--db", str(db), "show", sid]) == 0
     out = capsys.readouterr().out
     assert (
-        f"context of call 1 by part: sys+tools {calls[1]['ledger']['system_and_tools']:,} · skills catalog {catalog[1]:,}"
+        f"context of call 1 by part: sys+tools {calls[1].ledger['system_and_tools']:,} · skills catalog {catalog[1]:,}"
         in out
     )
     assert main(["--db", str(db), "show", sid, "--wide"]) == 0

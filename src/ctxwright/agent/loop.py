@@ -478,6 +478,7 @@ class Agent:
                     ok=out.ok,
                     elapsed_ms=round(out.elapsed_ms, 3),
                     error_type=out.error_type,
+                    skill=out.skill,  # the Skill tool's body: kept by compaction (compaction/skills.py)
                     **prep.fields,
                     **extra,
                 )

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
 from ctxwright.core.messages import Message, Usage
+from ctxwright.core.skill_content import body_skill
 from ctxwright.errors import EventFormatError
 
 StatusMode = Literal["replace", "append"]
@@ -337,6 +338,14 @@ class ToolEvent(MessageEvent):
     ``external``: the content is an untrusted tool's text, marked as external content
     (``defence/marking.py``); ``sanitized``: what the sanitizer changed in it, with the
     original text (``defence/sanitize.py``).
+
+    ``skill``: the skill whose full instructions this result is, as the ``Skill`` tool said
+    when it returned it (``tools/registry.py: ToolResult``); compaction keeps such a result
+    in the context (``compaction/skills.py``). An event made without the flag -- stored by a
+    release before it, or recorded by a caller that does not say -- is decided once, here,
+    from its text as those releases did (:func:`~ctxwright.core.skill_content.body_skill`);
+    ``skill_inferred`` then keeps the derived flag out of the payload, so such a row writes
+    back byte for byte as it was stored.
     """
 
     KIND: ClassVar[str] = "tool"
@@ -358,6 +367,7 @@ class ToolEvent(MessageEvent):
             "interrupted",
             "external",
             "sanitized",
+            "skill",
         }
     )
 
@@ -376,6 +386,8 @@ class ToolEvent(MessageEvent):
     interrupted: bool = False
     external: bool = False
     sanitized: Sanitization | None = None
+    skill: str | None = None
+    skill_inferred: bool = field(default=False, compare=False, repr=False)
 
     @classmethod
     def build(
@@ -385,6 +397,8 @@ class ToolEvent(MessageEvent):
         w = _where(cls.KIND, -1)
         off = fields.pop("offload", None)
         san = fields.pop("sanitized", None)
+        inferred = "skill" not in fields
+        skill = body_skill(tool_name, message.content) if inferred else fields.pop("skill")
         return cls(
             message=message,
             tool_name=tool_name,
@@ -402,6 +416,8 @@ class ToolEvent(MessageEvent):
             interrupted=bool(fields.pop("interrupted", False)),
             external=bool(fields.pop("external", False)),
             sanitized=san if isinstance(san, Sanitization) or san is None else Sanitization.from_dict(san, w),
+            skill=skill,
+            skill_inferred=inferred,
             extra=fields,
         )
 
@@ -424,6 +440,8 @@ class ToolEvent(MessageEvent):
             out["external"] = True
         if self.sanitized is not None:
             out["sanitized"] = self.sanitized.to_dict()
+        if self.skill is not None and not self.skill_inferred:
+            out["skill"] = self.skill
         return out
 
     @classmethod
@@ -438,11 +456,14 @@ class ToolEvent(MessageEvent):
         external = p.get("external", False)
         if not isinstance(external, bool):
             raise EventFormatError(f"{w}: 'external' is {type(external).__name__}, not true or false")
+        message = _message(p, w)
+        tool_name = _str(p, "tool_name", w) or "tool"
+        inferred = "skill" not in p  # stored before the flag: decided from the text, once
         return cls(
             seq=seq,
             created_at=created_at,
-            message=_message(p, w),
-            tool_name=_str(p, "tool_name", w) or "tool",
+            message=message,
+            tool_name=tool_name,
             ok=ok,
             elapsed_ms=_float(p, "elapsed_ms", w),
             error_type=_str(p, "error_type", w),
@@ -457,6 +478,8 @@ class ToolEvent(MessageEvent):
             interrupted=interrupted,
             external=external,
             sanitized=Sanitization.from_dict(p["sanitized"], w) if p.get("sanitized") is not None else None,
+            skill=body_skill(tool_name, message.content) if inferred else _str(p, "skill", w),
+            skill_inferred=inferred,
             extra=_extra(p, cls.KNOWN),
         )
 
