@@ -169,7 +169,7 @@ class Harness:
             (``agent/recipe.py``); one given again overrides it. Another backend or model
             than the session's is refused (:class:`ConfigError`).
         take_over: continue the session even if the store says another process runs it
-            (one writer per session, ``store/lease.py``); for a process on another host, or
+            (one writer per session, ``core/lease.py``); for a process on another host, or
             after checking it is gone. A lease of a dead process on this host is taken over
             without it.
         workspace: a folder; gives the agent ``read_file`` and ``list_dir`` confined to it
@@ -383,7 +383,7 @@ class Harness:
             if self.store is None:
                 raise ConfigError("resuming a session needs the database it is stored in: db=PATH (CLI: --db PATH)")
             sid = self.store.get_session(opts["resume"]).id
-            # one writer per session (store/lease.py), then what the store could not take last time
+            # one writer per session (core/lease.py), then what the store could not take last time
             self._lease = acquire_lease(self.store, sid, take_over=opts["take_over"])
             import_pending(self.store, sid)
             stored = Session.resume(self.store, sid)
@@ -567,7 +567,7 @@ class Harness:
                 model=self.backend.model,
                 meta={"workspace": str(self.workspace) if self.workspace else None, META_KEY: config_record},
             )
-            if self.store is not None:  # one writer per session (store/lease.py)
+            if self.store is not None:  # one writer per session (core/lease.py)
                 self._lease = acquire_lease(self.store, self.session.id)
         if self.skill_tools is not None:  # a second Skill(name) points back only while the view shows the body
             self.skill_tools.is_shown = shown_in(self.session)
