@@ -293,4 +293,4 @@ class Store:
         self.db.close()
 
 
-__all__ = ["LeaseRow", "Store", "default_db_path"]
+__all__ = ["LeaseRow", "Store"]
