@@ -49,8 +49,8 @@ from ctxwright.core.messages import Message
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.request import ChatRequest
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
 from ctxwright.core.tokens import TokenCounter
+from ctxwright.store.sessions import Store
 from ctxwright.tools.registry import ToolRegistry, tool
 
 SIZES = [1_000] * 10 + [4_000] * 6 + [20_000] * 3 + [200_000, 1_000_000, 5_000_000]

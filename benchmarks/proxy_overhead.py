@@ -279,10 +279,11 @@ def main(argv: list[str] | None = None) -> int:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    from ctxwright.core.store import Store
+    from ctxwright.proxy.log import proxy_sessions
+    from ctxwright.store.sessions import Store
 
     store = Store(db)
-    recorded = sum(s["calls"] for s in store.proxy_session_rows())
+    recorded = sum(s["calls"] for s in proxy_sessions(store))
     store.close()
     expected = sum(r["requests"] for r in rows) + sum(2 * r["clients"] for r in rows)  # + warm-up calls
     plain8 = next(r for r in rows if r["clients"] == 8 and not r["stream"])

@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 @pytest.fixture
 def store(tmp_path):
-    from ctxwright.core.store import Store
+    from ctxwright.store.sessions import Store
 
     s = Store(tmp_path / "ctx.db")
     yield s

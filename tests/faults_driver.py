@@ -36,7 +36,7 @@ def _note(fd: int, text: str) -> None:
 def child(cmd: dict[str, Any]) -> int:
     from ctxwright import Harness, tool
     from ctxwright.core.events import Event
-    from ctxwright.core.store import Store
+    from ctxwright.store.sessions import Store
 
     random.seed(os.getpid() ^ time.time_ns())  # a fork copies the server's random state
     ack = os.open(cmd["ack"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

@@ -13,8 +13,8 @@ from ctxwright.backends.scripted import ScriptedBackend, call
 from ctxwright.core.messages import Message
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
 from ctxwright.errors import BackendUnavailable
+from ctxwright.store.sessions import Store
 from ctxwright.tools.builtin import default_tools
 from ctxwright.tools.registry import ToolRegistry, tool
 
@@ -169,7 +169,7 @@ def test_backend_failure_keeps_every_event(store):
     kinds = [e.kind for e in store.events(a.session.id)]
     assert kinds == ["user", "assistant", "tool"]
     calls = store.calls(a.session.id)
-    assert calls[-1]["error"].startswith("BackendUnavailable")
+    assert (calls[-1].error or "").startswith("BackendUnavailable")
     # the session can be resumed and continued
     resumed = Session.resume(Store(store.path), a.session.id)
     assert len(resumed.events) == 3

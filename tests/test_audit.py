@@ -630,10 +630,10 @@ def test_real_session_export_matches_the_live_audit(store, tmp_path, capsys):
     path.write_text(capsys.readouterr().out)
     rows, problems = audit(path)
     assert problems == []
-    live = [c["audit"] for c in store.calls(s.id)]
+    live = [c.audit.raw for c in store.calls(s.id)]
     assert causes(rows) == [c["cause"] for c in live] == ["first", "append", "compaction"]
     assert [r.reusable_prefix_bytes for r in rows] == [c["reusable_prefix_bytes"] for c in live]
-    assert [r.cached_tokens for r in rows] == [c["cached_tokens"] for c in store.calls(s.id)]
+    assert [r.cached_tokens for r in rows] == [c.cached_tokens for c in store.calls(s.id)]
 
 
 # -- the command line -----------------------------------------------------------------------

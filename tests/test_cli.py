@@ -11,8 +11,8 @@ import pytest
 
 from ctxwright.cli.main import main
 from ctxwright.compaction.offload import file_stem
-from ctxwright.core.store import Store
 from ctxwright.defence.marking import TAGS_SECTION, unwrap
+from ctxwright.store.sessions import Store
 from fakeserver import FakeOpenAIServer as F
 
 
@@ -65,7 +65,7 @@ def test_run_show_sessions_and_resume(tmp_path, capsys):
         (row,) = store.list_sessions()
         sid = row["id"]
         calls = store.calls(sid)
-        assert [c["cached_tokens"] for c in calls] == [0, 256]
+        assert [c.cached_tokens for c in calls] == [0, 256]
         assert main(["--db", str(db), "show", sid]) == 0
         shown = capsys.readouterr().out
         assert "get_current_time" in shown and "America/Vancouver" in shown and "256" in shown
@@ -360,7 +360,7 @@ def test_a_damaged_database_is_one_line_and_debug_shows_the_traceback(tmp_path, 
     assert "is not an SQLite database" in err and str(bad) in err and "Traceback" not in err
     assert main(["--debug", "--db", str(bad), "sessions"]) == 2
     err = capsys.readouterr().err
-    assert "Traceback" in err and "store.py" in err
+    assert "Traceback" in err and "migrations.py" in err
     assert err.strip().splitlines()[-1].startswith("ctxwright: ")
 
 

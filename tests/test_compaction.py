@@ -482,7 +482,7 @@ def test_clearing_keeps_newest_by_count_and_by_token_share():
 
 def test_offline_audit_of_an_export_rebuilds_the_compacted_requests_that_were_sent(store, tmp_path):
     from ctxwright.audit.logs import requests_from_export
-    from ctxwright.core.export import session_export
+    from ctxwright.store.export import session_export
 
     reg = ToolRegistry()
 

@@ -20,20 +20,27 @@ from ctxwright.compaction import CompactionConfig, ContextManager
 from ctxwright.compaction.check import violations
 from ctxwright.compaction.pinned import catalog_messages
 from ctxwright.compaction.pipeline import Clearing, Noise, PassState
-from ctxwright.compaction.skills import CLOSING, carry_text, shown_skills
+from ctxwright.compaction.skills import CLOSING, body_of, body_seqs, carry_text, shown_skills
 from ctxwright.compaction.summarizer import Summarizer
 from ctxwright.compaction.trim import plan_trim
-from ctxwright.core.events import SKILLS_CATALOG_KEY, BudgetRecord, CompactionEvent, ToolEvent, UserEvent
-from ctxwright.core.messages import Message, ToolCall
+from ctxwright.core.events import (
+    SKILLS_CATALOG_KEY,
+    BudgetRecord,
+    CompactionEvent,
+    ToolEvent,
+    UserEvent,
+    event_from_row,
+)
+from ctxwright.core.messages import Message, ToolCall, canonical_json
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.render import render
 from ctxwright.core.results import ResultDraft
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
 from ctxwright.core.tokens import TokenCounter, estimate_tokens
 from ctxwright.errors import ContextWindowExceeded
 from ctxwright.skills import load_skills
 from ctxwright.skills.tools import SkillTools, catalog_message
+from ctxwright.store.sessions import Store
 from ctxwright.tools.registry import tool
 
 COUNT = TokenCounter(estimate_tokens, "estimate")
@@ -296,6 +303,59 @@ def test_skill_returns_the_body_again_once_a_compaction_took_it_away(tmp_path, s
     with Harness.resume(sid, backend=third, **opts) as h2:  # the resumed view shows the second copy
         h2.run("once more")
     assert "Already loaded above" in ([m for m in third.requests[1].messages if m.role == "tool"][-1].content or "")
+
+
+# -- which result is a body: a flag on the event, set by the Skill tool ------------------------------------
+def test_the_skill_tool_flags_its_body_on_the_event_and_the_store_keeps_the_flag(tmp_path, skills_root, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(home)
+    db = tmp_path / "f.db"
+    opts = dict(system="S.", tools=[], skills=[skills_root], db=db, status=False, compaction=False)
+    twice = [Message(role="assistant", tool_calls=(call("Skill", {"name": "alpha"}, f"k{i}"),)) for i in (1, 2)]
+    with Harness(backend=ScriptedBackend([*twice, "done"]), **opts) as h:
+        h.run("write the report")
+        sid = h.session_id
+        body, pointer = [ev for ev in h.session.events if isinstance(ev, ToolEvent)]
+    assert (body.skill, body.skill_inferred) == ("alpha", False)
+    assert "Already loaded above" in (pointer.message.content or "") and pointer.skill is None
+    assert body.to_payload()["skill"] == "alpha" and "skill" not in pointer.to_payload()
+    stored = [ev for ev in Store(db).events(sid) if isinstance(ev, ToolEvent)]
+    assert [(ev.skill, ev.skill_inferred) for ev in stored] == [("alpha", False), (None, True)]
+    assert body_seqs(stored) == {body.seq}
+
+
+def test_a_tool_event_stored_without_the_flag_is_decided_from_its_text_once(skills_root):
+    """A row written before ``ToolEvent.skill`` existed: the Skill tool's result, no flag."""
+    text = skill_tools(skills_root).activate("alpha")
+    legacy = {
+        "message": {"role": "tool", "content": text, "tool_call_id": "k1"},
+        "tool_name": "Skill",
+        "ok": True,
+        "elapsed_ms": 1.0,
+        "error_type": None,
+        "result_id": "k1",
+    }
+    ev = event_from_row(3, "tool", 0.0, legacy)
+    assert isinstance(ev, ToolEvent) and (ev.skill, ev.skill_inferred) == ("alpha", True)
+    assert body_seqs([ev]) == {3}
+    assert canonical_json(ev.to_payload()) == canonical_json(legacy)  # written back byte for byte
+    other = event_from_row(4, "tool", 0.0, {**legacy, "tool_name": "fetch_page"})
+    assert isinstance(other, ToolEvent) and other.skill is None
+
+
+def test_compaction_reads_the_flag_not_the_text():
+    looks_like_a_body = '<skill_content name="alpha">\nrules\n</skill_content>'
+    said_no = ToolEvent.build(
+        Message(role="tool", content=looks_like_a_body, tool_call_id="a"), tool_name="Skill", skill=None
+    )
+    said_yes = ToolEvent.build(
+        Message(role="tool", content="plain text", tool_call_id="b"), tool_name="x", skill="beta"
+    )
+    assert body_of(said_no) is None and body_of(said_yes) == "beta"
+    parsed = event_from_row(0, "tool", 0.0, said_yes.to_payload())
+    assert isinstance(parsed, ToolEvent) and body_of(parsed) == "beta"
 
 
 # -- the property: no layer ever drops an active skill body ------------------------------------------------

@@ -25,12 +25,12 @@ from ctxwright.cli.main import main
 from ctxwright.core.events import ToolEvent
 from ctxwright.core.messages import Message, ToolCall, canonical_json
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
 from ctxwright.defence.levels import BOOK_NAMES, LEVELS, WARNING_SECTION, features
 from ctxwright.defence.marking import TAGS_SECTION, neutralise, unwrap, wrap
 from ctxwright.defence.sanitize import sanitize
 from ctxwright.errors import ConfigError, PrefixMismatch
 from ctxwright.mcp.tools import effects_of
+from ctxwright.store.sessions import Store
 from ctxwright.tools.builtin import calculator, get_current_time, get_weather, make_file_tools
 from ctxwright.tools.registry import Tool
 from fakeserver import FakeOpenAIServer as F

@@ -55,8 +55,8 @@ def test_tool_round_trip_reuses_the_whole_prefix(backend, store):
     assert second.cached_tokens is not None and second.cached_tokens >= prefix_tokens
     assert second.prompt_tokens > first.prompt_tokens
     stored = store.calls(session.id)
-    assert [c["cached_tokens"] for c in stored] == [first.cached_tokens, second.cached_tokens]
-    assert all(c["prefill_ms"] is not None and c["decode_ms"] is not None for c in stored)
+    assert [c.cached_tokens for c in stored] == [first.cached_tokens, second.cached_tokens]
+    assert all(c.prefill_ms is not None and c.decode_ms is not None for c in stored)
 
 
 def test_tool_results_render_as_user_turn_and_session_keeps_tool_role(backend):

@@ -29,13 +29,13 @@ from ctxwright.core.events import (
     event_from_dict,
     event_from_row,
 )
-from ctxwright.core.export import session_export
 from ctxwright.core.messages import Message, ToolCall, Usage, canonical_json
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.render import render
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
 from ctxwright.errors import EventFormatError
+from ctxwright.store.export import session_export
+from ctxwright.store.sessions import Store
 
 SRC = Path(__file__).parent.parent / "src" / "ctxwright"
 

@@ -12,7 +12,7 @@ import pytest
 
 from ctxwright.cli.main import main
 from ctxwright.core.messages import canonical_json
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from fakeserver import FakeOpenAIServer as F
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -95,7 +95,7 @@ def test_audit_reads_the_exported_requests(tmp_path, capsys):
     assert main(["audit", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["cause"] for r in doc["requests"]] == ["first", "append", "append"]
-    live = [c["audit"]["cause"] for c in Store(db).calls(sid)]
+    live = [c.audit.cause for c in Store(db).calls(sid)]
     assert live == ["first", "append", "append"]
 
 

@@ -32,8 +32,8 @@ from ctxwright.core.events import CompactionEvent, ToolEvent, UserEvent
 from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.request import ChatRequest
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
 from ctxwright.errors import BackendError
+from ctxwright.store.sessions import Store
 from fakeserver import FakeOpenAIServer as F
 from fakeserver import pairing_error
 
@@ -476,9 +476,9 @@ def test_the_lease_of_a_killed_process_is_taken_over(tmp_path):
 def test_the_lease_rules_in_one_process(tmp_path):
     """Another host's lease is refused (its process cannot be checked from here) unless
     ``take_over``; a newer harness of this process takes the session from an older one."""
-    from ctxwright.core.lease import acquire
-    from ctxwright.core.store import LeaseRow
     from ctxwright.errors import SessionInUse
+    from ctxwright.store.lease import acquire
+    from ctxwright.store.sessions import LeaseRow
 
     db = tmp_path / "c.db"
     with F([F.reply_text("one"), F.reply_text("two"), F.reply_text("three")]) as srv:
@@ -579,7 +579,7 @@ def test_a_reply_the_store_cannot_take_goes_to_a_private_recovery_file_and_resum
     events = Store(db).events(sid)
     assert [e.seq for e in events] == list(range(len(events)))
     calls = Store(db).calls(sid)
-    assert [c["call_index"] for c in calls] == list(range(len(calls)))  # the call record came back too
+    assert [c.call_index for c in calls] == list(range(len(calls)))  # the call record came back too
 
 
 def main_run(db: Path, sid: str, prompt: str) -> int:

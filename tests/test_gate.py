@@ -20,8 +20,8 @@ from ctxwright.backends.scripted import call
 from ctxwright.cli.main import main
 from ctxwright.core.events import GateEvent, ToolEvent
 from ctxwright.core.messages import Message, ToolCall
-from ctxwright.core.store import Store
 from ctxwright.errors import ConfigError, GateRuleError
+from ctxwright.store.sessions import Store
 from fakeserver import FakeOpenAIServer as F
 
 SRC = Path(__file__).resolve().parents[1] / "src"

@@ -24,10 +24,10 @@ from ctxwright.core.messages import Message, Usage
 from ctxwright.core.reasoning import META_KEY as REASONING_KEY
 from ctxwright.core.reasoning import ReasoningPolicyConflict
 from ctxwright.core.request import Completion
-from ctxwright.core.store import Store
 from ctxwright.defence.marking import TAGS_SECTION
 from ctxwright.errors import BackendUnavailable
 from ctxwright.status.bar import OPERATING_MANUAL
+from ctxwright.store.sessions import Store
 from fakeserver import FakeOpenAIServer as F
 
 

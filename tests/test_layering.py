@@ -2,9 +2,17 @@
 
 Layers, low to high (docs/architecture.md explains each)::
 
-    errors < core < backends < tools < defence < {audit, status, compaction, skills, mcp} < {agent, proxy, report} < harness < cli
+    errors < core < {backends, store} < tools < defence < {audit, status, compaction, skills, mcp} < {agent, proxy, report} < harness < cli
 
 ``audit``, ``status``, ``compaction``, ``skills`` and ``mcp`` share a layer and must not import each other.
+
+``store`` (persistence: sessions, events, calls, leases, migrations, recovery files) sits just
+above ``core``, not in it: it reads the model to migrate and export (events, prefix, the
+renderer), while the session in ``core`` must write every event the moment it happens. So
+``core`` declares what it needs from a store (``core/records.py: SessionStore``, the typed
+``CallRecord``) and ``store.sessions.Store`` implements it -- ``core`` never imports ``store``,
+and the two are not one layer importing each other. ``store`` shares its rank with
+``backends``: neither needs the other.
 Importing within one's own layer is fine (core modules import each other). The package's
 ``__init__.py`` may import anything; importing the package root itself (``from ctxwright
 import Harness``) counts as the top layer, because the root re-exports the public API.
@@ -30,6 +38,7 @@ RANKS: dict[str, int] = {
     "errors": 0,
     "core": 1,
     "backends": 2,
+    "store": 2,
     "tools": 3,
     "defence": 4,
     "audit": 5,
@@ -178,7 +187,9 @@ def test_known_exceptions_are_still_needed():
     "importer,imported,bad",
     [
         ("ctxwright.core.session", "ctxwright.errors", False),
-        ("ctxwright.core.session", "ctxwright.core.store", False),
+        ("ctxwright.core.session", "ctxwright.core.records", False),
+        ("ctxwright.core.session", "ctxwright.store.sessions", True),
+        ("ctxwright.store.sessions", "ctxwright.core.events", False),
         ("ctxwright.core.session", "ctxwright.compaction.manager", True),
         ("ctxwright.core.render", "ctxwright.status.bar", True),
         ("ctxwright.status.bar", "ctxwright.audit.compare", True),
@@ -205,7 +216,7 @@ if TYPE_CHECKING:
 def later():
     import ctxwright.status.bar
     from ctxwright.compaction import full
-    from . import store
+    from . import render
 """
     got = [t for t, _ in imports_in(source, "ctxwright.core.session")]
     assert got == [
@@ -213,7 +224,7 @@ def later():
         "ctxwright.agent.loop",
         "ctxwright.status.bar",
         "ctxwright.compaction.full",
-        "ctxwright.core.store",
+        "ctxwright.core.render",
     ]
 
 

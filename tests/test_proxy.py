@@ -29,10 +29,11 @@ import httpx2
 import openai
 import pytest
 
-from ctxwright.core.proxy_log import proxy_session_requests, proxy_sessions
-from ctxwright.core.store import Store
+from ctxwright.proxy.log import proxy_session_requests, proxy_sessions
 from ctxwright.proxy.serve import RecordingProxy
 from ctxwright.proxy.server import ProxyConfig
+from ctxwright.proxy.store import ProxyLog
+from ctxwright.store.sessions import Store
 
 sys.path.insert(0, str(Path(__file__).parent))
 from proxy_upstream import Upstream
@@ -218,7 +219,7 @@ def test_the_client_receives_the_upstream_bytes_exactly(proxy, upstream, path, b
     (seen,) = _new_seen(upstream, before)
     assert got == seen.sent and got
     _done(proxy)
-    (row,) = [r for r in proxy.store.proxy_exchange_rows(proxy_sessions(proxy.store)[0]["id"])]
+    (row,) = [r for r in ProxyLog(proxy.store).exchange_rows(proxy_sessions(proxy.store)[0]["id"])]
     plain = gzip.decompress(got) if behaviour else got
     assert bytes(row["response_body"]) == plain and row["response_encoding"] == (behaviour or None)
     assert row["response_sha256"] == hashlib.sha256(got).hexdigest() and row["response_bytes"] == len(got)
@@ -320,7 +321,7 @@ def test_upstream_down_is_a_502_with_a_clear_json_error(tmp_path):
         err = exc.value.body
         assert err["type"] == "upstream_unreachable" if "type" in err else err
         _done(p)
-    (row,) = store.proxy_exchange_rows(proxy_sessions(store)[0]["id"])
+    (row,) = ProxyLog(store).exchange_rows(proxy_sessions(store)[0]["id"])
     assert row["outcome"] == "upstream_unreachable" and row["status"] is None
 
 
@@ -357,7 +358,7 @@ def test_slow_upstream_times_out_with_504(upstream, tmp_path):
         assert r.status_code == 504 and time.monotonic() - t0 < 1.5
         assert "sent no answer within 0.3 s" in r.json()["error"]["message"]
         _done(p)
-    (row,) = store.proxy_exchange_rows(proxy_sessions(store)[0]["id"])
+    (row,) = ProxyLog(store).exchange_rows(proxy_sessions(store)[0]["id"])
     assert row["outcome"] == "upstream_timeout"
 
 
@@ -376,7 +377,7 @@ def test_an_upstream_silent_mid_stream_is_cut_and_recorded_as_a_timeout(upstream
                 got += chunk
         assert got.startswith(b"data: ")  # the first event arrived before the silence
         assert p.recorder.wait_idle(20, at_least=1)
-    (row,) = store.proxy_exchange_rows(proxy_sessions(store)[0]["id"])
+    (row,) = ProxyLog(store).exchange_rows(proxy_sessions(store)[0]["id"])
     assert row["outcome"] == "upstream_timeout" and row["status"] == 200
     assert bytes(row["response_body"]) == got
 
@@ -390,7 +391,7 @@ def test_garbage_from_the_upstream_is_forwarded_and_recorded_as_unparsed(proxy, 
     )
     assert r.status_code == 200 and r.content == _new_seen(upstream, before)[0].sent
     _done(proxy)
-    (row,) = proxy.store.proxy_exchange_rows(proxy_sessions(proxy.store)[0]["id"])
+    (row,) = ProxyLog(proxy.store).exchange_rows(proxy_sessions(proxy.store)[0]["id"])
     assert row["response_parsed"] == 0 and bytes(row["response_body"]) == r.content
 
 
@@ -435,7 +436,7 @@ def test_a_client_gone_mid_stream_closes_the_upstream_stream(proxy, upstream):
         time.sleep(0.05)
     assert seen.stream_closed_early  # the proxy stopped reading the upstream
     _done(proxy)
-    (row,) = proxy.store.proxy_exchange_rows(proxy_sessions(proxy.store)[0]["id"])
+    (row,) = ProxyLog(proxy.store).exchange_rows(proxy_sessions(proxy.store)[0]["id"])
     assert row["outcome"] == "client_disconnected"
     assert 0 < row["response_bytes"] < len(seen.sent) + 1 and row["total_ms"] < 5000
 
@@ -453,7 +454,7 @@ def test_a_50_mb_body_is_relayed_whole_and_recorded_as_size_and_hash(proxy, upst
     assert r.status_code == 200
     assert hashlib.sha256(_new_seen(upstream, before)[0].raw).digest() == hashlib.sha256(raw).digest()
     _done(proxy)
-    (row,) = proxy.store.proxy_exchange_rows(None)
+    (row,) = ProxyLog(proxy.store).exchange_rows(None)
     assert row["request_bytes"] == len(raw) and row["request_body"] is None
     assert row["request_sha256"] == hashlib.sha256(raw).hexdigest()
     assert row["error"] == "request body over the recording cap"
@@ -468,7 +469,7 @@ def test_a_body_that_is_not_json_is_relayed_untouched_and_recorded_unparsed(prox
     seen = _new_seen(upstream, before)[0]
     assert seen.raw == raw and seen.path == "/v1/chat/completions?api-version=1"
     _done(proxy)
-    (row,) = proxy.store.proxy_exchange_rows(None)
+    (row,) = ProxyLog(proxy.store).exchange_rows(None)
     assert row["request_parsed"] == 0 and bytes(row["request_body"]) == raw and row["api"] == "openai_chat"
 
 

@@ -13,10 +13,11 @@ import httpx
 import openai
 import pytest
 
-from ctxwright.core.proxy_log import proxy_session_requests, proxy_sessions
-from ctxwright.core.store import Store
+from ctxwright.proxy.log import proxy_session_requests, proxy_sessions
 from ctxwright.proxy.serve import RecordingProxy
 from ctxwright.proxy.server import ProxyConfig
+from ctxwright.proxy.store import ProxyLog
+from ctxwright.store.sessions import Store
 from llamaserver import LlamaServer
 
 pytest.importorskip(
@@ -65,7 +66,7 @@ def test_the_proxy_in_front_of_llama_cpp_server(tmp_path: Path) -> None:
     assert [r["proxy"]["audit"]["cause"] for r in records] == ["first", "append"]
     assert [r["proxy"]["streamed"] for r in records] == [False, True]
     assert records[0]["response"]["choices"][0]["message"]["content"] == first.choices[0].message.content
-    (raw,) = store.proxy_exchange_rows(sessions["header"]["id"])
+    (raw,) = ProxyLog(store).exchange_rows(sessions["header"]["id"])
     assert raw["request_sha256"] == hashlib.sha256(raw_body).hexdigest()
     assert raw["response_sha256"] == hashlib.sha256(got).hexdigest() and raw["response_bytes"] == len(got)
     assert b"NEVERSTORE" not in b"".join(p.read_bytes() for p in tmp_path.glob("proxy.db*"))

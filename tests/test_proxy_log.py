@@ -14,10 +14,12 @@ import pytest
 
 from ctxwright.audit.compare import Auditor
 from ctxwright.audit.logs import ParseProblem, parse_log, split_body, usage_of
-from ctxwright.core.proxy_log import api_of, decode_body, proxy_session_requests, proxy_sessions, sse_events
-from ctxwright.core.store import SCHEMA_VERSION, Store
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.errors import LogRecordRejected, SessionNotFound
+from ctxwright.proxy.log import api_of, decode_body, proxy_session_requests, proxy_sessions, sse_events
+from ctxwright.proxy.store import ProxyLog
+from ctxwright.store.migrations import SCHEMA_VERSION
+from ctxwright.store.sessions import Store
 
 
 def _row(sid: str | None, k: int, request: bytes, response: bytes, **kw):
@@ -58,7 +60,7 @@ def test_a_new_store_has_the_proxy_tables(tmp_path):
 
 def test_recorded_exchanges_read_back_as_audit_records(tmp_path):
     store = Store(tmp_path / "p.db")
-    sid = store.create_proxy_session(grouped_by="header", group_key="s1", api="openai_chat", upstream="http://u")
+    sid = ProxyLog(store).create_session(grouped_by="header", group_key="s1", api="openai_chat", upstream="http://u")
     sys_msg = {"role": "system", "content": "You are terse."}
     bodies = [
         {"model": "m", "messages": [sys_msg, {"role": "user", "content": "hi"}]},
@@ -74,8 +76,8 @@ def test_recorded_exchanges_read_back_as_audit_records(tmp_path):
     ]
     usage = {"prompt_tokens": 30, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 16}}
     for k, b in enumerate(bodies):
-        store.record_proxy_exchange(_row(sid, k, json.dumps(b).encode(), json.dumps({"usage": usage}).encode()))
-    store.record_proxy_exchange(  # not a model call: recorded, in no session
+        ProxyLog(store).record_exchange(_row(sid, k, json.dumps(b).encode(), json.dumps({"usage": usage}).encode()))
+    ProxyLog(store).record_exchange(  # not a model call: recorded, in no session
         _row(None, 0, b"", b'{"data": []}', method="GET", path="/v1/models", api=None, request_parsed=0)
     )
     assert [s["id"] for s in proxy_sessions(store)] == [sid]
@@ -89,7 +91,7 @@ def test_recorded_exchanges_read_back_as_audit_records(tmp_path):
     assert problems == [] and len(requests) == 2 and requests[1].cached_tokens == 16
     auditor = Auditor(TokenCounter())
     assert [auditor.add(r).cause for r in requests] == ["first", "append"]
-    assert [r["path"] for r in store.proxy_exchange_rows(None)] == ["/v1/models"]
+    assert [r["path"] for r in ProxyLog(store).exchange_rows(None)] == ["/v1/models"]
     with pytest.raises(SessionNotFound, match="ctxwright proxy --list"):
         proxy_session_requests(store, "px-nope")
 

@@ -17,7 +17,7 @@ import pytest
 from ctxwright import Harness, tool
 from ctxwright.core.progress import LedgerWarning, ProgressEvent, Retry, StreamFallback, ToolDone
 from ctxwright.core.render import NULL_CONTENT_KEY
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from llamaserver import LlamaServer
 
 pytest.importorskip(
@@ -78,9 +78,9 @@ def test_a_tool_loop_runs_against_llama_cpp_server(tmp_path: Path) -> None:
     store.close()
     # what docs/servers.md says this server reports, as measured here: prompt and completion
     # tokens, no cached-token field, no timings -- so the wall time is stored with each call
-    assert all(c["prompt_tokens"] and c["cached_tokens"] is None for c in calls)
-    assert all("timings" not in c["usage"]["raw"] for c in calls)
-    assert all(isinstance(c["wall_ms"], float) and c["wall_ms"] > 0 for c in calls)
+    assert all(c.prompt_tokens and c.cached_tokens is None for c in calls)
+    assert all("timings" not in c.usage["raw"] for c in calls)
+    assert all(isinstance(c.wall_ms, float) and c.wall_ms > 0 for c in calls)
 
 
 def test_a_server_that_drops_the_tools_is_warned_about(tmp_path: Path) -> None:

@@ -15,16 +15,16 @@ from ctxwright.audit.live import past_requests
 from ctxwright.audit.logs import requests_from_export
 from ctxwright.backends.scripted import ScriptedBackend, call
 from ctxwright.core.events import AssistantEvent, BudgetRecord, StatusEvent, ToolEvent
-from ctxwright.core.export import request_bodies, session_export
 from ctxwright.core.messages import Message, ToolCall, canonical_json
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.reasoning import ReasoningPolicy, install
 from ctxwright.core.render import Renderer, RenderSettings, render
 from ctxwright.core.request import ChatRequest, ToolSpec
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
 from ctxwright.errors import BackendUnavailable
 from ctxwright.status.bar import StatusBar, StatusConfig
+from ctxwright.store.export import request_bodies, session_export
+from ctxwright.store.sessions import Store
 from ctxwright.tools.registry import ToolRegistry, tool
 
 TOOLS = (
@@ -162,7 +162,7 @@ def test_property_requests_rebuilt_from_the_store_are_the_requests_sent(data, mo
         assert missing == [] and all(b.verified for b in bodies) and all(not b.unknown for b in bodies)
         assert [canonical_json(b.body) for b in bodies] == [canonical_json(r.openai_body("served-model")) for r in sent]
         # 2. the audit's replay (resume, export audit) rebuilds the answered calls exactly
-        answered = {c["call_index"] for c in store.calls(sid) if c["error"] is None}
+        answered = {c.call_index for c in store.calls(sid) if c.error is None}
         wanted = [[m.canonical() for m in r.messages[1:]] for k, r in enumerate(sent) if k in answered]
         resumed = Session.resume(store, sid)
         assert [[canonical_json(m) for m in p.messages] for p in past_requests(resumed)] == wanted

@@ -62,7 +62,7 @@ def test_a_stored_session_shows_every_part_compaction_status_and_tool(tmp_path):
         stored = h.store.calls(sid)
     (s,) = data.sessions
     assert len(s.calls) == len(stored) >= 6
-    assert [c.prompt_tokens for c in s.calls] == [c["prompt_tokens"] for c in stored]
+    assert [c.prompt_tokens for c in s.calls] == [c.prompt_tokens for c in stored]
     # the stored ledger's parts, with status and compaction notes taken out of history
     assert all(c.parts["system_and_tools"] > 0 and c.parts["status"] > 0 for c in s.calls)
     assert any(c.parts.get("compaction_notes", 0) > 0 for c in s.calls)
@@ -320,11 +320,12 @@ def _exchange(sid: str, k: int, request: bytes, response: bytes, **kw) -> dict:
 
 
 def test_a_proxy_session_is_one_page_with_the_proxys_timings(tmp_path, capsys):
-    from ctxwright.core.store import Store
+    from ctxwright.proxy.store import ProxyLog
     from ctxwright.report import from_proxy
+    from ctxwright.store.sessions import Store
 
     store = Store(tmp_path / "p.db")
-    sid = store.create_proxy_session(grouped_by="header", group_key="s1", api="openai_chat", upstream="http://up")
+    sid = ProxyLog(store).create_session(grouped_by="header", group_key="s1", api="openai_chat", upstream="http://up")
     system = {"role": "system", "content": "You are terse."}
     turns = [{"role": "user", "content": "hi " + EVIL}]
     bodies = []
@@ -335,12 +336,12 @@ def test_a_proxy_session_is_one_page_with_the_proxys_timings(tmp_path, capsys):
     usage = {"usage": {"prompt_tokens": 40, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 16}}}
     k = 0
     for b in bodies:
-        store.record_proxy_exchange(_exchange(sid, k, json.dumps(b).encode(), json.dumps(usage).encode()))
+        ProxyLog(store).record_exchange(_exchange(sid, k, json.dumps(b).encode(), json.dumps(usage).encode()))
         k += 1
-    store.record_proxy_exchange(  # a body that is not JSON: forwarded, recorded unparsed
+    ProxyLog(store).record_exchange(  # a body that is not JSON: forwarded, recorded unparsed
         _exchange(sid, k, b"not json", b"{}", request_parsed=0, request_content_type="text/plain")
     )
-    store.record_proxy_exchange(
+    ProxyLog(store).record_exchange(
         _exchange(sid, k + 1, json.dumps(bodies[-1]).encode(), b"", outcome="client_disconnected", response_parsed=0)
     )
     data = from_proxy(store, sid[:6])

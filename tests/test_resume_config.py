@@ -10,7 +10,7 @@ import pytest
 
 from ctxwright import CompactionConfig, Harness
 from ctxwright.cli.main import main
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from fakeserver import FakeOpenAIServer as F
 
 

@@ -29,14 +29,15 @@ from ctxwright.compaction import CompactionConfig, ContextManager
 from ctxwright.core.messages import Message, ToolCall, assistant, system, tool_result, user
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.progress import ProgressEvent, Retry, StreamFallback, Token
+from ctxwright.core.records import CallRecord
 from ctxwright.core.redact import redact
 from ctxwright.core.render import NULL_CONTENT_KEY
 from ctxwright.core.request import ChatRequest
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
 from ctxwright.core.tokens import Ledger, TokenCounter, build_ledger, check_reported
 from ctxwright.core.tool_ids import assign_ids
 from ctxwright.errors import BackendUnavailable, ConfigError, ResponseTruncated
+from ctxwright.store.sessions import Store
 from ctxwright.tools.registry import ToolRegistry
 from fakeserver import FakeOpenAIServer as S
 
@@ -143,8 +144,8 @@ def test_wall_time_is_stored_with_each_call_and_shown_by_the_reusable_tokens(tmp
     ):
         result = h.run("2 + 3?")
         calls = h.store.calls(h.session_id) if h.store else []
-    assert [c["cached_tokens"] for c in calls] == [None, None]  # this server reports no cache field
-    walls = [c["wall_ms"] for c in calls]
+    assert [c.cached_tokens for c in calls] == [None, None]  # this server reports no cache field
+    walls = [c.wall_ms for c in calls]
     assert all(isinstance(w, float) for w in walls) and walls[1] >= 250 > walls[0]
     assert [r.wall_ms for r in result.calls] == walls
     for wide, beside in ((False, "cached/reusable"), (True, "reusable tok")):
@@ -171,7 +172,7 @@ def test_a_failed_call_keeps_its_wall_time(tmp_path: Path) -> None:
     with S([bad]) as srv, served(srv.url, tmp_path / "f.db") as h:
         assert h.run("2 + 3?").stop_reason == "backend_error"
         (c,) = h.store.calls(h.session_id) if h.store else []
-    assert isinstance(c["wall_ms"], float) and c["error"].startswith("BackendError")
+    assert isinstance(c.wall_ms, float) and c.error.startswith("BackendError")
 
 
 # -- 3. timeouts and announced retries -----------------------------------------------------------------
@@ -296,9 +297,9 @@ def test_a_server_that_drops_the_tools_is_warned_about(tmp_path: Path, capsys: p
     )
     store = Store(tmp_path / "d.db")
     (call0,) = store.calls(store.list_sessions()[0]["id"])
-    assert call0["ledger"]["mismatch"]["kind"] == "tools_dropped"
-    assert call0["ledger"]["total"] == sum(
-        call0["ledger"][k] for k in ("system_and_tools", "tool_results", "history", "latest_user", "framing")
+    assert call0.ledger["mismatch"]["kind"] == "tools_dropped"
+    assert call0.ledger["total"] == sum(
+        call0.ledger[k] for k in ("system_and_tools", "tool_results", "history", "latest_user", "framing")
     )
     store.close()
 
@@ -467,7 +468,7 @@ def test_credentials_never_reach_the_screen_or_the_store(tmp_path: Path, capsys:
     store = Store(db)
     (row,) = store.list_sessions()
     (c,) = store.calls(row["id"])
-    assert "cannot connect" in c["error"]
+    assert "cannot connect" in c.error
     everything = out.out + out.err + db.read_bytes().decode("latin-1")
     everything += Path(str(db) + "-wal").read_bytes().decode("latin-1") if Path(str(db) + "-wal").exists() else ""
     assert "s3cret" not in everything
@@ -488,18 +489,16 @@ def test_a_server_error_that_echoes_the_key_is_redacted(tmp_path: Path) -> None:
         result = h.run("hi")
         (c,) = h.store.calls(h.session_id) if h.store else []
     assert "LEAKED1" not in (result.error or "") and "api-key=***" in (result.error or "")
-    assert "LEAKED1" not in c["error"]
+    assert "LEAKED1" not in c.error
 
 
 def test_the_store_redacts_a_call_error_whoever_wrote_it(store: Store) -> None:
     sid = store.create_session({"system": "s", "tools": []}, "0" * 64)
     store.record_call(
-        sid,
-        0,
-        {"request_sha256": "x", "request_bytes": 1, "prefix_sha256": "y", "error": "GET http://u:pw@h/v1?key=K1"},
+        CallRecord(sid, 0, request_sha256="x", request_bytes=1, prefix_sha256="y", error="GET http://u:pw@h/v1?key=K1")
     )
     (c,) = store.calls(sid)
-    assert c["error"] == "GET http://***@h/v1?key=***"
+    assert c.error == "GET http://***@h/v1?key=***"
 
 
 # -- 16. a body cut off mid-transfer --------------------------------------------------------------------

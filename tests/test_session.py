@@ -12,8 +12,8 @@ from ctxwright.core.messages import Message, ToolCall, Usage, canonical_json
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.request import ToolSpec
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
 from ctxwright.errors import PrefixFrozenError, SessionNotFound
+from ctxwright.store.sessions import Store
 
 TOOLS = (
     ToolSpec.create("zeta", "last alphabetically, first in order", {"type": "object", "properties": {}}),

@@ -12,7 +12,7 @@ from ctxwright.core.events import UserEvent
 from ctxwright.core.messages import Message
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 from ctxwright.tools.builtin import default_tools
 
 
@@ -27,11 +27,11 @@ def test_each_call_is_audited_and_stored(store, capsys):
     r = a.run("weather in Oslo?")
     assert [c.cause for c in r.calls] == ["first", "append"]
     first, second = store.calls(s.id)
-    assert first["audit"]["cause"] == "first" and first["audit"]["reusable_prefix_tokens"] == 0
-    assert second["audit"]["cause"] == "append"
+    assert first.audit.cause == "first" and first.audit.reusable_prefix_tokens == 0
+    assert second.audit.cause == "append"
     # everything the first request held is reusable by the second, to the byte
     first_req = audit_request(a.backend.requests[0], None)
-    assert second["audit"]["reusable_prefix_bytes"] == sum(len(seg) for seg in segments_of(first_req))
+    assert second.audit.raw["reusable_prefix_bytes"] == sum(len(seg) for seg in segments_of(first_req))
     summ = a.auditor.summary()
     assert summ.requests == 2 and summ.hit_ratio is not None
     assert main(["--db", str(store.path), "show", s.id]) == 0
@@ -48,7 +48,7 @@ def test_resumed_session_audits_against_what_it_sent_before(store):
     assert len(a2.auditor.rows) == 1  # rebuilt from the store
     r = a2.run("q2")
     assert r.calls[0].cause == "append" and (r.calls[0].reusable_tokens or 0) > 0
-    assert store.calls(s.id)[1]["audit"]["index"] == 1
+    assert store.calls(s.id)[1].audit.index == 1
 
 
 def test_recorded_compaction_is_reported_as_compaction_not_edit(store):
@@ -71,6 +71,6 @@ def test_edit_without_a_compaction_event_is_history_edited(store, monkeypatch):
     monkeypatch.setattr(s, "trajectory", lambda: [Message(role="user", content="q1 edited"), *rendered()[1:]])
     r = a.run("q2")
     assert r.calls[-1].cause == "history_edited"
-    audit = store.calls(s.id)[-1]["audit"]
+    audit = store.calls(s.id)[-1].audit.raw
     assert audit["first_divergence"] == {"message_index": 1, "field": "content", "byte_offset": 2}
     assert audit["context"]["after"].startswith(" edited")

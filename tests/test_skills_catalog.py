@@ -16,11 +16,11 @@ from ctxwright.core.messages import Message
 from ctxwright.core.progress import ProgressEvent, SkillsCatalog, SkillsWarning
 from ctxwright.core.session import Session
 from ctxwright.core.skills_catalog import catalog_block, is_catalog_message, skills_catalog_tokens
-from ctxwright.core.store import Store
 from ctxwright.core.tokens import TokenCounter, build_ledger, estimate_tokens
 from ctxwright.errors import ConfigError
 from ctxwright.skills import load_skills
 from ctxwright.skills.tools import CatalogEntry, SkillTools, catalog_listing, catalog_message
+from ctxwright.store.sessions import Store
 from skill_folders import make_skill, no_conventional_skills  # noqa: F401 -- the fixture is autouse
 
 
@@ -218,7 +218,7 @@ def test_calls_record_show_and_audit_the_catalog_line(tmp_path, capsys, mode):
         session = Session.resume(store, sid)
     finally:
         store.close()
-    catalog = [c["ledger"]["skills_catalog"] for c in calls]
+    catalog = [c.ledger["skills_catalog"] for c in calls]
     assert len(catalog) == 2 and catalog[0] == catalog[1] > 0
     if mode == "prefix":
         block = catalog_block(next(t for t in session.prefix.tools if t.name == "Skill").description)
@@ -226,9 +226,9 @@ def test_calls_record_show_and_audit_the_catalog_line(tmp_path, capsys, mode):
     else:
         text = next(ev.message for ev in session.events if isinstance(ev, UserEvent) and ev.skills_announced)
         assert catalog[0] == counter.count_message(text)
-        assert calls[0]["ledger"]["history"] == 0  # the catalog is not counted as history
+        assert calls[0].ledger["history"] == 0  # the catalog is not counted as history
     for c in calls:
-        lg = c["ledger"]
+        lg = c.ledger
         assert (
             sum(lg[k] for k in ("system_and_tools", "skills_catalog", "tool_results", "history"))
             + lg["latest_user"]
@@ -240,7 +240,7 @@ def test_calls_record_show_and_audit_the_catalog_line(tmp_path, capsys, mode):
     assert main(["--db", str(db), "show", sid]) == 0
     out = capsys.readouterr().out
     assert (
-        f"context of call 1 by part: sys+tools {calls[1]['ledger']['system_and_tools']:,} · skills catalog {catalog[1]:,}"
+        f"context of call 1 by part: sys+tools {calls[1].ledger['system_and_tools']:,} · skills catalog {catalog[1]:,}"
         in out
     )
     assert main(["--db", str(db), "show", sid, "--wide"]) == 0
@@ -282,7 +282,7 @@ def test_no_skills_no_catalog_line(tmp_path):
         sid = h.session_id
     store = Store(db)
     try:
-        assert [c["ledger"]["skills_catalog"] for c in store.calls(sid)] == [0]
+        assert [c.ledger["skills_catalog"] for c in store.calls(sid)] == [0]
     finally:
         store.close()
 

@@ -14,11 +14,11 @@ from ctxwright.core.events import UserEvent
 from ctxwright.core.messages import Message
 from ctxwright.core.render import render
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
 from ctxwright.defence.marking import TAGS_SECTION
 from ctxwright.errors import SkillToolError
 from ctxwright.skills import load_skills
 from ctxwright.skills.tools import SkillTools
+from ctxwright.store.sessions import Store
 from skill_folders import make_skill, no_conventional_skills  # noqa: F401 -- the fixture is autouse
 
 

@@ -245,7 +245,7 @@ def test_auto_mode_uses_measured_sizes():
 
 @pytest.mark.parametrize("mode", ["replace", "append"])
 def test_resumed_status_session_audits_like_the_live_one(mode, store):
-    from ctxwright.core.store import Store
+    from ctxwright.store.sessions import Store
 
     reg = phone_registry()
     s = Session.start(Prefix.build("sys", reg.specs()), store=store)

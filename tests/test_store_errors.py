@@ -19,7 +19,8 @@ import pytest
 from ctxwright.cli.main import main
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
-from ctxwright.core.store import SCHEMA_VERSION, Store
+from ctxwright.store.migrations import SCHEMA_VERSION
+from ctxwright.store.sessions import Store
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 DEAD_URL = "http://127.0.0.1:9/v1"  # never reached: each case fails on the database first

@@ -22,9 +22,10 @@ from ctxwright.core.prefix import Prefix
 from ctxwright.core.reasoning import install
 from ctxwright.core.render import render_at
 from ctxwright.core.session import Session
-from ctxwright.core.store import MIGRATIONS, SCHEMA_VERSION, Store, options_of
 from ctxwright.errors import NotADatabase, SchemaTooNew, StoreUnusable
 from ctxwright.status.bar import StatusBar, StatusConfig
+from ctxwright.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from ctxwright.store.sessions import Store
 from ctxwright.tools.registry import ToolRegistry, tool
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -72,17 +73,15 @@ def test_v1_database_migrates_and_rerenders_byte_for_byte_what_was_sent(tmp_path
     assert SCHEMA_VERSION == 5
     session = Session.resume(store, SID)
     calls = store.calls(SID)
-    rendered = render_at(session.prefix, session.events, session.settings(), [c["event_count"] for c in calls])
-    rebuilt = [
-        options_of(c).request(tuple(rendered[c["event_count"]]), session.prefix.tools).canonical_bytes() for c in calls
-    ]
+    rendered = render_at(session.prefix, session.events, session.settings(), [c.event_count for c in calls])
+    rebuilt = [c.options.request(tuple(rendered[c.event_count]), session.prefix.tools).canonical_bytes() for c in calls]
     sent = (FIXTURES / "store_v1.requests.jsonl").read_text().splitlines()
     assert [json.dumps(json.loads(r), sort_keys=True, ensure_ascii=False) for r in rebuilt] == sent
     # what the stored hash proves was recovered; the rest is marked unknown, never guessed
-    assert [c["tool_choice"] for c in calls] == ["auto"] * 5
-    assert [c["model"] for c in calls] == ["deepseek-chat"] * 5
-    assert all(c["options_unknown"] == ["max_tokens", "temperature", "extra"] for c in calls)
-    assert [c["event_count"] for c in calls] == [2, 6, 9, 12, 16]
+    assert [c.tool_choice for c in calls] == ["auto"] * 5
+    assert [c.model for c in calls] == ["deepseek-chat"] * 5
+    assert all(c.options_unknown == ("max_tokens", "temperature", "extra") for c in calls)
+    assert [c.event_count for c in calls] == [2, 6, 9, 12, 16]
     store.close()
     again = Store(db)  # a second open finds nothing to do
     assert again.schema() == (SCHEMA_VERSION, [fn.__name__ for fn in MIGRATIONS])
@@ -118,7 +117,7 @@ def test_follow_up_run_on_the_migrated_fixture_is_audited_as_append(tmp_path):
     assert [c.cause for c in r.calls] == ["append"]
     assert (r.calls[0].reusable_tokens or 0) > 0
     new = Store(db).calls(SID)[-1]
-    assert (new["call_index"], new["max_tokens"], new["options_unknown"]) == (5, 64, [])
+    assert (new.call_index, new.max_tokens, new.options_unknown) == (5, 64, ())
 
 
 def test_a_file_that_is_not_sqlite_is_refused_and_left_as_it_was(tmp_path, capsys):
@@ -179,5 +178,5 @@ def test_a_new_store_has_every_migration_and_records_request_options(tmp_path):
     s.add_user("recorded after the request was built: not part of it")
     s.record_call(req, None, model="served-name")
     (call,) = store.calls(s.id)
-    assert options_of(call).body(req.messages, req.tools) == req.openai_body("served-name")
-    assert (call["event_count"], call["tool_choice"], call["extra"]) == (1, "lookup", {"seed": 7})
+    assert call.options.body(req.messages, req.tools) == req.openai_body("served-name")
+    assert (call.event_count, call.tool_choice, call.extra) == (1, "lookup", {"seed": 7})

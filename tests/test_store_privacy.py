@@ -17,8 +17,8 @@ from ctxwright import CompactionConfig, Harness, ScriptedBackend, tool
 from ctxwright.backends.scripted import call
 from ctxwright.core.events import ToolEvent
 from ctxwright.core.messages import Message
-from ctxwright.core.private import open_private
-from ctxwright.core.store import Store
+from ctxwright.store.private import open_private
+from ctxwright.store.sessions import Store
 
 
 @tool

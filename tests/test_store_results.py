@@ -17,8 +17,8 @@ from ctxwright.compaction.offload import ResultFiles, file_stem, legacy_stem
 from ctxwright.core.events import ToolEvent
 from ctxwright.core.messages import Message
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
 from ctxwright.core.tokens import TokenCounter
+from ctxwright.store.sessions import Store
 
 FIXTURES = Path(__file__).parent / "fixtures"
 V1_SID = "065143ebd198"

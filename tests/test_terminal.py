@@ -27,9 +27,9 @@ from ctxwright.core.events import AssistantEvent, StatusEvent, ToolEvent
 from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.progress import BackendFailed, RequestSent, StatusShown, Token, ToolDone, ToolStart, UserInput
 from ctxwright.core.repeats import repeat_counts
-from ctxwright.core.store import Store
 from ctxwright.core.tokens import Ledger
 from ctxwright.errors import ConfigError
+from ctxwright.store.sessions import Store
 from fakeserver import FakeOpenAIServer as F
 
 HOSTILE = ["[/INST]", "[/etc/hosts]", "[bold]", "[red]x[/red]", "[/]", "trailing \\"]

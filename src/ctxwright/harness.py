@@ -24,7 +24,6 @@ from ctxwright.backends.base import Backend
 from ctxwright.core.events import UserEvent
 from ctxwright.core.request import ToolChoice
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
 from ctxwright.defence.component import DefenceComponent
 from ctxwright.defence.gate import Gate
 from ctxwright.defence.levels import Features
@@ -36,6 +35,7 @@ from ctxwright.skills.loader import Skill
 from ctxwright.skills.scripts import SkillScripts
 from ctxwright.skills.tools import CatalogMode, SkillTools
 from ctxwright.status.todo import TodoComponent, TodoList
+from ctxwright.store.sessions import Store
 from ctxwright.tools.deferred import DeferralComponent, DeferredTools
 from ctxwright.tools.registry import Tool, ToolRegistry
 

@@ -613,12 +613,15 @@ class Context:
         """Write the HTML report of this session (and its sub-agents') to ``path``."""
         from ctxwright.report import from_store, write_report
 
-        if self.session.store is None:
+        from ctxwright.store.sessions import Store
+
+        store = self.session.store
+        if not isinstance(store, Store):
             raise CtxwrightError(
                 "a report is drawn from the stored session: give a database (db='agent.db'); "
                 "db=None keeps nothing to report"
             )
-        return write_report(from_store(self.session.store, self.session.id, self.counter), path, prices)
+        return write_report(from_store(store, self.session.id, self.counter), path, prices)
 
     # -- lifecycle -----------------------------------------------------------------------
     def _check_open(self) -> None:

@@ -37,6 +37,7 @@ def drafts_of(calls: Sequence[ToolCall], outcomes: Sequence[ToolOutcome]) -> lis
             error_type=o.error_type,
             source=o.source,
             external=o.external,
+            skill=o.skill,
         )
         for call, o in zip(calls, outcomes, strict=False)
     ]

@@ -29,16 +29,12 @@ from ctxwright.backends.external import EXTERNAL, ExternalBackend
 from ctxwright.compaction import CompactionConfig
 from ctxwright.compaction.retrieval import ReaderComponent
 from ctxwright.compaction.skills import shown_in
-from ctxwright.core.lease import Lease
-from ctxwright.core.lease import acquire as acquire_lease
 from ctxwright.core.progress import EventSink, ignore
 from ctxwright.core.reasoning import ReasoningMode, ReasoningPolicy
 from ctxwright.core.reasoning import install as install_reasoning
-from ctxwright.core.recovery import import_pending
 from ctxwright.core.redact import is_redacted
 from ctxwright.core.request import ToolChoice
 from ctxwright.core.session import Session
-from ctxwright.core.store import Store
 from ctxwright.defence.component import DefenceComponent
 from ctxwright.defence.gate import Gate
 from ctxwright.defence.levels import LEVELS, Features
@@ -50,6 +46,10 @@ from ctxwright.skills.tools import CATALOG_MODES, SKILL_TOOLS, CatalogEntry, Cat
 from ctxwright.status.bar import OPERATING_MANUAL, StatusBar, StatusConfig
 from ctxwright.status.component import StatusComponent
 from ctxwright.status.todo import TodoComponent
+from ctxwright.store.lease import Lease
+from ctxwright.store.lease import acquire as acquire_lease
+from ctxwright.store.recovery import import_pending
+from ctxwright.store.sessions import Store
 from ctxwright.tools.component import Component, UserTools, WorkspaceTools
 from ctxwright.tools.deferred import DeferConfig, DeferralComponent
 

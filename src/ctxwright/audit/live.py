@@ -65,21 +65,21 @@ def past_requests(session: Session) -> Iterator[AuditRequest]:
     """
     if not session.events or session.store is None:
         return
-    calls = {c["call_index"]: c for c in session.store.calls(session.id)}
+    calls = {c.call_index: c for c in session.store.calls(session.id)}
     prefix = session.prefix
     system = prefix.system_prompt
     tools = [t.to_wire() for t in prefix.tools]
     wire = WireCache()
     for rc in replay_calls(session.events, session.settings(), tools_in_use=bool(prefix.tools)):
-        call = calls.get(rc.reply.call_index) or {}
-        u = Usage.from_dict(call.get("usage") or {})
+        call = calls.get(rc.reply.call_index) if rc.reply.call_index is not None else None
+        u = Usage.from_dict(dict(call.usage) if call is not None else {})
         yield AuditRequest(
             system=system,
             tools=tools,
             messages=[wire(m) for m in rc.messages],
-            cached_tokens=call.get("cached_tokens"),
-            prompt_tokens=call.get("prompt_tokens"),
-            completion_tokens=call.get("completion_tokens"),
+            cached_tokens=call.cached_tokens if call is not None else None,
+            prompt_tokens=call.prompt_tokens if call is not None else None,
+            completion_tokens=call.completion_tokens if call is not None else None,
             marker=rc.marker,
             reusable_tokens_hint=_hint(u),
             message_bytes=[m.canonical_utf8 for m in rc.messages],

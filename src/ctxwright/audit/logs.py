@@ -177,7 +177,7 @@ def read_stream(f: IO[bytes]) -> Iterator[LogItem]:
 
 def read_records(records: Iterable[Any]) -> Iterator[LogItem]:
     """:func:`read_log` on records already parsed (the n-th reported as line n): what
-    ``core/proxy_log.py`` hands back for a proxy session. A request record yields exactly one
+    ``proxy/log.py`` hands back for a proxy session. A request record yields exactly one
     item, its request or its problem."""
     reader = RecordReader()
     for number, record in enumerate(records, start=1):

@@ -45,8 +45,8 @@ def _ranges(indices: list[int]) -> str:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ctxwright.core.export import request_bodies, session_export
-    from ctxwright.core.store import Store
+    from ctxwright.store.export import request_bodies, session_export
+    from ctxwright.store.sessions import Store
 
     store = Store(args.db) if args.db else Store()
     try:

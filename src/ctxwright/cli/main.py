@@ -34,7 +34,7 @@ DEFAULT_PROMPT = "What's the current time and weather in Vancouver?"
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from ctxwright.core.store import Store
+    from ctxwright.store.sessions import Store
 
     return Store(args.db) if args.db else Store()
 
@@ -141,8 +141,8 @@ def harness_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Turn the arguments into one :class:`~ctxwright.harness.Harness` and print its run."""
-    from ctxwright.core.store import default_db_path
     from ctxwright.harness import Harness
+    from ctxwright.store.sqlite import default_db_path
 
     if args.report is not None:  # a report that cannot be written is said before the run, not after it
         out = Path(args.report).expanduser()
@@ -197,7 +197,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _latest_session(db: str | Path) -> str:
     """``--continue``: the top-level session of ``db`` used last."""
-    from ctxwright.core.store import Store
+    from ctxwright.store.sessions import Store
 
     if not Path(db).expanduser().exists():
         raise CtxwrightError(f'no session to continue in {db}: start one with ctxwright run "the task"')

@@ -53,7 +53,7 @@ def add_proxy_parser(sub: Any) -> None:
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from ctxwright.core.store import Store
+    from ctxwright.store.sessions import Store
 
     return Store(args.db) if getattr(args, "db", None) else Store()
 
@@ -98,7 +98,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
 
 def _list(store: Any, *, as_json: bool) -> int:
     from ctxwright.cli.main import console
-    from ctxwright.core.proxy_log import proxy_sessions
+    from ctxwright.proxy.log import proxy_sessions
 
     rows = proxy_sessions(store)
     if as_json:
@@ -126,7 +126,7 @@ def _list(store: Any, *, as_json: bool) -> int:
 def audit_proxy_session(args: argparse.Namespace, run: Any) -> int:
     """``ctxwright audit --proxy-session ID``: the session's records as a request log, audited
     by the same code as a log file (``run`` is ``cli/audit.run_audit``)."""
-    from ctxwright.core.proxy_log import proxy_session_requests
+    from ctxwright.proxy.log import proxy_session_requests
 
     records = proxy_session_requests(_store(args), args.proxy_session)
     if not records:

@@ -61,7 +61,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _gather(args: argparse.Namespace) -> Any:
-    from ctxwright.core.store import Store
+    from ctxwright.store.sessions import Store
 
     if args.proxy_session is not None:
         return _proxy(args)
@@ -98,8 +98,8 @@ def _gather(args: argparse.Namespace) -> Any:
 
 def _proxy(args: argparse.Namespace) -> Any:
     """A proxy session; an unknown id is the store's one line (it says how to list them)."""
-    from ctxwright.core.store import Store
     from ctxwright.report import from_proxy
+    from ctxwright.store.sessions import Store
 
     store = Store(args.db) if args.db else Store()
     try:

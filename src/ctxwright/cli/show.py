@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -25,12 +26,13 @@ from ctxwright.core.events import (
     UserEvent,
     event_from_dict,
 )
-from ctxwright.core.export import session_export
 from ctxwright.core.messages import Message
+from ctxwright.core.records import CallRecord
 from ctxwright.core.render import Renderer, RenderSettings
-from ctxwright.core.store import Store
 from ctxwright.core.tokens import Ledger
 from ctxwright.errors import EventFormatError
+from ctxwright.store.export import session_export
+from ctxwright.store.sessions import Store
 
 
 def _n(v: Any) -> str:
@@ -206,25 +208,25 @@ def _render(data: dict[str, Any], console: Console, indent: str, *, wide: bool =
         else:
             summary = json.dumps(ev.to_payload(), ensure_ascii=False)[:200]
             say(_line(indent, ev.seq, ev.kind, "blue", " ", summary, note))
-    if data["calls"]:
-        console.print(_calls_table(data["calls"], indent, wide=wide))
-        _print_parts(console, data["calls"], indent, wide=wide)
-        for c in data["calls"]:
-            audit = c.get("audit") or {}
-            ctx = audit.get("context")
-            if ctx and audit.get("cause") not in ("append", "first"):
-                line = Text(f"{indent}  call {c['call_index']} diverges at {audit['where']}: …{ctx['before']}")
+    calls = [CallRecord.from_dict(c) for c in data["calls"]]
+    if calls:
+        console.print(_calls_table(calls, indent, wide=wide))
+        _print_parts(console, calls, indent, wide=wide)
+        for call in calls:
+            if call.audit.context and call.audit.cause not in ("append", "first"):
+                ctx_before, ctx_after = call.audit.context
+                line = Text(f"{indent}  call {call.call_index} diverges at {call.audit.where}: …{ctx_before}")
                 line.append("|", style="red")
-                line.append(f"{ctx['after']}…")
+                line.append(f"{ctx_after}…")
                 say(line)
-            if c.get("error") and not wide:
-                say(Text(f"{indent}  call {c['call_index']} failed: {c['error']}"))
-        known = [c for c in data["calls"] if c["cached_tokens"] is not None and c["prompt_tokens"]]
+            if call.error and not wide:
+                say(Text(f"{indent}  call {call.call_index} failed: {call.error}"))
+        known = [call for call in calls if call.cached_tokens is not None and call.prompt_tokens]
         if known:
             hit, eff = cache_ratios(
-                sum(c["cached_tokens"] for c in known),
-                sum(c["prompt_tokens"] for c in known),
-                sum((c.get("audit") or {}).get("reusable_prefix_tokens") or 0 for c in known),
+                sum(call.cached_tokens or 0 for call in known),
+                sum(call.prompt_tokens or 0 for call in known),
+                sum(call.audit.reusable_prefix_tokens or 0 for call in known),
             )
             eff_text = f"{eff:.1%}" if eff is not None else "n/a (nothing reusable)"
             say(Text(f"{indent}hit ratio {hit:.1%} (Σcached ÷ Σprompt) · efficiency {eff_text} (Σcached ÷ Σreusable)"))
@@ -232,18 +234,18 @@ def _render(data: dict[str, Any], console: Console, indent: str, *, wide: bool =
         _render(child, console, indent + "    ", wide=wide)
 
 
-def _part(ledger: dict[str, Any], part: str) -> str:
+def _part(ledger: Mapping[str, Any], part: str) -> str:
     """One part of a stored ledger; ``?`` when the call was recorded before that part existed
     (the skills catalog was then counted inside history or the prefix)."""
     v = ledger.get(part)
     return f"{v:,}" if isinstance(v, int) else "?"
 
 
-def _print_parts(console: Console, calls: list[dict[str, Any]], indent: str, *, wide: bool) -> None:
+def _print_parts(console: Console, calls: list[CallRecord], indent: str, *, wide: bool) -> None:
     """The context by part (the ledger ``core/tokens.py`` recorded for each call: system and
     tools, skills catalog, tool results, history, latest user, framing): the last call's on one
     line, every call's in a table with ``wide``."""
-    recorded = [c for c in calls if isinstance(c.get("ledger"), dict) and c["ledger"]]
+    recorded = [c for c in calls if c.ledger]
     if not recorded:
         return
     if wide:
@@ -251,20 +253,20 @@ def _print_parts(console: Console, calls: list[dict[str, Any]], indent: str, *, 
         for col in ("call", *Ledger.LABELS.values(), "counted"):
             t.add_column(col, justify="right")
         for c in recorded:
-            lg = c["ledger"]
-            t.add_row(str(c["call_index"]), *(_part(lg, k) for k in Ledger.PARTS), _part(lg, "total"))
+            lg = c.ledger
+            t.add_row(str(c.call_index), *(_part(lg, k) for k in Ledger.PARTS), _part(lg, "total"))
         console.print(t)
         return
     last = recorded[-1]
-    lg = last["ledger"]
+    lg = last.ledger
     parts = " · ".join(f"{Ledger.LABELS[k]} {_part(lg, k)}" for k in Ledger.PARTS)
     console.print(
-        Text(f"{indent}context of call {last['call_index']} by part: {parts} · counted {_part(lg, 'total')}"),
+        Text(f"{indent}context of call {last.call_index} by part: {parts} · counted {_part(lg, 'total')}"),
         soft_wrap=True,
     )
 
 
-def _calls_table(calls: list[dict[str, Any]], indent: str, *, wide: bool) -> Table:
+def _calls_table(calls: list[CallRecord], indent: str, *, wide: bool) -> Table:
     """The stored calls: compact by default (fits 80 columns; a failed call's error is
     printed under the table), every column with ``wide``."""
     t = Table(title=f"{indent}calls")
@@ -272,18 +274,13 @@ def _calls_table(calls: list[dict[str, Any]], indent: str, *, wide: bool) -> Tab
         for col in ("call", "prompt", "cached/reusable", "wall ms", "cause", "out"):
             t.add_column(col, justify="left" if col == "cause" else "right", no_wrap=True)
         for c in calls:
-            a = c.get("audit") or {}
-            # the stored wall time (store m003); prefill + decode for calls recorded before it
-            ms = c.get("wall_ms")
-            if ms is None and (c["prefill_ms"] is not None or c["decode_ms"] is not None):
-                ms = (c["prefill_ms"] or 0.0) + (c["decode_ms"] or 0.0)
             t.add_row(
-                str(c["call_index"]),
-                _n(c["prompt_tokens"]),
-                f"{_n(c['cached_tokens'])}/{_n(a.get('reusable_prefix_tokens'))}",
-                _n(ms),
-                Text(a.get("cause", "") or ("error" if c.get("error") else "")),
-                _n(c["completion_tokens"]),
+                str(c.call_index),
+                _n(c.prompt_tokens),
+                f"{_n(c.cached_tokens)}/{_n(c.audit.reusable_prefix_tokens)}",
+                _n(c.elapsed_ms),  # the stored wall time (store m003); prefill + decode before it
+                Text(c.audit.cause or ("error" if c.error else "")),
+                _n(c.completion_tokens),
             )
         return t
     for col in (
@@ -302,19 +299,18 @@ def _calls_table(calls: list[dict[str, Any]], indent: str, *, wide: bool) -> Tab
     ):
         t.add_column(col, justify="right")
     for c in calls:
-        a = c.get("audit") or {}
         t.add_row(
-            str(c["call_index"]),
-            _n(c["prompt_tokens"]),
-            _n(c["cached_tokens"]),
-            _n(a.get("reusable_prefix_tokens")),
-            _n(c.get("wall_ms")),
-            Text(a.get("cause", "")),
-            Text(a.get("where", "")),
-            _n(c["completion_tokens"]),
-            _n(c["prefill_ms"]),
-            _n(c["decode_ms"]),
-            c["request_sha256"][:12],
-            Text((c.get("error") or "")[:60]),
+            str(c.call_index),
+            _n(c.prompt_tokens),
+            _n(c.cached_tokens),
+            _n(c.audit.reusable_prefix_tokens),
+            _n(c.wall_ms),
+            Text(c.audit.cause),
+            Text(c.audit.where),
+            _n(c.completion_tokens),
+            _n(c.prefill_ms),
+            _n(c.decode_ms),
+            c.request_sha256[:12],
+            Text((c.error or "")[:60]),
         )
     return t

@@ -14,7 +14,7 @@ the id plus a hash of the *whole* id (:func:`file_stem`), so two ids never share
 each index also records the id it belongs to. Results saved under the old names
 (``tests/fixtures/ctxwright-results/065143ebd198/c3.txt``) are still found.
 
-Privacy (``core/private.py``): the files are ``0600`` and the folders made for them ``0700``.
+Privacy (``store/private.py``): the files are ``0600`` and the folders made for them ``0700``.
 Without a database (``ResultFiles(None)``) the folder is a fresh private temporary one
 (``tempfile.mkdtemp``), made on the first save and removed when the session's files object
 is gone: a fixed path under ``/tmp`` could be a symlink another local user planted there.
@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxwright.core.private import open_private, private_dir
+from ctxwright.store.private import open_private, private_dir
 
 SLICE = 1 << 20  # characters per written slice (and index entry)
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")

@@ -17,8 +17,10 @@ So, one rule for every layer:
   returns the full body (:func:`shown_skills` is what the harness asks).
 
 The note is part of the recorded ``compaction`` event, so the one renderer reproduces the
-re-attached bytes on resume, in the audit and in an export. Which activation is a body is read
-in one place (``core/skill_content.py``).
+re-attached bytes on resume, in the audit and in an export. Which activation is a body is a
+flag on the event (``ToolEvent.skill``), set by the ``Skill`` tool that returned it; events
+stored before the flag existed get it from their text where they are decoded
+(``core/events.py``), so this module never reads a result's text to decide.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from ctxwright.core.events import Event, ToolEvent
 from ctxwright.core.messages import Message
-from ctxwright.core.skill_content import SKILL_TOOL, body_skill
+from ctxwright.core.skill_content import SKILL_TOOL
 
 if TYPE_CHECKING:
     from ctxwright.core.session import Session
@@ -39,12 +41,12 @@ CLOSING = "[ctxwright: skills re-attached"
 
 
 def body_of(ev: Event) -> str | None:
-    """The skill a recorded event's full instructions belong to, else ``None``. A result the
-    budget layer offloaded (``ToolEvent.offload``) or a strategy compressed never carried the
-    whole body to the model, so it is not one."""
+    """The skill a recorded event's full instructions belong to (its ``skill`` flag), else
+    ``None``. A result the budget layer offloaded (``ToolEvent.offload``) or a strategy
+    compressed never carried the whole body to the model, so it is not one."""
     if not isinstance(ev, ToolEvent) or not ev.ok or ev.offload or ev.compressed or ev.repeat_of:
         return None
-    return body_skill(ev.tool_name, ev.message.content)
+    return ev.skill
 
 
 def body_seqs(events: Iterable[Event]) -> set[int]:

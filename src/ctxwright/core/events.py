@@ -15,6 +15,7 @@ verbatim: an older reader must neither crash on a newer log nor lose part of it.
 
 from __future__ import annotations
 
+import enum
 import re
 import time
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from dataclasses import replace as dc_replace
 from typing import Any, ClassVar, Literal, TypeVar
 
 from ctxwright.core.messages import Message, Usage
+from ctxwright.core.skill_content import body_skill
 from ctxwright.errors import EventFormatError
 
 StatusMode = Literal["replace", "append"]
@@ -166,6 +168,17 @@ class Event:
     @classmethod
     def _parse(cls, p: Mapping[str, Any], *, seq: int, created_at: float) -> Event:
         raise NotImplementedError
+
+
+class _Infer(enum.Enum):
+    """The marker of a ``skill`` flag not given: decide it from the result's text."""
+
+    INFER = "infer"
+
+
+#: ``ToolEvent.build(skill=...)`` left out: the flag is read from the text (a caller that
+#: records a Skill tool result by hand, an event stored before the flag existed)
+INFER_SKILL = _Infer.INFER
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -356,6 +369,14 @@ class ToolEvent(MessageEvent):
     ``external``: the content is an untrusted tool's text, marked as external content
     (``defence/marking.py``); ``sanitized``: what the sanitizer changed in it, with the
     original text (``defence/sanitize.py``).
+
+    ``skill``: the skill whose full instructions this result is, as the ``Skill`` tool said
+    when it returned it (``tools/registry.py: ToolResult``); compaction keeps such a result
+    in the context (``compaction/skills.py``). An event made without the flag -- stored by a
+    release before it, or recorded by a caller that does not say -- is decided once, here,
+    from its text as those releases did (:func:`~ctxwright.core.skill_content.body_skill`);
+    ``skill_inferred`` then keeps the derived flag out of the payload, so such a row writes
+    back byte for byte as it was stored.
     """
 
     KIND: ClassVar[str] = "tool"
@@ -377,6 +398,7 @@ class ToolEvent(MessageEvent):
             "interrupted",
             "external",
             "sanitized",
+            "skill",
         }
     )
 
@@ -395,6 +417,8 @@ class ToolEvent(MessageEvent):
     interrupted: bool = False
     external: bool = False
     sanitized: Sanitization | None = None
+    skill: str | None = None
+    skill_inferred: bool = field(default=False, compare=False, repr=False)
 
     @classmethod
     def build(
@@ -409,9 +433,12 @@ class ToolEvent(MessageEvent):
         external: bool = False,
         sanitized: Sanitization | None = None,
         interrupted: bool = False,
+        skill: str | _Infer | None = INFER_SKILL,
     ) -> ToolEvent:
         """From ``Session.add_tool_result``'s arguments: the budget layer's record spread
-        into the event's fields of the same names."""
+        into the event's fields of the same names. ``skill`` left out (:data:`INFER_SKILL`): decided
+        from the text, as for an event stored before the flag existed."""
+        inferred = isinstance(skill, _Infer)
         event = cls(
             message=message,
             tool_name=tool_name,
@@ -421,6 +448,8 @@ class ToolEvent(MessageEvent):
             interrupted=interrupted,
             external=external,
             sanitized=sanitized,
+            skill=body_skill(tool_name, message.content) if isinstance(skill, _Infer) else skill,
+            skill_inferred=inferred,
         )
         if budget is None:  # compaction off: no result id, nothing offloaded
             return event
@@ -455,6 +484,8 @@ class ToolEvent(MessageEvent):
             out["external"] = True
         if self.sanitized is not None:
             out["sanitized"] = self.sanitized.to_dict()
+        if self.skill is not None and not self.skill_inferred:
+            out["skill"] = self.skill
         return out
 
     @classmethod
@@ -469,11 +500,14 @@ class ToolEvent(MessageEvent):
         external = p.get("external", False)
         if not isinstance(external, bool):
             raise EventFormatError(f"{w}: 'external' is {type(external).__name__}, not true or false")
+        message = _message(p, w)
+        tool_name = _str(p, "tool_name", w) or "tool"
+        inferred = "skill" not in p  # stored before the flag: decided from the text, once
         return cls(
             seq=seq,
             created_at=created_at,
-            message=_message(p, w),
-            tool_name=_str(p, "tool_name", w) or "tool",
+            message=message,
+            tool_name=tool_name,
             ok=ok,
             elapsed_ms=_float(p, "elapsed_ms", w),
             error_type=_str(p, "error_type", w),
@@ -488,6 +522,8 @@ class ToolEvent(MessageEvent):
             interrupted=interrupted,
             external=external,
             sanitized=Sanitization.from_dict(p["sanitized"], w) if p.get("sanitized") is not None else None,
+            skill=body_skill(tool_name, message.content) if inferred else _str(p, "skill", w),
+            skill_inferred=inferred,
             extra=_extra(p, cls.KNOWN),
         )
 

@@ -6,7 +6,7 @@ Why: a base URL may carry its credentials -- ``https://user:pass@host/v1`` (basi
 (printed, and stored with the failed call in SQLite) and in the session's record, so one
 pasted log or shared database would leak the key. :func:`redact` is the one function that
 removes them; the OpenAI-compatible backend (``backends/openai_compat.py``) passes every
-message it raises through it, and the store (``core/store.py``) every call error it writes.
+message it raises through it, and the store (``store/sessions.py``) every call error it writes.
 
 What is kept: scheme, host, port, path and the names of the query parameters, so the
 message still says *which* endpoint failed. What goes: the user-info part of a URL and the

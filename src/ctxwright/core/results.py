@@ -53,6 +53,9 @@ class ResultDraft:
     sanitized: Sanitization | None = None
     wrap: bool = False
     budget: BudgetRecord | None = None
+    #: the skill whose full instructions this is (the ``Skill`` tool says so): compaction
+    #: keeps it in the context (``compaction/skills.py``)
+    skill: str | None = None
 
     @property
     def origin(self) -> str:

@@ -8,7 +8,9 @@ trajectory can be shown differently only by a later event that says so (a compac
 added by later layers), never by editing the event in place. Every event goes to the
 store the moment it is appended, so a crash loses nothing already recorded; an event the
 store refuses (locked too long, read-only, full) goes to a private recovery file that
-resuming imports (``core/recovery.py``), so a reply already received is never lost.
+resuming imports (``store/recovery.py``), so a reply already received is never lost. The
+session writes through what it needs from a store (``core/records.py: SessionStore``), which
+``store/`` implements; ``core`` never imports ``store``.
 
 Events are typed (``core/events.py``); every request is rendered from them by the one
 renderer (``core/render.py``) that resume, the offline audit and ``ctxwright export``
@@ -25,6 +27,7 @@ from dataclasses import replace as dc_replace
 from typing import Any, TypeVar, overload
 
 from ctxwright.core.events import (
+    INFER_SKILL,
     AssistantEvent,
     BudgetRecord,
     CompactionEvent,
@@ -35,15 +38,15 @@ from ctxwright.core.events import (
     StatusEvent,
     ToolEvent,
     UserEvent,
+    _Infer,
     event_from_row,
 )
 from ctxwright.core.messages import Message, Usage, sha256_text
 from ctxwright.core.prefix import Prefix
-from ctxwright.core.recovery import RecoveryLog
+from ctxwright.core.records import CallAudit, CallRecord, RecoveryWriter, SessionStore
 from ctxwright.core.render import CURRENT_NULL_CONTENT, NULL_CONTENT_KEY, Renderer, RenderSettings
 from ctxwright.core.request import ChatRequest, RequestOptions, ToolChoice
 from ctxwright.core.results import ResultDraft
-from ctxwright.core.store import Store
 from ctxwright.errors import PrefixFrozenError, StoreUnusable, StoreWriteFailed
 
 E = TypeVar("E", bound=Event)
@@ -57,7 +60,7 @@ class Session:
         prefix: Prefix,
         *,
         session_id: str,
-        store: Store | None = None,
+        store: SessionStore | None = None,
         events: Iterable[Event] = (),
         parent_id: str | None = None,
         backend: str | None = None,
@@ -77,7 +80,7 @@ class Session:
         self._renderer: Renderer | None = None
         self._built: tuple[ChatRequest, int] | None = None  # the last request built, from how many events
         #: set once the store refused a write: from then on every write goes to the recovery file
-        self.recovery: RecoveryLog | None = None
+        self.recovery: RecoveryWriter | None = None
         self._store_problem: StoreUnusable | None = None
 
     # The prefix has no setter: replacing it mid-session is the cache-breaking mistake.
@@ -98,7 +101,7 @@ class Session:
         cls,
         prefix: Prefix,
         *,
-        store: Store | None = None,
+        store: SessionStore | None = None,
         backend: str | None = None,
         model: str | None = None,
         parent_id: str | None = None,
@@ -122,7 +125,7 @@ class Session:
         return cls(prefix, session_id=sid, store=store, parent_id=parent_id, backend=backend, model=model, meta=meta)
 
     @classmethod
-    def resume(cls, store: Store, session_id: str) -> Session:
+    def resume(cls, store: SessionStore, session_id: str) -> Session:
         """Load a session from the store; its next request starts with identical prefix bytes."""
         row = store.get_session(session_id)
         prefix = Prefix.from_dict(row.prefix)
@@ -174,12 +177,12 @@ class Session:
             raise self._write_failed(f"{ev.kind} event {ev.seq}", problem)
         return ev
 
-    def _recover(self, save: Callable[[RecoveryLog], object], problem: StoreUnusable | None, *, what: str) -> None:
-        """Write to the recovery file (``core/recovery.py``); once the store failed, every
+    def _recover(self, save: Callable[[RecoveryWriter], object], problem: StoreUnusable | None, *, what: str) -> None:
+        """Write to the recovery file (``store/recovery.py``); once the store failed, every
         later write goes there too, in order."""
         assert self.store is not None
         if self.recovery is None:
-            self.recovery = RecoveryLog(self.store.path, self.id)
+            self.recovery = self.store.recovery_log(self.id)
             self._store_problem = problem
         try:
             save(self.recovery)
@@ -219,8 +222,10 @@ class Session:
         external: bool = False,
         sanitized: Sanitization | None = None,
         interrupted: bool = False,
+        skill: str | _Infer | None = INFER_SKILL,
     ) -> ToolEvent:
-        """One tool result, with what the budget layer and the defences recorded about it."""
+        """One tool result, with what the budget layer and the defences recorded about it;
+        ``skill`` names the skill whose full body it is (left out: read from the text)."""
         msg = Message(role="tool", content=content, tool_call_id=tool_call_id)
         return self.append(
             ToolEvent.build(
@@ -233,6 +238,7 @@ class Session:
                 external=external,
                 sanitized=sanitized,
                 interrupted=interrupted,
+                skill=skill,
             )
         )
 
@@ -249,6 +255,7 @@ class Session:
             budget=draft.budget,
             external=draft.external,
             sanitized=draft.sanitized,
+            skill=draft.skill,
         )
 
     def add_compaction(
@@ -357,37 +364,39 @@ class Session:
             built = self._built
             events = built[1] if built is not None and built[0] is request else len(self.events)
             opts = RequestOptions.of(request, model if model is not None else self.model)
-            row = {
-                "request_sha256": sha256_text(raw.decode("utf-8")),
-                "request_bytes": len(raw),
-                "prefix_sha256": self._prefix.sha256,
-                "prompt_tokens": u.prompt_tokens,
-                "cached_tokens": u.cached_tokens,
-                "completion_tokens": u.completion_tokens,
-                "prefill_ms": u.prefill_ms,
-                "decode_ms": u.decode_ms,
-                "usage": u.to_dict(),
-                "ledger": ledger,
-                "audit": audit,
-                "error": error,
-                "model": opts.model,
-                "tool_choice": opts.tool_choice,
-                "max_tokens": opts.max_tokens,
-                "temperature": opts.temperature,
-                "extra": dict(opts.extra),
-                "event_count": events,
-                "wall_ms": wall_ms,
-                "created_at": time.time(),
-            }
+            record = CallRecord(
+                session_id=self.id,
+                call_index=idx,
+                request_sha256=sha256_text(raw.decode("utf-8")),
+                request_bytes=len(raw),
+                prefix_sha256=self._prefix.sha256,
+                created_at=time.time(),
+                prompt_tokens=u.prompt_tokens,
+                cached_tokens=u.cached_tokens,
+                completion_tokens=u.completion_tokens,
+                prefill_ms=u.prefill_ms,
+                decode_ms=u.decode_ms,
+                error=error,
+                model=opts.model,
+                tool_choice=opts.tool_choice,
+                max_tokens=opts.max_tokens,
+                temperature=opts.temperature,
+                event_count=events,
+                wall_ms=wall_ms,
+                usage=u.to_dict(),
+                ledger=ledger or {},
+                audit=CallAudit.from_dict(audit),
+                extra=dict(opts.extra),
+            )
             # never raises for the store: the reply this call returned must still be recorded
             # (Session.append raises once it is safe in the recovery file)
             problem: StoreUnusable | None = None
             with self._append_lock:
                 if self.recovery is None:
                     try:
-                        self.store.record_call(self.id, idx, row)
+                        self.store.record_call(record)
                     except StoreUnusable as exc:
                         problem = exc
                 if self.recovery is not None or problem is not None:
-                    self._recover(lambda log: log.save_call(self.id, idx, row), problem, what=f"model call {idx}")
+                    self._recover(lambda log: log.save_call(record), problem, what=f"model call {idx}")
         return idx

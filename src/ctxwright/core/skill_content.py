@@ -1,9 +1,11 @@
 """The wire form of an activated skill's instructions, shared by the tool that writes it
-(``skills/tools.py``) and the compaction rule that keeps it (``compaction/skills.py``).
+(``skills/tools.py``) and the readers that must recognise it without a flag: the decoding of
+tool-result events stored before ``ToolEvent.skill`` existed (``core/events.py``), and the
+record-time layers that see a result before it is an event (``compaction/manager.py``).
 
-Why here: the two packages are peers and must not import each other, and the form is one
-fact -- if the writer changed the tag and the reader did not, compaction would silently
-stop protecting skill bodies. A full activation is the ``Skill`` tool's result that starts
+Why here: the packages are peers and must not import each other, and the form is one
+fact -- if the writer changed the tag and a reader did not, old sessions would silently lose
+the protection of their skill bodies. A full activation is the ``Skill`` tool's result that starts
 with ``<skill_content name="NAME">`` and a newline, and closes the tag; the short pointer a
 repeated activation returns has no newline after the opening tag, so it never reads as a body.
 """

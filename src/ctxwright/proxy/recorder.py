@@ -23,11 +23,12 @@ from typing import Any
 from ctxwright.audit.compare import AuditLimits, Auditor, AuditRequest, AuditRow
 from ctxwright.audit.live import audit_record
 from ctxwright.audit.logs import ParseProblem, RecordReader
-from ctxwright.core.proxy_log import api_of, decode_body, is_event_stream, sse_events
-from ctxwright.core.store import Store
 from ctxwright.core.tokens import TokenCounter
+from ctxwright.proxy.log import api_of, decode_body, is_event_stream, sse_events
 from ctxwright.proxy.server import Exchange
 from ctxwright.proxy.sessions import SessionPlacer
+from ctxwright.proxy.store import ProxyLog
+from ctxwright.store.sessions import Store
 
 #: what the proxy's audit keeps in memory (it runs for days: smaller than a one-off audit's)
 PROXY_AUDIT_LIMITS = AuditLimits(index_bytes=32 * 1024 * 1024, open_conversations=256, open_bytes=64 * 1024 * 1024)
@@ -87,6 +88,7 @@ class Recorder:
         counter: TokenCounter | None = None,
     ) -> None:
         self.store = store
+        self.log = ProxyLog(store)
         self.printer = printer
         self.placer = SessionPlacer(store, upstream)
         self.reader = RecordReader()
@@ -186,7 +188,7 @@ class Recorder:
                 row["error"] = row["error"] or (
                     "request body over the recording cap" if ex.request.over else "request body is not a JSON object"
                 )
-            return self.store.record_proxy_exchange(row)
+            return self.log.record_exchange(row)
         req, problem = self._read(body, response)
         placement = self.placer.place(ex.session_header, body, api, req)
         sid = placement.session_id
@@ -201,13 +203,13 @@ class Recorder:
         audit = audit_record(audit_row) if audit_row is not None else {"problem": problem}
         audit["grouped_by"] = placement.grouped_by
         row.update(session_id=sid, call_index=k, audit_json=json.dumps(audit, ensure_ascii=False))
-        rid = self.store.record_proxy_exchange(row)
+        rid = self.log.record_exchange(row)
         if self.printer is not None:
             self.printer(format_line(sid, k, ex, audit_row, problem))
         return rid
 
     def _next_index(self, sid: str) -> int:
-        return self.store.proxy_call_count(sid)
+        return self.log.call_count(sid)
 
     def _read(self, body: dict[str, Any], response: Any) -> tuple[AuditRequest | None, str | None]:
         """The call as ``ctxwright audit`` reads a logged ``{"request", "response"}`` record."""

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import uvicorn
 
-from ctxwright.core.store import Store
 from ctxwright.errors import CtxwrightError
 from ctxwright.proxy.recorder import Recorder
 from ctxwright.proxy.server import ProxyConfig, ProxyThread, build_app, listening_socket, uvicorn_config
+from ctxwright.store.sessions import Store
 
 #: the GIL switch interval of a serving proxy (CPython's default is 5 ms)
 SWITCH_INTERVAL_S = 0.0005

@@ -26,7 +26,8 @@ from typing import Any
 
 from ctxwright.audit.compare import AuditRequest
 from ctxwright.core.messages import canonical_json
-from ctxwright.core.store import Store
+from ctxwright.proxy.store import ProxyLog
+from ctxwright.store.sessions import Store
 
 REMEMBERED = 10_000
 
@@ -70,7 +71,7 @@ class SessionPlacer:
     thread (the recorder's)."""
 
     def __init__(self, store: Store, upstream: str) -> None:
-        self.store = store
+        self.log = ProxyLog(store)
         self.upstream = upstream
         self._keyed: dict[tuple[str, str], str] = {}
         self._latest: OrderedDict[bytes, str] = OrderedDict()  # full chain hash of a latest request -> session
@@ -107,12 +108,10 @@ class SessionPlacer:
     def _find(self, header: str | None, body: dict[str, Any] | None, chain: list[bytes], api: str | None) -> Placement:
         key = ("header", header) if header else _key(body)
         if key is not None:
-            sid = self._keyed.get(key) or self.store.find_proxy_session(*key)
+            sid = self._keyed.get(key) or self.log.find_session(*key)
             new = sid is None
             if sid is None:
-                sid = self.store.create_proxy_session(
-                    grouped_by=key[0], group_key=key[1], api=api, upstream=self.upstream
-                )
+                sid = self.log.create_session(grouped_by=key[0], group_key=key[1], api=api, upstream=self.upstream)
             self._keyed[key] = sid
             return Placement(sid, key[0], new)
         prev = body.get("previous_response_id") if isinstance(body, dict) else None
@@ -122,7 +121,7 @@ class SessionPlacer:
             sid = self._latest.get(h)
             if sid is not None:
                 return Placement(sid, "continuity", False)
-        sid = self.store.create_proxy_session(grouped_by="continuity", group_key=None, api=api, upstream=self.upstream)
+        sid = self.log.create_session(grouped_by="continuity", group_key=None, api=api, upstream=self.upstream)
         return Placement(sid, "continuity", True)
 
     def answered(self, session_id: str, response_id: str | None) -> None:

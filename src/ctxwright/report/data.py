@@ -1,14 +1,14 @@
 """What a report shows, gathered from one of three sources into one shape.
 
 * a **stored session** (``ctxwright report ID``): every call's ledger and audit as recorded
-  live (``core/store.py``), the tool timings and compactions from its events, and the status
+  live (``store/sessions.py``), the tool timings and compactions from its events, and the status
   and compaction notes of each request rendered again by the one renderer
   (``core/render.py``) -- so the report shows what the model was sent, not a re-derivation;
 * a **request log** (``ctxwright report FILE``): anything ``ctxwright audit`` reads
   (``audit/logs.py``), audited by the same :class:`~ctxwright.audit.compare.Auditor`; each
   conversation the audit finds is a session of the report;
 * a **proxy session** (``ctxwright report --proxy-session ID``): the calls ``ctxwright proxy``
-  recorded, read back by ``core/proxy_log.py`` as request-log records and audited the same
+  recorded, read back by ``proxy/log.py`` as request-log records and audited the same
   way, all of them one session (the proxy already grouped them), with the proxy's timings.
 
 Why one shape: the page and its charts (``report/html.py``) are written once, whatever the
@@ -36,10 +36,12 @@ from ctxwright.core.events import (
     UserEvent,
 )
 from ctxwright.core.messages import canonical_json
-from ctxwright.core.proxy_log import proxy_session_requests
+from ctxwright.core.records import CallRecord
 from ctxwright.core.render import Renderer, RenderSettings
-from ctxwright.core.store import Store
 from ctxwright.core.tokens import PER_MESSAGE_OVERHEAD, Ledger, TokenCounter
+from ctxwright.proxy.log import proxy_session_requests
+from ctxwright.proxy.store import ProxyLog
+from ctxwright.store.sessions import Store
 
 #: The parts of a request, in prompt order as far as they have one. The ledger's parts
 #: (``core/tokens.py``) plus two the ledger counts inside history: the status bar's messages
@@ -222,31 +224,27 @@ def _stored_session(store: Store, session_id: str, counter: TokenCounter) -> Ses
     extra = _status_and_notes(row.prefix, row.meta, events, calls, counter, s.notes)
     by_index: dict[int, CallData] = {}
     for c in calls:
-        a = c.get("audit") or {}
-        ctx = a.get("context") or {}
-        lg = c.get("ledger") or {}
-        parts = {k: int(lg.get(k) or 0) for k in Ledger.PARTS}
-        moved = extra.get(c["call_index"])
+        a = c.audit
+        ctx_before, ctx_after = a.context or ("", "")
+        parts = {k: int(c.ledger.get(k) or 0) for k in Ledger.PARTS}
+        moved = extra.get(c.call_index)
         if moved:
             _carve(parts, moved)
-        ms = c.get("wall_ms")
-        if ms is None and (c.get("prefill_ms") is not None or c.get("decode_ms") is not None):
-            ms = (c.get("prefill_ms") or 0.0) + (c.get("decode_ms") or 0.0)
         call = CallData(
-            index=c["call_index"],
+            index=c.call_index,
             parts=parts,
-            prompt_tokens=c.get("prompt_tokens") if c.get("prompt_tokens") is not None else a.get("prompt_tokens"),
-            cached_tokens=c.get("cached_tokens"),
-            reusable_tokens=a.get("reusable_prefix_tokens"),
-            completion_tokens=c.get("completion_tokens"),
-            cause=str(a.get("cause") or ("error" if c.get("error") else "?")),
-            where=str(a.get("where") or ""),
-            before=str(ctx.get("before") or ""),
-            after=str(ctx.get("after") or ""),
-            options_changed=tuple(a.get("options_changed") or ()),
-            wall_ms=ms,
-            error=c.get("error"),
-            compactions=tuple(layers.get(c["call_index"], ())),
+            prompt_tokens=c.prompt_tokens if c.prompt_tokens is not None else a.prompt_tokens,
+            cached_tokens=c.cached_tokens,
+            reusable_tokens=a.reusable_prefix_tokens,
+            completion_tokens=c.completion_tokens,
+            cause=a.cause or ("error" if c.error else "?"),
+            where=a.where,
+            before=ctx_before,
+            after=ctx_after,
+            options_changed=a.options_changed,
+            wall_ms=c.elapsed_ms,
+            error=c.error,
+            compactions=tuple(layers.get(c.call_index, ())),
         )
         s.calls.append(call)
         by_index[call.index] = call
@@ -277,7 +275,7 @@ def _status_and_notes(
     prefix: Mapping[str, Any],
     meta: Mapping[str, Any] | None,
     events: Sequence[Event],
-    calls: Sequence[Mapping[str, Any]],
+    calls: Sequence[CallRecord],
     counter: TokenCounter,
     notes: list[str],
 ) -> dict[int, dict[str, tuple[int, str]]]:
@@ -299,8 +297,8 @@ def _status_and_notes(
     statuses = {e.seq for e in events if isinstance(e, StatusEvent)}
     r = Renderer(settings, tools_in_use=bool(prefix.get("tools")))
     out: dict[int, dict[str, tuple[int, str]]] = {}
-    for c in sorted(calls, key=lambda c: c.get("event_count") or 0):
-        n = c.get("event_count")
+    for c in sorted(calls, key=lambda c: c.event_count or 0):
+        n = c.event_count
         if n is None:
             continue
         r.feed_all(events[r.count : n])
@@ -328,7 +326,7 @@ def _status_and_notes(
             if plain is not None:
                 found["latest_user"] = (counter.count_message(entries[plain][1]), "history")
         if found:
-            out[c["call_index"]] = found
+            out[c.call_index] = found
     return out
 
 
@@ -400,7 +398,7 @@ def from_proxy(store: Store, session_id: str, counter: TokenCounter | None = Non
     as one conversation, each with the wall time the proxy measured and its outcome when the
     exchange did not complete. Raises :class:`~ctxwright.errors.SessionNotFound` for an
     unknown id."""
-    row = store.proxy_session_row(session_id)
+    row = ProxyLog(store).session_row(session_id)
     sid = str(row["id"])
     records = proxy_session_requests(store, sid)
     items = [
@@ -408,7 +406,7 @@ def from_proxy(store: Store, session_id: str, counter: TokenCounter | None = Non
         for item in read_records(records)
     ]
     data = from_requests(items, title=f"proxy session {sid}", counter=counter)
-    # one item per record (core/proxy_log.py): the proxy's own figures of each call
+    # one item per record (proxy/log.py): the proxy's own figures of each call
     metas = [r.get("proxy") or {} for r, item in zip(records, items, strict=True) if isinstance(item, AuditRequest)]
     for s in data.sessions:
         s.source = f"proxy · {row.get('api') or '?'} · {row.get('upstream') or '?'}"

@@ -39,7 +39,7 @@ from ctxwright.core.skills_catalog import CATALOG_CLOSE, CATALOG_OPEN, REMINDER_
 from ctxwright.errors import SkillToolError
 from ctxwright.skills import spec
 from ctxwright.skills.loader import Skill
-from ctxwright.tools.registry import Tool
+from ctxwright.tools.registry import Tool, ToolResult
 
 READ_SKILL_FILE_TOOL = "read_skill_file"
 SKILL_TOOLS = (SKILL_TOOL, READ_SKILL_FILE_TOOL)
@@ -248,10 +248,16 @@ class SkillTools:
         raise SkillToolError(unknown_skill(name, self.skills))
 
     def activate(self, name: str) -> str:
-        """The ``Skill`` tool's body: the instructions and the resource list, or a pointer."""
+        """The ``Skill`` tool's text: the instructions and the resource list, or a pointer."""
+        return self.load(name).content
+
+    def load(self, name: str) -> ToolResult:
+        """The ``Skill`` tool's result: :meth:`activate`'s text, flagged with the skill's name
+        when it is the full body (not the pointer of a repeated activation), so compaction keeps
+        it (``compaction/skills.py``) by that flag rather than by reading the text back."""
         skill = self._skill(name)
         if self.is_shown(skill.name):
-            return (
+            return ToolResult(
                 f"{open_tag(skill.name)}Already loaded above: its instructions are in an earlier "
                 f"{SKILL_TOOL}({skill.name!r}) result of this session; follow them.</skill_content>"
             )
@@ -265,12 +271,13 @@ class SkillTools:
         resources = (
             "<skill_resources>\n" + "\n".join(listed) + "\n</skill_resources>" if listed else "<skill_resources/>"
         )
-        return (
+        text = (
             f"{open_tag(skill.name)}\n{skill.body.strip()}\n</skill_content>\n"
             f"{resources}\n"
             f"Read a resource with {READ_SKILL_FILE_TOOL}(name={skill.name!r}, path=...)."
             f"{self._scripts_note(skill, files)}"
         )
+        return ToolResult(text, skill=skill.name)
 
     def _scripts_note(self, skill: Skill, files: Sequence[tuple[str, int]]) -> str:
         """What the model may do with the skill's ``scripts/``: run them (only when the user
@@ -345,13 +352,13 @@ class SkillTools:
         prefix mode (``frozen``): then ``Skill``'s description holds the catalog and ``name``
         is an enum of its skills."""
 
-        def skill_tool(name: str) -> str:
+        def skill_tool(name: str) -> ToolResult:
             """Load a skill's instructions (listed in <available_skills>) and the list of its files.
 
             Args:
                 name: the skill's name, exactly as in <available_skills>.
             """
-            return self.activate(name)
+            return self.load(name)
 
         def read_skill_file(name: str, path: str) -> str:
             """Read one file of a skill (a script, a reference) listed in its <skill_resources>.
@@ -365,7 +372,7 @@ class SkillTools:
         description = None
         if self.frozen:
             names = tuple(e.name for e in self.frozen)
-            skill_tool.__annotations__ = {"name": cast(Any, Literal)[names], "return": str}
+            skill_tool.__annotations__ = {"name": cast(Any, Literal)[names], "return": ToolResult}
             description = (
                 f"Load a skill's instructions and the list of its files. {_HOW_TO_USE}\n{catalog_listing(self.frozen)}"
             )

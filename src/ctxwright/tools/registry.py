@@ -56,6 +56,7 @@ __all__ = [
     "Tool",
     "ToolOutcome",
     "ToolRegistry",
+    "ToolResult",
     "Trust",
     "check_declarations",
     "error_outcome",
@@ -475,6 +476,19 @@ def tool(
 
 
 @dataclass(frozen=True)
+class ToolResult:
+    """What a tool may return instead of its text, to say what the text is.
+
+    ``skill``: the text is that skill's full instructions (the ``Skill`` tool's activation,
+    ``skills/tools.py``). The loop records it on the tool-result event, and compaction keeps
+    such a result in the context (``compaction/skills.py``) -- decided by the tool that wrote
+    it, not by reading its text back."""
+
+    content: str
+    skill: str | None = None
+
+
+@dataclass(frozen=True)
 class ToolOutcome:
     """The result of one tool call: ``content`` is the text of the tool message, or -- for a
     tool that returned more than :data:`INLINE_BYTES` of bytes -- those bytes, decoded slice
@@ -490,6 +504,8 @@ class ToolOutcome:
     #: the tool that ran and produced ``content`` -- not the called one when ``call_tool`` runs a
     #: deferred tool -- so external content names its real source, ``tool:read_webpage``
     source: str | None = field(default=None, compare=False)
+    #: the skill whose full instructions ``content`` is (the tool returned a :class:`ToolResult`)
+    skill: str | None = None
 
 
 def error_outcome(call: ToolCall, error_type: str, message: str, hint: str, elapsed_ms: float = 0.0) -> ToolOutcome:
@@ -607,6 +623,10 @@ class BoundCall:
                 "or continue without this tool.",
                 (time.perf_counter() - start) * 1000.0,
             )
+        skill = None
+        if isinstance(value, ToolResult):
+            skill = value.skill
+            value = value.content
         return ToolOutcome(
             ok=True,
             content=render_result(value),
@@ -614,6 +634,7 @@ class BoundCall:
             elapsed_ms=(time.perf_counter() - start) * 1000.0,
             external=self.tool.trust == "untrusted",
             source=self._source(),
+            skill=skill,
         )
 
     def _source(self) -> str:

@@ -4,7 +4,7 @@ Why: a model reply has been paid for (and a tool may have changed something) by 
 is stored. When the store cannot take it -- another process held the write lock longer than
 ctxwright waits, the disk is full, the file turned read-only -- dropping it loses work that
 cannot be replayed. So the event (and the model call's record) goes to a recovery file
-instead, one JSON object per line, private (``core/private.py``: 0600 in a 0700 folder) since
+instead, one JSON object per line, private (``store/private.py``: 0600 in a 0700 folder) since
 it holds what the agent read. Once one event of a session went there, every later one does
 too: the store must never hold event ``n + 1`` without event ``n``.
 
@@ -22,12 +22,15 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxwright.core.events import Event, event_from_row
 from ctxwright.core.messages import canonical_json
-from ctxwright.core.private import open_private, private_dir
-from ctxwright.core.store import Store
+from ctxwright.core.records import CallRecord
+from ctxwright.store.private import open_private, private_dir
+
+if TYPE_CHECKING:
+    from ctxwright.store.sessions import Store
 
 FOLDER = "ctxwright-recovery"
 
@@ -78,8 +81,12 @@ class RecoveryLog:
             }
         )
 
-    def save_call(self, session_id: str, call_index: int, row: Mapping[str, Any]) -> Path:
-        return self._write({"type": "call", "session_id": session_id, "call_index": call_index, "row": dict(row)})
+    def save_call(self, record: CallRecord) -> Path:
+        row = record.to_dict()
+        del row["session_id"], row["call_index"]
+        return self._write(
+            {"type": "call", "session_id": record.session_id, "call_index": record.call_index, "row": row}
+        )
 
     def how_to_import(self) -> str:
         """The sentence telling the user what resuming does with the file."""
@@ -133,10 +140,11 @@ def import_pending(store: Store, session_id: str) -> int:
         store.append_event(session_id, ev)
         stored += 1
         imported += 1
-    have = {c["call_index"] for c in store.calls(session_id)}
+    have = {c.call_index for c in store.calls(session_id)}
     for rec in calls:
         if rec["call_index"] not in have:
-            store.record_call(session_id, int(rec["call_index"]), rec["row"])
+            row = {**rec["row"], "session_id": session_id, "call_index": int(rec["call_index"])}
+            store.record_call(CallRecord.from_dict(row))
     if left:
         path.rename(path.with_name(path.name + ".unimported"))
     else:

@@ -5,7 +5,7 @@ the events it loaded. Two processes resuming the same session both append event 
 second insert fails (``IntegrityError`` on the events' primary key) and the reply it was
 storing is lost -- and even without the collision, two interleaved conversations in one
 trajectory are not a request any provider cached. So a harness takes the session's lease
-(a row of ``session_leases``, ``core/store.py``) before it writes anything, and a second
+(a row of ``session_leases``, ``store/sessions.py``) before it writes anything, and a second
 process is refused with :class:`~ctxwright.errors.SessionInUse` naming the holder: pid,
 host, since when.
 
@@ -27,8 +27,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from ctxwright.core.store import LeaseRow, Store
 from ctxwright.errors import SessionInUse
+from ctxwright.store.sessions import LeaseRow, Store
 
 _BOOT_TIME: float | None = None
 

@@ -1,9 +1,11 @@
 """What ``ctxwright proxy`` recorded, read back as the records ``ctxwright audit`` reads.
 
-Why in ``core``: the proxy writes these rows, and the audit (``ctxwright audit
---proxy-session``) and the HTML report read them; both sit above ``core``, so the one reader
-of a proxy session lives here and hands out the same record shape a request log has -- one
-``{"request": body, "response": body}`` object per model call (``audit/logs.py`` reads it).
+Why here: the proxy writes these rows (``proxy/store.py``), and ``ctxwright audit
+--proxy-session`` and the HTML report read them. This is the one reader of a proxy session; it
+hands out the same record shape a request log has -- one ``{"request": body, "response":
+body}`` object per model call -- so the audit (``audit/logs.py``, a lower layer) reads it
+without knowing the proxy: the CLI and the report (both at or above ``proxy``) fetch the
+records here and pass them in.
 
 A streamed response is recorded as the server-sent-event bytes the client received; it is
 read back as the list of its events' JSON data (the shape ``audit/logs.py`` takes the usage
@@ -19,8 +21,10 @@ import json
 import zlib
 from typing import TYPE_CHECKING, Any
 
+from ctxwright.proxy.store import ProxyLog
+
 if TYPE_CHECKING:
-    from ctxwright.core.store import Store
+    from ctxwright.store.sessions import Store
 
 #: The model APIs the proxy recognises, by the path a client posts to (the path is forwarded
 #: unchanged, so a base URL's prefix such as ``/v1`` or ``/openai/v1`` may come before it).
@@ -144,7 +148,7 @@ def proxy_sessions(store: Store) -> list[dict[str, Any]]:
     """Every proxy session, newest first: ``id``, ``created_at``, ``last_at``, ``calls``,
     ``grouped_by`` (``header``, ``prompt_cache_key``, ``user``, ``metadata.user_id``,
     ``previous_response_id`` or ``continuity``), ``group_key``, ``api`` and ``upstream``."""
-    return store.proxy_session_rows()
+    return ProxyLog(store).session_rows()
 
 
 def proxy_session_requests(store: Store, session_id: str) -> list[dict[str, Any]]:
@@ -157,9 +161,10 @@ def proxy_session_requests(store: Store, session_id: str) -> list[dict[str, Any]
     has ``request`` ``None``; ``audit/logs.py`` reports such a record as a problem of its
     line and reads on.
     """
-    sid = store.proxy_session_row(session_id)["id"]
+    log = ProxyLog(store)
+    sid = log.session_row(session_id)["id"]
     out = []
-    for row in store.proxy_exchange_rows(sid):
+    for row in log.exchange_rows(sid):
         meta = {k: row.get(k) for k in _META}
         meta["streamed"] = bool(meta["streamed"])
         meta["session_id"] = sid

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxwright.core.messages import sha256_text
-from ctxwright.core.store import Store
+from ctxwright.store.sessions import Store
 
 
 def session_export(store: Store, session_id: str) -> dict[str, Any]:
@@ -24,7 +24,7 @@ def session_export(store: Store, session_id: str) -> dict[str, Any]:
         "prefix": row.prefix,
         "meta": row.meta,
         "events": [e.to_dict() for e in store.events(row.id)],
-        "calls": store.calls(row.id),
+        "calls": [c.to_dict() for c in store.calls(row.id)],
         "children": [session_export(store, c) for c in store.children(row.id)],
     }
 
@@ -46,29 +46,28 @@ def request_bodies(store: Store, session_id: str) -> tuple[str, list[CallBody], 
 
     Each call's messages are rendered by the one renderer (``core/render.py``) from the
     events recorded before it and the session's recorded settings; the options it was sent
-    with come from its call record (``core/store.py``, schema 2). The body is what
+    with come from its call record (``store/sessions.py``, schema 2). The body is what
     ``backends/openai_compat.py`` sends (``ChatRequest.openai_body``), so it equals, as
     canonical JSON, what the server received. Every rebuilt request is checked against the
     hash recorded when it was sent.
     """
     from ctxwright.core.render import render_at
     from ctxwright.core.session import Session
-    from ctxwright.core.store import options_of
 
     session = Session.resume(store, session_id)
     calls = store.calls(session.id)
-    counts = [c["event_count"] for c in calls if c["event_count"] is not None]
+    counts = [c.event_count for c in calls if c.event_count is not None]
     rendered = render_at(session.prefix, session.events, session.settings(), counts)
     out: list[CallBody] = []
     missing: list[int] = []
     for c in calls:
-        n = c["event_count"]
+        n = c.event_count
         if n is None:
-            missing.append(c["call_index"])
+            missing.append(c.call_index)
             continue
-        opts = options_of(c)
+        opts = c.options
         messages = tuple(rendered[n])
         raw = opts.request(messages, session.prefix.tools).canonical_bytes()
-        verified = sha256_text(raw.decode("utf-8")) == c["request_sha256"]
-        out.append(CallBody(c["call_index"], opts.body(messages, session.prefix.tools), opts.unknown, verified))
+        verified = sha256_text(raw.decode("utf-8")) == c.request_sha256
+        out.append(CallBody(c.call_index, opts.body(messages, session.prefix.tools), opts.unknown, verified))
     return session.id, out, missing

@@ -1,0 +1,296 @@
+"""SQLite persistence of sessions, events and model calls: the :class:`Store`.
+
+Why it looks like this: every event is written *as it happens* (autocommit, WAL), so a
+crash mid-session keeps everything recorded before it (peer frameworks lose tool calls from
+saved sessions). Events are stored once each -- never the full state per
+step -- so a long session grows the database linearly, not quadratically.
+
+The schema changes only through the migrations of ``store/migrations.py``; the connection,
+its waiting and its errors are ``store/sqlite.py``'s. All SQL names its columns: a migration
+that adds one never shifts what a read returns. One session has one writer at a time: the
+``session_leases`` table records which process runs it (``store/lease.py`` decides when a
+lease is stale). The store implements what the session needs from it
+(``core/records.py: SessionStore``); the proxy's tables are ``proxy/store.py``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ctxwright.core.events import MCP_TOOLS_KEY, SKILLS_CATALOG_KEY, Event, UserEvent, event_from_row
+from ctxwright.core.messages import canonical_json
+from ctxwright.core.records import CALL_COLUMNS, CALL_JSON_COLUMNS, CallRecord, SessionRow
+from ctxwright.core.redact import redact
+from ctxwright.errors import CtxwrightError, SessionNotFound
+from ctxwright.store.migrations import check_file, check_schema, migrate
+from ctxwright.store.recovery import RecoveryLog
+from ctxwright.store.sqlite import BUSY_TIMEOUT_S, Database, default_db_path, wait_from_env
+
+
+@dataclass(frozen=True)
+class LeaseRow:
+    """Who runs a session: one harness (``holder``, a random token) in one process."""
+
+    session_id: str
+    holder: str
+    pid: int
+    host: str
+    process_started: float | None
+    since: float
+
+
+class Store:
+    """One SQLite database (WAL mode). Thread-safe: tool threads may record concurrently.
+
+    ``wait_s``: how long a read or write waits for another process's lock, in SQLite busy
+    timeouts of at most 5 s with backoff between them (default ``CTXWRIGHT_DB_WAIT`` or 60 s).
+    ``db`` is the connection (``store/sqlite.py``) the proxy's tables share.
+    """
+
+    def __init__(self, path: str | Path | None = None, *, wait_s: float | None = None) -> None:
+        self.path = Path(path) if path is not None else default_db_path()
+        self.wait_s = wait_from_env() if wait_s is None else max(0.0, wait_s)
+        self.db = Database(self.path, wait_s=self.wait_s, check_file=check_file, setup=self._open)
+
+    def _open(self, db: sqlite3.Connection) -> None:
+        applied = check_schema(db, self.path)  # reads only
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        migrate(db, self.path, applied)
+
+    def schema(self) -> tuple[int, list[str]]:
+        """(``user_version``, applied migration names in order)."""
+
+        def read(db: sqlite3.Connection) -> tuple[int, list[str]]:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            names = [r["name"] for r in db.execute("SELECT name FROM _migrations ORDER BY rowid").fetchall()]
+            return version, names
+
+        return self.db.run(read)
+
+    # -- writes -------------------------------------------------------------------------
+    def create_session(
+        self,
+        prefix: dict[str, Any],
+        prefix_sha256: str,
+        *,
+        backend: str | None = None,
+        model: str | None = None,
+        parent_id: str | None = None,
+        meta: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> str:
+        sid = session_id or uuid.uuid4().hex[:12]
+        self.db.execute(
+            "INSERT INTO sessions (id, parent_id, created_at, prefix_json, prefix_sha256, backend, model, "
+            "meta_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                sid,
+                parent_id,
+                time.time(),
+                canonical_json(prefix),
+                prefix_sha256,
+                backend,
+                model,
+                canonical_json(meta or {}),
+            ),
+        )
+        return sid
+
+    def append_event(self, session_id: str, event: Event) -> None:
+        self.db.execute(
+            "INSERT INTO events (session_id, seq, kind, created_at, payload_json) VALUES (?, ?, ?, ?, ?)",
+            (session_id, event.seq, event.kind, event.created_at, canonical_json(event.to_payload())),
+        )
+
+    def record_call(self, record: CallRecord) -> None:
+        """One model call (``INSERT OR REPLACE`` by session and index). Its ``error`` is stored
+        with any URL credential redacted (``core/redact.py``), whoever wrote it: an error may
+        quote a base URL with its credentials."""
+        columns = ["session_id", "call_index", "created_at", *CALL_COLUMNS, *(f"{c}_json" for c in CALL_JSON_COLUMNS)]
+        scalars = {c: getattr(record, c) for c in CALL_COLUMNS}
+        if isinstance(record.error, str):
+            scalars["error"] = redact(record.error)
+        parts = record.json_parts()
+        values = [
+            record.session_id,
+            record.call_index,
+            record.created_at or time.time(),
+            *scalars.values(),
+            *[canonical_json(parts[c]) for c in CALL_JSON_COLUMNS],
+        ]
+        self.db.execute(
+            f"INSERT OR REPLACE INTO calls ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+            values,
+        )
+
+    def update_meta(self, session_id: str, meta: dict[str, Any]) -> None:
+        self.db.execute("UPDATE sessions SET meta_json=? WHERE id=?", (canonical_json(meta), session_id))
+
+    def recovery_log(self, session_id: str) -> RecoveryLog:
+        """The recovery file a session writes to once this store refused a write (``store/recovery.py``)."""
+        return RecoveryLog(self.path, session_id)
+
+    # -- one writer per session (store/lease.py) ---------------------------------------------
+    def acquire_lease(self, lease: LeaseRow, may_take: Callable[[LeaseRow], bool]) -> LeaseRow | None:
+        """Record ``lease`` as the session's writer unless another holder's lease stands;
+        returns that standing lease (nothing written), or ``None`` when ``lease`` is now held.
+        ``may_take(other)`` decides whether another holder's lease is stale. One transaction
+        (``BEGIN IMMEDIATE``): two processes racing for a session are serialized."""
+
+        def take(db: sqlite3.Connection) -> LeaseRow | None:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                r = db.execute(
+                    "SELECT session_id, holder, pid, host, process_started, since FROM session_leases "
+                    "WHERE session_id=?",
+                    (lease.session_id,),
+                ).fetchone()
+                other = LeaseRow(**dict(r)) if r is not None else None
+                if other is not None and other.holder != lease.holder and not may_take(other):
+                    db.execute("ROLLBACK")
+                    return other
+                db.execute(
+                    "INSERT OR REPLACE INTO session_leases (session_id, holder, pid, host, process_started, since) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (lease.session_id, lease.holder, lease.pid, lease.host, lease.process_started, lease.since),
+                )
+                db.execute("COMMIT")
+                return None
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+
+        return self.db.run(take)
+
+    def release_lease(self, session_id: str, holder: str, *, wait_s: float | None = None) -> None:
+        """Delete the lease if ``holder`` still holds it, waiting at most ``wait_s`` for a lock."""
+
+        def release(db: sqlite3.Connection) -> None:
+            if wait_s is not None:
+                db.execute(f"PRAGMA busy_timeout = {int(min(wait_s, BUSY_TIMEOUT_S) * 1000)}")
+            try:
+                db.execute("DELETE FROM session_leases WHERE session_id=? AND holder=?", (session_id, holder))
+            finally:
+                if wait_s is not None:
+                    db.execute(f"PRAGMA busy_timeout = {int(min(self.wait_s, BUSY_TIMEOUT_S) * 1000)}")
+
+        self.db.run(release, wait_s=wait_s)
+
+    def lease(self, session_id: str) -> LeaseRow | None:
+        r = self.db.fetchone(
+            "SELECT session_id, holder, pid, host, process_started, since FROM session_leases WHERE session_id=?",
+            (session_id,),
+        )
+        return LeaseRow(**dict(r)) if r is not None else None
+
+    # -- reads --------------------------------------------------------------------------
+    def get_session(self, session_id: str) -> SessionRow:
+        cols = "id, parent_id, created_at, prefix_json, prefix_sha256, backend, model, meta_json"
+        row = self.db.fetchone(f"SELECT {cols} FROM sessions WHERE id=?", (session_id,))
+        if row is None:
+            # allow unique prefixes of IDs, like git
+            rows = self.db.fetchall(f"SELECT {cols} FROM sessions WHERE id LIKE ?", (session_id + "%",))
+            if len(rows) == 1:
+                row = rows[0]
+        if row is None:
+            raise SessionNotFound(
+                f"no session {session_id!r} in {self.path}. Run `ctxwright sessions` to list the IDs "
+                "(or pass --db / CTXWRIGHT_DB if the session lives in another database)."
+            )
+        return SessionRow(
+            id=row["id"],
+            parent_id=row["parent_id"],
+            created_at=row["created_at"],
+            prefix=json.loads(row["prefix_json"]),
+            prefix_sha256=row["prefix_sha256"],
+            backend=row["backend"],
+            model=row["model"],
+            meta=json.loads(row["meta_json"]),
+        )
+
+    def latest_session(self) -> str | None:
+        """The id of the top-level session used last (its newest event, else its creation)."""
+        row = self.db.fetchone(
+            """SELECT s.id AS id FROM sessions s WHERE s.parent_id IS NULL
+               ORDER BY COALESCE((SELECT MAX(e.created_at) FROM events e WHERE e.session_id=s.id), s.created_at)
+               DESC, s.created_at DESC LIMIT 1"""
+        )
+        return None if row is None else str(row["id"])
+
+    def events(self, session_id: str) -> list[Event]:
+        rows = self.db.fetchall(
+            "SELECT seq, kind, created_at, payload_json FROM events WHERE session_id=? ORDER BY seq", (session_id,)
+        )
+        return [event_from_row(r["seq"], r["kind"], r["created_at"], json.loads(r["payload_json"])) for r in rows]
+
+    def calls(self, session_id: str) -> list[CallRecord]:
+        """Every call of the session, in order."""
+        columns = ["call_index", "created_at", *CALL_COLUMNS, *(f"{c}_json" for c in CALL_JSON_COLUMNS)]
+        rows = self.db.fetchall(
+            f"SELECT {', '.join(columns)} FROM calls WHERE session_id=? ORDER BY call_index", (session_id,)
+        )
+        out = []
+        for r in rows:
+            d: dict[str, Any] = {"session_id": session_id}
+            d.update({c: r[c] for c in ("call_index", "created_at", *CALL_COLUMNS)})
+            d.update({c: json.loads(r[f"{c}_json"]) for c in CALL_JSON_COLUMNS})
+            out.append(CallRecord.from_dict(d))
+        return out
+
+    def list_sessions(self, limit: int = 50, include_children: bool = False) -> list[dict[str, Any]]:
+        where = "" if include_children else "WHERE s.parent_id IS NULL"
+        rows = self.db.fetchall(
+            f"""SELECT s.id AS id, s.created_at AS created_at, s.backend AS backend, s.model AS model,
+                   s.parent_id AS parent_id,
+                   (SELECT COUNT(*) FROM events e WHERE e.session_id=s.id) AS events,
+                   (SELECT COUNT(*) FROM calls c WHERE c.session_id=s.id) AS calls,
+                   (SELECT seq FROM events e WHERE e.session_id=s.id AND e.kind=:user
+                    AND CASE WHEN json_valid(e.payload_json) THEN COALESCE(json_extract(e.payload_json, :catalog), json_extract(e.payload_json, :mcp)) END IS NULL
+                    ORDER BY seq LIMIT 1) AS first_seq,
+                   (SELECT payload_json FROM events e WHERE e.session_id=s.id AND e.kind=:user
+                    AND CASE WHEN json_valid(e.payload_json) THEN COALESCE(json_extract(e.payload_json, :catalog), json_extract(e.payload_json, :mcp)) END IS NULL
+                    ORDER BY seq LIMIT 1) AS first_payload
+               FROM sessions s {where} ORDER BY s.created_at DESC LIMIT :limit""",
+            {"user": UserEvent.KIND, "limit": limit, "catalog": f"$.{SKILLS_CATALOG_KEY}", "mcp": f"$.{MCP_TOOLS_KEY}"},
+        )
+        out = []
+        for r in rows:
+            first = ""
+            if r["first_payload"]:
+                try:
+                    ev = event_from_row(r["first_seq"], UserEvent.KIND, 0.0, json.loads(r["first_payload"]))
+                    first = ev.message.content or "" if isinstance(ev, UserEvent) else ""
+                except (CtxwrightError, ValueError):
+                    first = ""
+            out.append(
+                {
+                    "id": r["id"],
+                    "created_at": r["created_at"],
+                    "backend": r["backend"],
+                    "model": r["model"],
+                    "parent_id": r["parent_id"],
+                    "events": r["events"],
+                    "calls": r["calls"],
+                    "first_user": first,
+                }
+            )
+        return out
+
+    def children(self, session_id: str) -> list[str]:
+        rows = self.db.fetchall("SELECT id FROM sessions WHERE parent_id=? ORDER BY created_at", (session_id,))
+        return [r["id"] for r in rows]
+
+    def close(self) -> None:
+        self.db.close()
+
+
+__all__ = ["LeaseRow", "Store"]
