@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ctxwright.audit.compare import Auditor
-from ctxwright.audit.live import audit_record, audit_request, past_requests
+from ctxwright.audit.live import LiveRequests, audit_record, past_requests
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import CompactionConfig, CompactionReport, ContextManager
 from ctxwright.compaction.budget import ByteScan, sanitize
@@ -44,10 +44,10 @@ from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.core.events import AssistantEvent
 from ctxwright.core.interrupted import close_open_rounds
 from ctxwright.core.messages import ToolCall, canonical_json
-from ctxwright.core.repeats import DEFAULT_MAX_REPEATS, repeat_counts, repeat_note
+from ctxwright.core.repeats import DEFAULT_MAX_REPEATS, RepeatTracker, repeat_note
 from ctxwright.core.request import ChatRequest, Completion, ToolChoice
 from ctxwright.core.session import Session
-from ctxwright.core.tokens import Ledger, TokenCounter, build_ledger, check_reported
+from ctxwright.core.tokens import Ledger, LedgerBuilder, TokenCounter, check_reported
 from ctxwright.core.tool_ids import assign_ids, ids_in
 from ctxwright.defence.gate import Gate
 from ctxwright.defence.levels import Features, features
@@ -56,6 +56,7 @@ from ctxwright.defence.record import finish, prepare
 from ctxwright.errors import BackendError
 from ctxwright.status.bar import StatusBar
 from ctxwright.tools.registry import BoundCall, ToolOutcome, ToolRegistry, error_outcome
+from ctxwright.tools.workers import WORKERS
 
 StopReason = Literal["final_answer", "max_iterations", "backend_error", "repeated_tool_call"]
 EventSink = Callable[[str, dict[str, Any]], None]
@@ -177,6 +178,10 @@ class Agent:
         self._tools_text = canonical_json([t.to_wire() for t in session.prefix.tools]) if session.prefix.tools else ""
         self._call_ids: set[str] | None = None  # every tool-call id the session holds, built on first use
         self._warned: set[str] = set()  # ledger mismatch kinds already reported in this run
+        # per-turn work kept incremental (core/incremental.py): only what is new since the last call
+        self._ledger = LedgerBuilder()
+        self._live = LiveRequests()
+        self._repeat_tracker = RepeatTracker()
 
     # -- one model call ----------------------------------------------------------------
     def _stamp(self, text: str) -> str:
@@ -202,8 +207,8 @@ class Agent:
         request = s.build_request(
             tool_choice=tool_choice, max_tokens=self.config.max_tokens, temperature=self.config.temperature
         )
-        ledger = build_ledger(
-            self.counter, s.prefix.canonical(), list(request.messages[1:]), self._tools_text, s.prefix.tools
+        ledger = self._ledger.build(
+            self.counter, s.prefix.canonical(), request.messages[1:], self._tools_text, s.prefix.tools
         )
         self.on_event("request", {"index": s.call_count, "messages": len(request.messages)})
         pre_ms = (time.perf_counter() - t0) * 1000
@@ -227,7 +232,7 @@ class Agent:
         message, assigned = assign_ids(completion.message, s.id, s.call_count, self._ids())
         completion = Completion(message, u, completion.finish_reason, completion.model)
         self.tokens_used += (u.prompt_tokens or 0) + (u.completion_tokens or 0)
-        row = self.auditor.add(audit_request(request, u, marker=s.marker_since_last_call()))
+        row = self.auditor.add(self._live.audit_request(request, u, marker=s.marker_since_last_call()))
         audit = audit_record(row)
         mismatch = check_reported(ledger, u.prompt_tokens, self.counter.source, request.tool_choice)
         ledger_rec: dict[str, Any] = dict(ledger.to_dict())
@@ -279,28 +284,27 @@ class Agent:
     def _run_tools(
         self, calls: tuple[ToolCall, ...], blocked: dict[int, ToolOutcome] | None = None
     ) -> list[ToolOutcome]:
-        """Run one reply's calls concurrently, each in a daemon thread with its own deadline
-        from the start of the batch; a call still running then is abandoned (a thread cannot
-        be killed) and answered with a timeout error, so one hung tool never stalls the loop.
-        ``blocked``: calls not to run, by position, with the outcome that answers them."""
+        """Run one reply's calls concurrently, each on a daemon thread (``tools/workers.py``:
+        reused between calls) with its own deadline from the start of the batch; a call still
+        running then is abandoned (a thread cannot be killed) and answered with a timeout error,
+        so one hung tool never stalls the loop. ``blocked``: calls not to run, by position, with
+        the outcome that answers them."""
         t0 = time.perf_counter()
         boxes: list[list[ToolOutcome]] = [[blocked[i]] if blocked and i in blocked else [] for i in range(len(calls))]
-        threads: list[threading.Thread | None] = []
+        running: list[threading.Event | None] = []
         for call, box in zip(calls, boxes, strict=False):
             if box:
-                threads.append(None)
+                running.append(None)
                 continue
             self.on_event("tool_start", {"call": call})
-            worker = threading.Thread(
-                target=lambda c=call, b=box: b.append(self.tools.execute(c)), daemon=True, name=f"tool-{call.name}"
+            running.append(
+                WORKERS.submit(lambda c=call, b=box: b.append(self.tools.execute(c)), name=f"tool-{call.name}")
             )
-            worker.start()
-            threads.append(worker)
         outcomes = []
-        for call, th, box in zip(calls, threads, boxes, strict=False):
+        for call, done, box in zip(calls, running, boxes, strict=False):
             timeout = self._timeout_for(call)
-            if th is not None:
-                th.join(max(0.0, t0 + timeout - time.perf_counter()))
+            if done is not None:
+                done.wait(max(0.0, t0 + timeout - time.perf_counter()))
             outcomes.append(
                 box[0]
                 if box
@@ -370,7 +374,7 @@ class Agent:
         limit = self.config.max_repeats
         if not limit:
             return [1] * len(calls), {}
-        counts = [n for _, n in repeat_counts(self.session.events)[-len(calls) :]]
+        counts = [n for _, n in self._repeat_tracker.tail(self.session.events, len(calls))]
         blocked = {
             i: error_outcome(
                 call,
