@@ -274,9 +274,9 @@ def main() -> None:
             ],
         )
     )
-    for name, ok, what in [
-        ("flat", data["flat"], f"ctxwright {last} within 1.2x of turns 1-50 (ratio {cw['ratio']})"),
-        ("under_1ms", data["under_1ms"], f"ctxwright median CPU under 1 ms at {last} ({cw['last_50_ms']} ms)"),
+    for ok, what in [
+        (data["flat"], f"ctxwright {last} within 1.2x of turns 1-50 (ratio {cw['ratio']})"),
+        (data["under_1ms"], f"ctxwright median CPU under 1 ms at {last} ({cw['last_50_ms']} ms)"),
     ]:
         console.print(("[green]PASS[/] " if ok else "[red]FAIL[/] ") + what)
     save(args, data)

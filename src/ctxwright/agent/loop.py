@@ -297,9 +297,7 @@ class Agent:
                 running.append(None)
                 continue
             self.on_event("tool_start", {"call": call})
-            running.append(
-                WORKERS.submit(lambda c=call, b=box: b.append(self.tools.execute(c)), name=f"tool-{call.name}")
-            )
+            running.append(WORKERS.submit(self._executor(call, box), name=f"tool-{call.name}"))
         outcomes = []
         for call, done, box in zip(calls, running, boxes, strict=False):
             timeout = self._timeout_for(call)
@@ -317,6 +315,9 @@ class Agent:
                 )
             )
         return outcomes
+
+    def _executor(self, call: ToolCall, box: list[ToolOutcome]) -> Callable[[], None]:
+        return lambda: box.append(self.tools.execute(call))
 
     def _index(self) -> ProvenanceIndex:
         """The session's sources for argument provenance, read up to the last event."""

@@ -14,9 +14,8 @@ from ctxwright.audit.compare import AuditRequest, AuditRow, segment_hash
 from ctxwright.audit.logs import WireCache
 from ctxwright.core.incremental import common_prefix_len
 from ctxwright.core.messages import Message, Usage
-from ctxwright.core.request import ToolSpec
 from ctxwright.core.render import replay_calls
-from ctxwright.core.request import ChatRequest
+from ctxwright.core.request import ChatRequest, ToolSpec
 from ctxwright.core.session import Session
 
 #: The conversation of every request a live session audits: one auditor audits one session, so

@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ctxwright.core.incremental import PrefixScan
 from ctxwright.core.messages import Message
 from ctxwright.core.request import ToolSpec
-from ctxwright.core.incremental import PrefixScan
 from ctxwright.core.skills_catalog import is_catalog_message, skills_catalog_tokens
 
 _CJK = re.compile("[\u4e00-\u9fff]")
