@@ -29,6 +29,7 @@ def main() -> None:
         ["context_distillation.py", *(["--quick"] if args.quick else [])],
         ["audit_speed.py", *(["--requests", "200", "--memory-sizes", "10000,20000"] if args.quick else [])],
         ["long_session.py"],
+        ["per_turn.py"],
         ["compression.py", *(["--quick"] if args.quick else [])],
         ["terminal.py"],
         ["tool_search.py", "--part", "search", *(["--quick"] if args.quick else [])],
@@ -39,7 +40,14 @@ def main() -> None:
         ["injection.py", *(["--quick"] if args.quick else [])],
     ]
     # offline: no backend arguments (tool_search's e2e part is the one that runs a model)
-    no_model = {"audit_speed.py", "long_session.py", "terminal.py", "tool_search.py", "proxy_overhead.py"}
+    no_model = {
+        "audit_speed.py",
+        "long_session.py",
+        "per_turn.py",
+        "terminal.py",
+        "tool_search.py",
+        "proxy_overhead.py",
+    }
     failed = []
     for script, *extra in runs:
         part = extra[1] if extra[:1] == ["--part"] and extra[1] != "search" else None  # one JSON per part

@@ -48,7 +48,7 @@ from ctxwright.agent.assemble import Assembly
 from ctxwright.agent.progress import AssistantReply, Compacted, GateDecided
 from ctxwright.agent.results import drafts_of, result_steps
 from ctxwright.audit.compare import Auditor, AuditSummary
-from ctxwright.audit.live import audit_record, audit_request, past_requests
+from ctxwright.audit.live import LiveRequests, audit_record, past_requests
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import CompactionConfig, CompactionReport, ContextManager
 from ctxwright.compaction.retrieval import ResultReader
@@ -66,11 +66,11 @@ from ctxwright.core.progress import (
     UserInput,
     ignore,
 )
-from ctxwright.core.repeats import DEFAULT_MAX_REPEATS, repeat_counts, repeat_note
+from ctxwright.core.repeats import DEFAULT_MAX_REPEATS, RepeatTracker, repeat_note
 from ctxwright.core.request import ChatRequest, Completion, ToolChoice
 from ctxwright.core.results import run_steps
 from ctxwright.core.session import Session
-from ctxwright.core.tokens import Ledger, TokenCounter, build_ledger, check_reported
+from ctxwright.core.tokens import Ledger, LedgerBuilder, TokenCounter, check_reported
 from ctxwright.core.tool_ids import assign_ids, ids_in
 from ctxwright.defence.gate import Gate
 from ctxwright.defence.levels import Features, features
@@ -78,6 +78,7 @@ from ctxwright.defence.provenance import ProvenanceIndex
 from ctxwright.errors import ConfigError, CtxwrightError
 from ctxwright.status.bar import StatusBar
 from ctxwright.tools.registry import BoundCall, Tool, ToolOutcome, ToolRegistry, error_outcome
+from ctxwright.tools.workers import WORKERS
 
 if TYPE_CHECKING:
     from ctxwright.agent.wiring import Wired
@@ -307,6 +308,10 @@ class Context:
         self._tools_text = canonical_json([t.to_wire() for t in session.prefix.tools]) if session.prefix.tools else ""
         self._call_ids: set[str] | None = None  # every tool-call id the session holds, built on first use
         self._warned: set[str] = set()  # ledger mismatch kinds already reported
+        # per-turn work kept incremental (core/incremental.py): only what is new since the last call
+        self._ledger = LedgerBuilder()
+        self._live = LiveRequests()
+        self._repeat_tracker = RepeatTracker()
         self._pending: Pending | None = None
         self._iteration = 0  # model calls since the last begin(), for the status bar
         self._rounds = 0  # rounds of tool calls since the last begin(), for max_tool_rounds
@@ -366,8 +371,8 @@ class Context:
         request = s.build_request(
             tool_choice=tool_choice, max_tokens=self.config.max_tokens, temperature=self.config.temperature
         )
-        ledger = build_ledger(
-            self.counter, s.prefix.canonical(), list(request.messages[1:]), self._tools_text, s.prefix.tools
+        ledger = self._ledger.build(
+            self.counter, s.prefix.canonical(), request.messages[1:], self._tools_text, s.prefix.tools
         )
         self.on_event(RequestSent(index=s.call_count, messages=len(request.messages)))
         now = time.perf_counter()
@@ -416,7 +421,7 @@ class Context:
         message, assigned = assign_ids(completion.message, s.id, s.call_count, self._ids())
         self.tokens_used += (u.prompt_tokens or 0) + (u.completion_tokens or 0)
         request, ledger = pending.request, pending.ledger
-        row = self.auditor.add(audit_request(request, u, marker=s.marker_since_last_call()))
+        row = self.auditor.add(self._live.audit_request(request, u, marker=s.marker_since_last_call()))
         audit = audit_record(row)
         mismatch = check_reported(ledger, u.prompt_tokens, self.counter.source, request.tool_choice)
         ledger_rec: dict[str, Any] = dict(ledger.to_dict())
@@ -499,28 +504,25 @@ class Context:
         return self.tools.timeout_for(call) or self.config.tool_timeout_s
 
     def _run(self, calls: tuple[ToolCall, ...], blocked: dict[int, ToolOutcome] | None = None) -> list[ToolOutcome]:
-        """Run one reply's calls concurrently, each in a daemon thread with its own deadline
-        from the start of the batch; a call still running then is abandoned (a thread cannot
-        be killed) and answered with a timeout error, so one hung tool never stalls the loop.
-        ``blocked``: calls not to run, by position, with the outcome that answers them."""
+        """Run one reply's calls concurrently, each on a daemon thread (``tools/workers.py``:
+        reused between calls) with its own deadline from the start of the batch; a call still
+        running then is abandoned (a thread cannot be killed) and answered with a timeout error,
+        so one hung tool never stalls the loop. ``blocked``: calls not to run, by position, with
+        the outcome that answers them."""
         t0 = time.perf_counter()
         boxes: list[list[ToolOutcome]] = [[blocked[i]] if blocked and i in blocked else [] for i in range(len(calls))]
-        threads: list[threading.Thread | None] = []
+        running: list[threading.Event | None] = []
         for call, box in zip(calls, boxes, strict=False):
             if box:
-                threads.append(None)
+                running.append(None)
                 continue
             self.on_event(ToolStart(call=call))
-            worker = threading.Thread(
-                target=lambda c=call, b=box: b.append(self.tools.execute(c)), daemon=True, name=f"tool-{call.name}"
-            )
-            worker.start()
-            threads.append(worker)
+            running.append(WORKERS.submit(self._executor(call, box), name=f"tool-{call.name}"))
         outcomes = []
-        for call, th, box in zip(calls, threads, boxes, strict=False):
+        for call, done, box in zip(calls, running, boxes, strict=False):
             timeout = self._timeout_for(call)
-            if th is not None:
-                th.join(max(0.0, t0 + timeout - time.perf_counter()))
+            if done is not None:
+                done.wait(max(0.0, t0 + timeout - time.perf_counter()))
             outcomes.append(
                 box[0]
                 if box
@@ -533,6 +535,9 @@ class Context:
                 )
             )
         return outcomes
+
+    def _executor(self, call: ToolCall, box: list[ToolOutcome]) -> Callable[[], None]:
+        return lambda: box.append(self.tools.execute(call))
 
     def _index(self) -> ProvenanceIndex:
         """The session's sources for argument provenance, read up to the last event."""
@@ -590,7 +595,7 @@ class Context:
         limit = self.config.max_repeats
         if not limit:
             return [1] * len(calls), {}
-        counts = [n for _, n in repeat_counts(self.session.events)[-len(calls) :]]
+        counts = [n for _, n in self._repeat_tracker.tail(self.session.events, len(calls))]
         blocked = {
             i: error_outcome(
                 call,
@@ -612,7 +617,6 @@ class Context:
     def report(self, path: str | Path, prices: Any = None) -> Path:
         """Write the HTML report of this session (and its sub-agents') to ``path``."""
         from ctxwright.report import from_store, write_report
-
         from ctxwright.store.sessions import Store
 
         store = self.session.store

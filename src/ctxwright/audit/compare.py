@@ -68,8 +68,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxwright.core.incremental import common_prefix_len as shared_len
 from ctxwright.core.messages import canonical_json
-from ctxwright.core.skills_catalog import skills_catalog_tokens
+from ctxwright.core.skills_catalog import is_catalog_message, skills_catalog_tokens
 from ctxwright.core.tokens import TokenCounter
 
 _MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
@@ -364,9 +365,9 @@ def _divergence(prev: AuditRequest, p: _Shape, cur: AuditRequest, c: _Shape) -> 
         off, before, after = _bytes_divergence(p.tools, c.tools)
         return Divergence(None, "tools", off, before=before, after=after)
     ph, ch = p.hashes, c.hashes
-    for i in range(min(len(ph), len(ch))):
-        if ph[i] != ch[i]:
-            return _field_divergence(i + 1, prev.messages[i], cur.messages[i])
+    i = shared_len(ph, ch)  # the first message that differs (in C: a long history is mostly shared)
+    if i < min(len(ph), len(ch)):
+        return _field_divergence(i + 1, prev.messages[i], cur.messages[i])
     if len(ch) < len(ph):
         return Divergence(len(ch) + 1, "message", 0)
     return None
@@ -452,13 +453,19 @@ class PrefixIndex:
         self.size = 0
 
     def add(
-        self, segments: Sequence[bytes], hashes: Sequence[bytes] | None = None, chains: Sequence[bytes] | None = None
+        self,
+        segments: Sequence[bytes],
+        hashes: Sequence[bytes] | None = None,
+        chains: Sequence[bytes] | None = None,
+        start: int = 0,
     ) -> None:
+        """``start``: the leading segments known to be in the index already (along the same
+        chain), which adding again would not change."""
         hashes = hashes if hashes is not None else [_h(s) for s in segments]
         chains = chains if chains is not None else _chain_hashes(hashes)
         children = self._children
-        for i, seg in enumerate(segments):
-            chain, sh = chains[i], hashes[i]
+        for i in range(start, len(segments)):
+            seg, chain, sh = segments[i], chains[i], hashes[i]
             kids = children.get(chain)
             if kids is None:
                 kids = children[chain] = {}
@@ -469,18 +476,23 @@ class PrefixIndex:
                 self.size += len(seg) + _NODE_OVERHEAD
 
     def match(
-        self, segments: Sequence[bytes], hashes: Sequence[bytes] | None = None, chains: Sequence[bytes] | None = None
+        self,
+        segments: Sequence[bytes],
+        hashes: Sequence[bytes] | None = None,
+        chains: Sequence[bytes] | None = None,
+        start: int = 0,
     ) -> tuple[int, int]:
-        """(whole segments matched, bytes matched inside the next segment)."""
+        """(whole segments matched, bytes matched inside the next segment). ``start``: the
+        leading segments known to match (an earlier request with them was added)."""
         hashes = hashes if hashes is not None else [_h(s) for s in segments]
         chains = chains if chains is not None else _chain_hashes(hashes)
         children = self._children
-        for i, seg in enumerate(segments):
+        for i in range(start, len(segments)):
             kids = children.get(chains[i])
             if not kids:
                 return i, 0
             if hashes[i] not in kids:
-                return i, self._best_partial(chains[i], seg)
+                return i, self._best_partial(chains[i], segments[i])
         return len(segments), 0
 
     def _best_partial(self, chain: bytes, seg: bytes) -> int:
@@ -502,6 +514,8 @@ class RecentPrefixIndex:
         self.budget = budget
         self._young = PrefixIndex()
         self._old: PrefixIndex | None = None
+        #: the young index's number; the old one is ``generation - 1``
+        self.generation = 0
 
     @property
     def size(self) -> int:
@@ -515,8 +529,61 @@ class RecentPrefixIndex:
 
     def add(self, segments: Sequence[bytes], hashes: Sequence[bytes], chains: Sequence[bytes]) -> None:
         self._young.add(segments, hashes, chains)
+        self._rotate()
+
+    def _rotate(self) -> bool:
         if self._young.size > self.budget // 2:
             self._old, self._young = self._young, PrefixIndex()
+            self.generation += 1
+            return True
+        return False
+
+    def match_after(
+        self, segments: Sequence[bytes], hashes: Sequence[bytes], chains: Sequence[bytes], hint: IndexHint, shared: int
+    ) -> tuple[tuple[int, int], tuple[int, int] | None]:
+        """:meth:`match` for a request whose first ``shared`` segments are those of the request
+        ``hint`` was made for (the last one of its conversation): those are not walked again
+        where the index still holds them. Returns the match and the old index's own."""
+        start = shared if hint.young == self.generation else 0
+        best = self._young.match(segments, hashes, chains, start)
+        old_match = None
+        if self._old is not None:
+            if hint.old == self.generation - 1:  # unchanged since: its walk differs from the shared segments on
+                w, p = hint.old_match
+                old_match = (w, p) if w < shared else self._old.match(segments, hashes, chains, shared)
+            else:
+                old_match = self._old.match(segments, hashes, chains)
+            best = max(best, old_match)
+        return best, old_match
+
+    def add_after(
+        self,
+        segments: Sequence[bytes],
+        hashes: Sequence[bytes],
+        chains: Sequence[bytes],
+        hint: IndexHint,
+        shared: int,
+        old_match: tuple[int, int] | None,
+    ) -> IndexHint:
+        """:meth:`add` after :meth:`match_after` of the same request; returns its hint."""
+        self._young.add(segments, hashes, chains, shared if hint.young == self.generation else 0)
+        if self._rotate():  # the whole request is in the old index now, the young one is empty
+            return IndexHint(None, self.generation - 1, (len(segments), 0))
+        old = self.generation - 1 if self._old is not None and old_match is not None else None
+        return IndexHint(self.generation, old, old_match or (0, 0))
+
+
+@dataclass(frozen=True)
+class IndexHint:
+    """What a :class:`RecentPrefixIndex` knew of one request once it was added, so the next
+    request of its conversation -- mostly the same segments -- is matched and added without
+    walking those again (a live session's audit would otherwise cost more each call).
+    ``young``: the generation of the young index that holds every segment of it (``None``:
+    no longer); ``old``: the generation of the old index ``old_match`` was found in."""
+
+    young: int | None = None
+    old: int | None = None
+    old_match: tuple[int, int] = (0, 0)
 
 
 def segments_of(req: AuditRequest) -> list[bytes]:
@@ -655,6 +722,11 @@ class _Conversation:
     #: the latest request's segment hashes and chain hashes (see :func:`_chain_hashes`)
     hashes: list[bytes] = field(default_factory=list)
     chains: list[bytes] = field(default_factory=list)
+    #: per segment of the latest request: its tokens, and the running total of the skills
+    #: catalog's tokens up to it -- kept for the segments the next request shares
+    tokens: list[int] = field(default_factory=list)
+    catalog: list[int] = field(default_factory=list)
+    index_hint: IndexHint = field(default_factory=IndexHint)
     last_request: int = 0
     last_prompt: int = 0
     totals: Totals = field(default_factory=Totals)
@@ -812,13 +884,28 @@ class Auditor:
                 memo[hashes[i]] = n
         return out
 
-    def _catalog(self, req: AuditRequest) -> int:
-        """Tokens of the skills catalog in ``req``; the tool list's share once per tool list
-        object (a log repeats one), the messages' on every request."""
+    def _catalog(self, req: AuditRequest, in_messages: int) -> int:
+        """Tokens of the skills catalog in ``req``: the tool list's share, once per tool list
+        object (a log repeats one), plus ``in_messages`` (from :meth:`_catalog_sums`)."""
         cached = self._tools_catalog
         if cached is None or cached[0] is not req.tools:
             cached = self._tools_catalog = (req.tools, skills_catalog_tokens(self.counter.count, (), req.tools).total)
-        return cached[1] + skills_catalog_tokens(self.counter.count, req.messages).total
+        return cached[1] + in_messages
+
+    def _catalog_sums(self, req: AuditRequest, head: int, known: list[int]) -> list[int]:
+        """Per segment, the skills catalog's tokens in the messages up to it (``core/skills_catalog.py``
+        counts a catalog message as its canonical JSON); ``known``: the leading ones, shared with
+        the conversation's last request. The head segments (system, tools) hold no message."""
+        out = list(known)
+        acc = out[-1] if out else 0
+        count = self.counter.count
+        for i in range(len(out), head + len(req.messages)):
+            if i >= head:
+                m = req.messages[i - head]
+                if is_catalog_message(m.get("role"), m.get("content")):
+                    acc += count(canonical_json(m))
+            out.append(acc)
+        return out
 
     def add(self, req: AuditRequest) -> AuditRow:
         system, system_h, tools, tools_h = self._fixed(req)
@@ -835,23 +922,17 @@ class Auditor:
         shape = _Shape(req.system, tools, mh)
         conv = self.conversations.find(req, mh)
 
-        known: list[bytes] = []
-        if conv is not None:  # the chain hashes of the leading segments it shares with its conversation
-            prev = conv.hashes
-            if hashes[: len(prev)] == prev:
-                known = conv.chains
-            else:
-                same = 0
-                for a, b in zip(prev, hashes, strict=False):
-                    if a != b:
-                        break
-                    same += 1
-                known = conv.chains[: same + 1]
-        chains = _chain_hashes(hashes, known)
-
-        whole, partial = self.index.match(segs, hashes, chains)
+        # the leading segments it shares with its conversation's last request: their chain hashes,
+        # token counts, catalog tokens and place in the index are known (a live session's request
+        # is mostly its last one, and redoing them would cost more every call)
+        shared = shared_len(conv.hashes, hashes) if conv is not None else 0
+        chains = _chain_hashes(hashes, conv.chains[: shared + 1] if conv is not None else ())
+        hint = conv.index_hint if conv is not None else IndexHint()
+        (whole, partial), old_match = self.index.match_after(segs, hashes, chains, hint, shared)
         reusable_bytes = sum(map(len, segs[:whole])) + partial
-        tokens = self._count(segs, hashes)
+        known_tokens = conv.tokens[:shared] if conv is not None else []
+        tokens = known_tokens + self._count(segs[shared:], hashes[shared:])
+        catalog = self._catalog_sums(req, len(head), conv.catalog[:shared] if conv is not None else [])
         counted = sum(tokens)
         reusable_tok = sum(tokens[:whole])
         if partial:
@@ -878,7 +959,7 @@ class Auditor:
         else:
             prev_prompt = conv.last_prompt
             self.conversations.update(conv, req, shape, size, self.count)
-        conv.hashes, conv.chains = hashes, chains
+        conv.hashes, conv.chains, conv.tokens, conv.catalog = hashes, chains, tokens, catalog
         row = AuditRow(
             self.count,
             prompt,
@@ -891,12 +972,12 @@ class Auditor:
             conversation=conv.number,
             options_changed=options,
             usage_known=req.prompt_tokens is not None,
-            skills_catalog_tokens=self._catalog(req),
+            skills_catalog_tokens=self._catalog(req, catalog[-1] if catalog else 0),
         )
         conv.last_prompt = prompt
         conv.totals.add(row, prev_prompt)
         self.totals.add(row, prev_prompt)
-        self.index.add(segs, hashes, chains)
+        conv.index_hint = self.index.add_after(segs, hashes, chains, hint, shared, old_match)
         self.count += 1
         if self.keep_rows:
             self.rows.append(row)

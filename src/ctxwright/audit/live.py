@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ctxwright.audit.compare import AuditRequest, AuditRow
+from ctxwright.audit.compare import AuditRequest, AuditRow, segment_hash
 from ctxwright.audit.logs import WireCache
-from ctxwright.core.messages import Usage
+from ctxwright.core.incremental import common_prefix_len
+from ctxwright.core.messages import Message, Usage
 from ctxwright.core.render import replay_calls
-from ctxwright.core.request import ChatRequest
+from ctxwright.core.request import ChatRequest, ToolSpec
 from ctxwright.core.session import Session
 
 #: The conversation of every request a live session audits: one auditor audits one session, so
@@ -41,6 +42,55 @@ def audit_request(request: ChatRequest, usage: Usage | None, marker: str | None 
         message_bytes=[m.canonical_utf8 for m in rest],
         conversation=LIVE_CONVERSATION,
     )
+
+
+class LiveRequests:
+    """:func:`audit_request` for the requests of one live session, one after another, at a cost
+    that does not grow with the session: each message's wire form, canonical bytes and segment
+    hash are made once, kept per message for the messages the next request shares with this one
+    (``core/incremental.py``; a compaction or a replaced status makes them from its first change
+    on), and the tool list's wire form once per tool list. The request equals
+    :func:`audit_request`'s (tested); handing the auditor the hashes and the same tool list
+    object lets it skip its own hashing and serialising of them too."""
+
+    def __init__(self) -> None:
+        self._messages: list[Message] = []
+        self._wire: list[dict[str, Any]] = []
+        self._bytes: list[bytes] = []
+        self._hashes: list[bytes] = []
+        self._tools: tuple[tuple[ToolSpec, ...], list[dict[str, Any]]] | None = None
+
+    def audit_request(self, request: ChatRequest, usage: Usage | None, marker: str | None = None) -> AuditRequest:
+        u = usage or Usage()
+        msgs = request.messages
+        if msgs and msgs[0].role == "system":
+            system, rest = msgs[0].content or "", msgs[1:]
+        else:
+            system, rest = "", msgs
+        k = common_prefix_len(self._messages, rest)
+        del self._messages[k:], self._wire[k:], self._bytes[k:], self._hashes[k:]
+        for m in rest[k:]:
+            raw = m.canonical_utf8
+            self._messages.append(m)
+            self._wire.append(m.to_wire())
+            self._bytes.append(raw)
+            self._hashes.append(segment_hash(raw))
+        tools = self._tools
+        if tools is None or tools[0] is not request.tools:
+            tools = self._tools = (request.tools, [t.to_wire() for t in request.tools])
+        return AuditRequest(
+            system=system,
+            tools=tools[1],
+            messages=list(self._wire),
+            cached_tokens=u.cached_tokens,
+            prompt_tokens=u.prompt_tokens,
+            completion_tokens=u.completion_tokens,
+            marker=marker,
+            reusable_tokens_hint=_hint(u),
+            message_bytes=list(self._bytes),
+            message_hashes=list(self._hashes),
+            conversation=LIVE_CONVERSATION,
+        )
 
 
 def audit_record(row: AuditRow) -> dict[str, Any]:

@@ -36,7 +36,8 @@ from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.strategies import SCAN_CHARS, NewResult, StrategyContext, compress_batch
 from ctxwright.compaction.summarizer import Summarizer
 from ctxwright.core.events import BudgetRecord, CompactionEvent, SummaryFailedEvent, ToolEvent, UserEvent
-from ctxwright.core.messages import Message, canonical_json
+from ctxwright.core.incremental import PrefixScan
+from ctxwright.core.messages import Message
 from ctxwright.core.results import ResultDraft
 from ctxwright.core.skill_content import body_skill
 from ctxwright.core.tokens import PER_MESSAGE_OVERHEAD, TokenCounter
@@ -62,6 +63,9 @@ class ContextManager:
     #: the call index of the last recorded compaction (spacing: ``min_calls_between``)
     last_compaction_call: int = -(10**9)
     _msg_tokens: dict[Message, int] = field(default_factory=dict)
+    #: the trajectory's tokens as a running total per message, so a request that only adds
+    #: messages is counted for those alone (``core/incremental.py``)
+    _trajectory_tokens: PrefixScan[Message, int] | None = None
     #: the LLM layers' summarizer (its own model object / requests); None: no LLM layers
     summarizer: Summarizer | None = None
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
@@ -228,14 +232,17 @@ class ContextManager:
     def tokens_of(self, m: Message) -> int:
         n = self._msg_tokens.get(m)
         if n is None:
-            n = self.counter.count(canonical_json(m.to_wire())) + PER_MESSAGE_OVERHEAD
+            n = self.counter.count(m.canonical()) + PER_MESSAGE_OVERHEAD
             if len(self._msg_tokens) > 50_000:
                 self._msg_tokens.clear()
             self._msg_tokens[m] = n
         return n
 
     def request_tokens(self, session: Session) -> int:
-        return self.counter.count(session.prefix.canonical()) + sum(self.tokens_of(m) for m in session.trajectory())
+        if self._trajectory_tokens is None:
+            tokens_of = self.tokens_of
+            self._trajectory_tokens = PrefixScan(0, lambda acc, m: acc + tokens_of(m))
+        return self.counter.count(session.prefix.canonical()) + self._trajectory_tokens.scan(session.trajectory())
 
     # -- before each call -----------------------------------------------------------------
     def before_call(self, session: Session, call_index: int) -> list[CompactionReport]:

@@ -32,13 +32,20 @@ class Prefix:
     we raise :class:`PrefixFrozenError` with the reason and the fix.
     """
 
-    __slots__ = ("system_prompt", "tools")
+    __slots__ = ("_canonical", "_system_message", "system_prompt", "tools")
     system_prompt: str
     tools: tuple[ToolSpec, ...]
+    _canonical: str | None
+    _system_message: Message | None
 
     def __init__(self, system_prompt: str, tools: Iterable[ToolSpec] = ()) -> None:
         object.__setattr__(self, "system_prompt", system_prompt)
         object.__setattr__(self, "tools", tuple(tools))
+        # computed on first use, then kept: the prefix never changes, and a long session asks
+        # for both on every call (the ledger counts the canonical text; the system message
+        # heads every request, and being the same object lets per-message caches hit)
+        object.__setattr__(self, "_canonical", None)
+        object.__setattr__(self, "_system_message", None)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Prefix) and other.canonical() == self.canonical()
@@ -65,7 +72,11 @@ class Prefix:
         raise PrefixFrozenError(f"cannot delete Prefix.{name}: {_FROZEN_WHY}")
 
     def system_message(self) -> Message:
-        return Message(role="system", content=self.system_prompt)
+        msg = self._system_message
+        if msg is None:
+            msg = Message(role="system", content=self.system_prompt)
+            object.__setattr__(self, "_system_message", msg)
+        return msg
 
     def to_dict(self) -> dict[str, Any]:
         return {"system": self.system_prompt, "tools": [t.to_wire() for t in self.tools]}
@@ -75,7 +86,11 @@ class Prefix:
         return cls.build(data["system"], [ToolSpec.from_wire(t) for t in data.get("tools", [])])
 
     def canonical(self) -> str:
-        return canonical_json(self.to_dict())
+        text = self._canonical
+        if text is None:
+            text = canonical_json(self.to_dict())
+            object.__setattr__(self, "_canonical", text)
+        return text
 
     @property
     def sha256(self) -> str:

@@ -168,6 +168,19 @@ class ReasoningPolicy:
             for i, m in enumerate(messages)
         ]
 
+    @property
+    def per_message(self) -> bool:
+        """Whether each message is rendered on its own, whatever its place (``keep``,
+        ``strip``): then :meth:`apply_one` gives what :meth:`apply` gives for it, and a renderer
+        can render only the messages new since the last request (``core/render.py``)."""
+        return self.mode in ("keep", "strip")
+
+    def apply_one(self, message: Message) -> Message:
+        """``apply([message])[0]`` for a :attr:`per_message` mode."""
+        if self.mode == "strip" and message.role == "assistant":
+            return _without_reasoning(message, allow_missing_open=False)
+        return message
+
     def _check_current_loop(self, messages: list[Message], index_offset: int) -> None:
         """Raise :class:`ReasoningMissing` for any assistant tool-call turn that has no
         ``reasoning_content``.

@@ -38,6 +38,7 @@ from typing import Any, Literal, cast
 
 from ctxwright.core.compaction_view import CompactionView
 from ctxwright.core.events import AssistantEvent, CompactionEvent, Event, MessageEvent, StatusEvent
+from ctxwright.core.incremental import common_prefix_len
 from ctxwright.core.markers import next_marker
 from ctxwright.core.messages import Message
 from ctxwright.core.prefix import Prefix
@@ -113,6 +114,11 @@ class Renderer:
         self._out: list[Message] | None = None  # ... with the reasoning policy applied
         self._memo: dict[int, tuple[Message, Message]] = {}  # id(message) -> (message, as rendered)
         self._wired: dict[int, tuple[Message, Message]] = {}  # the same for the empty-content form
+        # the last trajectory rendered one message at a time (a per-message policy), and the
+        # shown entries it was rendered from: the next one renders only the entries after the
+        # ones the two share (core/incremental.py), not the whole history again
+        self._rendered_from: list[Entry] = []
+        self._rendered: list[Message] = []
 
     # -- feeding -----------------------------------------------------------------------------
     def feed(self, event: Event) -> None:
@@ -129,8 +135,10 @@ class Renderer:
         self._entries.append(entry)
         if isinstance(event, StatusEvent):
             if event.mode == "replace" and self._statuses:
-                self._hidden.add(self._statuses[-1])
-                self._shown = None
+                hidden = self._statuses[-1]
+                self._hidden.add(hidden)
+                if self._shown is not None:  # the previous status, near the end: taken out there
+                    _remove_last(self._shown, hidden)
             self._statuses.append(event.seq)
         seq, view = event.seq, self._view
         at_end = (
@@ -171,9 +179,44 @@ class Renderer:
     def trajectory(self) -> list[Message]:
         """The messages after the system prompt, as sent."""
         if self._out is None:
-            out = self._reasoned([m for _, m in self.shown_entries()])
-            self._out = self._empty_content(out) if self.settings.null_content == "empty" else out
+            if self._policy is None or self._policy.per_message:
+                self._out = self._render_new()
+            else:
+                out = self._reasoned([m for _, m in self.shown_entries()])
+                self._out = self._empty_content(out) if self.settings.null_content == "empty" else out
         return list(self._out)
+
+    def _render_new(self) -> list[Message]:
+        """The trajectory when each message renders on its own (no policy, or a per-message
+        one): the rendered messages of the last call are kept for the entries this one shares
+        with it, and only the rest go through the policy and the wire form -- by the same
+        memoized steps as the whole-list path, so each message is the same object every call."""
+        if self._shown is None:
+            self.shown_entries()
+        shown = self._shown
+        assert shown is not None
+        k = common_prefix_len(self._rendered_from, shown)
+        del self._rendered_from[k:], self._rendered[k:]
+        policy, empty = self._policy, self.settings.null_content == "empty"
+        for entry in shown[k:]:
+            m = entry[1]
+            if policy is not None:
+                m = self._reasoned_one(m, policy.apply_one(m))
+            if empty:
+                m = self._empty_content([m])[0]
+            self._rendered_from.append(entry)
+            self._rendered.append(m)
+        return list(self._rendered)
+
+    def _reasoned_one(self, before: Message, after: Message) -> Message:
+        """:meth:`_reasoned`'s memo for one message."""
+        if before is after:
+            return after
+        hit = self._memo.get(id(before))
+        if hit is not None and hit[0] is before and hit[1] == after:
+            return hit[1]
+        self._memo[id(before)] = (before, after)
+        return after
 
     def _empty_content(self, msgs: list[Message]) -> list[Message]:
         """Assistant messages without text get ``content=""`` (the session's wire form), the
@@ -206,6 +249,15 @@ class Renderer:
             else:
                 memo[id(before)] = (before, after)
         return out
+
+
+def _remove_last(entries: list[Entry], seq: int) -> None:
+    """Take the entry of event ``seq`` out of ``entries`` (each event has at most one), looking
+    from the end."""
+    for i in range(len(entries) - 1, -1, -1):
+        if entries[i][0] == seq:
+            del entries[i]
+            return
 
 
 def render(prefix: Prefix, events: Iterable[Event], settings: RenderSettings | None = None) -> list[Message]:

@@ -18,11 +18,13 @@ and a new user message starts afresh (a new task may rightly need the same call)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from ctxwright.core.events import AssistantEvent, Event, UserEvent
+from ctxwright.core.incremental import EventFold
 from ctxwright.core.messages import ToolCall, canonical_json
 
-__all__ = ["DEFAULT_MAX_REPEATS", "call_key", "repeat_counts", "repeat_note"]
+__all__ = ["DEFAULT_MAX_REPEATS", "RepeatTracker", "call_key", "repeat_counts", "repeat_note"]
 
 #: Identical calls in a row that are allowed before the model is told.
 DEFAULT_MAX_REPEATS = 3
@@ -59,6 +61,37 @@ def repeat_counts(events: Sequence[Event]) -> list[tuple[ToolCall, int]]:
             prev = key
             out.append((tc, n))
     return out
+
+
+@dataclass
+class _Run:
+    out: list[tuple[ToolCall, int]] = field(default_factory=list)
+    prev: tuple[str, str] | None = None
+    n: int = 0
+
+
+def _step(run: _Run, ev: Event) -> None:
+    if isinstance(ev, UserEvent):  # a new user message starts afresh
+        run.out, run.prev, run.n = [], None, 0
+    elif isinstance(ev, AssistantEvent):
+        for tc in ev.message.tool_calls:
+            key = call_key(tc)
+            run.n = run.n + 1 if key == run.prev else 1
+            run.prev = key
+            run.out.append((tc, run.n))
+
+
+class RepeatTracker:
+    """:func:`repeat_counts` kept up to date as events are appended, for the loop and the
+    status bar that ask on every call: each call's arguments are parsed once, not once per
+    turn for the whole session. A tracker follows one event list; given another, it starts over."""
+
+    def __init__(self) -> None:
+        self._fold = EventFold(_Run, _step)
+
+    def tail(self, events: Sequence[Event], k: int) -> list[tuple[ToolCall, int]]:
+        """``repeat_counts(events)[-k:]``."""
+        return self._fold.over(events).out[-k:]
 
 
 def repeat_note(call: ToolCall, count: int, limit: int) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxwright.core.incremental import common_prefix_len
 from ctxwright.core.messages import Message, Usage, canonical_json
 
 #: ``auto`` / ``required`` / ``none``, or the name of one tool the reply must call.
@@ -147,3 +148,61 @@ class Completion:
     usage: Usage
     finish_reason: str | None = None
     model: str | None = None
+
+
+class RequestHasher:
+    """The sha256 and byte length of :meth:`ChatRequest.canonical_bytes`, without encoding the
+    whole request on every call.
+
+    Why: the store keeps each call's request hash (the audit's and the export's evidence of
+    what was sent), and a long session's request is mostly the previous one's messages; encoding
+    and hashing all of it again each call makes a turn cost more the longer the session. The
+    canonical bytes are ``{"messages":[m0,m1,...]`` then the tool fields and ``}`` (keys sorted:
+    ``messages`` < ``tool_choice`` < ``tools``), so a rolling hash kept after each message is
+    resumed after the messages the new request shares with the last one (by identity, or
+    equal: a frozen message equal to another has the same bytes) and only the rest is hashed.
+    Digest and length are those of ``canonical_bytes()`` exactly (tested)."""
+
+    _HEAD = b'{"messages":['
+
+    def __init__(self) -> None:
+        self._messages: list[Message] = []
+        self._states: list[Any] = []  # sha256 state after message i (and the bytes before it)
+        self._sizes: list[int] = []  # bytes up to and including message i
+        self._tail: tuple[tuple[ToolSpec, ...], str, bytes] | None = None
+
+    def _suffix(self, request: ChatRequest) -> bytes:
+        tail = self._tail
+        if tail is None or tail[0] is not request.tools or tail[1] != request.tool_choice:
+            body = request.to_wire()
+            body.pop("messages")
+            raw = b"]"
+            for key in sorted(body):  # what canonical_json writes after the messages, key by key
+                raw += b"," + canonical_json(key).encode("utf-8") + b":" + canonical_json(body[key]).encode("utf-8")
+            tail = self._tail = (request.tools, request.tool_choice, raw + b"}")
+        return tail[2]
+
+    def digest(self, request: ChatRequest) -> tuple[str, int]:
+        """``(sha256 hex of request.canonical_bytes(), its length)``."""
+        import hashlib
+
+        msgs = request.messages
+        k = common_prefix_len(self._messages, msgs)
+        del self._messages[k:], self._states[k:], self._sizes[k:]
+        if k:
+            h, size = self._states[k - 1].copy(), self._sizes[k - 1]
+        else:
+            h, size = hashlib.sha256(self._HEAD), len(self._HEAD)
+        for i in range(k, len(msgs)):
+            raw = msgs[i].canonical().encode("utf-8")
+            if i:
+                h.update(b",")
+                size += 1
+            h.update(raw)
+            size += len(raw)
+            self._messages.append(msgs[i])
+            self._states.append(h.copy())
+            self._sizes.append(size)
+        suffix = self._suffix(request)
+        h.update(suffix)
+        return h.hexdigest(), size + len(suffix)

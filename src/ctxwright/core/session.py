@@ -41,11 +41,11 @@ from ctxwright.core.events import (
     _Infer,
     event_from_row,
 )
-from ctxwright.core.messages import Message, Usage, sha256_text
+from ctxwright.core.messages import Message, Usage
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.records import CallAudit, CallRecord, RecoveryWriter, SessionStore
 from ctxwright.core.render import CURRENT_NULL_CONTENT, NULL_CONTENT_KEY, Renderer, RenderSettings
-from ctxwright.core.request import ChatRequest, RequestOptions, ToolChoice
+from ctxwright.core.request import ChatRequest, RequestHasher, RequestOptions, ToolChoice
 from ctxwright.core.results import ResultDraft
 from ctxwright.errors import PrefixFrozenError, StoreUnusable, StoreWriteFailed
 
@@ -79,6 +79,7 @@ class Session:
         self._append_lock = threading.Lock()
         self._renderer: Renderer | None = None
         self._built: tuple[ChatRequest, int] | None = None  # the last request built, from how many events
+        self._hasher = RequestHasher()  # each call's request hash, from the messages new since the last
         #: set once the store refused a write: from then on every write goes to the recovery file
         self.recovery: RecoveryWriter | None = None
         self._store_problem: StoreUnusable | None = None
@@ -359,7 +360,7 @@ class Session:
         idx = self.call_count
         self.call_count += 1
         if self.store is not None:
-            raw = request.canonical_bytes()
+            sha, nbytes = self._hasher.digest(request)  # == sha256(request.canonical_bytes()), its length
             u = usage or Usage()
             built = self._built
             events = built[1] if built is not None and built[0] is request else len(self.events)
@@ -367,8 +368,8 @@ class Session:
             record = CallRecord(
                 session_id=self.id,
                 call_index=idx,
-                request_sha256=sha256_text(raw.decode("utf-8")),
-                request_bytes=len(raw),
+                request_sha256=sha,
+                request_bytes=nbytes,
                 prefix_sha256=self._prefix.sha256,
                 created_at=time.time(),
                 prompt_tokens=u.prompt_tokens,

@@ -13,13 +13,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ctxwright.core.incremental import PrefixScan
 from ctxwright.core.messages import Message
 from ctxwright.core.request import ToolSpec
-from ctxwright.core.skills_catalog import skills_catalog_tokens
+from ctxwright.core.skills_catalog import is_catalog_message, skills_catalog_tokens
 
 _CJK = re.compile("[\u4e00-\u9fff]")
 
@@ -197,6 +198,69 @@ def build_ledger(
         tools=counter.count(tools_text) if tools_text else 0,
         skills_catalog=in_prefix + catalog.messages,
     )
+
+
+class LedgerBuilder:
+    """:func:`build_ledger` for the requests of one session, one after another, at a cost that
+    does not grow with the session.
+
+    Why: the ledger is built on every call from every message of the request; counting and
+    classifying all of them again (each count hashes the message's text to find its cached
+    value) makes a turn cost more the longer the session. Here the parts are running totals
+    kept per message (:class:`~ctxwright.core.incremental.PrefixScan`): the messages a request
+    shares with the last one are not looked at again, a compaction or a replaced status
+    rescans from the first message it changed. The result equals :func:`build_ledger` on the
+    same arguments (tested)."""
+
+    def __init__(self) -> None:
+        self._counter: TokenCounter | None = None
+        self._scan: PrefixScan[Message, tuple[int, int, int, int]] | None = None
+        self._tools: tuple[Any, int] | None = None  # tool specs object -> catalog tokens in them
+
+    def build(
+        self,
+        counter: TokenCounter,
+        system_and_tools_text: str,
+        messages: Sequence[Message],
+        tools_text: str = "",
+        tool_specs: Sequence[ToolSpec | Mapping[str, Any]] = (),
+    ) -> Ledger:
+        if self._scan is None or counter is not self._counter:
+            self._counter, self._tools = counter, None
+            self._scan = PrefixScan((0, 0, 0, 0), _ledger_step(counter))
+        # (catalog messages, tool results, other messages, the last non-catalog user message)
+        catalog_msgs, tool_results, others, latest = self._scan.scan(messages)
+        cached = self._tools
+        if cached is None or cached[0] is not tool_specs:
+            cached = self._tools = (tool_specs, skills_catalog_tokens(counter.count, (), tool_specs).tools)
+        prefix = counter.count(system_and_tools_text)
+        in_prefix = min(cached[1], prefix)
+        return Ledger(
+            prefix - in_prefix,
+            tool_results,
+            others - latest,
+            latest,
+            framing=PER_MESSAGE_OVERHEAD * len(messages),
+            tools=counter.count(tools_text) if tools_text else 0,
+            skills_catalog=in_prefix + catalog_msgs,
+        )
+
+
+def _ledger_step(counter: TokenCounter) -> Callable[[tuple[int, int, int, int], Message], tuple[int, int, int, int]]:
+    """One message into the ledger's running parts, by :func:`build_ledger`'s rules: a catalog
+    message is the catalog's, a tool message a tool result, any other message history -- but
+    the last user message, the latest user, which each later user message takes over."""
+
+    def step(acc: tuple[int, int, int, int], m: Message) -> tuple[int, int, int, int]:
+        catalog, tools, others, latest = acc
+        n = counter.count_message(m)
+        if is_catalog_message(m.role, m.content):
+            return catalog + n, tools, others, latest
+        if m.role == "tool":
+            return catalog, tools + n, others, latest
+        return catalog, tools, others + n, n if m.role == "user" else latest
+
+    return step
 
 
 #: How far the server's prompt tokens may be from ctxwright's count before a warning: 30%

@@ -32,6 +32,7 @@ suffixes. ``auto`` measures S and R in the session and decides before each updat
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import platform
@@ -44,9 +45,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from ctxwright.core.events import AssistantEvent, BreakerEvent, MessageEvent, StatusEvent, ToolEvent
+from ctxwright.core.events import AssistantEvent, BreakerEvent, Event, MessageEvent, StatusEvent, ToolEvent
+from ctxwright.core.incremental import EventFold
 from ctxwright.core.messages import Message, ToolCall
-from ctxwright.core.repeats import call_key, repeat_counts
+from ctxwright.core.repeats import RepeatTracker, call_key
 
 if TYPE_CHECKING:
     from ctxwright.core.session import Session
@@ -122,6 +124,28 @@ def _key_value(call: ToolCall, arg: str | None) -> str | None:
     return None if v is None else str(v)
 
 
+@dataclass
+class _Readings:
+    """What the status shows that is read from the events, kept up to date as they are
+    appended (``core/incremental.py``): a status computed on every call from a scan of
+    the whole session would cost more each turn."""
+
+    per_tool: dict[str, int] = field(default_factory=dict)
+    per_key: dict[tuple[str, str], int] = field(default_factory=dict)
+    timed: list[ToolEvent] = field(default_factory=list)  # tool events with a duration, in order
+    last_failed: ToolEvent | None = None
+    last_breaker: BreakerEvent | None = None
+
+
+@dataclass
+class _Gaps:
+    """The cost model's R: tokens added between consecutive status updates (``decide_mode``)."""
+
+    closed: list[int] = field(default_factory=list)  # sorted, for the median
+    acc: int = 0
+    seen: bool = False
+
+
 class StatusBar:
     """Computes the status from the session's events and records it before each call."""
 
@@ -137,20 +161,38 @@ class StatusBar:
         self.clock = clock
         self.cwd = cwd or os.getcwd()
         self._env: dict[str, str] | None = None
+        self._readings = EventFold(_Readings, self._read)
+        self._key_args: dict[str, str] = dict(self.config.key_args)  # what the readings were counted by
+        self._repeats = RepeatTracker()
+        self._gaps: EventFold[_Gaps] | None = None
+        self._gap_count: Callable[[str], int] | None = None
+
+    def _read(self, r: _Readings, ev: Event) -> None:
+        if isinstance(ev, AssistantEvent):
+            for tc in ev.message.tool_calls:
+                r.per_tool[tc.name] = r.per_tool.get(tc.name, 0) + 1
+                kv = _key_value(tc, self._key_args.get(tc.name))
+                if kv is not None:
+                    r.per_key[(tc.name, kv)] = r.per_key.get((tc.name, kv), 0) + 1
+        elif isinstance(ev, ToolEvent):
+            if ev.elapsed_ms is not None:
+                r.timed.append(ev)
+            if not ev.ok:
+                r.last_failed = ev
+        elif isinstance(ev, BreakerEvent):
+            r.last_breaker = ev
+
+    def readings(self, session: Session) -> _Readings:
+        if self.config.key_args != self._key_args:  # counted per another argument: count again
+            self._key_args = dict(self.config.key_args)
+            self._readings = EventFold(_Readings, self._read)
+        return self._readings.over(session.events)
 
     # -- the state -----------------------------------------------------------------------
     def counters(self, session: Session) -> dict[str, str]:
         """Calls per tool and per (tool, key argument), with limits where configured."""
-        per_tool: dict[str, int] = {}
-        per_key: dict[tuple[str, str], int] = {}
-        for ev in session.events:
-            if not isinstance(ev, AssistantEvent):
-                continue
-            for tc in ev.message.tool_calls:
-                per_tool[tc.name] = per_tool.get(tc.name, 0) + 1
-                kv = _key_value(tc, self.config.key_args.get(tc.name))
-                if kv is not None:
-                    per_key[(tc.name, kv)] = per_key.get((tc.name, kv), 0) + 1
+        r = self.readings(session)
+        per_tool, per_key = r.per_tool, r.per_key
         out: dict[str, str] = {}
         for name, n in per_tool.items():
             out[name] = self._with_limit(name, n)
@@ -166,7 +208,7 @@ class StatusBar:
 
     def timings(self, session: Session) -> list[str]:
         out = []
-        tool_events = [ev for ev in session.events if isinstance(ev, ToolEvent) and ev.elapsed_ms is not None]
+        tool_events = self.readings(session).timed
         for ev in tool_events[-self.config.last_timings :]:
             name = ev.tool_name
             ms = ev.elapsed_ms or 0.0
@@ -178,23 +220,23 @@ class StatusBar:
         """The latest failed tool call as ``tool: type: message``, read from its structured
         error body (``tools/registry.py``), after the timestamp the loop puts in front of
         every tool content with ``timestamps`` on (``agent/loop.py``)."""
-        for ev in reversed(session.events):
-            if isinstance(ev, ToolEvent) and not ev.ok:
-                body = _STAMP.sub("", ev.message.content or "", count=1)
-                try:
-                    err = json.loads(body or "{}").get("error", {})
-                except (json.JSONDecodeError, AttributeError):
-                    err = {}
-                if not isinstance(err, dict):
-                    err = {}
-                return f"{ev.tool_name}: {err.get('type', 'error')}: {err.get('message', '')}"[:200]
-        return None
+        ev = self.readings(session).last_failed
+        if ev is None:
+            return None
+        body = _STAMP.sub("", ev.message.content or "", count=1)
+        try:
+            err = json.loads(body or "{}").get("error", {})
+        except (json.JSONDecodeError, AttributeError):
+            err = {}
+        if not isinstance(err, dict):
+            err = {}
+        return f"{ev.tool_name}: {err.get('type', 'error')}: {err.get('message', '')}"[:200]
 
     def repeated_call(self, session: Session) -> str | None:
         """While the latest tool call is one of more than ``max_repeats`` identical calls in
         a row (the loop's rule, ``core/repeats.py``): say so."""
         limit = self.config.max_repeats
-        counts = repeat_counts(session.events) if limit else []
+        counts = self._repeats.tail(session.events, 1) if limit else []
         if not limit or not counts or counts[-1][1] <= limit:
             return None
         call, n = counts[-1]
@@ -249,7 +291,7 @@ class StatusBar:
             for k, val in self.environment().items():
                 v[k] = val
         if "compaction" in items:
-            line = compaction_line(session)
+            line = breaker_line(self.readings(session).last_breaker)
             if line:
                 v["compaction"] = line
         if "budget" in items:
@@ -271,19 +313,23 @@ class StatusBar:
         if self.config.mode != "auto":
             return self.config.mode
         # R: tokens added between consecutive status updates, measured on this session
-        gaps: list[int] = []
-        acc = 0
-        seen = False
-        for ev in session.events:
-            if isinstance(ev, StatusEvent):
-                if seen:
-                    gaps.append(acc)
-                acc, seen = 0, True
-            elif isinstance(ev, MessageEvent):
-                acc += count(ev.message.content or "") + sum(count(tc.arguments) for tc in ev.message.tool_calls)
-        if seen:
-            gaps.append(acc)
-        R = statistics.median(gaps) if gaps else acc
+        if self._gaps is None or count != self._gap_count:
+            self._gap_count = count
+
+            def step(g: _Gaps, ev: Event) -> None:
+                if isinstance(ev, StatusEvent):
+                    if g.seen:
+                        bisect.insort(g.closed, g.acc)
+                    g.acc, g.seen = 0, True
+                elif isinstance(ev, MessageEvent):
+                    g.acc += count(ev.message.content or "") + sum(count(tc.arguments) for tc in ev.message.tool_calls)
+
+            self._gaps = EventFold(_Gaps, step)
+        g = self._gaps.over(session.events)
+        gaps = list(g.closed)
+        if g.seen:
+            bisect.insort(gaps, g.acc)
+        R = statistics.median(gaps) if gaps else g.acc
         N = self.config.expected_updates or self.config.max_iterations or 20
         return choose_mode(status_tokens, R, N, self.config.alpha)
 
@@ -305,7 +351,11 @@ class StatusBar:
 
 def compaction_line(session: Session) -> str | None:
     """While the LLM-compaction breaker is open (its last ``breaker`` event): say so."""
-    last = next((ev for ev in reversed(session.events) if isinstance(ev, BreakerEvent)), None)
+    return breaker_line(next((ev for ev in reversed(session.events) if isinstance(ev, BreakerEvent)), None))
+
+
+def breaker_line(last: BreakerEvent | None) -> str | None:
+    """The status line for the session's last ``breaker`` event (``None``: there is none)."""
     if last is None or last.state != "open":
         return None
     return (
