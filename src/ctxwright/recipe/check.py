@@ -55,9 +55,7 @@ def _refuse(
     )
 
 
-def check_resume(
-    given: Mapping[str, Any], recorded: Mapping[str, Any], *, session_id: str, prefix: Prefix
-) -> None:
+def check_resume(given: Mapping[str, Any], recorded: Mapping[str, Any], *, session_id: str, prefix: Prefix) -> None:
     """Refuse the options in ``given`` (``Harness`` keywords; ``None``: not given) that the
     session ``session_id`` cannot continue with. ``recorded`` is its record as
     :func:`~ctxwright.recipe.migrate` returns it, ``prefix`` its stored prefix.

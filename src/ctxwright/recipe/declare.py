@@ -135,9 +135,7 @@ def opt(
     if flag is None:
         flags = ()
     elif isinstance(flag, str):
-        flags = (
-            Flag(flag, action=action, type=type, metavar=metavar, choices=choices, help=cli_help, group=group),
-        )
+        flags = (Flag(flag, action=action, type=type, metavar=metavar, choices=choices, help=cli_help, group=group),)
     elif isinstance(flag, Flag):
         flags = (flag,)
     else:
@@ -177,7 +175,7 @@ def options(root: type) -> Iterator[OptionSpec]:
             continue
         if not dataclasses.is_dataclass(value):
             raise TypeError(f"{root.__name__}.{f.name}: declare it with opt() or make it a section dataclass")
-        for sf in dataclasses.fields(type(value)):
+        for sf in dataclasses.fields(value):
             sub = spec_of(sf)
             if sub is None:
                 raise TypeError(f"{type(value).__name__}.{sf.name}: every field of a section is declared with opt()")

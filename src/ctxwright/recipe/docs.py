@@ -1,6 +1,6 @@
 """The ``Harness`` signature, its docstring's Args and ``docs/options.md``, from the declaration.
 
-``python -m ctxwright.recipe.docs [PATH]`` writes the options table (default
+``python -m ctxwright.recipe [PATH]`` writes the options table (default
 ``docs/options.md``); a test fails when the file differs from what the declaration gives,
 so the table cannot drift from the code.
 """
@@ -8,7 +8,6 @@ so the table cannot drift from the code.
 from __future__ import annotations
 
 import inspect
-import sys
 import textwrap
 from pathlib import Path
 
@@ -94,7 +93,7 @@ def options_table() -> str:
         "# Options",
         "",
         "<!-- Generated from the declaration in src/ctxwright/recipe/options.py by "
-        "`python -m ctxwright.recipe.docs`; do not edit by hand (tests/test_recipe.py checks it). -->",
+        "`python -m ctxwright.recipe`; do not edit by hand (tests/test_recipe.py checks it). -->",
         "",
         "Every option of an agent, declared once (`ctxwright.recipe.Recipe`): its `Harness` keyword, its",
         "`ctxwright run` flags, its default for a new session, whether it is part of the frozen prefix",
@@ -133,7 +132,3 @@ def write_options_table(path: str | Path = "docs/options.md") -> Path:
     out = Path(path)
     out.write_text(options_table(), encoding="utf-8")
     return out
-
-
-if __name__ == "__main__":
-    print(write_options_table(*sys.argv[1:2]))

@@ -864,9 +864,7 @@ class Recipe:
     )
 
     @classmethod
-    def resolve(
-        cls, given: Mapping[str, Any], recorded: Mapping[str, Any] | None, defaults: BackendDefaults
-    ) -> Recipe:
+    def resolve(cls, given: Mapping[str, Any], recorded: Mapping[str, Any] | None, defaults: BackendDefaults) -> Recipe:
         """The recipe of a session: each option as ``given`` (a ``Harness`` keyword; ``None``
         or absent: not given), else as ``recorded`` (a stored record as :func:`~ctxwright.recipe.migrate`
         returns it; ``None`` for a new session), else the default -- by backend where

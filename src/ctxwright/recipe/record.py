@@ -167,9 +167,9 @@ def migrate(
         )
     out = copy.deepcopy(dict(rec)) if version == VERSION else _from_v1(rec, system_prompt, tool_names, meta)
     mode = meta.get("reasoning_mode")
-    reasoning = out.setdefault("reasoning", {})
-    if isinstance(reasoning, dict) and reasoning.get("mode") is None and isinstance(mode, str):
-        reasoning["mode"] = mode
+    reasoning = out.get("reasoning")
+    if isinstance(mode, str) and not (isinstance(reasoning, Mapping) and reasoning.get("mode") is not None):
+        out["reasoning"] = {**(reasoning if isinstance(reasoning, Mapping) else {}), "mode": mode}
     return out
 
 

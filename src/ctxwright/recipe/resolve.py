@@ -107,7 +107,7 @@ class _Sources:
         if value is not None:
             return value
         sec = self.section(section) if section else (self.recorded or {})
-        return sec[attr] if attr in sec else default
+        return sec.get(attr, default)
 
     def on(self, keyword: str, section: str, attr: str, default: bool) -> bool:
         """A switch: given, else recorded (a resumed session: as it was started), else
