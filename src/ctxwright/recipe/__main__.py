@@ -4,4 +4,5 @@ import sys
 
 from ctxwright.recipe.docs import write_options_table
 
-print(write_options_table(*sys.argv[1:2]))
+if __name__ == "__main__":  # a module importer (a docs or layering check) must not write files
+    print(write_options_table(*sys.argv[1:2]))
