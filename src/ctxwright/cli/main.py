@@ -52,31 +52,6 @@ def _system_text(value: str) -> str:
         ) from None
 
 
-def _given(**options: Any) -> dict[str, Any]:
-    """The options given on the command line; the Harness decides every other one."""
-    return {k: v for k, v in options.items() if v is not None}
-
-
-def _gate_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The confirmation gate's options (``cli/approve.py``): the allowlists given as flags, the
-    rules file, the approval mode -- ``ask`` becomes a y/N prompt only on a terminal."""
-    from ctxwright.cli.approve import cli_approve
-
-    lists = {
-        key: value
-        for key, value in (("paths", args.allow_path), ("domains", args.allow_domain), ("hosts", args.allow_host))
-        if value
-    }
-    gated = bool(lists or args.gate_rules or args.approve or args.approve_timeout is not None)
-    wants_gate = gated or getattr(args, "defence", None) in ("gate", "provenance", "D4", "D5", "d4", "d5")
-    return _given(
-        allow=lists or None,
-        gate_rules=args.gate_rules,
-        approve=cli_approve(args.approve, err_console, timeout_s=args.approve_timeout) if wants_gate else None,
-        approve_timeout=args.approve_timeout,
-    )
-
-
 def system_and_tools(args: argparse.Namespace) -> tuple[str | None, list[Any] | None]:
     """``--system`` and ``--tool`` as the Harness takes them (``None``: the defaults)."""
     from ctxwright.tools.imported import import_tool
@@ -86,57 +61,12 @@ def system_and_tools(args: argparse.Namespace) -> tuple[str | None, list[Any] | 
     return system, tools
 
 
-def harness_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The :class:`~ctxwright.harness.Harness` keywords of the options :func:`add_run_options`
-    defines, only those given (on ``--resume`` the others are the session's)."""
-    # only the compaction flags given: on --resume the others are the session's (agent/recipe.py)
-    fields = _given(
-        result_cap_tokens=args.result_cap,
-        trigger_ratio=args.clear_at,
-        keep_recent_results=args.keep_results,
-        strategy=args.compaction,
-    )
-    compaction: Any = False if args.no_compaction else (fields or None)
-    options = _given(
-        backend=args.backend,
-        model=args.model,
-        base_url=args.base_url,
-        api_key_env=args.api_key_env,
-        gguf=args.gguf,
-        workspace=args.workspace,
-        window=args.window,
-        summaries=args.summaries,
-        read_result=args.read_result,
-        status=args.status,
-        status_mode=args.status_mode,
-        cache_price_ratio=args.cache_price_ratio,
-        todo=args.todo,
-        delegate=args.delegate,
-        skills=args.skills,
-        allow_skill_scripts=args.allow_skill_scripts or None,
-        skill_script_timeout=args.skill_script_timeout,
-        skills_catalog=args.skills_catalog,
-        mcp_servers=args.mcp,
-        mcp_timeout=args.mcp_timeout,
-        defence=args.defence,
-        sanitize=args.sanitize,
-        reasoning=args.reasoning,
-        max_iterations=args.max_iterations,
-        max_tool_rounds=args.max_tool_rounds,
-        tool_choice_first=args.tool_choice_first,
-        max_tokens=args.max_tokens,
-        tool_timeout=args.tool_timeout,
-        timeout=args.timeout,
-        max_retries=args.max_retries,
-        stream=args.stream,
-        timestamps=args.timestamps or None,
-        max_repeats=args.max_repeats,
-        compaction=compaction,
-        defer_tools=args.defer_tools,
-        tool_index=args.tool_index,
-        **_gate_options(args),
-    )
-    return options
+def approver(mode: str | None, timeout: float | None) -> Any:
+    """``--approve`` and ``--approve-timeout`` as the Harness's ``approve``: ``ask`` becomes a
+    y/N prompt only on a terminal (``cli/approve.py``)."""
+    from ctxwright.cli.approve import cli_approve
+
+    return cli_approve(mode, err_console, timeout_s=timeout)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -158,7 +88,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CtxwrightError(f'{how} needs a follow-up message: ctxwright run {how} "follow-up"')
     if not args.prompt and (tools is not None or system is not None) and not args.resume:
         raise CtxwrightError('give your agent its task: ctxwright run --system ... --tool ... "the task"')
-    options = harness_options(args)
+    from ctxwright.recipe import given_from_args
+
+    options = given_from_args(args, approver=approver)  # only the flags given: on --resume the rest is the session's
     printer = RunPrinter(console, err_console)
     with Harness(
         system,
@@ -287,267 +219,6 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return run_audit(args.file, as_json=args.json, prices=prices, console=console)
 
 
-def result_cap_help() -> str:
-    """What ``--result-cap`` does, with the numbers the code uses (``compaction/config.py``
-    ``cap_for``, ``compaction/budget.py``, ``AgentConfig.max_result_chars``)."""
-    from ctxwright.agent.loop import AgentConfig
-    from ctxwright.compaction import CompactionConfig
-
-    c = CompactionConfig()
-    small = 8192  # the embedded model's default window (harness.py)
-    return (
-        f"tokens of one tool result before it is saved whole to disk (when it is recorded) and the model "
-        f"gets a preview instead: up to its first {c.preview_head_chars:,} and last {c.preview_tail_chars:,} "
-        f"characters and its result_id, for read_result (--read-result) to page through. The cap used is the "
-        f"smaller of this (default {c.result_cap_tokens:,}) and {c.max_result_share:.0%} of the window less the "
-        f"{c.reserve_output_tokens:,} tokens kept for the reply: {c.cap_for('', small - c.reserve_output_tokens):,} on the embedded "
-        f"model's {small:,}-token window. No effect with --no-compaction, which cuts every result to {AgentConfig().max_result_chars:,} "
-        "characters instead"
-    )
-
-
-def _add_switch(parser: Any, name: str, help_text: str) -> None:
-    """``--name`` / ``--no-name``; left unset (None), the Harness decides by backend
-    (``harness.backend_defaults``)."""
-    group = parser.add_mutually_exclusive_group()
-    flag = name.replace("_", "-")
-    group.add_argument(
-        f"--{flag}",
-        dest=name,
-        action="store_true",
-        default=None,
-        help=f"{help_text} (default: on, except on the embedded model)",
-    )
-    group.add_argument(f"--no-{flag}", dest=name, action="store_false")
-
-
-def add_run_options(r: argparse.ArgumentParser) -> None:
-    """The options that configure an agent (``run``, ``tools list``): one definition, so
-    ``ctxwright tools list`` shows the tools of exactly the run its options describe."""
-    from ctxwright.compaction.strategies import STRATEGIES
-    from ctxwright.defence.levels import LEVELS
-
-    r.add_argument(
-        "--backend",
-        choices=["embedded", "openai"],
-        help="default: the resumed session's; else openai with --model or --base-url, embedded otherwise",
-    )
-    r.add_argument(
-        "--system",
-        metavar="FILE_OR_TEXT",
-        help="the system prompt: the text of this file if it exists, else this text (default: the demo's)",
-    )
-    r.add_argument(
-        "--tool",
-        action="append",
-        metavar="MODULE:FUNCTION",
-        help="a function of yours as a tool (repeatable; the current directory is importable); "
-        "its type hints and docstring are its schema. Replaces the demo tools",
-    )
-    r.add_argument("--gguf", metavar="PATH", help="run the embedded backend on this GGUF chat model")
-    r.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
-    r.add_argument("--model", help="model name on the served endpoint")
-    r.add_argument("--api-key-env", help="environment variable holding the API key (default: OPENAI_API_KEY)")
-    r.add_argument(
-        "--timeout",
-        type=float,
-        metavar="SECONDS",
-        help="seconds a served model may take to answer before a try is given up (default: 120)",
-    )
-    r.add_argument(
-        "--max-retries",
-        type=int,
-        metavar="N",
-        help="retries after a timeout, connection failure, HTTP 429 or 5xx, each printed (default: 2)",
-    )
-    stream = r.add_mutually_exclusive_group()
-    stream.add_argument(
-        "--stream",
-        dest="stream",
-        action="store_true",
-        default=None,
-        help="stream the answer's tokens as they are generated (default: on for the embedded model, off for served)",
-    )
-    stream.add_argument("--no-stream", dest="stream", action="store_false")
-    r.add_argument("--max-iterations", type=int, help="model calls before the run stops (default: 20)")
-    r.add_argument(
-        "--max-tool-rounds", type=int, help="rounds of tool calls before an answer is required (embedded default: 1)"
-    )
-    _add_switch(r, "status", "an <agent_status> message before each call")
-    r.add_argument(
-        "--status-mode",
-        choices=["auto", "replace", "append"],
-        help="how status messages are updated (default auto: the cost model)",
-    )
-    r.add_argument(
-        "--cache-price-ratio",
-        type=float,
-        help="cached ÷ uncached input price of the backend, for --status-mode auto (default: 0.1; 0 embedded)",
-    )
-    _add_switch(r, "todo", "give the agent the TODO tools")
-    r.add_argument("--timestamps", action="store_true", help="prefix user and tool contents with [YYYY-MM-DD HH:MM:SS]")
-    r.add_argument(
-        "--reasoning",
-        choices=["strip", "keep", "must_send_back", "qwen3"],
-        help="how earlier reasoning is sent back (default: by model family; fixed per session)",
-    )
-    r.add_argument("--max-tokens", type=int, help="cap on each reply's tokens (default: 256)")
-    r.add_argument("--tool-timeout", type=float, help="seconds before a tool call is abandoned (default: 30)")
-    r.add_argument(
-        "--max-repeats",
-        type=int,
-        metavar="N",
-        help="identical tool calls (same tool, same arguments) in a row before the model is told; the next "
-        "one is not run and ends the run with repeated_tool_call (default: 3; 0: no limit)",
-    )
-    r.add_argument(
-        "--tool-choice-first",
-        choices=["auto", "required", "none"],
-        help="tool_choice of the first call (embedded default: required)",
-    )
-    r.add_argument("--workspace", help="give the agent read_file/list_dir confined to this folder")
-    comp = r.add_argument_group("compaction (layers without an LLM; see CompactionConfig)")
-    comp.add_argument(
-        "--no-compaction",
-        action="store_true",
-        help="send the trajectory as recorded (a plain character cap per result only)",
-    )
-    comp.add_argument(
-        "--window",
-        type=int,
-        help="the model's context window in tokens (default: the embedded model's n_ctx; 128,000 for a served model)",
-    )
-    comp.add_argument(
-        "--result-cap",
-        type=int,
-        metavar="TOKENS",
-        help=result_cap_help().replace("%", "%%"),  # argparse formats help with %
-    )
-    comp.add_argument(
-        "--clear-at",
-        type=float,
-        help="share of the window at which noise and clearing run (default 0.55)",
-    )
-    comp.add_argument("--keep-results", type=int, help="newest tool results clearing keeps (default 4)")
-    comp.add_argument(
-        "--compaction",
-        choices=STRATEGIES,
-        help="how new tool results are compressed (default none; experiment 2-9, see compaction/strategies.py)",
-    )
-    _add_switch(
-        comp,
-        "summaries",
-        "LLM layers: per-round archival summaries and two-stage full compaction, with a circuit breaker",
-    )
-    _add_switch(
-        comp,
-        "read_result",
-        "give the agent read_result(result_id, offset, limit) to page back offloaded and cleared results",
-    )
-    _add_switch(r, "delegate", "give the agent the delegate(task) sub-agent tool")
-    r.add_argument(
-        "--skills",
-        action="append",
-        metavar="DIR",
-        help="load Agent Skills from DIR (a skill folder or a folder of them; repeatable), then "
-        ".agents/skills/ and ~/.agents/skills/; adds the Skill and read_skill_file tools",
-    )
-    r.add_argument(
-        "--allow-skill-scripts",
-        action="store_true",
-        help="also let the agent run files of a skill's scripts/ folder (run_skill_script; off by default: "
-        "a skill folder is third-party code); a resumed session keeps the setting",
-    )
-    r.add_argument(
-        "--skill-script-timeout",
-        type=float,
-        metavar="SECONDS",
-        help="seconds a skill script may run before it is killed (default 30)",
-    )
-    r.add_argument(
-        "--skills-catalog",
-        choices=("reminder", "prefix"),
-        help="where the skills catalog goes: 'reminder' (default) appends it as a user message, one per new "
-        "skill, no cache break; 'prefix' puts the skills known at start into the Skill tool's description, "
-        "frozen with the prefix (a skill added later needs a new session)",
-    )
-    r.add_argument(
-        "--mcp",
-        action="append",
-        metavar="COMMAND",
-        help="start an MCP server over stdio (the command line in one quoted argument; repeatable) and give "
-        "the agent its tools as SERVER__TOOL; on --resume, the session's servers unless given",
-    )
-    r.add_argument(
-        "--mcp-timeout",
-        type=float,
-        metavar="SECONDS",
-        help="seconds an MCP tool call may take before it is answered with a timeout error (default 60)",
-    )
-    r.add_argument(
-        "--defence",
-        choices=LEVELS,
-        help="prompt-injection defence (the book's D1..D5): none; warning (a sentence in the system prompt); "
-        "tags (default: untrusted results wrapped as <external_content>, the sanitizer); gate (tags + a "
-        "confirmation before write/external tools); provenance (gate + argument provenance). "
-        "See docs/defence.md; a resumed session keeps its level",
-    )
-    san = r.add_mutually_exclusive_group()
-    san.add_argument(
-        "--sanitize",
-        dest="sanitize",
-        action="store_true",
-        default=None,
-        help="strip invisible characters, chat-template tokens and fake role headers from untrusted results "
-        "(default: on with tags)",
-    )
-    san.add_argument("--no-sanitize", dest="sanitize", action="store_false")
-    gate = r.add_argument_group("confirmation gate (with --defence gate or provenance; docs/defence.md)")
-    gate.add_argument(
-        "--approve",
-        choices=("ask", "deny", "allow-listed"),
-        help="what happens to a flagged write/external call: 'ask' (default) asks y/N on a terminal and denies "
-        "without one; 'deny' denies it; 'allow-listed' runs only calls whose every target is allowlisted",
-    )
-    gate.add_argument(
-        "--allow-path", action="append", metavar="DIR", help="an allowed folder for written paths (repeatable)"
-    )
-    gate.add_argument(
-        "--allow-domain",
-        action="append",
-        metavar="DOMAIN",
-        help="an allowed e-mail domain (example.com) or address (bob@example.com) (repeatable)",
-    )
-    gate.add_argument(
-        "--allow-host",
-        action="append",
-        metavar="HOST",
-        help="an allowed host (api.example.com) or URL prefix (https://example.com/hooks/) (repeatable)",
-    )
-    gate.add_argument(
-        "--gate-rules", metavar="FILE", help="a YAML file of allowlists: keys paths, domains, hosts (lists)"
-    )
-    gate.add_argument(
-        "--approve-timeout",
-        type=float,
-        metavar="SECONDS",
-        help="seconds to wait for an answer before a call counts as denied (default 120)",
-    )
-    r.add_argument(
-        "--defer-tools",
-        choices=["auto", "all", "none"],
-        help="keep tools out of the request's tools array, found with search_tools and run with call_tool "
-        "(default auto: when the schemas would take over 10%% of the window or there are over 30 tools; "
-        "the harness's own tools are never deferred)",
-    )
-    r.add_argument(
-        "--tool-index",
-        choices=["none", "prefix"],
-        help="prefix: also list the deferred tools, [name: summary] one a line, in search_tools' "
-        "description (for small catalogs; default none: search only)",
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ctxwright", description="Context engineering for LLM agents.")
     p.add_argument("--version", action="version", version=f"ctxwright {_version()}")
@@ -556,7 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run the agent on a prompt")
     r.add_argument("prompt", nargs="?", help=f"the task (default: {DEFAULT_PROMPT!r})")
-    add_run_options(r)
+    from ctxwright.recipe import add_arguments
+
+    add_arguments(r)  # every option's flags, from its one declaration (recipe/options.py)
     r.add_argument(
         "--resume", metavar="ID", help="continue a stored session, with the options it recorded (flags given override)"
     )

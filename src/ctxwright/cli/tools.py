@@ -7,7 +7,7 @@ one ``{"id": ..., "results": [name, ...]}`` line per query in rank order, for ev
 catalog's searchability offline.
 
 ``tools list [run options] [--json]`` lists the tools a ``ctxwright run`` with the same options
-(one definition, ``cli/main.py``) would have, in prefix order: whether each is in the request's
+(one declaration, ``recipe/``) would have, in prefix order: whether each is in the request's
 ``tools`` array or deferred (``tools/deferred.py``), the tokens its schema costs, and what it
 declares: ``trust`` (are its results marked as external content?) and ``effects`` (does a
 confirmation gate check it?). Why: with deferral what the model sees on every call is not the
@@ -38,12 +38,12 @@ def add_tools_parser(sub: Any) -> None:
 
 
 def _add_list_parser(tools_sub: Any) -> None:
-    from ctxwright.cli.main import add_run_options
+    from ctxwright.recipe import add_arguments
 
     ls = tools_sub.add_parser(
         "list", help="the tools a run with these options would have: in the prefix or deferred, with schema tokens"
     )
-    add_run_options(ls)
+    add_arguments(ls)
     ls.add_argument("--json", action="store_true", help="print the list as JSON")
     ls.set_defaults(func=cmd_list)
 
@@ -134,11 +134,12 @@ def tools_report(args: argparse.Namespace) -> dict[str, Any]:
     builds (``agent/wiring.py``: the same backend and its defaults, the same components in
     the same order), in an in-memory session -- nothing is stored and no model is called."""
     from ctxwright.agent.wiring import chosen_window, wire
-    from ctxwright.cli.main import harness_options, system_and_tools
+    from ctxwright.cli.main import approver, system_and_tools
+    from ctxwright.recipe import given_from_args
     from ctxwright.tools.deferred import DISPATCH_TOOLS, schema_tokens
 
     system, tools = system_and_tools(args)
-    options = harness_options(args)
+    options = given_from_args(args, approver=approver)
     backend = options.pop("backend", None)
     wired = wire(
         {"system": system, "tools": tools, **options},
