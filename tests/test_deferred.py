@@ -298,7 +298,7 @@ def test_tool_index_prefix_lists_deferred_tools_in_the_frozen_description(tmp_pa
     h.close()
     with Harness.resume(sid, tools, backend=ScriptedBackend(["x"]), db=tmp_path / "s.db") as h2:
         assert h2.session.prefix.sha256 == sha
-        assert h2.session.meta["harness"]["defer_tools"]["index"] == "prefix"
+        assert h2.session.meta["harness"]["deferral"]["defer_tools"]["index"] == "prefix"
 
 
 def test_tools_added_later_become_searchable_without_touching_the_array():

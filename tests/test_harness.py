@@ -240,8 +240,8 @@ def test_resume_recreates_a_served_backend_from_the_store(tmp_path, monkeypatch)
         assert [r["model"] for r in srv.requests] == ["fake", "fake"]
         assert srv.requests[1]["messages"][0] == srv.requests[0]["messages"][0]
     meta = Store(db).get_session(sid).meta
-    assert "sk-not-for-the-store" not in json.dumps(meta) and "api_key" not in meta["harness"]
-    assert meta["harness"]["api_key_env"] == "OPENAI_API_KEY"  # only the variable's name
+    assert "sk-not-for-the-store" not in json.dumps(meta) and "api_key" not in meta["harness"]["model"]
+    assert meta["harness"]["model"]["api_key_env"] == "OPENAI_API_KEY"  # only the variable's name
 
 
 def test_events_reach_the_callback():

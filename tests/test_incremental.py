@@ -25,10 +25,10 @@ from ctxwright.core.render import render
 from ctxwright.core.repeats import RepeatTracker, repeat_counts
 from ctxwright.core.request import ChatRequest, RequestHasher, ToolSpec
 from ctxwright.core.session import Session
-from ctxwright.store.sessions import Store
 from ctxwright.core.tokens import LedgerBuilder, TokenCounter, build_ledger
 from ctxwright.harness import Harness
 from ctxwright.status.bar import StatusBar, StatusConfig
+from ctxwright.store.sessions import Store
 from ctxwright.tools.registry import tool
 from ctxwright.tools.workers import Workers
 
@@ -189,7 +189,11 @@ def test_a_session_is_recorded_as_the_full_computation_would(tmp_path: Path, sta
             assert rec.request_sha256 == hashlib.sha256(raw).hexdigest(), (i, len(backend.requests), len(stored))
             assert rec.request_bytes == len(raw)
             want = build_ledger(
-                counter, session.prefix.canonical(), list(req.messages[1:]), h.agent.ctx._tools_text, session.prefix.tools
+                counter,
+                session.prefix.canonical(),
+                list(req.messages[1:]),
+                h.agent.ctx._tools_text,
+                session.prefix.tools,
             )
             got = {k: v for k, v in rec.ledger.items() if k != "mismatch"}
             assert got == want.to_dict(), i

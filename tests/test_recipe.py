@@ -90,9 +90,6 @@ def test_the_harness_signature_and_docstring_come_from_the_declaration():
         assert f"\n    {p.name}: " in doc
 
 
-@pytest.mark.xfail(
-    strict=True, reason="AgentConfig's defaults come from the declaration once agent/loop.py takes them from it"
-)
 def test_agent_config_defaults_are_the_declared_ones():
     from ctxwright.agent.loop import AgentConfig
 

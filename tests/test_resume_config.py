@@ -70,7 +70,7 @@ def test_resume_runs_with_every_option_the_session_recorded(tmp_path, monkeypatc
     statuses = [c for c in user if c.startswith("<agent_status>")]
     assert len(statuses) == 2  # append mode kept: the first run's status is still there
     meta = Store(db).get_session(sid).meta["harness"]
-    assert "sk-local-1" not in json.dumps(meta) and meta["api_key_env"] == "MY_SERVER_KEY"
+    assert "sk-local-1" not in json.dumps(meta) and meta["model"]["api_key_env"] == "MY_SERVER_KEY"
     with Harness.resume(sid, db=db) as h:  # what the CLI resumed with, as a library sees it
         c = h.agent.config
         assert (c.max_tokens, c.max_iterations, c.max_tool_rounds, c.tool_timeout_s, c.timestamps) == (

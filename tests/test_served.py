@@ -472,7 +472,7 @@ def test_credentials_never_reach_the_screen_or_the_store(tmp_path: Path, capsys:
     everything = out.out + out.err + db.read_bytes().decode("latin-1")
     everything += Path(str(db) + "-wal").read_bytes().decode("latin-1") if Path(str(db) + "-wal").exists() else ""
     assert "s3cret" not in everything
-    assert store.get_session(row["id"]).meta["harness"]["base_url"] == f"http://***@127.0.0.1:{port}/v1"
+    assert store.get_session(row["id"]).meta["harness"]["model"]["base_url"] == f"http://***@127.0.0.1:{port}/v1"
     store.close()
     # resuming needs the URL again, and says so
     with pytest.raises(ConfigError, match=r"credentials.*--base-url"):

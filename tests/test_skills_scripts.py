@@ -192,8 +192,8 @@ def test_on_it_runs_scripts_the_session_records_it_and_resume_keeps_the_tool(tmp
     with Harness(backend=backend, allow_skill_scripts=True, skill_script_timeout=7, **opts) as h:
         result = h.run("go")
         sid, prefix = h.session_id, h.session.prefix.sha256
-        assert h.session.meta["harness"]["allow_skill_scripts"] is True
-        assert h.session.meta["harness"]["skill_script_timeout"] == 7.0
+        assert h.session.meta["harness"]["skills"]["allow_scripts"] is True
+        assert h.session.meta["harness"]["skills"]["script_timeout"] == 7.0
         assert h.tools.get("run_skill_script").timeout_s == 17.0  # the loop waits past the script's own kill
     assert result.stop_reason == "final_answer"
     assert [t.name for t in backend.requests[0].tools][-3:] == ["Skill", "read_skill_file", "run_skill_script"]

@@ -10,6 +10,7 @@ and only prints, so a Python user and the command line run the same agent.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
@@ -18,7 +19,7 @@ from typing import Any
 from ctxwright.agent.context import Context
 from ctxwright.agent.delegate import DelegateComponent, Delegator
 from ctxwright.agent.loop import Agent, EventSink, RunResult
-from ctxwright.agent.wiring import DEFAULT_SYSTEM, META_KEY, BackendDefaults, backend_defaults, check_gguf, wire
+from ctxwright.agent.wiring import DEFAULT_SYSTEM, META_KEY, check_gguf, wire
 from ctxwright.audit.compare import Prices
 from ctxwright.backends.base import Backend
 from ctxwright.core.events import UserEvent
@@ -30,6 +31,7 @@ from ctxwright.defence.levels import Features
 from ctxwright.errors import CtxwrightError
 from ctxwright.mcp.component import McpComponent
 from ctxwright.mcp.tools import McpTools
+from ctxwright.recipe import harness_doc, harness_parameters
 from ctxwright.skills.component import SkillsComponent
 from ctxwright.skills.loader import Skill
 from ctxwright.skills.scripts import SkillScripts
@@ -39,7 +41,7 @@ from ctxwright.store.sessions import Store
 from ctxwright.tools.deferred import DeferralComponent, DeferredTools
 from ctxwright.tools.registry import Tool, ToolRegistry
 
-__all__ = ["DEFAULT_SYSTEM", "META_KEY", "BackendDefaults", "Harness", "backend_defaults", "check_gguf"]
+__all__ = ["DEFAULT_SYSTEM", "META_KEY", "Harness", "check_gguf"]
 
 
 class Harness:
@@ -245,3 +247,9 @@ class Harness:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"session {self.session.id}"
         return f"Harness({state}, backend={self.backend.name}, model={self.backend.model}, tools={list(self.tools.names())})"
+
+
+# The keywords, their defaults and their help come from the one declaration (recipe/options.py):
+# help(Harness), inspect.signature(Harness) and docs/options.md show the same options.
+Harness.__signature__ = inspect.Signature(harness_parameters())  # type: ignore[attr-defined]
+Harness.__doc__ = f"{Harness.__doc__}\n{harness_doc()}\n"

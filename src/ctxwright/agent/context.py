@@ -36,13 +36,14 @@ Rules enforced on every call, each from a failure the book describes:
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ctxwright.agent.assemble import Assembly
 from ctxwright.agent.progress import AssistantReply, Compacted, GateDecided
@@ -66,7 +67,7 @@ from ctxwright.core.progress import (
     UserInput,
     ignore,
 )
-from ctxwright.core.repeats import DEFAULT_MAX_REPEATS, RepeatTracker, repeat_note
+from ctxwright.core.repeats import RepeatTracker, repeat_note
 from ctxwright.core.request import ChatRequest, Completion, ToolChoice
 from ctxwright.core.results import run_steps
 from ctxwright.core.session import Session
@@ -76,6 +77,7 @@ from ctxwright.defence.gate import Gate
 from ctxwright.defence.levels import Features, features
 from ctxwright.defence.provenance import ProvenanceIndex
 from ctxwright.errors import ConfigError, CtxwrightError
+from ctxwright.recipe import MAX_RESULT_CHARS, default, harness_doc, harness_parameters
 from ctxwright.status.bar import StatusBar
 from ctxwright.tools.registry import BoundCall, Tool, ToolOutcome, ToolRegistry, error_outcome
 from ctxwright.tools.workers import WORKERS
@@ -96,18 +98,19 @@ class ContextConfig:
     ``tool_choice_first`` lets a weak model be forced to act once.
     """
 
-    max_iterations: int = 20
+    # the defaults are the declared ones (recipe/options.py): one value per option
+    max_iterations: int = cast(int, default("max_iterations"))
     max_tool_rounds: int | None = None
-    tool_timeout_s: float = 30.0
-    max_result_chars: int = 200_000
+    tool_timeout_s: float = cast(float, default("tool_timeout"))
+    max_result_chars: int = MAX_RESULT_CHARS
     #: identical tool calls in a row before the model is told (``core/repeats.py``); the
     #: next one is not run. ``None`` or 0: no limit
-    max_repeats: int | None = DEFAULT_MAX_REPEATS
+    max_repeats: int | None = cast(int, default("max_repeats"))
     tool_choice_first: ToolChoice = "auto"
-    max_tokens: int | None = 256
+    max_tokens: int | None = cast(int, default("max_tokens"))
     temperature: float | None = 0.0
     #: side-channel timestamps: "[YYYY-MM-DD HH:MM:SS] " before user and tool contents
-    timestamps: bool = False
+    timestamps: bool = cast(bool, default("timestamps"))
     #: the compaction layers (budget, noise, clearing, trim); ``None`` or ``enabled=False``
     #: sends the trajectory as recorded, with only the plain ``max_result_chars`` cap
     compaction: CompactionConfig | None = field(default_factory=CompactionConfig)
@@ -653,6 +656,17 @@ class Context:
 
     def __repr__(self) -> str:
         return f"Context(session {self.session.id}, tools={list(self.tools.names())})"
+
+
+# The options, their defaults and their help come from the one declaration (recipe/options.py).
+Context.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        *harness_parameters()[:2],
+        inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, default=None),
+        *[p for p in harness_parameters()[2:] if p.name != "backend"],
+    ]
+)
+Context.__doc__ = f"{Context.__doc__}\n{harness_doc()}\n"
 
 
 def completion_of(reply: Completion | Mapping[str, Any] | Any) -> Completion:

@@ -133,7 +133,7 @@ def tools_report(args: argparse.Namespace) -> dict[str, Any]:
     """What ``tools list`` prints, as data: the tools the same wiring as ``ctxwright run``
     builds (``agent/wiring.py``: the same backend and its defaults, the same components in
     the same order), in an in-memory session -- nothing is stored and no model is called."""
-    from ctxwright.agent.wiring import chosen_window, wire
+    from ctxwright.agent.wiring import wire
     from ctxwright.cli.main import approver, system_and_tools
     from ctxwright.recipe import given_from_args
     from ctxwright.tools.deferred import DISPATCH_TOOLS, schema_tokens
@@ -174,7 +174,7 @@ def tools_report(args: argparse.Namespace) -> dict[str, Any]:
         return {
             "backend": wired.backend.name,
             "model": wired.backend.model,
-            "window": chosen_window(wired.backend),
+            "window": wired.backend.context_window,
             "tokens_counted_by": counter.source,
             "defer_tools": wired.session.meta.get("harness", {}).get("defer_tools"),
             "prefix_tools": len(registry.specs()),

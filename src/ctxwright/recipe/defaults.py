@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ctxwright.backends.external import EXTERNAL
 from ctxwright.core.request import ToolChoice
 from ctxwright.errors import ConfigError
 
@@ -38,6 +39,10 @@ class BackendDefaults:
     * ``max_tool_rounds=1``: it never decides on its own that it has enough facts.
     * ``cache_price_ratio``: cached ÷ uncached input price, for the status bar's mode chooser;
       a local model pays nothing per token, a served one typically 0.1.
+
+    A context driven by the caller's own loop (``external``, ``backends/external.py``) has the
+    features off: the status bar, TODO tools and ``read_result`` change what the caller's model
+    sees, so they are asked for, and ``delegate`` and LLM summaries need a model to call.
     """
 
     features: bool
@@ -50,6 +55,8 @@ def backend_defaults(backend_name: str) -> BackendDefaults:
     """The defaults for a backend by its ``name`` (``"embedded"``, ``"openai"``, ``"scripted"``...)."""
     if backend_name == "embedded":
         return BackendDefaults(features=False, tool_choice_first="required", max_tool_rounds=1, cache_price_ratio=0.0)
+    if backend_name == EXTERNAL:  # the caller's loop; delegate and LLM summaries need a model to call
+        return BackendDefaults(features=False, tool_choice_first="auto", max_tool_rounds=None, cache_price_ratio=0.1)
     return BackendDefaults(features=True, tool_choice_first="auto", max_tool_rounds=None, cache_price_ratio=0.1)
 
 
@@ -66,17 +73,23 @@ def implied_backend(given: Mapping[str, Any]) -> str | None:
     return "embedded" if given.get("gguf") else None
 
 
-def backend_name(given: Mapping[str, Any], recorded_backend: str | None = None) -> str:
+def backend_name(given: Mapping[str, Any], recorded_backend: str | None = None, *, default: str = "embedded") -> str:
     """The name of the backend the session runs on: the one given (by name, or the object's
     ``name``), else the stored session's (``recorded_backend``), else ``openai`` when
-    ``model`` or ``base_url`` is given, ``embedded`` otherwise. Its :func:`backend_defaults`
-    decide every option left to the backend."""
+    ``base_url`` is given (or ``model``, unless the default is ``external``: a context driven
+    by the caller's loop names the caller's model), ``embedded`` when ``gguf`` is, else
+    ``default`` (the Harness's: ``embedded``). Its :func:`backend_defaults` decide every option
+    left to the backend."""
     backend = given.get("backend")
     if backend is not None:
         return backend if isinstance(backend, str) else str(getattr(backend, "name", ""))
     if recorded_backend is not None:
         return recorded_backend
-    return "openai" if given.get("model") is not None or given.get("base_url") is not None else "embedded"
+    if given.get("base_url") is not None or (given.get("model") is not None and default != EXTERNAL):
+        return "openai"
+    if given.get("gguf") is not None:
+        return "embedded"
+    return default
 
 
 def check_same_model(

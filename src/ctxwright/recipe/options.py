@@ -21,7 +21,6 @@ from ctxwright.compaction.strategies import STRATEGIES
 from ctxwright.core.reasoning import REASONING_MODES, ReasoningPolicy
 from ctxwright.core.repeats import DEFAULT_MAX_REPEATS
 from ctxwright.core.request import ToolChoice
-from ctxwright.core.store import Store
 from ctxwright.defence.gate import APPROVAL_MODES, ApprovalMode, Approver
 from ctxwright.defence.levels import DEFAULT_LEVEL, LEVELS, Features, Level
 from ctxwright.defence.levels import features as defence_features
@@ -31,6 +30,7 @@ from ctxwright.recipe.declare import BY_BACKEND, Flag, opt
 from ctxwright.skills.scripts import DEFAULT_SCRIPT_TIMEOUT_S
 from ctxwright.skills.tools import CATALOG_MODES, CatalogEntry, CatalogMode
 from ctxwright.status.bar import Mode
+from ctxwright.store.sessions import Store
 from ctxwright.tools.deferred import DeferConfig
 from ctxwright.tools.registry import Tool
 

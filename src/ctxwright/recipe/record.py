@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from ctxwright.backends.base import Backend
-from ctxwright.core.redact import redact
 from ctxwright.defence.levels import LEVELS, Features
 from ctxwright.defence.levels import features as defence_features
 from ctxwright.errors import ConfigError
@@ -124,18 +123,14 @@ def to_record(recipe: Recipe) -> dict[str, Any]:
 
 
 def with_backend(recipe: Recipe, backend: Backend) -> Recipe:
-    """See :meth:`Recipe.with_backend`."""
+    """See :meth:`Recipe.with_backend`: what the backend says a resume needs to build it again
+    (``Backend.recipe_record``: the base URL with credentials redacted, the GGUF path, the
+    window) takes the place of what was given."""
     m = recipe.model
-    base_url, gguf, window = m.base_url, m.gguf, m.window
-    b: Any = backend
-    if backend.name == "openai":
-        url = getattr(b, "base_url", None)
-        base_url = redact(url) if isinstance(url, str) else url  # credentials are never stored
-    if backend.name == "embedded" and m.gguf is not None:
-        gguf = str(getattr(b, "model_path", m.gguf))
-    size = getattr(b, "n_ctx", None) or getattr(b, "context_window", None)
-    if isinstance(size, int):
-        window = size
+    rec = backend.recipe_record()
+    base_url = rec.get("base_url", m.base_url) if backend.name == "openai" else m.base_url
+    gguf = str(rec.get("gguf", m.gguf)) if backend.name == "embedded" and m.gguf is not None else m.gguf
+    window = rec.get("window", m.window)
     return replace(recipe, model=replace(m, base_url=base_url, gguf=gguf, window=window))
 
 
