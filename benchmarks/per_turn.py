@@ -44,6 +44,7 @@ from typing import Any
 from common import console, machine, save, table
 from ctxwright.backends.scripted import ScriptedBackend, call
 from ctxwright.core.messages import Message, Usage
+from ctxwright.core.progress import EventSink
 from ctxwright.core.request import ChatRequest, Completion
 from ctxwright.harness import Harness
 from ctxwright.tools.registry import tool
@@ -131,11 +132,11 @@ class TimedBackend(ScriptedBackend):
         self.lean = lean
         self.policy = policy
 
-    def complete(self, request: ChatRequest) -> Completion:
+    def complete(self, request: ChatRequest, *, on_event: EventSink | None = None) -> Completion:
         t_in = time.process_time()
         try:
             if not self.lean:
-                return super().complete(request)
+                return super().complete(request, on_event=on_event)
             msg = self.policy(request)
             usage = Usage(prompt_tokens=None, completion_tokens=None)
             return Completion(msg, usage, "tool_calls" if msg.tool_calls else "stop", self.model)
