@@ -98,6 +98,8 @@ def test_context_record_takes_a_dict_and_refuses_without_a_request() -> None:
 def test_context_refuses_options_that_need_a_model_and_unknown_ones() -> None:
     with pytest.raises(ConfigError, match="delegate needs a model"):
         Context(system="s", tools=[add], delegate=True)
+    with pytest.raises(ConfigError, match="LLM summaries need a model"):
+        Context(system="s", tools=[add], summaries=True)
     with pytest.raises(ConfigError, match="did you mean 'max_tokens'"):
         Context(system="s", tools=[add], max_token=5)
 
@@ -172,3 +174,34 @@ def test_a_child_is_the_parent_forked_with_its_own_todo_and_status() -> None:
     assert child_req.messages[0] == backend.requests[0].messages[0] and child_req.tools == backend.requests[0].tools
     # the child has a status bar of its own now: its request ends with an <agent_status> message
     assert "<agent_status>" in (child_req.messages[-1].content or "")
+
+
+@pytest.mark.slow
+def test_context_drives_the_openai_client_against_llama_cpp_server(tmp_path: Path) -> None:
+    """The README's loop against llama-cpp-python's own server: every request the SDK sent
+    (recorded off the wire) only appends to the last, and the tools array never changes."""
+    import httpx
+
+    from llamaserver import LlamaServer
+
+    bodies: list[Any] = []
+
+    def keep(request: httpx.Request) -> None:
+        bodies.append(json.loads(request.content))
+
+    with LlamaServer(tmp_path / "server.log") as srv:
+        client = OpenAI(base_url=srv.url, api_key="x", http_client=httpx.Client(event_hooks={"request": [keep]}))
+        with Context(system="You add numbers.", tools=[add], db=tmp_path / "a.db", max_tool_rounds=2) as ctx:
+            step = _drive(ctx, client, "What is 2 + 3? Use the add tool.")
+            sid = ctx.session_id
+            assert ctx.audit().requests == len(bodies)
+        with Context.resume(sid, tools=[add], db=tmp_path / "a.db", max_tool_rounds=2) as ctx2:
+            _drive(ctx2, client, "And 4 + 4?")
+        log = srv.tail()
+    assert step is not None, log
+    assert len(bodies) >= 2
+    assert len({json.dumps(b["tools"], sort_keys=True) for b in bodies}) == 1
+    for old, new in itertools.pairwise(bodies):
+        assert _is_prefix(old["messages"], new["messages"]), log
+    # the server answers an assistant turn with "content": null with HTTP 500: none is sent
+    assert all(m.get("content") is not None for b in bodies for m in b["messages"])

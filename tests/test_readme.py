@@ -2,7 +2,9 @@
 temporary directory: the documented API is the one that works.
 
 A block that runs the embedded model (``backend="embedded"``, or ``gguf=``) is a slow test
-and is skipped when the embedded extra or its bundled model is not installed.
+and is skipped when the embedded extra or its bundled model is not installed. A block that
+talks to a served model at ``http://127.0.0.1:8080/v1`` (the ``Context`` example) runs against
+llama-cpp-python's own server, started here on a free port (``tests/llamaserver.py``): slow too.
 """
 
 from __future__ import annotations
@@ -25,8 +27,15 @@ def library_blocks() -> list[str]:
     return re.findall(r"^```python[ \t]*\n(.*?)^```", match.group(1), re.M | re.S)
 
 
+SERVED_URL = "http://127.0.0.1:8080/v1"
+
+
 def _uses_embedded(code: str) -> bool:
     return 'backend="embedded"' in code or "backend='embedded'" in code or "gguf=" in code
+
+
+def _slow(code: str) -> bool:
+    return _uses_embedded(code) or SERVED_URL in code
 
 
 BLOCKS = library_blocks()
@@ -38,7 +47,7 @@ def test_the_section_has_examples():
 
 @pytest.mark.parametrize(
     "code",
-    [pytest.param(code, marks=[pytest.mark.slow] if _uses_embedded(code) else []) for code in BLOCKS],
+    [pytest.param(code, marks=[pytest.mark.slow] if _slow(code) else []) for code in BLOCKS],
     ids=[f"block{i}" for i in range(len(BLOCKS))],
 )
 def test_readme_block_runs(code, tmp_path, monkeypatch, capsys):
@@ -52,5 +61,12 @@ def test_readme_block_runs(code, tmp_path, monkeypatch, capsys):
         except BackendUnavailable as exc:
             pytest.skip(str(exc))
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, f"{README.name} ({HEADING})", "exec"), {"__name__": "__readme__"})
+    if SERVED_URL in code:
+        from llamaserver import LlamaServer
+
+        with LlamaServer(tmp_path / "server.log") as srv:
+            code = code.replace(SERVED_URL, srv.url)
+            exec(compile(code, f"{README.name} ({HEADING})", "exec"), {"__name__": "__readme__"})
+    else:
+        exec(compile(code, f"{README.name} ({HEADING})", "exec"), {"__name__": "__readme__"})
     assert capsys.readouterr().out.strip(), "the example prints what it did"

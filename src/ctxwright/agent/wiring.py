@@ -271,6 +271,12 @@ def components_for(recipe: Recipe, backend: Backend, stored: Session | None, on_
         raise ConfigError(
             "delegate needs a model to run the sub-agent: pass backend= to the Context, or leave delegate off"
         )
+    cfg = recipe.compaction.config
+    if backend.name == EXTERNAL and cfg is not None and cfg.uses_llm:
+        raise ConfigError(
+            "LLM summaries need a model to write them: pass backend= to the Context, or leave summaries off "
+            "(summaries=False)"
+        )
     comps: list[Component] = [UserTools(recipe.runtime.tools)]
     if recipe.workspace is not None:
         comps.append(WorkspaceTools(recipe.workspace))
