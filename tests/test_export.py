@@ -78,7 +78,7 @@ def test_export_requests_equal_what_the_server_received(tmp_path, capsys, status
     assert _canon(bodies) == _canon(received)
     # what was sent includes the options, not only the messages
     assert all(b["model"] == "m" and b["temperature"] == 0.0 for b in bodies)
-    assert [b["max_tokens"] for b in bodies] == [77] * 4  # the resumed run kept the session's (agent/recipe.py)
+    assert [b["max_tokens"] for b in bodies] == [77] * 4  # the resumed run kept the session's (recipe/record.py)
     assert [b["tool_choice"] for b in bodies] == ["auto"] * 4
     assert not any("reasoning_content" in m for b in bodies for m in b["messages"])  # strip, as sent
 

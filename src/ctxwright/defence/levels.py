@@ -21,7 +21,7 @@ there to approve a call (the gate asks, and without an approver it denies).
 
 Why one table: the system prompt depends on the level (the warning sentence or the tags
 section), so the level is part of the session's prefix bytes and is recorded with the
-session (``agent/recipe.py``); the library, the CLI (``--defence``) and the injection
+session (``recipe/record.py``); the library, the CLI (``--defence``) and the injection
 benchmark all read the features from :func:`features`, so a level means the same thing
 everywhere.
 """
@@ -74,7 +74,7 @@ class Features:
         return WARNING_SECTION if self.warning else None
 
     def to_dict(self) -> dict[str, object]:
-        """What the session records (``agent/recipe.py``)."""
+        """What the session records (``recipe/record.py``)."""
         return {"level": self.level, "sanitize": self.sanitize}
 
 

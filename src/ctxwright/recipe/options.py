@@ -115,8 +115,8 @@ class ModelOptions:
         default_text="the session's; else openai with model or base_url, embedded",
         help="""``"embedded"`` (llama.cpp in-process; the bundled SmolLM2-135M or ``gguf``),
         ``"openai"`` (any OpenAI-compatible server: ``model``, ``base_url``), or a backend object
-        (``OpenAIBackend``, ``EmbeddedBackend``, ``ScriptedBackend``, your own class with ``name``,
-        ``model``, ``complete``, ``count_tokens``, ``close``). Default: on resume the session's own
+        (``OpenAIBackend``, ``EmbeddedBackend``, ``ScriptedBackend``, or your own subclass of
+        ``ctxwright.backends.base.Backend``). Default: on resume the session's own
         backend; else ``"openai"`` when ``model`` or ``base_url`` is given, ``"embedded"`` otherwise. A
         backend object passed in is not closed by ``close``; one the harness created is. Recorded as the
         session's backend; another one on resume is refused (``check_same_model``).""",
@@ -805,7 +805,7 @@ class RuntimeOptions:
         accepts="bool",
         record="never",
         help="""continue the session even if the store says another process runs it (one writer per session,
-        ``core/lease.py``); for a process on another host, or after checking it is gone. A lease of a dead
+        ``store/lease.py``); for a process on another host, or after checking it is gone. A lease of a dead
         process on this host is taken over without it. (CLI: ``--take-over``.)""",
     )
     on_event: Callable[[str, dict[str, Any]], None] | None = opt(
@@ -813,12 +813,10 @@ class RuntimeOptions:
         accepts="EventSink | None",
         record="never",
         default_text="none",
-        help="""``on_event(kind, data)`` for progress: ``user``, ``status``, ``compaction``, ``request``,
-        ``token`` (streamed text, from a backend that streams), ``assistant``, ``tool_start``, ``tool``,
-        ``repeated_call``, ``error``, ``stop``, ``ledger_mismatch`` (the data of each: ``agent/loop.py``),
-        and from the backend during a call: ``retry`` (``attempt``, ``max_retries``, ``reason``,
-        ``wait_s``) and ``stream_fallback`` (``reason``). A sub-agent's events come with ``data["child"]``,
-        its session id.""",
+        help="""``on_event(event)`` for progress: one typed ``ProgressEvent`` (``core/progress.py``) per
+        thing that happens -- a user message, a model call, a tool start and result, a retry, a streamed
+        token...; every type and its fields: ``docs/events.md``. A sub-agent's events come with
+        ``event.child``, its session id.""",
     )
 
 
