@@ -205,3 +205,75 @@ def test_context_drives_the_openai_client_against_llama_cpp_server(tmp_path: Pat
         assert _is_prefix(old["messages"], new["messages"]), log
     # the server answers an assistant turn with "content": null with HTTP 500: none is sent
     assert all(m.get("content") is not None for b in bodies for m in b["messages"])
+
+
+def _reply(content: str | None = None, calls: list[tuple[str, str, str]] | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in calls
+        ]
+    return {"choices": [{"message": message, "finish_reason": "tool_calls" if calls else "stop"}]}
+
+
+class _Broken:
+    def model_dump(self, mode: str = "python") -> Any:
+        raise RuntimeError("half a response")
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        ([1, 2], "model's reply"),
+        ({"choices": []}, "no non-empty `choices`"),
+        ({"choices": [{"message": "text"}]}, "no `message` object"),
+        ({"choices": [{"message": {"role": "assistant", "tool_calls": [{"function": 5}]}}]}, "cannot read"),
+        (_Broken(), "model_dump"),
+    ],
+)
+def test_a_reply_that_cannot_be_read_is_one_clear_error_and_loses_nothing(reply: Any, message: str) -> None:
+    with Context(system="s", tools=[add]) as ctx:
+        ctx.add_user("hi")
+        ctx.request()
+        before = list(ctx.session.events)
+        with pytest.raises(CtxwrightError, match=message) as err:
+            ctx.record(reply)
+        assert "\n" not in str(err.value)
+        assert ctx.session.events == before  # nothing recorded, nothing lost
+        step = ctx.record(_reply("fine"))  # the request still waits for its reply
+        assert step.text == "fine"
+
+
+def test_tool_calls_run_once_in_order_and_are_answered_before_the_next_request() -> None:
+    with Context(system="s", tools=[add]) as ctx:
+        ctx.add_user("2 + 3?")
+        ctx.request()
+        step = ctx.record(_reply(None, [("c1", "add", '{"a": 2, "b": 3}'), ("c1", "nope", "{not json")]))
+        assert len({tc.id for tc in step.tool_calls}) == 2  # a duplicate id is made unique
+        with pytest.raises(CtxwrightError, match="not answered yet"):
+            ctx.request()
+        events = ctx.run_tools(step)
+        assert events[0].message.content == "5" and not events[1].ok  # unknown tool: an error result
+        with pytest.raises(CtxwrightError, match="cannot be run now"):
+            ctx.run_tools(step)  # twice would record two results for one call
+        ctx.request()
+        step2 = ctx.record(_reply(None, [("c9", "add", '{"a": 1, "b": 1}')]))
+        ctx.add_user("never mind")  # the unanswered call is answered as interrupted, as after a crash
+        body = ctx.request()
+        tool_ids = [m["tool_call_id"] for m in body["messages"] if m["role"] == "tool"]
+        assert step2.tool_calls[0].id in tool_ids
+        with pytest.raises(CtxwrightError, match="cannot be run now"):
+            ctx.run_tools(step2)
+
+
+def test_a_huge_reply_is_recorded_and_the_next_request_is_bounded_by_compaction() -> None:
+    with Context(system="s", tools=[add], window=8192) as ctx:
+        ctx.add_user("go")
+        ctx.request()
+        ctx.run_tools(ctx.record(_reply(None, [("c1", "add", '{"a": 1, "b": 2}')])))
+        ctx.request()
+        ctx.record(_reply("x" * 3_000_000))  # a 3 MB answer: recorded whole
+        ctx.add_user("and now?")
+        with pytest.raises(CtxwrightError, match="window"):  # it cannot be sent in an 8K window: said, not sent
+            ctx.request()
+        assert ctx.session.events[-1].message.content.endswith("and now?")  # type: ignore[union-attr]

@@ -164,6 +164,8 @@ class Step:
     finish_reason: str | None = None
     #: set by :meth:`Context.run_tools`: a call was not run because it repeated past the limit
     blocked: bool = False
+    #: set by :meth:`Context.run_tools`: every call of this step is answered
+    ran: bool = False
 
     @property
     def text(self) -> str:
@@ -316,6 +318,7 @@ class Context:
         self._live = LiveRequests()
         self._repeat_tracker = RepeatTracker()
         self._pending: Pending | None = None
+        self._last: Step | None = None  # the last reply recorded: its tool calls must be answered next
         self._iteration = 0  # model calls since the last begin(), for the status bar
         self._rounds = 0  # rounds of tool calls since the last begin(), for max_tool_rounds
         self._closed = False
@@ -337,12 +340,16 @@ class Context:
         for call, ev in close_open_rounds(self.session, self.stamp):
             content = ev.message.content or ""
             self.on_event(ToolDone(call=call, content=content, ok=False, elapsed_ms=0.0))
+        if self._last is not None:  # its calls, if any, were answered just above (as interrupted)
+            self._last.ran = True
         if self.assembly is not None:
             self.assembly.before_run(self.session)
         self._iteration = self._rounds = 0
 
     def add_user(self, text: str) -> None:
-        """Append the user's message (after whatever the components announce first)."""
+        """Append the user's message (after whatever the components announce first). Tool
+        calls of the last reply not run by then are answered as interrupted, as after a crash
+        (``core/interrupted.py``): a provider rejects a request with an unanswered call."""
         self._check_open()
         self.begin()
         self.session.add_user(self.stamp(text))
@@ -354,6 +361,12 @@ class Context:
         compaction layers (which may raise ``ContextWindowExceeded``: nothing fits, nothing is
         sent), then the render and the ledger. :meth:`record` takes its reply."""
         self._check_open()
+        last = self._last
+        if last is not None and last.tool_calls and not last.ran:
+            raise CtxwrightError(
+                "the model's last tool calls are not answered yet, and a provider rejects a request with an "
+                "unanswered tool call: run them first (ctx.run_tools(step))"
+            )
         s = self.session
         if iteration is None:
             self._iteration += 1
@@ -386,7 +399,9 @@ class Context:
         """The next request as keyword arguments of the OpenAI SDK's
         ``chat.completions.create`` (``messages``, ``tools``, ``tool_choice``, ``max_tokens``,
         ``temperature``): pass them with your ``model=``. The first call after a user message
-        uses ``tool_choice_first``, calls past ``max_tool_rounds`` ``"none"``."""
+        uses ``tool_choice_first``, calls past ``max_tool_rounds`` ``"none"``. Calling it again
+        before :meth:`record` replaces the request waiting for its reply (it counts as not sent);
+        a reply's tool calls must be run (:meth:`run_tools`) before the next request."""
         if tool_choice is None:
             tool_choice = self.config.tool_choice_first if self._iteration == 0 and self.tools.specs() else "auto"
             rounds = self.config.max_tool_rounds
@@ -414,11 +429,13 @@ class Context:
         """Record the model's reply to the pending request: a :class:`Completion`, an OpenAI
         SDK ``ChatCompletion`` or its JSON as a dict. Tool calls get session-unique ids, the
         call is audited against the previous one and stored with its ledger."""
+        if self._pending is None:
+            raise CtxwrightError("no request is waiting for a reply: call ctx.request() before ctx.record(reply)")
+        completion = completion_of(reply)  # a reply that cannot be read leaves the request waiting
         pending = self._take_pending()
         t1 = time.perf_counter()
         if wall_ms is None:
             wall_ms = round((t1 - pending.started) * 1000, 3)
-        completion = completion_of(reply)
         s = self.session
         u = completion.usage
         message, assigned = assign_ids(completion.message, s.id, s.call_count, self._ids())
@@ -457,6 +474,7 @@ class Context:
         if message.tool_calls:
             self._rounds += 1
         step = Step(message, report, completion.finish_reason)
+        self._last = step
         self.on_event(AssistantReply(message=message, report=report))
         return step
 
@@ -477,6 +495,12 @@ class Context:
         its timeout) and append every result, in the order of the calls: each passes the
         sanitizer, the budget/offload layer and the marking (``defence/record.py``) first."""
         self._check_open()
+        if step is not self._last or step.ran:
+            raise CtxwrightError(
+                "these tool calls cannot be run now: only the last reply's calls run, once, before the next "
+                "request (a result recorded twice or out of order is refused by the provider)"
+            )
+        step.ran = True
         calls = step.tool_calls
         events: list[ToolEvent] = []
         if not calls:
@@ -674,7 +698,10 @@ def completion_of(reply: Completion | Mapping[str, Any] | Any) -> Completion:
     with ``model_dump()``) or the chat-completions JSON as a dict."""
     if isinstance(reply, Completion):
         return reply
-    data = reply.model_dump(mode="json") if hasattr(reply, "model_dump") else reply
+    try:
+        data = reply.model_dump(mode="json") if hasattr(reply, "model_dump") else reply
+    except Exception as exc:
+        raise ConfigError(f"ctx.record(): the reply's model_dump() failed ({type(exc).__name__}: {exc})") from None
     if not isinstance(data, Mapping):
         raise ConfigError(
             f"ctx.record() takes the model's reply: an OpenAI ChatCompletion, its JSON as a dict, or a Completion; "
