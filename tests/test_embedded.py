@@ -140,7 +140,7 @@ def test_delegate_runs_on_a_fork_and_keeps_the_parents_kv_cache(backend, store):
     session.add_tool_result(tc.id, out.content, tool_name="delegate", ok=out.ok)
     assert d._child_backend is not backend and d.children
     assert store.get_session(d.children[0]).parent_id == session.id
-    second = agent._call_model("none")[1]
+    second = agent._call_model("none").report
     assert second.cached_tokens is not None and second.cached_tokens >= first.prompt_tokens - 8
     d._child_backend.close()
 

@@ -150,7 +150,7 @@ class Agent:
         harness's callback while it runs."""
         return self.backend.complete(request, on_event=self.on_event)
 
-    def _call_model(self, tool_choice: ToolChoice, iteration: int) -> Step:
+    def _call_model(self, tool_choice: ToolChoice, iteration: int | None = None) -> Step:
         ctx = self.ctx
         request = ctx.prepare(tool_choice, iteration)
         t_call = time.perf_counter()
