@@ -277,3 +277,14 @@ def test_a_huge_reply_is_recorded_and_the_next_request_is_bounded_by_compaction(
         with pytest.raises(CtxwrightError, match="window"):  # it cannot be sent in an 8K window: said, not sent
             ctx.request()
         assert ctx.session.events[-1].message.content.endswith("and now?")  # type: ignore[union-attr]
+
+
+def test_the_context_takes_the_harness_options_and_says_so() -> None:
+    import inspect
+
+    from ctxwright.recipe import harness_parameters
+
+    ctx_params = inspect.signature(Context).parameters
+    assert {p.name for p in harness_parameters()} == set(ctx_params)  # one declaration for both
+    assert set(ctx_params) == set(inspect.signature(Harness).parameters)
+    assert "max_tool_rounds:" in (Context.__doc__ or "") and "max_tool_rounds:" in (Harness.__doc__ or "")
