@@ -52,6 +52,10 @@ READ_RESULT_TOOL = "read_result"
 DELEGATE_TOOL = "delegate"
 FILE_TOOLS = ("read_file", "list_dir")
 
+#: The sections of a version-2 record, and those every one has (the prefix's switches)
+_SECTIONS = ("model", "limits", "compaction", "status", "todo", "delegate", "skills", "mcp", "deferral", "defence")
+_REQUIRED = ("status", "todo", "delegate", "compaction", "defence", "deferral")
+
 #: Version 1's flat keys, by where version 2 keeps them (the switches read off the prefix,
 #: ``defence`` and ``defer_tools`` are migrated on their own).
 _V1_KEYS: dict[str, tuple[str, str]] = {
@@ -148,7 +152,12 @@ def migrate(
     the workspace from ``meta["workspace"]``. Every record gets the reasoning mode from
     ``meta["reasoning_mode"]`` when it has none (``core/reasoning.py`` records it there).
     A version newer than this code is a :class:`ConfigError`."""
-    rec: Mapping[str, Any] = record if isinstance(record, Mapping) else {}
+    if record is not None and not isinstance(record, Mapping):
+        raise ConfigError(
+            f"the session's recorded options are a {type(record).__name__}, not an object: the record in "
+            "Session.meta['harness'] is damaged: start a new session"
+        )
+    rec: Mapping[str, Any] = record if record is not None else {}
     version = rec.get("version", 1)
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ConfigError(
@@ -160,6 +169,14 @@ def migrate(
             f"the session's options were recorded by a newer ctxwright (record version {version}; this one reads up "
             f"to version {VERSION}): upgrade ctxwright to continue it, or start a new session"
         )
+    if version == VERSION:
+        bad = [k for k, v in rec.items() if k in _SECTIONS and not isinstance(v, Mapping)]
+        missing = [k for k in _REQUIRED if not isinstance(rec.get(k), Mapping)]
+        if bad or missing:
+            raise ConfigError(
+                f"the session's recorded options lack or damage the section(s) {', '.join(bad + missing)}: the "
+                "record in Session.meta['harness'] is damaged: start a new session"
+            )
     out = copy.deepcopy(dict(rec)) if version == VERSION else _from_v1(rec, system_prompt, tool_names, meta)
     mode = meta.get("reasoning_mode")
     reasoning = out.get("reasoning")

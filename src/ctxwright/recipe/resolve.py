@@ -68,9 +68,13 @@ def compaction_from_dict(data: Mapping[str, Any], where: str) -> CompactionConfi
     if kept.get("results_dir") is not None:
         kept["results_dir"] = Path(kept["results_dir"])
     try:
-        return CompactionConfig(**kept)
-    except TypeError as exc:
+        cfg = CompactionConfig(**kept)
+    except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: {exc}") from None
+    from ctxwright.recipe.values import check_fields
+
+    check_fields(cfg, where)
+    return cfg
 
 
 def compaction_overrides(given: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,7 +157,7 @@ def resolve(given: Mapping[str, Any], recorded: Mapping[str, Any] | None, defaul
         mode=src.pick("status_mode", "status", "mode", StatusOptions.mode),
         cache_price_ratio=src.pick("cache_price_ratio", "status", "cache_price_ratio", d.cache_price_ratio),
     )
-    return Recipe(
+    recipe = Recipe(
         model=model,
         limits=limits,
         compaction=compaction,
@@ -176,6 +180,10 @@ def resolve(given: Mapping[str, Any], recorded: Mapping[str, Any] | None, defaul
             on_event=src.g("on_event"),
         ),
     )
+    from ctxwright.recipe.values import check_values
+
+    check_values(recipe, given)
+    return recipe
 
 
 def _str_or_none(value: Any) -> str | None:

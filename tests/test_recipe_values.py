@@ -1,0 +1,81 @@
+"""Bad option values, given or read from a damaged session record: one line saying what was
+wrong and what to give, before anything is sent; the stored session is left as it was."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctxwright import Harness
+from ctxwright.backends.scripted import ScriptedBackend
+from ctxwright.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"max_tokens": "lots"}, "max_tokens='lots': give a whole number of at least 1"),
+        ({"max_tokens": True}, "max_tokens=True: give a whole number"),
+        ({"max_iterations": 0}, "max_iterations=0: give a whole number of at least 1"),
+        ({"tool_timeout": -1}, "tool_timeout=-1: give a number above 0"),
+        ({"window": float("nan")}, "window=nan"),
+        ({"status": True, "cache_price_ratio": -0.5}, "cache_price_ratio=-0.5: give a number of at least 0"),
+        ({"compaction": {"trigger_ratio": "high"}}, "trigger_ratio='high' is not a number"),
+    ],
+)
+def test_a_bad_value_given_is_one_line(given: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
+        Harness("s", [], backend=ScriptedBackend(["x"]), **given)
+    assert "\n" not in str(err.value)
+
+
+def _stored(tmp_path: Path) -> tuple[Path, str, dict[str, Any]]:
+    db = tmp_path / "s.db"
+    with Harness("s", [], backend=ScriptedBackend(["hi"]), db=db, status=False) as h:
+        h.run("x")
+        sid = h.session_id
+    con = sqlite3.connect(db)
+    meta = json.loads(con.execute("SELECT meta_json FROM sessions WHERE id=?", (sid,)).fetchone()[0])
+    con.close()
+    return db, sid, meta
+
+
+def _damage(db: Path, sid: str, meta: dict[str, Any], record: Any) -> bytes:
+    con = sqlite3.connect(db)
+    con.execute("UPDATE sessions SET meta_json=? WHERE id=?", (json.dumps({**meta, "harness": record}), sid))
+    con.commit()
+    con.close()
+    return db.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda r: ["x"], "are a list, not an object"),
+        (lambda r: {"version": "x"}, "version 'x'"),
+        (lambda r: {"version": 2, "limits": "garbage"}, "lack or damage the section"),
+        (lambda r: {**r, "limits": {**r["limits"], "max_tokens": "lots"}}, "limits.max_tokens='lots'"),
+        (lambda r: {**r, "limits": {**r["limits"], "max_iterations": -3}}, "limits.max_iterations=-3"),
+        (lambda r: {**r, "compaction": {**r["compaction"], "config": {"trigger_ratio": "high"}}}, "trigger_ratio"),
+    ],
+)
+def test_a_damaged_record_is_one_line_and_the_session_stays(tmp_path: Path, damage: Any, message: str) -> None:
+    db, sid, meta = _stored(tmp_path)
+    before = _damage(db, sid, meta, damage(meta["harness"]))
+    with pytest.raises(ConfigError, match=message) as err:
+        Harness.resume(sid, [], backend=ScriptedBackend(["y"]), db=db)
+    assert ("\n" not in str(err.value) and "damaged" in str(err.value)) or "trigger_ratio" in str(err.value)
+    assert db.read_bytes() == before  # nothing written: the events and the record are as they were
+
+
+def test_a_damaged_value_given_again_resumes(tmp_path: Path) -> None:
+    db, sid, meta = _stored(tmp_path)
+    rec = meta["harness"]
+    _damage(db, sid, meta, {**rec, "limits": {**rec["limits"], "max_tokens": "lots"}})
+    with Harness.resume(sid, [], backend=ScriptedBackend(["ok"]), db=db, max_tokens=64) as h:
+        assert h.run("again").final_answer == "ok"
+        assert h.session.meta["harness"]["limits"]["max_tokens"] == 64  # the repaired value is recorded
