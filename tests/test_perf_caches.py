@@ -93,3 +93,24 @@ def test_status_gap_median_equals_statistics_median() -> None:
         want = statistics.median(gaps) if gaps else 17
         got = _median_with(closed, extra, empty=17)
         assert got == want and type(got) is type(want)
+
+
+def test_stored_payload_text_equals_the_canonical_json_of_the_payload() -> None:
+    """``store/sessions.py`` puts a message's own canonical JSON into its event's payload text."""
+    from ctxwright.core.events import AssistantEvent, BudgetRecord, StatusEvent, ToolEvent, UserEvent
+    from ctxwright.core.messages import Usage, canonical_json
+    from ctxwright.store.sessions import payload_json
+
+    call = ToolCall(id="c1", name="weather", arguments='{"city":"東京"}')
+    budget = BudgetRecord(result_id="r1", chars=10, tokens=3, sha256="ab")
+    events = [
+        UserEvent(message=Message(role="user", content="hi \u2028 東京"), extra={"a": 1, "zz": [1, 2], "mess": None}),
+        UserEvent(message=Message(role="user", content="")),
+        AssistantEvent.build(Message(role="assistant", content=None, tool_calls=(call,)), Usage(prompt_tokens=3)),
+        AssistantEvent.build(Message(role="assistant", content="x", reasoning_content="think"), None, call_index=2),
+        ToolEvent.build(Message(role="tool", content="ok", tool_call_id="c1"), tool_name="weather", budget=budget),
+        ToolEvent.build(Message(role="tool", content="e", tool_call_id="c1"), tool_name="w", ok=False, elapsed_ms=1.5),
+        StatusEvent(message=Message(role="user", content="[status]"), mode="replace"),
+    ]
+    for ev in events:
+        assert payload_json(ev) == canonical_json(ev.to_payload())

@@ -922,8 +922,8 @@ class Auditor:
 
     def add(self, req: AuditRequest) -> AuditRow:
         system, system_h, tools, tools_h = self._fixed(req)
-        if req.message_bytes is not None:
-            msgs = list(req.message_bytes)
+        if req.message_bytes is not None:  # only read: head + msgs below is the copy
+            msgs = req.message_bytes if isinstance(req.message_bytes, list) else list(req.message_bytes)
         else:
             msgs = [utf8(canonical_json(m)) for m in req.messages]
         if req.message_hashes is not None and len(req.message_hashes) == len(msgs):
@@ -943,8 +943,8 @@ class Auditor:
         hint = conv.index_hint if conv is not None else IndexHint()
         (whole, partial), old_match = self.index.match_after(segs, hashes, chains, hint, shared)
         new_tokens = self._count(segs[shared:], hashes[shared:])
-        known_tokens = conv.tokens[:shared] if conv is not None else []
-        tokens = known_tokens + new_tokens
+        tokens = conv.tokens[:shared] if conv is not None else []
+        tokens.extend(new_tokens)
         catalog = self._catalog_sums(req, len(head), conv.catalog[:shared] if conv is not None else [])
         sizes = _running(conv.sizes[:shared] if conv is not None else [], map(len, segs[shared:]))
         sums = _running(conv.token_sums[:shared] if conv is not None else [], new_tokens)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxwright.core.events import MCP_TOOLS_KEY, SKILLS_CATALOG_KEY, Event, UserEvent, event_from_row
+from ctxwright.core.events import MCP_TOOLS_KEY, SKILLS_CATALOG_KEY, Event, MessageEvent, UserEvent, event_from_row
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.records import CALL_COLUMNS, CALL_JSON_COLUMNS, CallRecord, SessionRow
 from ctxwright.core.redact import redact
@@ -32,6 +32,20 @@ from ctxwright.errors import CtxwrightError, SessionNotFound
 from ctxwright.store.migrations import check_file, check_schema, migrate
 from ctxwright.store.recovery import RecoveryLog
 from ctxwright.store.sqlite import BUSY_TIMEOUT_S, Database, default_db_path, wait_from_env
+
+
+def payload_json(event: Event) -> str:
+    """``canonical_json(event.to_payload())``, the text an event is stored as. A message
+    event's payload holds its message's wire form under ``message``, whose canonical JSON the
+    message keeps (``Message.canonical``, needed for the request anyway): it is put in its
+    place rather than encoded a second time, between the keys that sort before and after it."""
+    payload = event.to_payload()
+    if not isinstance(event, MessageEvent) or "message" not in payload or not all(type(k) is str for k in payload):
+        return canonical_json(payload)
+    before = {k: v for k, v in payload.items() if k < "message"}
+    after = {k: v for k, v in payload.items() if k > "message"}
+    parts = [canonical_json(before)[1:-1], '"message":' + event.message.canonical(), canonical_json(after)[1:-1]]
+    return "{" + ",".join(p for p in parts if p) + "}"
 
 
 _CALL_ROW = ("session_id", "call_index", "created_at", *CALL_COLUMNS, *(f"{c}_json" for c in CALL_JSON_COLUMNS))
@@ -113,7 +127,7 @@ class Store:
     def append_event(self, session_id: str, event: Event) -> None:
         self.db.execute(
             "INSERT INTO events (session_id, seq, kind, created_at, payload_json) VALUES (?, ?, ?, ?, ?)",
-            (session_id, event.seq, event.kind, event.created_at, canonical_json(event.to_payload())),
+            (session_id, event.seq, event.kind, event.created_at, payload_json(event)),
         )
 
     def record_call(self, record: CallRecord) -> None:

@@ -72,15 +72,22 @@ class _Worker:
         while True:
             fn, done, name = self.jobs.get()
             me.name = name
+            returned = False
             try:
                 fn()
+                returned = True
             except BaseException:  # as an own thread would: reported, and its caller waits out the deadline
                 threading.excepthook(threading.ExceptHookArgs((*sys.exc_info(), me)))
-            else:
-                done.set()
             me.name = "tool-worker"
-            del fn, done
-            if not self.pool._park(self):
+            del fn
+            keep = self.pool._park(self)
+            # the caller is told last, just before this thread waits again: a worker still
+            # running when the loop goes on would take the GIL back from it at its next
+            # release (every SQLite write), one more thread switch for each
+            if returned:
+                done.set()
+            del done
+            if not keep:
                 return
 
 
