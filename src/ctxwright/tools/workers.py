@@ -51,7 +51,8 @@ class Done:
         """Whether the call returned, waiting at most ``timeout`` seconds (``None``: until it does)."""
         if self._set:
             return True
-        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+        got = self._lock.acquire() if timeout is None else self._lock.acquire(timeout > 0, max(timeout, 0) or -1)
+        if not got:
             return False
         self._lock.release()  # let any other waiter through as well
         return True
