@@ -37,7 +37,6 @@ Rules enforced on every call, each from a failure the book describes:
 from __future__ import annotations
 
 import inspect
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -80,7 +79,7 @@ from ctxwright.errors import ConfigError, CtxwrightError
 from ctxwright.recipe import MAX_RESULT_CHARS, default, harness_doc, harness_parameters
 from ctxwright.status.bar import StatusBar
 from ctxwright.tools.registry import BoundCall, Tool, ToolOutcome, ToolRegistry, error_outcome
-from ctxwright.tools.workers import WORKERS
+from ctxwright.tools.workers import WORKERS, Done
 
 if TYPE_CHECKING:
     from ctxwright.agent.wiring import Wired
@@ -538,7 +537,7 @@ class Context:
         the outcome that answers them."""
         t0 = time.perf_counter()
         boxes: list[list[ToolOutcome]] = [[blocked[i]] if blocked and i in blocked else [] for i in range(len(calls))]
-        running: list[threading.Event | None] = []
+        running: list[Done | None] = []
         for call, box in zip(calls, boxes, strict=False):
             if box:
                 running.append(None)

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -414,6 +414,15 @@ def _chain_hashes(hashes: Sequence[bytes], known: Sequence[bytes] = ()) -> list[
     return chains
 
 
+def _running(known: list[int], items: Iterable[int]) -> list[int]:
+    """``known`` (running sums, extended in place) followed by the running sums of ``items``."""
+    acc = known[-1] if known else 0
+    for n in items:
+        acc += n
+        known.append(acc)
+    return known
+
+
 def _tools_bytes(tools: Sequence[Any]) -> bytes:
     return utf8(canonical_json(list(tools)))
 
@@ -726,6 +735,10 @@ class _Conversation:
     #: catalog's tokens up to it -- kept for the segments the next request shares
     tokens: list[int] = field(default_factory=list)
     catalog: list[int] = field(default_factory=list)
+    #: per segment: the bytes and the tokens of the segments up to and including it (running
+    #: sums, so the request's size and its reusable prefix cost no walk over the history)
+    sizes: list[int] = field(default_factory=list)
+    token_sums: list[int] = field(default_factory=list)
     index_hint: IndexHint = field(default_factory=IndexHint)
     last_request: int = 0
     last_prompt: int = 0
@@ -909,8 +922,8 @@ class Auditor:
 
     def add(self, req: AuditRequest) -> AuditRow:
         system, system_h, tools, tools_h = self._fixed(req)
-        if req.message_bytes is not None:
-            msgs = list(req.message_bytes)
+        if req.message_bytes is not None:  # only read: head + msgs below is the copy
+            msgs = req.message_bytes if isinstance(req.message_bytes, list) else list(req.message_bytes)
         else:
             msgs = [utf8(canonical_json(m)) for m in req.messages]
         if req.message_hashes is not None and len(req.message_hashes) == len(msgs):
@@ -929,12 +942,15 @@ class Auditor:
         chains = _chain_hashes(hashes, conv.chains[: shared + 1] if conv is not None else ())
         hint = conv.index_hint if conv is not None else IndexHint()
         (whole, partial), old_match = self.index.match_after(segs, hashes, chains, hint, shared)
-        reusable_bytes = sum(map(len, segs[:whole])) + partial
-        known_tokens = conv.tokens[:shared] if conv is not None else []
-        tokens = known_tokens + self._count(segs[shared:], hashes[shared:])
+        new_tokens = self._count(segs[shared:], hashes[shared:])
+        tokens = conv.tokens[:shared] if conv is not None else []
+        tokens.extend(new_tokens)
         catalog = self._catalog_sums(req, len(head), conv.catalog[:shared] if conv is not None else [])
-        counted = sum(tokens)
-        reusable_tok = sum(tokens[:whole])
+        sizes = _running(conv.sizes[:shared] if conv is not None else [], map(len, segs[shared:]))
+        sums = _running(conv.token_sums[:shared] if conv is not None else [], new_tokens)
+        reusable_bytes = (sizes[whole - 1] if whole else 0) + partial
+        counted = sums[-1] if sums else 0
+        reusable_tok = sums[whole - 1] if whole else 0
         if partial:
             reusable_tok += self.counter.count(segs[whole][:partial].decode("utf-8", "ignore"))
         prompt = req.prompt_tokens if req.prompt_tokens is not None else counted
@@ -946,7 +962,7 @@ class Auditor:
             reusable_tok = round(reusable_tok * req.prompt_tokens / counted)
         reusable_tok = min(reusable_tok, prompt)
 
-        size = sum(map(len, segs))
+        size = sizes[-1] if sizes else 0
         prev_req = conv.prev if conv is not None else None
         div = _divergence(prev_req, conv.shape, req, shape) if conv is not None and prev_req is not None else None
         options = changed_options(prev_req.options, req.options) if prev_req is not None else ()
@@ -960,6 +976,7 @@ class Auditor:
             prev_prompt = conv.last_prompt
             self.conversations.update(conv, req, shape, size, self.count)
         conv.hashes, conv.chains, conv.tokens, conv.catalog = hashes, chains, tokens, catalog
+        conv.sizes, conv.token_sums = sizes, sums
         row = AuditRow(
             self.count,
             prompt,

@@ -20,7 +20,6 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from dataclasses import replace as dc_replace
 from typing import Any, ClassVar, Literal, TypeVar
 
 from ctxwright.core.messages import Message, Usage
@@ -439,7 +438,19 @@ class ToolEvent(MessageEvent):
         into the event's fields of the same names. ``skill`` left out (:data:`INFER_SKILL`): decided
         from the text, as for an event stored before the flag existed."""
         inferred = isinstance(skill, _Infer)
-        event = cls(
+        spread: dict[str, Any] = {}  # compaction off: no result id, nothing offloaded
+        if budget is not None:
+            spread = {
+                "result_id": budget.result_id,
+                "chars": budget.chars,
+                "tokens": budget.tokens,
+                "sha256": budget.sha256,
+                "offload": budget.offload,
+                "repeat_of": budget.repeat_of,
+                "compressed": budget.compressed,
+                "invalid_utf8": budget.invalid_utf8,
+            }
+        return cls(  # built once: a second pass through __init__ for the budget's fields costs a turn
             message=message,
             tool_name=tool_name,
             ok=ok,
@@ -450,19 +461,7 @@ class ToolEvent(MessageEvent):
             sanitized=sanitized,
             skill=body_skill(tool_name, message.content) if isinstance(skill, _Infer) else skill,
             skill_inferred=inferred,
-        )
-        if budget is None:  # compaction off: no result id, nothing offloaded
-            return event
-        return dc_replace(
-            event,
-            result_id=budget.result_id,
-            chars=budget.chars,
-            tokens=budget.tokens,
-            sha256=budget.sha256,
-            offload=budget.offload,
-            repeat_of=budget.repeat_of,
-            compressed=budget.compressed,
-            invalid_utf8=budget.invalid_utf8,
+            **spread,
         )
 
     def _fields_payload(self) -> dict[str, Any]:

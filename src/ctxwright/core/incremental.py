@@ -30,20 +30,37 @@ T = TypeVar("T")
 S = TypeVar("S")
 
 
+#: How far back from the end :func:`common_prefix_len` looks, one item at a time, for where
+#: two lists part before it searches (a turn changes the last few messages, not more).
+_TAIL = 8
+
+
 def common_prefix_len(old: Sequence[T], new: Sequence[T]) -> int:
     """How many leading items ``old`` and ``new`` share (the same object, or equal: a frozen
     message equal to another has the same bytes and tokens).
 
-    Lists of the same objects compare in C without calling ``__eq__``, so each probe below
-    costs far less than the per-item work it saves. The usual cases cost one or two probes: the
-    new list extends the old one (a turn appended), or parts from it near the end (a status
-    replaced, the last turn's messages); a compaction early in the history costs a binary
-    search of a few more."""
+    The usual cases cost a few item comparisons and one comparison of the leading run: the new
+    list extends the old one (a turn appended), or parts from it near the end (a status
+    replaced, the last turn's messages), so the place where they part is looked for from the
+    end, one item at a time, and only the run before it is compared as a whole. Lists of the
+    same objects compare in C without calling ``__eq__``. A compaction early in the history
+    costs a binary search of a few more such comparisons."""
     n = min(len(old), len(new))
-    a, b = list(old[:n]), list(new[:n])
-    if a == b:
-        return n
-    lo, hi, step = 0, n, 1  # invariant: a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    j = n
+    for _ in range(_TAIL):  # step back over the items that differ at the end
+        if not j:
+            return 0
+        x, y = old[j - 1], new[j - 1]
+        if x is y or x == y:
+            if _same_run(old, new, j):
+                return j  # and old[j] != new[j], when j < n: it was stepped over
+            hi = j - 1  # they part before j - 1
+            break
+        j -= 1
+    else:
+        hi = j + 1 if j < n else n  # old[j] != new[j]: they part at j or before
+    a, b = list(old[:hi]), list(new[:hi])
+    lo, step = 0, 1  # invariant: a[:lo] == b[:lo] and a[:hi] != b[:hi]
     while hi - step > lo:  # gallop back from the end, where lists usually part
         m = hi - step
         if a[:m] == b[:m]:
@@ -57,6 +74,18 @@ def common_prefix_len(old: Sequence[T], new: Sequence[T]) -> int:
         else:
             hi = mid
     return lo
+
+
+def _same_run(old: Sequence[T], new: Sequence[T], j: int) -> bool:
+    """Whether the first ``j`` items of ``old`` and ``new`` are the same, copying only what
+    must be copied (a list's whole length is compared in place; a tuple never equals a list)."""
+    a = old if len(old) == j else old[:j]
+    b = new if len(new) == j else new[:j]
+    if type(a) is not list:
+        a = list(a)
+    if type(b) is not list:
+        b = list(b)
+    return a == b
 
 
 class PrefixScan(Generic[T, S]):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -18,13 +19,33 @@ from typing import Any, Literal
 Role = Literal["system", "user", "assistant", "tool"]
 
 
+#: The one encoder, made once: ``json.dumps`` with options builds a new encoder on every call,
+#: and a turn encodes a dozen small objects (events, call records, audit rows).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+#: ... and its C core, made once too (``JSONEncoder.encode`` makes one per call, with a fresh
+#: table for its circular-reference check; :func:`canonical_json` falls back to ``encode`` on
+#: the one input that check is for). ``None`` where the C accelerator is missing.
+_MAKE_C: Callable[..., Callable[[Any, int], Iterable[str]]] | None = getattr(json.encoder, "c_make_encoder", None)
+_CANONICAL_C = (
+    _MAKE_C(None, _CANONICAL.default, json.encoder.encode_basestring, None, ":", ",", True, False, True)
+    if _MAKE_C is not None
+    else None
+)
+
+
 def canonical_json(obj: Any) -> str:
     """Serialize ``obj`` byte-stably: sorted keys, no spaces, UTF-8 kept as is.
 
     Equal content always gives equal bytes, so request hashes and cache audits compare
-    like with like.
+    like with like. (The same output, and the same errors, as ``json.dumps(obj,
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False)``.)
     """
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if _CANONICAL_C is not None:
+        try:
+            return "".join(_CANONICAL_C(obj, 0))
+        except RecursionError:  # a circular structure, or one nested too deep: encode's own error
+            pass
+    return _CANONICAL.encode(obj)
 
 
 def sha256_text(text: str) -> str:

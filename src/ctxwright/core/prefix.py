@@ -32,11 +32,12 @@ class Prefix:
     we raise :class:`PrefixFrozenError` with the reason and the fix.
     """
 
-    __slots__ = ("_canonical", "_system_message", "system_prompt", "tools")
+    __slots__ = ("_canonical", "_sha256", "_system_message", "system_prompt", "tools")
     system_prompt: str
     tools: tuple[ToolSpec, ...]
     _canonical: str | None
     _system_message: Message | None
+    _sha256: str | None
 
     def __init__(self, system_prompt: str, tools: Iterable[ToolSpec] = ()) -> None:
         object.__setattr__(self, "system_prompt", system_prompt)
@@ -46,6 +47,7 @@ class Prefix:
         # heads every request, and being the same object lets per-message caches hit)
         object.__setattr__(self, "_canonical", None)
         object.__setattr__(self, "_system_message", None)
+        object.__setattr__(self, "_sha256", None)  # the same: every call's record holds it
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Prefix) and other.canonical() == self.canonical()
@@ -94,7 +96,11 @@ class Prefix:
 
     @property
     def sha256(self) -> str:
-        return sha256_text(self.canonical())
+        digest = self._sha256
+        if digest is None:
+            digest = sha256_text(self.canonical())
+            object.__setattr__(self, "_sha256", digest)
+        return digest
 
     def tool_names(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.tools)

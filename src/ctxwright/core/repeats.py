@@ -30,15 +30,26 @@ __all__ = ["DEFAULT_MAX_REPEATS", "RepeatTracker", "call_key", "repeat_counts", 
 DEFAULT_MAX_REPEATS = 3
 
 
+#: call_key's answers for the calls seen last: the loop and the status bar each ask for every call.
+_KEYS: dict[ToolCall, tuple[str, str]] = {}
+_KEYS_MAX = 4096
+
+
 def call_key(call: ToolCall) -> tuple[str, str]:
     """The tool's name and its arguments as canonical JSON, so that spacing or key order
     does not make two calls differ; arguments that are not a JSON object are compared as
     sent."""
+    key = _KEYS.get(call)  # a frozen call: equal calls have the same key
+    if key is not None:
+        return key
     try:
         args = canonical_json(call.parsed_arguments())
     except ValueError:
         args = call.arguments
-    return call.name, args
+    if len(_KEYS) >= _KEYS_MAX:
+        _KEYS.clear()
+    key = _KEYS[call] = (call.name, args)
+    return key
 
 
 def repeat_counts(events: Sequence[Event]) -> list[tuple[ToolCall, int]]:

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace as dc_replace
+from itertools import islice
 from typing import Any, TypeVar, overload
 
 from ctxwright.core.events import (
@@ -43,6 +44,7 @@ from ctxwright.core.events import (
 )
 from ctxwright.core.messages import Message, Usage
 from ctxwright.core.prefix import Prefix
+from ctxwright.core.reasoning import META_KEY as REASONING_META_KEY
 from ctxwright.core.records import CallAudit, CallRecord, RecoveryWriter, SessionStore
 from ctxwright.core.render import CURRENT_NULL_CONTENT, NULL_CONTENT_KEY, Renderer, RenderSettings
 from ctxwright.core.request import ChatRequest, RequestHasher, RequestOptions, ToolChoice
@@ -50,6 +52,19 @@ from ctxwright.core.results import ResultDraft
 from ctxwright.errors import PrefixFrozenError, StoreUnusable, StoreWriteFailed
 
 E = TypeVar("E", bound=Event)
+
+
+def _with_seq(event: E, seq: int) -> E:
+    """``dataclasses.replace(event, seq=seq)``, by copying its fields as they are: an event has
+    no ``__post_init__`` and no field outside ``__init__``, and ``replace`` -- every field
+    passed through ``__init__`` again -- is a good part of what appending an event costs."""
+    fields = getattr(event, "__dict__", None)
+    if fields is None:  # an event class of slots
+        return dc_replace(event, seq=seq)
+    ev = object.__new__(type(event))
+    ev.__dict__.update(fields)
+    object.__setattr__(ev, "seq", seq)
+    return ev
 
 
 class Session:
@@ -78,6 +93,7 @@ class Session:
         self.call_count = 0
         self._append_lock = threading.Lock()
         self._renderer: Renderer | None = None
+        self._settings: tuple[tuple[Any, Any], RenderSettings] | None = None  # settings(), by its meta values
         self._built: tuple[ChatRequest, int] | None = None  # the last request built, from how many events
         self._hasher = RequestHasher()  # each call's request hash, from the messages new since the last
         #: set once the store refused a write: from then on every write goes to the recovery file
@@ -163,7 +179,7 @@ class Session:
         if isinstance(event, str):
             event = event_from_row(-1, event, time.time(), dict(payload or {}))
         with self._append_lock:  # tools running in parallel threads may record events too
-            ev = dc_replace(event, seq=len(self.events))
+            ev = _with_seq(event, len(self.events))
             problem: StoreUnusable | None = None
             if self.store is not None:
                 if self.recovery is None:
@@ -285,8 +301,18 @@ class Session:
 
     # -- rendering (core/render.py) -------------------------------------------------------
     def settings(self) -> RenderSettings:
-        """How this session renders, from its record (meta), as every offline reader reads it."""
-        return RenderSettings.from_meta(self.meta)
+        """How this session renders, from its record (meta), as every offline reader reads it.
+        Read again only when the two meta values it is made from change (it is asked for
+        several times a call)."""
+        meta = self.meta or {}
+        key = (meta.get(NULL_CONTENT_KEY), meta.get(REASONING_META_KEY))
+        cached = self._settings
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        settings = RenderSettings.from_meta(meta)
+        if all(v is None or type(v) is str for v in key):  # values that cannot change in place
+            self._settings = (key, settings)
+        return settings
 
     def _rendered(self) -> Renderer:
         """The incremental renderer, fed every event so far. A change of settings (a policy
@@ -334,7 +360,7 @@ class Session:
         start = next(
             (j + 1 for j in range(len(self.events) - 1, -1, -1) if isinstance(self.events[j], AssistantEvent)), 0
         )
-        status_before = any(isinstance(ev, StatusEvent) for ev in self.events[:start])
+        status_before = any(isinstance(ev, StatusEvent) for ev in islice(self.events, start))  # no copy
         marker = None
         for ev in self.events[start:]:
             marker = next_marker(marker, ev, status_before)

@@ -25,13 +25,24 @@ from ctxwright.core.skills_catalog import is_catalog_message, skills_catalog_tok
 _CJK = re.compile("[\u4e00-\u9fff]")
 
 
+def cjk_chars(text: str) -> int:
+    """How many CJK characters ``text`` holds: the part of :func:`estimate_tokens` that adds up
+    over pieces of a text (a caller that keeps it per piece estimates a long text it only
+    appends to without scanning it again)."""
+    return len(_CJK.findall(text))
+
+
+def estimate_from(chars: int, cjk: int) -> int:
+    """:func:`estimate_tokens` of a text of ``chars`` characters, ``cjk`` of them CJK."""
+    return cjk + (chars - cjk) // 4
+
+
 def estimate_tokens(text: str) -> int:
     """Seed 001's estimate: a CJK character ~ 1 token, other text ~ 4 characters a token.
 
     Counted with a regex rather than a per-character loop: logs of 200 MB go through it.
     """
-    cn = len(_CJK.findall(text))
-    return cn + (len(text) - cn) // 4
+    return estimate_from(len(text), cjk_chars(text))
 
 
 def _offline_tokenizer() -> Callable[[str], int] | None:
@@ -47,10 +58,19 @@ def _offline_tokenizer() -> Callable[[str], int] | None:
     return lambda text: len(enc.encode(text, disallowed_special=()))
 
 
+#: The texts :meth:`TokenCounter.count` remembers by identity, and the longest it remembers so.
+_RECENT = 256
+_RECENT_MAX_CHARS = 16_384
+
+
 class TokenCounter:
     """Counts tokens with the best tokenizer available, memoized per text.
 
     ``source`` says which one is in use, so reports never pass an estimate off as exact.
+    The memo is keyed by a hash of the text; the last few hundred texts counted are also
+    remembered by identity, so the same string object counted again -- the prefix's text and
+    each message's, asked for by the compaction layers, the ledger and the audit on every
+    call -- costs a lookup, not a hash of its bytes.
     """
 
     def __init__(
@@ -66,19 +86,26 @@ class TokenCounter:
         self.source = source or "model"
         self._cache: OrderedDict[bytes, int] = OrderedDict()
         self._cache_size = cache_size
+        self._recent: dict[int, tuple[str, int]] = {}  # id(text) -> (text, count): kept alive, so ids stay unique
 
     def count(self, text: str) -> int:
         if not text:
             return 0
+        seen = self._recent.get(id(text))
+        if seen is not None and seen[0] is text:
+            return seen[1]
         key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-        hit = self._cache.get(key)
-        if hit is not None:
+        n = self._cache.get(key)
+        if n is not None:
             self._cache.move_to_end(key)
-            return hit
-        n = self._fn(text)
-        self._cache[key] = n
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        else:
+            n = self._cache[key] = self._fn(text)
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        if len(text) <= _RECENT_MAX_CHARS:
+            if len(self._recent) >= _RECENT:
+                self._recent.clear()
+            self._recent[id(text)] = (text, n)
         return n
 
     def count_message(self, message: Message) -> int:

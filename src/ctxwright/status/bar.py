@@ -38,7 +38,6 @@ import os
 import platform
 import re
 import shutil
-import statistics
 import subprocess
 import time
 from collections.abc import Callable
@@ -326,10 +325,7 @@ class StatusBar:
 
             self._gaps = EventFold(_Gaps, step)
         g = self._gaps.over(session.events)
-        gaps = list(g.closed)
-        if g.seen:
-            bisect.insort(gaps, g.acc)
-        R = statistics.median(gaps) if gaps else g.acc
+        R = _median_with(g.closed, g.acc if g.seen else None, empty=g.acc)
         N = self.config.expected_updates or self.config.max_iterations or 20
         return choose_mode(status_tokens, R, N, self.config.alpha)
 
@@ -347,6 +343,23 @@ class StatusBar:
         msg = Message(role="user", content=text)
         session.append(StatusEvent(message=msg, mode="replace" if replace else "append"))
         return msg
+
+
+def _median_with(closed: list[int], extra: int | None, *, empty: int) -> float:
+    """``statistics.median`` of the sorted ``closed`` with ``extra`` inserted where ``insort``
+    would put it (``empty`` when there is nothing at all), without copying the list: the gaps
+    are as many as the session's turns."""
+    p = bisect.bisect_right(closed, extra) if extra is not None else len(closed)
+    n = len(closed) + (extra is not None)
+    if not n:
+        return empty
+
+    def at(j: int) -> int:
+        return closed[j] if j < p else extra if j == p and extra is not None else closed[j - 1]
+
+    if n % 2:
+        return at(n // 2)
+    return (at(n // 2 - 1) + at(n // 2)) / 2
 
 
 def compaction_line(session: Session) -> str | None:

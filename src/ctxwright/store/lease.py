@@ -25,7 +25,7 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ctxwright.errors import SessionInUse
 from ctxwright.store.sessions import LeaseRow, Store
@@ -101,6 +101,8 @@ class Lease:
 
     store: Store
     row: LeaseRow
+    #: the store's lease mark when the lease was last read as held (``Store.lease_mark``)
+    _held_at: tuple[int, int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def session_id(self) -> str:
@@ -112,9 +114,15 @@ class Lease:
         return current is not None and current.holder == self.row.holder
 
     def check(self) -> None:
-        """Raise :class:`SessionInUse` unless this lease is still held."""
+        """Raise :class:`SessionInUse` unless this lease is still held. Runs before every step
+        of a session, so the lease row is read again only when something was written since it
+        was last read as held (:meth:`Store.lease_mark`)."""
+        mark = self.store.lease_mark()
+        if mark == self._held_at:
+            return
         current = self.store.lease(self.row.session_id)
         if current is not None and current.holder == self.row.holder:
+            self._held_at = mark
             return
         if current is None:  # released by someone else: take it back if nobody holds it
             acquire(self.store, self.row.session_id, holder=self.row.holder)

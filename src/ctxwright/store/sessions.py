@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxwright.core.events import MCP_TOOLS_KEY, SKILLS_CATALOG_KEY, Event, UserEvent, event_from_row
+from ctxwright.core.events import MCP_TOOLS_KEY, SKILLS_CATALOG_KEY, Event, MessageEvent, UserEvent, event_from_row
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.records import CALL_COLUMNS, CALL_JSON_COLUMNS, CallRecord, SessionRow
 from ctxwright.core.redact import redact
@@ -32,6 +32,25 @@ from ctxwright.errors import CtxwrightError, SessionNotFound
 from ctxwright.store.migrations import check_file, check_schema, migrate
 from ctxwright.store.recovery import RecoveryLog
 from ctxwright.store.sqlite import BUSY_TIMEOUT_S, Database, default_db_path, wait_from_env
+
+
+def payload_json(event: Event) -> str:
+    """``canonical_json(event.to_payload())``, the text an event is stored as. A message
+    event's payload holds its message's wire form under ``message``, whose canonical JSON the
+    message keeps (``Message.canonical``, needed for the request anyway): it is put in its
+    place rather than encoded a second time, between the keys that sort before and after it."""
+    payload = event.to_payload()
+    if not isinstance(event, MessageEvent) or "message" not in payload or not all(type(k) is str for k in payload):
+        return canonical_json(payload)
+    before = {k: v for k, v in payload.items() if k < "message"}
+    after = {k: v for k, v in payload.items() if k > "message"}
+    parts = [canonical_json(before)[1:-1], '"message":' + event.message.canonical(), canonical_json(after)[1:-1]]
+    return "{" + ",".join(p for p in parts if p) + "}"
+
+
+_CALL_ROW = ("session_id", "call_index", "created_at", *CALL_COLUMNS, *(f"{c}_json" for c in CALL_JSON_COLUMNS))
+#: :meth:`Store.record_call`'s statement, written once (every call of a session runs it).
+_INSERT_CALL = f"INSERT OR REPLACE INTO calls ({', '.join(_CALL_ROW)}) VALUES ({', '.join('?' * len(_CALL_ROW))})"
 
 
 @dataclass(frozen=True)
@@ -57,6 +76,7 @@ class Store:
     def __init__(self, path: str | Path | None = None, *, wait_s: float | None = None) -> None:
         self.path = Path(path) if path is not None else default_db_path()
         self.wait_s = wait_from_env() if wait_s is None else max(0.0, wait_s)
+        self._lease_writes = 0  # lease writes through this connection (see lease_mark)
         self.db = Database(self.path, wait_s=self.wait_s, check_file=check_file, setup=self._open)
 
     def _open(self, db: sqlite3.Connection) -> None:
@@ -107,14 +127,13 @@ class Store:
     def append_event(self, session_id: str, event: Event) -> None:
         self.db.execute(
             "INSERT INTO events (session_id, seq, kind, created_at, payload_json) VALUES (?, ?, ?, ?, ?)",
-            (session_id, event.seq, event.kind, event.created_at, canonical_json(event.to_payload())),
+            (session_id, event.seq, event.kind, event.created_at, payload_json(event)),
         )
 
     def record_call(self, record: CallRecord) -> None:
         """One model call (``INSERT OR REPLACE`` by session and index). Its ``error`` is stored
         with any URL credential redacted (``core/redact.py``), whoever wrote it: an error may
         quote a base URL with its credentials."""
-        columns = ["session_id", "call_index", "created_at", *CALL_COLUMNS, *(f"{c}_json" for c in CALL_JSON_COLUMNS)]
         scalars = {c: getattr(record, c) for c in CALL_COLUMNS}
         if isinstance(record.error, str):
             scalars["error"] = redact(record.error)
@@ -126,10 +145,7 @@ class Store:
             *scalars.values(),
             *[canonical_json(parts[c]) for c in CALL_JSON_COLUMNS],
         ]
-        self.db.execute(
-            f"INSERT OR REPLACE INTO calls ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-            values,
-        )
+        self.db.execute(_INSERT_CALL, values)
 
     def update_meta(self, session_id: str, meta: dict[str, Any]) -> None:
         self.db.execute("UPDATE sessions SET meta_json=? WHERE id=?", (canonical_json(meta), session_id))
@@ -146,6 +162,7 @@ class Store:
         (``BEGIN IMMEDIATE``): two processes racing for a session are serialized."""
 
         def take(db: sqlite3.Connection) -> LeaseRow | None:
+            self._lease_writes += 1
             db.execute("BEGIN IMMEDIATE")
             try:
                 r = db.execute(
@@ -175,6 +192,7 @@ class Store:
         """Delete the lease if ``holder`` still holds it, waiting at most ``wait_s`` for a lock."""
 
         def release(db: sqlite3.Connection) -> None:
+            self._lease_writes += 1
             if wait_s is not None:
                 db.execute(f"PRAGMA busy_timeout = {int(min(wait_s, BUSY_TIMEOUT_S) * 1000)}")
             try:
@@ -184,6 +202,19 @@ class Store:
                     db.execute(f"PRAGMA busy_timeout = {int(min(self.wait_s, BUSY_TIMEOUT_S) * 1000)}")
 
         self.db.run(release, wait_s=wait_s)
+
+    def lease_mark(self) -> tuple[int, int]:
+        """A value that changes whenever a session lease may have changed since it was read:
+        SQLite's ``data_version`` (changed by every commit of another connection, this
+        process's or another's) and this store's own lease writes (which ``data_version`` does
+        not count). A lease checked under one mark is still held while the mark is the same,
+        so a harness checking its lease before each step reads the lease row only after a
+        write elsewhere."""
+
+        def read(db: sqlite3.Connection) -> tuple[int, int]:
+            return int(db.execute("PRAGMA data_version").fetchone()[0]), self._lease_writes
+
+        return self.db.run(read)
 
     def lease(self, session_id: str) -> LeaseRow | None:
         r = self.db.fetchone(

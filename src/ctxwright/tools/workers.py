@@ -9,10 +9,16 @@ otherwise, and a worker whose call has finished waits for the next one -- up to
 until it returns; it never holds up another call, since a call that finds no idle worker gets
 a new one. Workers are daemon threads, like the threads they replace: an abandoned call never
 keeps the process from exiting.
+
+A finished call is signalled by :class:`Done`, one bare lock, rather than a
+``threading.Event`` (a condition variable over a lock, and a new lock for each wait): the hand-off
+to a worker and back happens on every tool call of a session, and its cost is the part of a
+turn that no caching removes.
 """
 
 from __future__ import annotations
 
+import _thread
 import queue
 import sys
 import threading
@@ -21,7 +27,38 @@ from collections.abc import Callable
 #: Idle workers kept for the next calls (a reply's parallel batch is rarely wider).
 MAX_IDLE = 8
 
-_Job = tuple[Callable[[], None], threading.Event, str]
+
+class Done:
+    """Set once when a call returns; waited on by the loop with a deadline (``threading.Event``'s
+    ``wait``/``is_set``, on one lock held until the call returns)."""
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        """The call returned (called once, by the worker)."""
+        self._set = True
+        self._lock.release()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether the call returned, waiting at most ``timeout`` seconds (``None``: until it does)."""
+        if self._set:
+            return True
+        got = self._lock.acquire() if timeout is None else self._lock.acquire(timeout > 0, max(timeout, 0) or -1)
+        if not got:
+            return False
+        self._lock.release()  # let any other waiter through as well
+        return True
+
+
+_Job = tuple[Callable[[], None], Done, str]
 
 
 class _Worker:
@@ -36,15 +73,22 @@ class _Worker:
         while True:
             fn, done, name = self.jobs.get()
             me.name = name
+            returned = False
             try:
                 fn()
+                returned = True
             except BaseException:  # as an own thread would: reported, and its caller waits out the deadline
                 threading.excepthook(threading.ExceptHookArgs((*sys.exc_info(), me)))
-            else:
-                done.set()
             me.name = "tool-worker"
-            del fn, done
-            if not self.pool._park(self):
+            del fn
+            keep = self.pool._park(self)
+            # the caller is told last, just before this thread waits again: a worker still
+            # running when the loop goes on would take the GIL back from it at its next
+            # release (every SQLite write), one more thread switch for each
+            if returned:
+                done.set()
+            del done
+            if not keep:
                 return
 
 
@@ -56,11 +100,11 @@ class Workers:
         self._idle: list[_Worker] = []
         self._lock = threading.Lock()
 
-    def submit(self, fn: Callable[[], None], name: str = "tool") -> threading.Event:
-        """Start ``fn`` now, on an idle worker or a new one; the event is set when it returns
-        (not when it raises: a caller waiting on it then waits until its own deadline, as it
-        would for a thread that died)."""
-        done = threading.Event()
+    def submit(self, fn: Callable[[], None], name: str = "tool") -> Done:
+        """Start ``fn`` now, on an idle worker or a new one; the :class:`Done` is set when it
+        returns (not when it raises: a caller waiting on it then waits until its own deadline,
+        as it would for a thread that died)."""
+        done = Done()
         with self._lock:
             worker = self._idle.pop() if self._idle else None
         if worker is None:
@@ -84,4 +128,4 @@ class Workers:
 #: The process's workers, shared by every agent (idle threads are bounded process-wide).
 WORKERS = Workers()
 
-__all__ = ["MAX_IDLE", "WORKERS", "Workers"]
+__all__ = ["MAX_IDLE", "WORKERS", "Done", "Workers"]
