@@ -11,12 +11,12 @@ and measures each turn's CPU time:
   results, the status bar, the compaction layers, rendering, the ledger, the audit, the
   store writes. ``time.process_time()`` is read as the backend call starts and as it
   returns; a turn's CPU is the time from one return to the next start, so the scripted
-  backend's own work (which compares each request with the last, byte by byte) is not
+  backend's own work (which compares each request with the last, message by message) is not
   counted. The loop's own ``overhead_ms`` (wall time, measured inside the loop) is
   reported too.
 * the same session again on a **lean model**: the scripted backend's reply without its
   prefix-cache simulation, which encodes every request and compares it with the last one
-  character by character in this process -- work that grows with the session and is not
+  message by message in this process -- work that grows with the session and is not
   counted, but leaves the CPU caches cold for the turn that follows (a real model runs in
   another process, or on another machine). The targets are judged on the first row.
 * the **bare loop** does the minimum any agent loop does with the same conversation:
@@ -123,7 +123,7 @@ class Policy:
 class TimedBackend(ScriptedBackend):
     """The scripted backend, with the process CPU clock read around each call. ``lean``: the
     reply without the scripted backend's prefix-cache simulation (it encodes the whole request
-    and compares it with the last one character by character, in this process: work that grows
+    and compares it with the last one message by message, in this process: work that grows
     with the session and, though not counted, leaves the CPU caches cold for what runs next)."""
 
     def __init__(self, policy: Policy, lean: bool = False) -> None:
