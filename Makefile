@@ -1,6 +1,6 @@
 # The two commands: `make demo` runs the main job on the embedded model; `make test` runs the linters
 # (ruff, ruff format, mypy) and then the suite.
-# Both create .venv if missing. The first run builds llama-cpp-python from its sdist (~3 min on 2 cores);
+# Both create .venv if missing. The first run builds llama-cpp-python from its sdist (3-8 min on 2 cores);
 # pip caches the wheel after that.
 PY ?= python3
 VENV := .venv

@@ -79,3 +79,23 @@ def test_a_damaged_value_given_again_resumes(tmp_path: Path) -> None:
     with Harness.resume(sid, [], backend=ScriptedBackend(["ok"]), db=db, max_tokens=64) as h:
         assert h.run("again").final_answer == "ok"
         assert h.session.meta["harness"]["limits"]["max_tokens"] == 64  # the repaired value is recorded
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--max-iterations", "0"],
+        ["--max-iterations", "-1"],
+        ["--window", "0"],
+        ["--max-tokens", "-5"],
+        ["--tool-timeout", "0"],
+    ],
+)
+def test_nonsense_run_flags_are_one_line_and_exit_non_zero(
+    flags: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ctxwright.cli.main import main
+
+    assert main(["--db", str(tmp_path / "c.db"), "run", *flags, "hi"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "give a" in err and "Traceback" not in err
