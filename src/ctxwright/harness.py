@@ -77,17 +77,7 @@ class Harness:
         )
         self._wired = wired
         try:
-            self.context = Context.over(
-                wired.session,
-                wired.backend,
-                wired.assembly.tools,
-                wired.config,
-                on_event=wired.on_event,
-                status=wired.status,
-                assembly=wired.assembly,
-                gate=wired.gate,
-            )
-            self.context.wired = wired
+            self.context = Context.of(wired)
             self.agent = Agent.on(self.context)
             delegate = wired.assembly.find(DelegateComponent)
             self.delegator: Delegator | None = delegate.delegator if delegate is not None else None
@@ -209,8 +199,6 @@ class Harness:
         the session already holds, e.g. to retry after a backend error."""
         if self._closed:
             raise CtxwrightError("this Harness is closed; resume the session in a new one: Harness.resume(session_id)")
-        if self._wired.lease is not None:  # a newer harness of this process may have taken the session
-            self._wired.lease.check()
         self.agent.config.tool_choice_first = self._first_choice()
         return self.agent.run(prompt)
 
@@ -234,7 +222,7 @@ class Harness:
         if self._closed:
             return
         self._closed = True
-        self._wired.close()
+        self.context.close()  # the components, the model it loaded, the lease, the database
 
     def __enter__(self) -> Harness:
         return self

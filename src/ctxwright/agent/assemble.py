@@ -91,11 +91,8 @@ def assemble(
     build = Build(ToolRegistry(), backend, stored, window, counter, on_event)
     for c in components:
         c.add_tools(build)
-    builder = SystemPromptBuilder().add("system", system)
-    for c in components:
-        for name, text in c.sections(build.tools):
-            builder.add(name, text)
-    return Assembly(builder.build(), build.tools, list(components))
+    sections = [section for c in components for section in c.sections(build.tools)]
+    return Assembly(system_prompt(system, sections), build.tools, list(components))
 
 
 def check_resume(assembly: Assembly, stored: Session, system_given: bool) -> None:
@@ -143,12 +140,10 @@ def fork(parent: Assembly) -> Assembly:
     for t in parent.tools:
         tools.register(own.get(t.name, t))
     tools.defer(t.name for t in parent.tools.deferred())  # the same prefix: the same tools array
-    child = Assembly(parent.system, tools, forks)
-    if tools_difference(parent.tools.specs(), tools.specs()) is not None:  # a component's bug, not the user's
-        raise RuntimeError(
-            f"a sub-agent's tools differ from its parent's: {tools_difference(parent.tools.specs(), tools.specs())}"
-        )
-    return child
+    diff = tools_difference(parent.tools.specs(), tools.specs())
+    if diff is not None:  # a component's bug, not the user's
+        raise RuntimeError(f"a sub-agent's tools differ from its parent's: {diff}")
+    return Assembly(parent.system, tools, forks)
 
 
 def system_prompt(system: str, sections: Iterable[tuple[str, str]]) -> str:

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ctxwright.agent.assemble import Assembly
 from ctxwright.agent.progress import AssistantReply, Compacted, GateDecided
@@ -217,6 +217,14 @@ class Context:
         option not given is the one the session recorded."""
         return cls(tools=tools, resume=session_id, **options)
 
+    @classmethod
+    def of(cls, wired: Wired) -> Context:
+        """The context over what :func:`~ctxwright.agent.wiring.wire` built (the ``Harness``
+        wires with its own default backend, then takes the context from here)."""
+        ctx = cls.__new__(cls)
+        ctx._take(wired)
+        return ctx
+
     def _take(self, wired: Wired) -> None:
         self.wired: Wired | None = wired
         self._init(
@@ -335,7 +343,9 @@ class Context:
 
     def begin(self) -> None:
         """Before a run: answer the calls a crash left open (``core/interrupted.py``), then let
-        the components append what they announce (a skills catalog, MCP changes)."""
+        the components append what they announce (a skills catalog, MCP changes). It writes
+        events, so it checks first that this process still holds the session (its lease)."""
+        self._check_open()
         for call, ev in close_open_rounds(self.session, self.stamp):
             content = ev.message.content or ""
             self.on_event(ToolDone(call=call, content=content, ok=False, elapsed_ms=0.0))
@@ -349,7 +359,6 @@ class Context:
         """Append the user's message (after whatever the components announce first). Tool
         calls of the last reply not run by then are answered as interrupted, as after a crash
         (``core/interrupted.py``): a provider rejects a request with an unanswered call."""
-        self._check_open()
         self.begin()
         self.session.add_user(self.stamp(text))
         self.on_event(UserInput(content=text))
@@ -406,9 +415,7 @@ class Context:
             rounds = self.config.max_tool_rounds
             if rounds is not None and self._rounds >= rounds:
                 tool_choice = "none"
-        body = self.prepare(tool_choice).openai_body(None)
-        body.pop("model", None)
-        return body
+        return self.prepare(tool_choice).openai_body(None)  # no model: the caller names it
 
     def failed(self, exc: BaseException, wall_ms: float | None = None) -> None:
         """Record that the pending request got no reply (the call stays in the store)."""
@@ -716,6 +723,3 @@ def _reader_in(tools: ToolRegistry) -> ResultReader | None:
         return None
     owner = getattr(tools.get("read_result").func, "__self__", None)
     return owner if isinstance(owner, ResultReader) else None
-
-
-StopReason = Literal["final_answer", "max_iterations", "backend_error", "repeated_tool_call"]

@@ -70,6 +70,3 @@ class DefenceComponent(Component):
                 f"defence={self.features.level!r} would change the prefix. Leave defence out to continue it as "
                 "it was started, or start a new session"
             )
-
-    def record(self) -> dict[str, Any]:
-        return {"defence": self.features.to_dict()}

@@ -18,8 +18,7 @@ from dataclasses import replace
 from ctxwright.core.events import MCP_TOOLS_KEY, UserEvent
 from ctxwright.core.progress import EventSink, McpToolsChanged
 from ctxwright.core.session import Session
-from ctxwright.errors import ConfigError
-from ctxwright.mcp.connection import DEFAULT_TIMEOUT_S, parse_command
+from ctxwright.mcp.connection import DEFAULT_TIMEOUT_S
 from ctxwright.mcp.tools import McpTools, reminder
 from ctxwright.tools.component import Build, Component
 from ctxwright.tools.deferred import CALL_TOOL, SEARCH_TOOL, DeferredTools
@@ -33,12 +32,9 @@ class McpComponent(Component):
 
     name = "mcp"
 
-    def __init__(self, commands: Sequence[str | Sequence[str]], *, timeout: float | None, on_event: EventSink) -> None:
-        if timeout is not None and timeout <= 0:
-            raise ConfigError(
-                f"mcp_timeout={timeout!r}: give the seconds an MCP tool call may take (CLI: --mcp-timeout)"
-            )
-        self.commands = [parse_command(c) for c in commands]
+    def __init__(self, commands: Sequence[Sequence[str]], *, timeout: float | None, on_event: EventSink) -> None:
+        #: argv lists, parsed and the timeout checked by the recipe (recipe/resolve.py)
+        self.commands = [list(c) for c in commands]
         self.timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
         self.on_event = on_event
         self.mcp: McpTools | None = None
@@ -74,9 +70,6 @@ class McpComponent(Component):
                     t = mcp.tools[t.name] = replace(t, deferred=True)
                     tools.register(t)
         self._in_prefix = {n for n in (in_prefix or mcp.tools) if mcp.owns(n)}
-
-    def record(self) -> dict[str, object]:
-        return {"mcp": self.commands}
 
     def bind(self, session: Session) -> None:
         """What the model has been told of the MCP tools: the prefix's, then every reminder."""

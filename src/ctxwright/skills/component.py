@@ -12,15 +12,12 @@ hold by then; a skill added later gets a warning, never a prefix change.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
 
 from ctxwright.core.progress import EventSink, SkillsCatalog, SkillsWarning
 from ctxwright.core.session import Session
-from ctxwright.errors import ConfigError
 from ctxwright.skills.loader import Skill, load_skills
-from ctxwright.skills.scripts import DEFAULT_SCRIPT_TIMEOUT_S, SkillScripts
-from ctxwright.skills.tools import RUN_SKILL_SCRIPT_TOOL, SKILL_TOOLS, CatalogEntry, CatalogMode, SkillTools, announce
+from ctxwright.skills.scripts import SkillScripts
+from ctxwright.skills.tools import SKILL_TOOLS, CatalogEntry, CatalogMode, SkillTools, announce
 from ctxwright.tools.component import Build, Component, register_core
 from ctxwright.tools.registry import Tool
 
@@ -38,8 +35,8 @@ class SkillsComponent(Component):
         dirs: Sequence[str] | None,
         *,
         catalog: CatalogMode,
-        allow_scripts: bool | None,
-        script_timeout: float | None,
+        allow_scripts: bool,
+        script_timeout: float,
         frozen: Sequence[CatalogEntry] | None,
         on_event: EventSink,
         shown_in: Callable[[Session], Callable[[str], bool]],
@@ -49,7 +46,8 @@ class SkillsComponent(Component):
         #: given by the assembler: compaction is a peer package)
         self.shown_in = shown_in
         self.catalog: CatalogMode = catalog
-        self.dirs: list[str] | None = [str(Path(d).expanduser().resolve()) for d in dirs] if dirs is not None else None
+        #: the folders, absolute (the recipe resolves them: a resume may run elsewhere)
+        self.dirs: list[str] | None = list(dirs) if dirs is not None else None
         self.skills: list[Skill] = []
         self.warnings: list[str] = []
         if self.dirs is not None:
@@ -57,8 +55,10 @@ class SkillsComponent(Component):
             self.skills, self.warnings = loaded.skills, loaded.warnings
             for warning in self.warnings:
                 self.on_event(SkillsWarning(message=warning))
+        #: as resolved by the recipe (recipe/resolve.py: the timeout is checked there; on resume,
+        #: recorded, or for an older session read off its prefix, recipe/record.py)
         self._allow_scripts = allow_scripts
-        self._script_timeout = DEFAULT_SCRIPT_TIMEOUT_S if script_timeout is None else script_timeout
+        self._script_timeout = script_timeout
         self._frozen_recorded = frozen
         self.frozen: list[CatalogEntry] | None = None
         self.tools: SkillTools | None = None
@@ -68,8 +68,6 @@ class SkillsComponent(Component):
     def add_tools(self, build: Build) -> None:
         names = build.stored_names
         allow = self._allow_scripts
-        if allow is None:  # running scripts: off unless asked for, and on resume as the prefix says
-            allow = build.stored is not None and RUN_SKILL_SCRIPT_TOOL in names
         if self.catalog == "prefix":
             # frozen with the prefix: the entries recorded at start, or the skills loaded now
             if build.stored is not None:
@@ -92,28 +90,11 @@ class SkillsComponent(Component):
             has_tools = bool(self.skills or (names and all(n in names for n in SKILL_TOOLS)))
         if not has_tools:
             return
-        self.tools = SkillTools(self.skills, scripts_allowed=bool(allow), frozen=self.frozen)
+        self.tools = SkillTools(self.skills, scripts_allowed=allow, frozen=self.frozen)
         register_core(build.tools, self.tools.tools(), "the skill tools (skills=)")
         if allow:
-            try:
-                self.scripts = SkillScripts(self.tools, timeout_s=float(self._script_timeout))
-            except (TypeError, ValueError) as exc:
-                raise ConfigError(
-                    f"skill_script_timeout={self._script_timeout!r}: give a number of seconds above 0"
-                ) from exc
+            self.scripts = SkillScripts(self.tools, timeout_s=self._script_timeout)
             register_core(build.tools, [self.scripts.tool()], "run_skill_script (allow_skill_scripts=)")
-
-    def record(self) -> dict[str, Any]:
-        """What a resume needs to rebuild the same tools (``Session.meta``)."""
-        out: dict[str, Any] = {}
-        if self.dirs is not None:
-            out["skills"] = self.dirs
-        if self.scripts is not None:  # the tool is in the prefix; the timeout is not
-            out["allow_skill_scripts"] = True
-            out["skill_script_timeout"] = self.scripts.timeout_s
-        if self.frozen is not None:
-            out["skills_frozen"] = [e.to_dict() for e in self.frozen]
-        return out
 
     # -- the session ---------------------------------------------------------------------
     def bind(self, session: Session) -> None:

@@ -432,6 +432,3 @@ class DeferralComponent(Component):
             except ValueError as exc:
                 raise ConfigError(f"the tool list cannot be used: {exc}") from None
             build.on_event(ToolsDeferred(names=deferred, index=self.config.index))
-
-    def record(self) -> dict[str, Any]:
-        return {"defer_tools": self.config.to_dict()}
