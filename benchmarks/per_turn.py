@@ -1,4 +1,4 @@
-"""Per-turn CPU of ctxwright over a long session, against a bare loop (issue 19, item 8).
+"""Per-turn CPU of ctxwright over a long session, against a bare loop.
 
 A session is one model call after another over a history that only grows; if each turn
 re-does work over the whole history (encode it, count it, hash it, scan it), the cost of a
@@ -25,7 +25,7 @@ and measures each turn's CPU time:
   history, linearly in bytes; it is the floor to compare with.
 
 Reported: the median CPU of turns 1-50 and of the last 50 turns, their ratio, for both.
-Targets (issue 19): the last 50 within 1.2x of the first 50, and under 1 ms median.
+Targets: the last 50 within 1.2x of the first 50, and under 1 ms median.
 
     python benchmarks/per_turn.py [--turns 200] [--no-skills] [--json PATH] [--profile PATH]
 """
