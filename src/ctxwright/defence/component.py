@@ -15,8 +15,7 @@ from typing import Any
 
 from ctxwright.core.prefix import Prefix
 from ctxwright.defence.gate import ApprovalMode, Approver, Gate, build_gate
-from ctxwright.defence.levels import LEVELS, Features
-from ctxwright.defence.levels import features as defence_features
+from ctxwright.defence.levels import Features, levels_in
 from ctxwright.defence.policy import GatePolicy
 from ctxwright.errors import PrefixMismatch
 from ctxwright.tools.component import Component
@@ -60,8 +59,7 @@ class DefenceComponent(Component):
         return [("defence", text)] if text is not None else []
 
     def check_prefix(self, prefix: Prefix, session_id: str) -> None:
-        others = {lv: defence_features(lv).prompt_section for lv in LEVELS}
-        present = [lv for lv, text in others.items() if text is not None and f"\n\n{text}" in prefix.system_prompt]
+        present = levels_in(prefix.system_prompt)
         section = self.section
         if (section is None and present) or (section is not None and f"\n\n{section}" not in prefix.system_prompt):
             started = f"defence level {present[0]!r}" if present else "no defence section (level 'none')"

@@ -34,7 +34,7 @@ from typing import Literal
 from ctxwright.defence.marking import TAGS_SECTION
 from ctxwright.errors import ConfigError
 
-__all__ = ["BOOK_NAMES", "DEFAULT_LEVEL", "LEVELS", "WARNING_SECTION", "Features", "Level", "features"]
+__all__ = ["BOOK_NAMES", "DEFAULT_LEVEL", "LEVELS", "WARNING_SECTION", "Features", "Level", "features", "levels_in"]
 
 Level = Literal["none", "warning", "tags", "gate", "provenance"]
 LEVELS: tuple[Level, ...] = ("none", "warning", "tags", "gate", "provenance")
@@ -109,3 +109,10 @@ def features(level: str | Features | None = None, *, sanitize: bool | None = Non
             )
         base = replace(base, sanitize=sanitize)
     return base
+
+
+def levels_in(system_prompt: str) -> list[str]:
+    """The levels whose system-prompt section a stored prompt holds (a section is a global
+    section after the caller's prompt, so it follows a blank line): what a resume compares the
+    level it is given with, since the section is part of the prefix bytes."""
+    return [lv for lv in LEVELS if (text := features(lv).prompt_section) is not None and f"\n\n{text}" in system_prompt]

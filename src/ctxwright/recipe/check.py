@@ -17,7 +17,7 @@ from typing import Any
 
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.reasoning import ReasoningPolicy
-from ctxwright.defence.levels import LEVELS, Features
+from ctxwright.defence.levels import Features, levels_in
 from ctxwright.defence.levels import features as defence_features
 from ctxwright.errors import ConfigError, CtxwrightError, PrefixMismatch, ReasoningPolicyConflict
 from ctxwright.recipe.declare import options
@@ -141,9 +141,7 @@ def _check_defence(given: Any, rec: Mapping[str, Any], system_prompt: str, sessi
         section = defence_features(given).prompt_section
     except CtxwrightError:
         return
-    present = [
-        lv for lv in LEVELS if (t := defence_features(lv).prompt_section) is not None and f"\n\n{t}" in system_prompt
-    ]
+    present = levels_in(system_prompt)
     if not present or (section is not None and f"\n\n{section}" in system_prompt):
         return
     started = rec.get("level") if rec.get("level") in present else present[0]
