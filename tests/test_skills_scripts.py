@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -103,6 +105,74 @@ def test_a_script_past_its_timeout_is_killed_with_its_children(tmp_path):
     assert _dead(child)
 
 
+def _wait_dead(pid: int, timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not _dead(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _dead(pid)
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_a_script_that_exits_takes_its_background_children_with_it(tmp_path):
+    """Hostile probe: a script starts a child in the background and exits 0 at once; the child
+    must not outlive the call (it would hold a port, burn CPU, outlive the agent)."""
+    make_skill(tmp_path / "skills", "bg", {"scripts/bg.sh": "sleep 300 >/dev/null 2>&1 &\necho $!\nexit 0\n"})
+    out = runner(tmp_path / "skills", timeout_s=60).run("bg", "scripts/bg.sh")
+    assert "exited with code 0" in out
+    child = int(out.split("<stdout>\n", 1)[1].split()[0])
+    try:
+        assert _wait_dead(child), f"the script's child {child} survived it"
+    finally:
+        _kill(child)
+
+
+def test_output_is_returned_promptly_when_a_child_keeps_stdout_open(tmp_path):
+    """Hostile probe: the child inherits the script's stdout and keeps it open for 300 s; the
+    call returns what the script wrote as soon as the script exits, not after a fixed wait and
+    not empty."""
+    folder = make_skill(
+        tmp_path / "skills", "holder", {"scripts/holder.sh": "echo hello\nsleep 300 &\necho $! > child.pid\n"}
+    )
+    t0 = time.monotonic()
+    out = runner(tmp_path / "skills", timeout_s=60).run("holder", "scripts/holder.sh")
+    elapsed = time.monotonic() - t0
+    child = int((folder / "child.pid").read_text())
+    try:
+        assert "exited with code 0" in out
+        assert "<stdout>\nhello\n" in out, out
+        assert elapsed < 10, elapsed  # the script's timeout is 60 s
+        assert _wait_dead(child)  # and the child went with the script's group
+    finally:
+        _kill(child)
+
+
+def test_a_child_that_left_the_group_does_not_hide_the_output_nor_hold_the_call(tmp_path):
+    """Hostile probe: the child moves to a session of its own (so killing the script's group
+    does not reach it) and holds stdout and stderr open; what the script wrote still comes back,
+    after a short grace, well before the script's timeout."""
+    escape = (
+        "import subprocess, sys\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True)\n"
+        "open('child.pid', 'w').write(str(child.pid))\n"
+        "print('hello from the script', flush=True)\n"
+    )
+    folder = make_skill(tmp_path / "skills", "escape", {"scripts/escape.py": escape})
+    t0 = time.monotonic()
+    out = runner(tmp_path / "skills", timeout_s=60).run("escape", "scripts/escape.py")
+    elapsed = time.monotonic() - t0
+    child = int((folder / "child.pid").read_text())
+    try:
+        assert "exited with code 0" in out
+        assert "<stdout>\nhello from the script\n" in out, out
+        assert elapsed < 30, elapsed  # the script's timeout is 60 s
+    finally:
+        _kill(child)
+
+
 def test_only_files_under_scripts_can_run(tmp_path):
     root = tmp_path / "skills"
     folder = make_skill(root, "tool-kit", {"scripts/ok.py": "print('ok')\n", "refs/notes.py": "print('no')\n"})
@@ -138,11 +208,8 @@ def test_output_is_bounded_in_memory_while_it_is_read(tmp_path):
     out = runner(tmp_path / "skills", head_bytes=100, tail_bytes=50).run("loud", "scripts/loud.py")
     assert "a" * 100 + "\n[... 900 bytes of output not kept: the script wrote 1,050 bytes ...]\n" + "c" * 50 in out
     cap = StreamCapture(head=4, tail=0)
-    r, w = os.pipe()
-    os.write(w, b"12345678")
-    os.close(w)
-    with os.fdopen(r, "rb") as pipe:
-        cap.drain(pipe)
+    cap.feed(b"123")
+    cap.feed(b"45678")
     assert (cap.total, bytes(cap.start), cap.text()) == (
         8,
         b"1234",

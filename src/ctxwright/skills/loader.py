@@ -16,11 +16,11 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
-from ctxwright.skills import spec
+from ctxwright.skills import paths, spec
 
 #: Characters of a description the lenient loader keeps: a description over the
 #: specification's 1,024 loads (with a warning) whole up to this, so a skill written for a
@@ -83,16 +83,34 @@ class ValidationResult:
 # --- reading one SKILL.md ---------------------------------------------------------------
 
 
-def read_skill_file(path: Path) -> tuple[str | None, list[str], list[str]]:
-    """``(text, errors, warnings)``: text is None when the file cannot be used at all (too big,
-    unreadable). Bytes that are not UTF-8 are replaced, with a warning."""
+def read_skill_md(folder: Path) -> tuple[str | None, list[str], list[str]]:
+    """``(text, errors, warnings)`` of the folder's ``SKILL.md``: text is None when the file
+    cannot be used at all (too big, unreadable, a link that leads out of the folder). Bytes
+    that are not UTF-8 are replaced, with a warning.
+
+    A ``SKILL.md`` that is a symlink is judged by the rule ``read_skill_file`` applies to every
+    other file of the skill (:func:`ctxwright.skills.paths.inside`): its body becomes the
+    agent's trusted instructions, so a link to a file elsewhere must not smuggle one in."""
+    try:
+        path = paths.inside(folder, spec.SKILL_FILE)
+    except paths.LeavesFolder:
+        return (
+            None,
+            [
+                f"{spec.SKILL_FILE} is a link that leads outside the skill's folder; "
+                "copy the file into the folder instead of linking to it"
+            ],
+            [],
+        )
+    except paths.NoSuchFile:
+        return None, [f"{spec.SKILL_FILE}: cannot read it (missing, a dangling link or a link loop)"], []
     try:
         size = path.stat().st_size
         if size > spec.MAX_FILE_BYTES:
             return (
                 None,
                 [
-                    f"{path.name}: {size} bytes, more than the {spec.MAX_FILE_BYTES} a skill may have; "
+                    f"{spec.SKILL_FILE}: {size} bytes, more than the {spec.MAX_FILE_BYTES} a skill may have; "
                     "move detail into resource files"
                 ],
                 [],
@@ -100,14 +118,14 @@ def read_skill_file(path: Path) -> tuple[str | None, list[str], list[str]]:
         with path.open("rb") as fh:
             raw = fh.read(spec.MAX_FILE_BYTES + 1)
     except OSError as exc:
-        return None, [f"{path.name}: cannot read it ({exc.strerror or exc})"], []
+        return None, [f"{spec.SKILL_FILE}: cannot read it ({exc.strerror or exc})"], []
     if len(raw) > spec.MAX_FILE_BYTES:
-        return None, [f"{path.name}: more than {spec.MAX_FILE_BYTES} bytes; move detail into resource files"], []
+        return None, [f"{spec.SKILL_FILE}: more than {spec.MAX_FILE_BYTES} bytes; move detail into resource files"], []
     try:
         return raw.decode("utf-8-sig"), [], []
     except UnicodeDecodeError as exc:
         text = raw.decode("utf-8", errors="replace")
-        return text, [], [f"{path.name}: not valid UTF-8 (byte {exc.start}); undecodable bytes were replaced"]
+        return text, [], [f"{spec.SKILL_FILE}: not valid UTF-8 (byte {exc.start}); undecodable bytes were replaced"]
 
 
 def split_front_matter(text: str) -> tuple[str | None, str, str | None]:
@@ -139,8 +157,104 @@ def quote_colon_values(front: str) -> str:
     return "\n".join(out) + "\n"
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one map.
+#: What aliases (``*name``, and ``<<: *name`` merges) may add to a front matter, counted as the
+#: characters of the scalars they repeat plus one per value. PyYAML does not copy an aliased
+#: value, it shares it, so a "billion laughs" (nine aliases of nine aliases of ... of ``lol``)
+#: parses in microseconds into a map that every reader expanding it -- ``skills show`` printing
+#: it as JSON, a recorder, a validator walking it -- grows until memory runs out. A real front
+#: matter is a few flat fields and needs no aliases at all; the bound allows ten repeats of the
+#: longest description the specification permits (1,024 characters), so an author who shares a
+#: value or two loses nothing, while a bomb of 1 KB reaches it at its fourth level.
+ALIAS_EXPANSION_MAX = 10 * spec.DESCRIPTION_MAX
+
+#: Levels of nesting a front matter may have. The specification's front matter is two levels
+#: deep (the fields, ``metadata``'s map); PyYAML composes recursively, a few Python frames a
+#: level, so a file of ten thousand ``[`` would otherwise end in a ``RecursionError``.
+NESTING_MAX = 32
+
+
+class FrontMatterRefused(yaml.composer.ComposerError):
+    """A front matter that parses but whose aliases or nesting exceed the bounds above; its
+    ``problem`` says which, with what to do."""
+
+
+def _refusal(problem: str, mark: object) -> FrontMatterRefused:
+    return FrontMatterRefused(None, None, problem, mark if isinstance(mark, yaml.error.Mark) else None)
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing what would make the value it builds blow up: aliases that
+    repeat more than :data:`ALIAS_EXPANSION_MAX`, an alias inside the value it names (a value
+    that contains itself, endless to print), nesting deeper than :data:`NESTING_MAX`.
+
+    Counted while the document is composed, before any Python object exists, so the cost is
+    linear in the text whatever it holds: each anchored value's expanded size is computed once."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._repeated = 0
+        self._open: set[str] = set()  # anchors of the values being composed
+        self._sizes: dict[int, int] = {}  # id(node) -> expanded size, for completed nodes
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            self._count_alias(event)
+            return cast(yaml.Node, super().compose_node(parent, index))
+        if self._depth >= NESTING_MAX:
+            raise _refusal(
+                f"nested deeper than {NESTING_MAX} levels; the fields are flat text, metadata a map of strings",
+                event.start_mark,
+            )
+        anchor = getattr(event, "anchor", None)
+        self._depth += 1
+        if anchor is not None:
+            self._open.add(anchor)
+        try:
+            return cast(yaml.Node, super().compose_node(parent, index))
+        finally:
+            self._depth -= 1
+            if anchor is not None:
+                self._open.discard(anchor)
+
+    def _count_alias(self, event: yaml.AliasEvent) -> None:
+        node = self.anchors.get(event.anchor)
+        if node is None:
+            return  # PyYAML's own "found undefined alias"
+        if event.anchor in self._open:
+            raise _refusal(
+                f"alias *{event.anchor} is inside the value it names (a value that contains itself); remove it",
+                event.start_mark,
+            )
+        self._repeated += self._size(node)
+        if self._repeated > ALIAS_EXPANSION_MAX:
+            raise _refusal(
+                f"its aliases repeat more than {ALIAS_EXPANSION_MAX:,} characters (an alias bomb?); "
+                "write the values out instead of repeating them with *aliases",
+                event.start_mark,
+            )
+
+    def _size(self, node: yaml.Node) -> int:
+        """Characters of the scalars in ``node`` once every alias in it is expanded, plus one a
+        value; memoised, so a value aliased a billion times over is still measured in one pass."""
+        known = self._sizes.get(id(node))
+        if known is not None:
+            return known
+        if isinstance(node, yaml.ScalarNode):
+            size = 1 + len(str(node.value))
+        elif isinstance(node, yaml.SequenceNode):
+            size = 1 + sum(self._size(item) for item in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            size = 1 + sum(self._size(k) + self._size(v) for k, v in node.value)
+        else:
+            size = 1
+        self._sizes[id(node)] = size
+        return size
+
+
+class _UniqueKeyLoader(_BoundedLoader):
+    """The bounded loader, refusing a key given twice in one map.
 
     YAML requires the keys of a map to be unique; PyYAML silently keeps the last one, so
     ``name: a`` ... ``name: b`` would validate as ``b`` while the reference validator
@@ -157,17 +271,22 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def _load_yaml(text: str, *, unique: bool) -> Any:
-    return yaml.load(text, Loader=_UniqueKeyLoader if unique else yaml.SafeLoader)  # both safe loaders
+    """The one place front matter text becomes data: every path (loading, ``skills list``,
+    ``show``, ``validate``) parses through the bounded loaders."""
+    return yaml.load(text, Loader=_UniqueKeyLoader if unique else _BoundedLoader)  # both safe loaders
 
 
 def parse_front_matter(front: str, *, retry_colons: bool) -> tuple[dict[str, Any] | None, str | None, bool]:
-    """``(mapping, error, retried)`` for the front matter text (PyYAML's safe loader).
+    """``(mapping, error, retried)`` for the front matter text (PyYAML's safe loader, bounded).
 
     Strict (``retry_colons=False``): a key given twice is an error. Lenient: it is read as
-    PyYAML reads it, the last value winning (:func:`duplicate_key` finds it for a warning)."""
+    PyYAML reads it, the last value winning (:func:`duplicate_key` finds it for a warning).
+    A front matter past the bounds of :class:`_BoundedLoader` is refused in both modes."""
     try:
         data = _load_yaml(front, unique=not retry_colons)
         retried = False
+    except FrontMatterRefused as exc:
+        return None, _refused(exc), False
     except yaml.YAMLError as exc:
         if not retry_colons:
             hint = "; quote values that contain `: `" if "mapping values" in str(exc) else ""
@@ -175,6 +294,8 @@ def parse_front_matter(front: str, *, retry_colons: bool) -> tuple[dict[str, Any
         try:
             data = _load_yaml(quote_colon_values(front), unique=False)
             retried = True
+        except FrontMatterRefused as again:
+            return None, _refused(again), False
         except yaml.YAMLError:
             return None, f"front matter is not valid YAML ({_yaml_line(exc)})", False
     if data is None:
@@ -196,6 +317,12 @@ def duplicate_key(front: str) -> str | None:
     return None
 
 
+def _refused(exc: FrontMatterRefused) -> str:
+    mark = exc.problem_mark
+    where = f" at line {mark.line + 2}" if mark is not None else ""
+    return f"front matter refused{where}: {exc.problem}"
+
+
 def _yaml_line(exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or "parse error"
@@ -208,7 +335,7 @@ def _yaml_line(exc: yaml.YAMLError) -> str:
 def load_skill(folder: Path, source: str = "given") -> tuple[Skill | None, list[str]]:
     """One skill folder, leniently: ``(skill or None, warnings)``, each warning naming the folder."""
     where = str(folder)
-    text, errors, warnings = read_skill_file(folder / spec.SKILL_FILE)
+    text, errors, warnings = read_skill_md(folder)
     notes = [f"{where}: {w}" for w in warnings]
     if text is None:
         return None, [*notes, *(f"{where}: skipped: {e}" for e in errors)]
@@ -355,7 +482,7 @@ def validate(path: Path | str) -> ValidationResult:
         result.errors.append(f"{folder}: no {spec.SKILL_FILE} in this folder")
         return result
     result.resource_files = resource_files(folder)
-    text, errors, warnings = read_skill_file(skill_md)
+    text, errors, warnings = read_skill_md(folder)
     result.errors.extend(errors)
     if warnings:  # strictly, SKILL.md is UTF-8
         result.errors.extend(w.replace("were replaced", "are not allowed") for w in warnings)

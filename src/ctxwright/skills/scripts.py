@@ -14,9 +14,18 @@ CLI ``--allow-skill-scripts``), and when it is on, a run is fenced in:
 * the skill's folder as working directory (the specification's relative paths,
   ``scripts/extract.py``, ``references/...``, resolve the way the author wrote them),
   standard input closed (a script that asks a question gets end-of-file, not a hang);
-* a timeout: the script runs in its own process group, and the whole group is killed when
-  the time is up, so a child it started does not outlive it; the model gets a tool error
-  saying so;
+* its own process group, killed when the script exits -- every time, not only at the
+  timeout: what a script leaves running in the background (``server &``) is no part of its
+  result and would outlive the agent, holding a port or a CPU. A child that moved itself to
+  a new session (``setsid``, a daemon) has left the group, and POSIX offers no way to find it
+  again; it is not waited for (see below);
+* a timeout: when the time is up the whole group is killed and the model gets a tool error
+  saying so, with what the script printed until then;
+* its pipes read as data arrives, not in blocks or until end-of-file: a child that inherited
+  stdout and keeps it open (``echo hello; sleep 300 &``) must not hide what the script wrote,
+  nor hold the call until the timeout. When the script exits its group is killed, what the
+  pipes still hold is collected, and a pipe still held open :data:`DRAIN_GRACE_S` later (by a
+  child that escaped the group) is abandoned;
 * its output is bounded in memory while it is read (a head and a tail of each stream) and
   returned as an ordinary tool result, so it passes the same result budget, disk offload
   and ``read_result`` paging as every other tool result (``compaction/budget.py``): a
@@ -28,18 +37,18 @@ are what the model needs to fix its arguments.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import selectors
 import shutil
 import signal
 import stat
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from ctxwright.errors import SkillToolError
 from ctxwright.skills.tools import RUN_SKILL_SCRIPT_TOOL, SCRIPTS_DIR, SkillTools
@@ -54,13 +63,20 @@ TAIL_BYTES = 256 * 1024
 #: Seconds the loop waits beyond the script's own timeout before it abandons the call, so
 #: the script's kill (and its clear message) comes first.
 LOOP_MARGIN_S = 10.0
+#: Seconds to keep reading once the script has exited (or timed out) and its group is
+#: killed: the group's pipes close at once, so this is only ever waited for in full when a
+#: child that left the group holds a pipe -- it may do so forever.
+DRAIN_GRACE_S = 1.0
+#: Seconds between two checks of whether the script has exited, where the kernel cannot
+#: signal it on a file descriptor (no ``pidfd_open``: not Linux, or before 5.3).
+POLL_S = 0.05
 
 
 @dataclass
 class StreamCapture:
-    """One output stream, drained to its end in a thread: the first ``head`` bytes, the
-    last ``tail`` bytes after them, and the total -- a script cannot fill the memory, and
-    it never blocks on a full pipe because everything it writes is read."""
+    """One output stream, kept bounded as it is read: the first ``head`` bytes, the last
+    ``tail`` bytes after them, and the total -- a script cannot fill the memory, and it never
+    blocks on a full pipe because everything it writes is read."""
 
     head: int = HEAD_BYTES
     tail: int = TAIL_BYTES
@@ -68,18 +84,17 @@ class StreamCapture:
     end: bytearray = field(default_factory=bytearray)
     total: int = 0
 
-    def drain(self, pipe: IO[bytes]) -> None:
-        with pipe:
-            while chunk := pipe.read(65536):
-                self.total += len(chunk)
-                room = self.head - len(self.start)
-                if room > 0:
-                    self.start += chunk[:room]
-                    chunk = chunk[room:]
-                if chunk and self.tail:
-                    self.end += chunk
-                    if len(self.end) > self.tail:
-                        del self.end[: len(self.end) - self.tail]
+    def feed(self, chunk: bytes) -> None:
+        """Keep what the bounds allow of ``chunk``, the next bytes the stream delivered."""
+        self.total += len(chunk)
+        room = self.head - len(self.start)
+        if room > 0:
+            self.start += chunk[:room]
+            chunk = chunk[room:]
+        if chunk and self.tail:
+            self.end += chunk
+            if len(self.end) > self.tail:
+                del self.end[: len(self.end) - self.tail]
 
     def text(self) -> str:
         """What was kept, decoded; invalid UTF-8 kept as surrogate escapes so the budget layer
@@ -149,33 +164,28 @@ class SkillScripts:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                start_new_session=True,  # its own process group: the timeout kills its children too
+                start_new_session=True,  # its own process group, killed when it ends
             )
         except OSError as exc:
             raise SkillToolError(f"cannot start {script!r}: {exc.strerror or exc}") from None
         assert proc.stdout is not None and proc.stderr is not None
-        readers = [
-            threading.Thread(target=cap.drain, args=(pipe,), daemon=True, name=f"skill-script-{stream}")
-            for cap, pipe, stream in ((out, proc.stdout, "out"), (err, proc.stderr, "err"))
-        ]
-        for r in readers:
-            r.start()
         try:
-            code = proc.wait(self.timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            for r in readers:  # a grandchild that left the group may hold a pipe: do not wait for it
-                r.join(2.0)
+            with _Pipes(proc, {proc.stdout.fileno(): out, proc.stderr.fileno(): err}) as pipes:
+                try:
+                    exited = pipes.read_until_exit(self.timeout_s)
+                finally:  # exited, timed out, or Ctrl-C: the group goes, whatever it left running
+                    _kill_group(proc)
+                pipes.drain(DRAIN_GRACE_S)
+        finally:
+            code = proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+        if not exited:
             raise SkillToolError(
                 f"{rel} of skill {skill.name!r} did not finish within {self.timeout_s:g} s and was stopped "
                 f"(its process group was killed). Output before it was stopped:\n"
                 f"{_block('stdout', _tail(out.text()))}\n{_block('stderr', _tail(err.text()))}"
-            ) from None
-        finally:
-            if proc.poll() is None:  # an exception escaped while waiting (Ctrl-C): leave no child behind
-                _kill_group(proc)
-        for r in readers:
-            r.join(2.0)
+            )
         elapsed = time.perf_counter() - started
         return (
             f"{rel} (skill {skill.name!r}) exited with code {code} after {elapsed:.2f} s\n"
@@ -208,13 +218,100 @@ class SkillScripts:
         )
 
 
+class _Pipes:
+    """The script's two pipes, read without blocking as data arrives (``os.read`` returns what
+    is there; a buffered ``read(n)`` would wait for ``n`` bytes or end-of-file, which a child
+    holding the pipe open never sends), and the watch on the script's exit."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], streams: dict[int, StreamCapture]) -> None:
+        self.proc = proc
+        self.selector = selectors.DefaultSelector()
+        for fd, capture in streams.items():
+            os.set_blocking(fd, False)
+            self.selector.register(fd, selectors.EVENT_READ, capture)
+        self.exit_fd = _exit_fd(proc.pid)
+        if self.exit_fd is not None:
+            self.selector.register(self.exit_fd, selectors.EVENT_READ, None)
+
+    def __enter__(self) -> _Pipes:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.selector.close()
+        if self.exit_fd is not None:
+            os.close(self.exit_fd)
+
+    def _open_pipes(self) -> int:
+        return sum(1 for key in self.selector.get_map().values() if key.data is not None)
+
+    def _read(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for data (or the exit), and keep what every ready pipe holds."""
+        for key, _ in self.selector.select(max(timeout, 0.0)):
+            if key.data is None:
+                continue  # the exit watch: the caller checks
+            try:
+                chunk = os.read(key.fd, 65536)
+            except BlockingIOError:
+                continue
+            if chunk:
+                key.data.feed(chunk)
+            else:  # end of file: every writer closed it
+                self.selector.unregister(key.fd)
+
+    def read_until_exit(self, timeout_s: float) -> bool:
+        """Read until the script exits (True) or ``timeout_s`` passes (False)."""
+        deadline = time.monotonic() + timeout_s
+        while not _exited(self.proc):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._read(left if self.exit_fd is not None else min(left, POLL_S))
+        return True
+
+    def drain(self, grace_s: float) -> None:
+        """Read what is left until both pipes are closed, for at most ``grace_s``."""
+        if self.exit_fd is not None:  # readable for good once the script exited: stop watching
+            self.selector.unregister(self.exit_fd)
+        deadline = time.monotonic() + grace_s
+        while self._open_pipes() and (left := deadline - time.monotonic()) > 0:
+            self._read(left)
+
+
+def _exit_fd(pid: int) -> int | None:
+    """A descriptor that becomes readable when ``pid`` exits (Linux's ``pidfd_open``), else None."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None:
+        return None
+    try:
+        return int(pidfd_open(pid))
+    except OSError:
+        return None
+
+
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether the script has exited, without reaping it where the OS allows (``WNOWAIT``): a
+    reaped leader's pid -- its group's id -- could be reused before the group is killed."""
+    waitid = getattr(os, "waitid", None)
+    if waitid is None or proc.returncode is not None:
+        return proc.poll() is not None
+    try:
+        return waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # already reaped
+        return True
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the script's process group (it leads its own session), then reap it."""
+    """SIGKILL the script's process group (it leads its own session, so the group's id is its
+    pid); the caller reaps the script. Called before the script is reaped where the OS allows
+    (:func:`_exited`), so the id cannot have been reused; elsewhere the id stays reserved as
+    long as a member of the group is alive, and an empty group has nothing to kill."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    proc.wait()
+    except ProcessLookupError:  # the group is empty
+        pass
+    except PermissionError:  # macOS, for a group of zombies: at least the script itself
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
 
 
 def _block(tag: str, text: str) -> str:

@@ -37,7 +37,7 @@ from ctxwright.core.session import Session
 from ctxwright.core.skill_content import SKILL_TOOL, open_tag
 from ctxwright.core.skills_catalog import CATALOG_CLOSE, CATALOG_OPEN, REMINDER_CLOSE, REMINDER_OPEN
 from ctxwright.errors import SkillToolError
-from ctxwright.skills import spec
+from ctxwright.skills import paths, spec
 from ctxwright.skills.loader import Skill
 from ctxwright.tools.registry import Tool, ToolResult
 
@@ -300,8 +300,9 @@ class SkillTools:
         subfolder when given), or a :class:`SkillToolError` the model can act on.
 
         One set of confinement checks for every tool that touches a skill's files (reading
-        one, running a script): no absolute path, no ``..``, no missing file, no symlink that
-        resolves outside the folder. A skill folder is third-party content and the path comes
+        one, running a script): no absolute path, no ``..``, no missing file, and the symlink
+        rule the loader applies to ``SKILL.md`` as well (:func:`ctxwright.skills.paths.inside`).
+        A skill folder is third-party content and the path comes
         from the model, so either may try to reach files the user never offered.
         """
         raw = path.strip()
@@ -311,16 +312,17 @@ class SkillTools:
             raise SkillToolError(f"{path!r} is an absolute path: give a path relative to the skill's folder")
         if ".." in raw.replace("\\", "/").split("/"):
             raise SkillToolError(f"{path!r} contains '..': only files inside the skill's folder can be used")
-        root = skill.folder.resolve()
         try:
-            target = (root / raw).resolve(strict=True)
-        except (OSError, RuntimeError):
+            target = paths.inside(skill.folder, raw)
+        except paths.NoSuchFile:
             raise SkillToolError(
                 f"skill {skill.name!r} has no file {path!r}; {SKILL_TOOL}({skill.name!r}) lists its files"
             ) from None
-        if not target.is_relative_to(root):
-            raise SkillToolError(f"{path!r} is a link that leads outside the skill's folder; it cannot be used")
-        if under and not target.is_relative_to(root / under):
+        except paths.LeavesFolder:
+            raise SkillToolError(
+                f"{path!r} is a link that leads outside the skill's folder; it cannot be used"
+            ) from None
+        if under and not target.is_relative_to(skill.folder.resolve() / under):
             raise SkillToolError(f"{path!r} is not under the skill's {under}/ folder; only files there can be run")
         return target
 
