@@ -44,10 +44,16 @@ address.
 How values are normalised before they are compared, on both sides: Unicode NFKC, invisible
 format characters removed (zero-width, bidirectional controls, tag characters -- an attacker's
 ``a\\u200bttacker@evil.com`` is ``attacker@evil.com``); addresses, hosts and URLs case-folded,
-``mailto:``, the scheme, ``www.`` and a trailing ``/`` dropped; IBANs without spaces in upper
-case; account numbers as their digits; amounts as decimals (``1,000.50``, ``1.000,50``,
-``1 000.5`` and ``1000.5`` are one value; ``1,000`` may be either ``1000`` or ``1``, so both);
-paths through ``normpath``; names case-folded with whitespace collapsed.
+``mailto:``, the scheme, ``www.`` and a trailing ``/`` dropped; every host (a URL's, an
+address's domain) read as a URL parser reads it (``defence/hosts.py``: ``%65vil.example``,
+``EVIL.example.`` and ``ｅvil。example`` are ``evil.example``, ``bücher.example`` its A-label,
+``2130706433`` is ``127.0.0.1``) and a URL's percent-escaped unreserved characters decoded;
+IBANs without spaces in upper case; account numbers as their digits; amounts as decimals
+(``1,000.50``, ``1.000,50``, ``1 000.5``, ``1_000.5`` and ``1000.5`` are one value; ``1,000``
+may be either ``1000`` or ``1``, so both; exponent form ``1.2e3`` and integer literals ``0x4b0``,
+``0o2260``, ``0b10010110000`` are ``1200``; numbers in words are not read), and a string that is
+a number in one of these forms is compared as one wherever it sits; paths through
+``normpath``; names case-folded with whitespace collapsed.
 
 What is never flagged -- the minimum: a text value shorter than :data:`MIN_CHARS` (4)
 characters after normalisation, or one of :data:`COMMON` (``true``, ``none``, ``inbox``, ...);
@@ -75,6 +81,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
 from ctxwright.core.events import AssistantEvent, Event, ToolEvent, UserEvent
+from ctxwright.defence.hosts import canonical_host
 from ctxwright.defence.marking import TAG
 from ctxwright.defence.policy import email_parts, host_of, leaves, name_words, targets_of
 
@@ -169,8 +176,14 @@ _BARE_URL_IN = re.compile(
     re.IGNORECASE,
 )
 _DIGITS_IN = re.compile(r"(?<![\w.,])\+?\d(?:[ -]?\d){5,}(?![\w])")
+#: A number written in text, in any form :func:`normalise_amount` reads: an integer literal in
+#: another base (``0x4b0``), exponent form (``1.2e3``), thousands grouped by ``,``, ``.``,
+#: ``'``, ``_`` or a space (``1_200``), or plain digits with a decimal part.
 _NUMBER_IN = re.compile(
-    r"(?<![\w.,])[-+]?\d{1,3}(?:[,.' \u00a0]\d{3})+(?:[.,]\d+)?(?!\d)|(?<![\w.,])[-+]?\d+(?:[.,]\d+)?(?!\d)"
+    r"(?<![\w.,])(?:[-+]?0[xXoObB][0-9a-fA-F]{1,128}(?![\w])"
+    r"|[-+]?\d+(?:[.,]\d+)?[eE][-+]?\d{1,4}(?![\w])"
+    r"|[-+]?\d{1,3}(?:[,.'_ \u00a0]\d{3})+(?:[.,]\d+)?(?!\d)"
+    r"|[-+]?\d+(?:[.,]\d+)?(?!\d))"
 )
 _FILE_SUFFIXES = frozenset(
     [
@@ -251,9 +264,12 @@ def normalise(text: str) -> str:
 
 
 def normalise_email(value: str) -> str | None:
-    """``Bob@Example.COM`` and ``mailto:bob@example.com`` -> ``bob@example.com``."""
+    """``Bob@Example.COM`` and ``mailto:bob@example.com`` -> ``bob@example.com``; the domain
+    as a host (``bob@bücher.example`` is ``bob@xn--bcher-kva.example``)."""
     parts = email_parts(normalise(value))
-    return f"{parts[0]}@{parts[1]}" if parts is not None else None
+    if parts is None:
+        return None
+    return f"{parts[0]}@{canonical_host(parts[1]) or parts[1]}"
 
 
 def normalise_host(value: str) -> str | None:
@@ -265,11 +281,27 @@ def normalise_host(value: str) -> str | None:
 
 def normalise_url(value: str) -> str:
     """``HTTPS://www.Example.com/a/`` -> ``example.com/a``: no scheme, no ``www.``, no
-    trailing slash or sentence punctuation, case-folded."""
-    text = normalise(value).strip().casefold()
-    text = re.sub(r"^[a-z][a-z0-9+.-]*://", "", text)
-    text = text[4:] if text.startswith("www.") else text
+    trailing slash or sentence punctuation, case-folded; the host read as a URL parser reads
+    it (``%65xample.com`` is ``example.com``: :func:`~ctxwright.defence.hosts.canonical_host`)
+    and percent-encoded unreserved characters decoded (``/%61`` is ``/a``, RFC 3986 6.2.2.2)."""
+    text = normalise(value).strip()
+    text = re.sub(r"^[a-z][a-z0-9+.-]*://", "", text, flags=re.IGNORECASE)
+    split = re.match(r"[^/?#]*", text)
+    end = split.end() if split else 0
+    authority, rest = text[:end], text[end:]
+    userinfo, at, hostport = authority.rpartition("@")
+    port = re.search(r":\d*$", hostport) if not hostport.endswith("]") else None
+    host = hostport[: port.start()] if port else hostport
+    host = canonical_host(host) or host.casefold()
+    host = host[4:] if host.startswith("www.") else f"[{host}]" if ":" in host else host
+    rest = _UNRESERVED_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), rest).casefold()
+    text = userinfo.casefold() + at + host + (port.group(0) if port else "") + rest
     return text.rstrip("/.,;:!?")
+
+
+#: A percent-escape of an unreserved character (RFC 3986: letters, digits, ``-._~``), which
+#: means the character itself.
+_UNRESERVED_ESCAPE = re.compile(r"%(2[de]|3[0-9]|[46][1-9a-f]|[57][0-9a]|5f|7e)", re.IGNORECASE)
 
 
 def normalise_path(value: str) -> str:
@@ -286,16 +318,29 @@ def normalise_name(value: str) -> str:
 
 def normalise_amount(value: object) -> set[str]:
     """Every decimal a written number may mean, canonical (``98.70`` -> ``{"98.7"}``,
-    ``1,000`` -> ``{"1000", "1"}``); empty when it is not a number."""
+    ``1,000`` -> ``{"1000", "1"}``, ``1.2e3`` and ``0x4b0`` -> ``{"1200"}``); empty when it is
+    not a number."""
     if isinstance(value, bool):
         return set()
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):
+        return {_canon(Decimal(value))} if value.bit_length() <= _MAX_INT_BITS else set()
+    if isinstance(value, float):
         return {_canon(Decimal(repr(value)))} if value == value and abs(value) != float("inf") else set()
     if not isinstance(value, str):
         return set()
-    text = normalise(value).strip()
-    text = re.sub(r"^[^\d+-]+|[^\d.]+$", "", text)  # currency signs and words around it
+    text = normalise(value).strip().replace("\u2212", "-")  # the minus sign is a minus
     text = text.replace("\u00a0", " ").replace("'", "").replace(" ", "").replace("_", "")
+    based = _BASED.fullmatch(text)
+    if based:  # 0x4b0, 0o2260, 0b10010110000: a program's integer literal
+        number = int(based.group(2), 0)
+        return {_canon(Decimal(-number if based.group(1) == "-" else number))}
+    if re.match(r"[-+]?0[xob]", text, re.IGNORECASE):  # too long, or no literal: not its leading 0
+        return set()
+    text = re.sub(r"^[^\d+-]+|[^\d.]+$", "", text)  # currency signs and words around it
+    exponent = 0
+    sci = _EXPONENT.fullmatch(text)
+    if sci:  # 1.2e3, 1,2E+3: the mantissa is read as any number, then scaled
+        text, exponent = sci.group(1), int(sci.group(2))
     sign = ""
     if text[:1] in "+-":
         sign, text = ("-" if text[0] == "-" else ""), text[1:]
@@ -320,14 +365,35 @@ def normalise_amount(value: object) -> set[str]:
     out = set()
     for r in readings:
         try:
-            out.add(_canon(Decimal(sign + r.strip("."))))
+            read = Decimal(sign + r.strip("."))
+            out.add(_canon(read.scaleb(exponent) if exponent else read))
         except InvalidOperation:
             continue
     return out
 
 
+#: A whole string that is a number in some written form (case-folded): compared as an amount
+#: wherever it sits.
+_NUMBER_WHOLE = re.compile(
+    r"[-+\u2212]?(?:0x[0-9a-f]{1,32}|0o[0-7]{1,43}|0b[01]{1,128}|(?:\d[\d,.'_ ]*)?\d(?:e[-+]?\d{1,4})?)"
+)
+#: A program's integer literal in another base (``0x4b0``); at most 128 bits, so an
+#: attacker's string of hex digits cannot make a huge number.
+_BASED = re.compile(r"([-+]?)(0[xX][0-9a-fA-F]{1,32}|0[oO][0-7]{1,43}|0[bB][01]{1,128})")
+#: A number in exponent form (``1.2e3``, ``12E-2``); the exponent is bounded (four digits).
+_EXPONENT = re.compile(r"([-+]?\d[\d.,]*)[eE]([-+]?\d{1,4})")
+#: Integers beyond this many bits are no amount anyone pays (and would be slow to print).
+_MAX_INT_BITS = 256
+#: Past this decimal exponent a canonical amount is written in exponent form, so that
+#: ``1e9999`` is a short string, not ten thousand zeros.
+_MAX_PLAIN_EXPONENT = 64
+
+
 def _canon(d: Decimal) -> str:
-    text = format(d.normalize(), "f")
+    d = d.normalize()
+    if abs(d.adjusted()) > _MAX_PLAIN_EXPONENT:
+        return format(d, "E")
+    text = format(d, "f")
     return "0" if text in ("-0", "0") else text
 
 
@@ -440,6 +506,9 @@ def entities_of(arguments: Mapping[str, Any], schema: Mapping[str, Any] | None =
                 for norm in normalise_amount(whole):
                     add("amount", place, value, norm)
             continue
+        if _NUMBER_WHOLE.fullmatch(whole):  # "1.2e3", "0x4b0", "1,200.50": the number it means
+            for norm in normalise_amount(whole):
+                add("amount", place, value, norm)
         if not _DATE.fullmatch(whole):
             add("text", place, value, _trim(whole))
     return tuple(found.values())
@@ -478,7 +547,8 @@ class _Source:
         for kind, _raw, value in _text_entities(norm, normalised=True):
             ents.setdefault(kind, set()).add(value)
         for m in _EMAIL_IN.finditer(norm):  # an address's domain is a host seen there too
-            ents.setdefault("host", set()).add(m.group(0).rsplit("@", 1)[1].casefold().rstrip("."))
+            domain = m.group(0).rsplit("@", 1)[1]
+            ents.setdefault("host", set()).add(canonical_host(domain) or domain.casefold().rstrip("."))
         amounts = ents.setdefault("amount", set())
         for written in set(m.group(0) for m in _NUMBER_IN.finditer(norm)):
             amounts.update(normalise_amount(written))
