@@ -123,6 +123,29 @@ def test_the_same_address_given_by_the_user_is_approved_without_a_prompt():
         assert _result_of(h, "c2").ok
 
 
+@pytest.mark.parametrize("to", ["boss@evil.example", "attacker+x@evil.example", "x@mail.evil.example"])
+def test_another_mailbox_at_the_attackers_site_is_denied(to):
+    """Hostile probe: the page names attacker@evil.example, the model mails another mailbox of
+    the same registrable domain."""
+    with _harness(_script(to)) as h:
+        h.run("Summarise https://pasta.example/best for me.")
+        assert SENT == []
+        (gate,) = _gates(h)
+        assert (gate.decision, gate.by) == ("deny", "no_approver")
+        (flag,) = gate.flags
+        assert flag["seen"] == [{"tool": "read_webpage", "call_id": "c1", "site": "evil.example"}]
+        assert "its site evil.example" in flag["reason"]
+
+
+@pytest.mark.parametrize("to", ["friend@other.example", "friend@legit.co.uk", "chef@pasta.example"])
+def test_an_unrelated_site_or_the_users_own_is_approved(to):
+    with _harness(_script(to)) as h:
+        h.run("Summarise https://pasta.example/best for me.")
+        assert [to] == SENT
+        (gate,) = _gates(h)
+        assert (gate.decision, gate.by, gate.flags) == ("approve", "policy", ())
+
+
 def test_callback_gets_a_structured_request_and_decides():
     seen = []
 

@@ -1,4 +1,4 @@
-"""Hosts as a URL parser reads them.
+"""Hosts as a URL parser reads them, and the site (registrable domain) that owns them.
 
 Why: the gate compares where a call points with the user's allowlists and with what untrusted
 content said. The same host has many spellings that every browser and HTTP client treats as
@@ -9,17 +9,27 @@ picks whichever spelling a string comparison misses. :func:`canonical_host` read
 way the WHATWG URL Standard's host parser does (percent-decode, UTS #46 mapping without
 transitional processing -- what browsers use --, A-labels, the IPv4 number forms; a host with
 a forbidden code point is no host) and drops trailing dots; IPv6 addresses are compressed.
+
+Why sites: mail to ``boss@evil.example`` or ``x@mail.evil.example`` reaches the same owner as
+``attacker@evil.example``. :func:`site_of` is a host's registrable domain ("eTLD+1") by the
+Public Suffix List (the ``publicsuffixlist`` package, which ships the list: nothing is fetched
+at run time), so ``mail.evil.example`` belongs to ``evil.example`` while ``shop.co.uk`` and
+``bank.co.uk`` are two sites, as are ``a.github.io`` and ``b.github.io`` (the list's private
+section: each is its own owner). A name outside any listed suffix (``evil.example``,
+``localhost``) is read by the list's default rule: its last label is the suffix.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from functools import cache
 from urllib.parse import unquote
 
 import idna
+from publicsuffixlist import PublicSuffixList
 
-__all__ = ["canonical_host"]
+__all__ = ["canonical_host", "site_of"]
 
 #: WHATWG's forbidden domain code points: C0 controls, space, ``#%/:<>?@[\\]^|`` and DEL.
 _FORBIDDEN = re.compile(r"[\x00-\x20#%/:<>?@\[\\\]^|\x7f]")
@@ -109,3 +119,22 @@ def _ipv4(host: str) -> str | None:
     for i, n in enumerate(numbers[:-1]):
         value += n * 256 ** (3 - i)
     return str(ipaddress.IPv4Address(value))
+
+
+@cache
+def _psl() -> PublicSuffixList:
+    """The list, parsed once (about 10,000 rules) on first use."""
+    return PublicSuffixList()
+
+
+def site_of(host: str) -> str:
+    """The registrable domain of a canonical host (``mail.evil.example`` -> ``evil.example``,
+    ``shop.co.uk`` -> ``shop.co.uk``); an IP address, or a host that is itself a public suffix,
+    is its own site."""
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    site = _psl().privatesuffix(host)
+    return site if isinstance(site, str) and site else host

@@ -37,6 +37,11 @@ What counts as a value (:func:`entities_of`), per argument:
   listing returns passes, the id an injected sentence names is flagged, and ``June 13`` in
   the user's message vouches for no file 13.
 
+An address or a host seen nowhere itself is compared by its site, the registrable domain
+(``defence/hosts.py``): with ``attacker@evil.example`` in a page, ``boss@evil.example`` and
+``x@mail.evil.example`` reach the same owner and are flagged, unless a trusted source names an
+address or a host of that site (an address a trusted tool echoed names none).
+
 Values found in prose lose the quotes, brackets and punctuation around them, on both sides:
 AgentDojo writes "send it to 'mark.black-2134@gmail.com'", and the quote is no part of the
 address.
@@ -81,7 +86,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
 from ctxwright.core.events import AssistantEvent, Event, ToolEvent, UserEvent
-from ctxwright.defence.hosts import canonical_host
+from ctxwright.defence.hosts import canonical_host, site_of
 from ctxwright.defence.marking import TAG
 from ctxwright.defence.policy import email_parts, host_of, leaves, name_words, targets_of
 
@@ -94,6 +99,7 @@ __all__ = [
     "ProvenanceIndex",
     "Seen",
     "entities_of",
+    "flag_reason",
     "normalise",
     "normalise_amount",
     "normalise_email",
@@ -406,12 +412,14 @@ def _digits(text: str) -> int:
 
 @dataclass(frozen=True)
 class Entity:
-    """A value of a call's arguments, as compared: ``norm`` is its normalised form."""
+    """A value of a call's arguments, as compared: ``norm`` is its normalised form, ``site``
+    the registrable domain of an address's or a host's (``defence/hosts.py``), else empty."""
 
     type: EntityKind
     argument: str
     value: str
     norm: str
+    site: str = ""
 
 
 def _eligible(kind: EntityKind, norm: str) -> bool:
@@ -461,7 +469,7 @@ def entities_of(arguments: Mapping[str, Any], schema: Mapping[str, Any] | None =
 
     def add(kind: EntityKind, argument: str, value: str, norm: str | None) -> None:
         if norm and _eligible(kind, norm):
-            found.setdefault((kind, argument, norm), Entity(kind, argument, value, norm))
+            found.setdefault((kind, argument, norm), Entity(kind, argument, value, norm, _site(kind, norm)))
 
     targeted: set[str] = set()
     for t in targets_of(arguments, schema):
@@ -514,6 +522,17 @@ def entities_of(arguments: Mapping[str, Any], schema: Mapping[str, Any] | None =
     return tuple(found.values())
 
 
+def _site(kind: EntityKind, norm: str) -> str:
+    """The site an address or a host belongs to (``x@mail.evil.example`` -> ``evil.example``);
+    empty for every other kind. A URL's site is its host entity's, so one URL is not flagged
+    twice for its site."""
+    if kind == "email":
+        return site_of(norm.rpartition("@")[2])
+    if kind == "host":
+        return site_of(norm)
+    return ""
+
+
 def _free_text(words: frozenset[str], value: str) -> bool:
     """A value the model writes in its own words (a body, a subject): only the values inside
     it say where an intention came from, not the whole text."""
@@ -549,6 +568,7 @@ class _Source:
         for m in _EMAIL_IN.finditer(norm):  # an address's domain is a host seen there too
             domain = m.group(0).rsplit("@", 1)[1]
             ents.setdefault("host", set()).add(canonical_host(domain) or domain.casefold().rstrip("."))
+        ents["site"] = {site_of(h) for h in ents.get("host", ())}  # and every host's site
         amounts = ents.setdefault("amount", set())
         for written in set(m.group(0) for m in _NUMBER_IN.finditer(norm)):
             amounts.update(normalise_amount(written))
@@ -560,6 +580,7 @@ class _Source:
         ents = {k: set(v) for k, v in self.entities.items()}
         for e in values:
             ents.get(e.type, set()).discard(e.norm)
+            ents.get("site", set()).discard(e.site)  # an echoed address vouches for no site
         text, folded = self.text, self.folded
         for t in texts:
             if len(t) >= MIN_CHARS:
@@ -580,6 +601,10 @@ class _Source:
             return e.norm in _id_refs(self.text if trusted else self.prose)
         return e.norm in self.entities.get(e.type, ())
 
+    def has_site(self, site: str) -> bool:
+        """Whether an address or a host of this source belongs to ``site``."""
+        return bool(site) and site in self.entities.get("site", ())
+
 
 def _id_refs(text: str) -> set[str]:
     """The numbers ``text`` refers to as ids: after ``id``, ``#``, ``no``, ``number``, ``file``,
@@ -596,13 +621,19 @@ def _bounded(needle: str, hay: str, before: str, after: str) -> bool:
 
 @dataclass(frozen=True)
 class Seen:
-    """Where an untrusted value was seen: the tool and the call whose result held it."""
+    """Where an untrusted value was seen: the tool and the call whose result held it;
+    ``site`` is set when only the value's site was seen there (another mailbox or host of
+    the same registrable domain), not the value itself."""
 
     tool: str
     call_id: str
+    site: str = ""
 
     def to_dict(self) -> dict[str, str]:
-        return {"tool": self.tool, "call_id": self.call_id}
+        out = {"tool": self.tool, "call_id": self.call_id}
+        if self.site:
+            out["site"] = self.site
+        return out
 
 
 @dataclass
@@ -676,10 +707,29 @@ class ProvenanceIndex:
 
     def seen_untrusted(self, e: Entity) -> tuple[Seen, ...]:
         """Where ``e`` was seen in untrusted content, or ``()`` when it was not or when a
-        trusted source holds it too."""
+        trusted source holds it too. An address or a host seen nowhere itself is looked up
+        by its site: with ``attacker@evil.example`` in a page, ``boss@evil.example`` and
+        ``x@mail.evil.example`` reach the same owner, unless a trusted source names an
+        address or a host of that site."""
         if any(s.has(e, trusted=True) for s in self.trusted):
             return ()
-        return tuple(dict.fromkeys(Seen(s.tool or "?", s.call_id or "?") for s in self.untrusted if s.has(e)))
+        seen = tuple(dict.fromkeys(Seen(s.tool or "?", s.call_id or "?") for s in self.untrusted if s.has(e)))
+        if seen or not e.site or any(s.has_site(e.site) for s in self.trusted):
+            return seen
+        return tuple(
+            dict.fromkeys(Seen(s.tool or "?", s.call_id or "?", e.site) for s in self.untrusted if s.has_site(e.site))
+        )
+
+
+def flag_reason(e: Entity, seen: Sequence[Seen]) -> str:
+    """The gate's reason for a provenance flag, for a person: the value, where it was seen,
+    and whether only its site was."""
+    where = ", ".join(f"{s.tool} ({s.call_id})" for s in seen)
+    what = f"its site {e.site}" if seen and all(s.site for s in seen) else f"this {e.type}"
+    return (
+        f"{e.argument}={e.value!r}: {what} appears in untrusted content from {where} "
+        "and in none of the user's messages, the system prompt or trusted results"
+    )
 
 
 def _parse(arguments: str) -> dict[str, Any]:
