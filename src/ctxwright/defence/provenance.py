@@ -71,7 +71,11 @@ Laundering a value through the agent's own words does not make it trusted: a too
 counts as trusted only for values that were not in the arguments of the call that produced it
 (a tool that echoes its input proves nothing), a failed result (an error, which echoes the
 arguments) not at all, and a sub-agent's task (written by the parent model) is not a user
-message -- the parent's sources are used instead (``agent/delegate.py``).
+message -- the parent's sources are used instead (``agent/delegate.py``). And a trusted tool
+called with values from untrusted content returns untrusted content
+(:meth:`ProvenanceIndex._taint`): a ``reverse_text`` or a base64 decoder given a page's string
+turns it into the attacker's address in clear, which is then flagged as seen in that tool's
+result, ``via`` the page.
 """
 
 from __future__ import annotations
@@ -169,6 +173,12 @@ _ID_REF = re.compile(
 #: effect happens, not who receives it or what it touches, and calendars copied from data are
 #: the ordinary case -- never compared as a value of its own.
 _DATE = re.compile(r"(?:\d{4}-\d{1,2}-\d{1,2}(?:[ T]\d{1,2}:\d{2}(?::\d{2})?)?|\d{1,2}:\d{2}(?::\d{2})?)")
+#: A word this long that is no plain word (:data:`_PLAIN_WORD`) taints the call it is an
+#: argument of when only untrusted content holds it (``ProvenanceIndex._taint``).
+_TAINT_WORD = 8
+#: A plain word of prose: letters, capitalised at most -- not ``elpmaxe.live@rekcatta``,
+#: ``YXR0YWNrZXI=`` or ``6576696c``.
+_PLAIN_WORD = re.compile(r"[^\W\d_][^\W\d_A-Z]*")
 #: A string longer than this, or with a line break, is free text whatever its parameter's name.
 _MAX_PHRASE = 120
 #: Quotes, brackets and sentence punctuation around a value as written in prose ("to
@@ -558,9 +568,11 @@ class _Source:
     text: str  # normalised, for paths
     folded: str  # normalised and case-folded, for names
     prose: str = ""  # ``text`` with the values of id fields blanked, for ids
+    #: for a result computed from untrusted values: the untrusted results they came from
+    via: tuple[Seen, ...] = ()
 
     @classmethod
-    def of(cls, text: str, tool: str | None = None, call_id: str | None = None) -> _Source:
+    def of(cls, text: str, tool: str | None = None, call_id: str | None = None, via: tuple[Seen, ...] = ()) -> _Source:
         ents: dict[str, set[str]] = {}
         norm = normalise(text)
         for kind, _raw, value in _text_entities(norm, normalised=True):
@@ -573,7 +585,7 @@ class _Source:
         for written in set(m.group(0) for m in _NUMBER_IN.finditer(norm)):
             amounts.update(normalise_amount(written))
         prose = _ID_FIELD.sub(lambda m: m.group(1) + " " * len(m.group(2)), norm)
-        return cls(tool, call_id, ents, norm, " ".join(norm.casefold().split()), prose)
+        return cls(tool, call_id, ents, norm, " ".join(norm.casefold().split()), prose, via)
 
     def without(self, values: Iterable[Entity], texts: Iterable[str]) -> _Source:
         """This source minus the values of the call that produced it (a tool echoing its input)."""
@@ -590,20 +602,41 @@ class _Source:
         for t in texts:
             if t:
                 prose = prose.replace(normalise(t), "\x00")
-        return _Source(self.tool, self.call_id, ents, text, folded, prose)
+        return _Source(self.tool, self.call_id, ents, text, folded, prose, self.via)
+
+    def seen(self, site: str = "") -> Seen:
+        """Where a value (or only its ``site``) was seen: this source."""
+        return Seen(self.tool or "?", self.call_id or "?", site, self.via)
 
     def has(self, e: Entity, *, trusted: bool = False) -> bool:
         if e.type == "path":
             return _bounded(e.norm, self.text, r"[\w/.-]", r"[\w/-]")
         if e.type in ("name", "text"):
-            return _bounded(e.norm, self.folded, r"\w", r"\w")
+            return self.has_phrase(e.norm)
         if e.type == "id":  # "13" as a token, not inside 2024-05-13 or 13.5
             return e.norm in _id_refs(self.text if trusted else self.prose)
         return e.norm in self.entities.get(e.type, ())
 
+    def has_phrase(self, phrase: str) -> bool:
+        """Whether ``phrase`` (case-folded, whitespace collapsed) stands here as whole words."""
+        return _bounded(phrase, self.folded, r"\w", r"\w")
+
     def has_site(self, site: str) -> bool:
         """Whether an address or a host of this source belongs to ``site``."""
         return bool(site) and site in self.entities.get("site", ())
+
+
+def _phrases(value: str) -> Iterable[str]:
+    """The whole of ``value`` and its words that are no plain word, as a source's ``folded``
+    text would hold them (see :meth:`ProvenanceIndex._taint`)."""
+    norm = normalise(value)
+    whole = _trim(" ".join(norm.casefold().split()))
+    if len(whole) >= MIN_CHARS and whole not in COMMON and not _DATE.fullmatch(whole):
+        yield whole
+    for word in norm.split():
+        word = _trim(word)
+        if len(word) >= _TAINT_WORD and not _PLAIN_WORD.fullmatch(word) and word.casefold() != whole:
+            yield word.casefold()
 
 
 def _id_refs(text: str) -> set[str]:
@@ -628,12 +661,22 @@ class Seen:
     tool: str
     call_id: str
     site: str = ""
+    #: when that result was computed by a trusted tool from untrusted values (``reverse_text``
+    #: of a page's string): the untrusted results those values came from
+    via: tuple[Seen, ...] = ()
 
-    def to_dict(self) -> dict[str, str]:
-        out = {"tool": self.tool, "call_id": self.call_id}
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"tool": self.tool, "call_id": self.call_id}
         if self.site:
             out["site"] = self.site
+        if self.via:
+            out["via"] = [v.to_dict() for v in self.via]
         return out
+
+    def describe(self) -> str:
+        """``reverse_text (c2, from read_webpage (c1))``: the tool, the call, the origin."""
+        origin = f", from {', '.join(v.describe() for v in self.via)}" if self.via else ""
+        return f"{self.tool} ({self.call_id}{origin})"
 
 
 @dataclass
@@ -701,9 +744,32 @@ class ProvenanceIndex:
             rest.append(content[last : m.start()])
             last = m.end()
         rest.append(content[last:])
-        if ev.ok and not ev.interrupted:
-            texts = [v for _, _, _, v in leaves(args) if isinstance(v, str)]
+        texts = [v for _, _, _, v in leaves(args) if isinstance(v, str)]
+        taint = self._taint(args)
+        if taint:  # computed from untrusted values: what it made of them is untrusted too
+            derived = _Source.of("\n".join(rest), name, call_id, taint)
+            self.untrusted.append(derived.without(entities_of(args), texts))
+        elif ev.ok and not ev.interrupted:
             self.trusted.append(_Source.of("\n".join(rest)).without(entities_of(args), texts))
+
+    def _taint(self, args: Mapping[str, Any]) -> tuple[Seen, ...]:
+        """The untrusted results (the first of a chain) that values of a trusted tool's
+        arguments came from, or ``()``. Why: a trusted ``reverse_text`` or base64 decoder
+        given a page's string returns the attacker's address in clear, and a result of a
+        trusted tool would vouch for it. Its values are the ones the gate compares
+        (:func:`entities_of`) and, for any string argument, free text included, the whole
+        string and each of its words of :data:`_TAINT_WORD` or more characters that is no
+        plain word (a digit, a symbol or a capital inside: a reversed address, base64, hex),
+        found in untrusted content and in no trusted source."""
+        seen: dict[Seen, None] = {}
+        for e in entities_of(args):
+            seen.update(dict.fromkeys(self.seen_untrusted(e)))
+        for _, _, _, value in leaves(args):
+            if isinstance(value, str):
+                for phrase in _phrases(value):
+                    if not any(s.has_phrase(phrase) for s in self.trusted):
+                        seen.update(dict.fromkeys(s.seen() for s in self.untrusted if s.has_phrase(phrase)))
+        return tuple(dict.fromkeys(root for s in seen for root in (s.via or (Seen(s.tool, s.call_id),))))
 
     def seen_untrusted(self, e: Entity) -> tuple[Seen, ...]:
         """Where ``e`` was seen in untrusted content, or ``()`` when it was not or when a
@@ -713,18 +779,16 @@ class ProvenanceIndex:
         address or a host of that site."""
         if any(s.has(e, trusted=True) for s in self.trusted):
             return ()
-        seen = tuple(dict.fromkeys(Seen(s.tool or "?", s.call_id or "?") for s in self.untrusted if s.has(e)))
+        seen = tuple(dict.fromkeys(s.seen() for s in self.untrusted if s.has(e)))
         if seen or not e.site or any(s.has_site(e.site) for s in self.trusted):
             return seen
-        return tuple(
-            dict.fromkeys(Seen(s.tool or "?", s.call_id or "?", e.site) for s in self.untrusted if s.has_site(e.site))
-        )
+        return tuple(dict.fromkeys(s.seen(e.site) for s in self.untrusted if s.has_site(e.site)))
 
 
 def flag_reason(e: Entity, seen: Sequence[Seen]) -> str:
     """The gate's reason for a provenance flag, for a person: the value, where it was seen,
     and whether only its site was."""
-    where = ", ".join(f"{s.tool} ({s.call_id})" for s in seen)
+    where = ", ".join(s.describe() for s in seen)
     what = f"its site {e.site}" if seen and all(s.site for s in seen) else f"this {e.type}"
     return (
         f"{e.argument}={e.value!r}: {what} appears in untrusted content from {where} "
