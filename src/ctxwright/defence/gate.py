@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from ctxwright.core.events import GateEvent
 from ctxwright.defence.policy import GatePolicy, Target, targets_of
-from ctxwright.defence.provenance import ProvenanceIndex, Seen, entities_of
+from ctxwright.defence.provenance import ProvenanceIndex, Seen, entities_of, flag_reason
 from ctxwright.errors import GateRuleError
 from ctxwright.tools.registry import Tool
 
@@ -203,18 +203,7 @@ class Gate:
             for e in entities_of(arguments, schema):
                 seen = index.seen_untrusted(e)
                 if seen:
-                    where = ", ".join(f"{s.tool} ({s.call_id})" for s in seen)
-                    flags.append(
-                        GateFlag(
-                            "provenance",
-                            e.argument,
-                            e.value,
-                            e.type,
-                            f"{e.argument}={e.value!r}: this {e.type} appears in untrusted content from {where} "
-                            "and in none of the user's messages, the system prompt or trusted results",
-                            seen,
-                        )
-                    )
+                    flags.append(GateFlag("provenance", e.argument, e.value, e.type, flag_reason(e, seen), seen))
         return GateRequest(tool.name, call_id, dict(arguments), _effects(tool), targets, tuple(flags))
 
     def decide(self, request: GateRequest) -> GateDecision:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from ctxwright.defence.hosts import canonical_host
 from ctxwright.errors import GateRuleError
 
 __all__ = [
@@ -114,7 +115,9 @@ def email_parts(value: str) -> tuple[str, str] | None:
 
 def host_of(value: str) -> str | None:
     """The host of a URL (``https://api.example.com:8443/x`` -> ``api.example.com``) or of a
-    bare host (``Example.COM.`` -> ``example.com``); ``None`` when there is none."""
+    bare host (``Example.COM.`` -> ``example.com``), read as a URL parser does
+    (:func:`~ctxwright.defence.hosts.canonical_host`: ``%65xample.com`` is ``example.com``);
+    ``None`` when there is none."""
     text = value.strip()
     if not text or any(c.isspace() for c in text):
         return None
@@ -125,7 +128,7 @@ def host_of(value: str) -> str | None:
         return None
     if not host:
         return None
-    return host.casefold().rstrip(".")
+    return canonical_host(host)
 
 
 def _valid_host(host: str) -> bool:

@@ -37,6 +37,11 @@ What counts as a value (:func:`entities_of`), per argument:
   listing returns passes, the id an injected sentence names is flagged, and ``June 13`` in
   the user's message vouches for no file 13.
 
+An address or a host seen nowhere itself is compared by its site, the registrable domain
+(``defence/hosts.py``): with ``attacker@evil.example`` in a page, ``boss@evil.example`` and
+``x@mail.evil.example`` reach the same owner and are flagged, unless a trusted source names an
+address or a host of that site (an address a trusted tool echoed names none).
+
 Values found in prose lose the quotes, brackets and punctuation around them, on both sides:
 AgentDojo writes "send it to 'mark.black-2134@gmail.com'", and the quote is no part of the
 address.
@@ -44,10 +49,16 @@ address.
 How values are normalised before they are compared, on both sides: Unicode NFKC, invisible
 format characters removed (zero-width, bidirectional controls, tag characters -- an attacker's
 ``a\\u200bttacker@evil.com`` is ``attacker@evil.com``); addresses, hosts and URLs case-folded,
-``mailto:``, the scheme, ``www.`` and a trailing ``/`` dropped; IBANs without spaces in upper
-case; account numbers as their digits; amounts as decimals (``1,000.50``, ``1.000,50``,
-``1 000.5`` and ``1000.5`` are one value; ``1,000`` may be either ``1000`` or ``1``, so both);
-paths through ``normpath``; names case-folded with whitespace collapsed.
+``mailto:``, the scheme, ``www.`` and a trailing ``/`` dropped; every host (a URL's, an
+address's domain) read as a URL parser reads it (``defence/hosts.py``: ``%65vil.example``,
+``EVIL.example.`` and ``ｅvil。example`` are ``evil.example``, ``bücher.example`` its A-label,
+``2130706433`` is ``127.0.0.1``) and a URL's percent-escaped unreserved characters decoded;
+IBANs without spaces in upper case; account numbers as their digits; amounts as decimals
+(``1,000.50``, ``1.000,50``, ``1 000.5``, ``1_000.5`` and ``1000.5`` are one value; ``1,000``
+may be either ``1000`` or ``1``, so both; exponent form ``1.2e3`` and integer literals ``0x4b0``,
+``0o2260``, ``0b10010110000`` are ``1200``; numbers in words are not read), and a string that is
+a number in one of these forms is compared as one wherever it sits; paths through
+``normpath``; names case-folded with whitespace collapsed.
 
 What is never flagged -- the minimum: a text value shorter than :data:`MIN_CHARS` (4)
 characters after normalisation, or one of :data:`COMMON` (``true``, ``none``, ``inbox``, ...);
@@ -60,7 +71,11 @@ Laundering a value through the agent's own words does not make it trusted: a too
 counts as trusted only for values that were not in the arguments of the call that produced it
 (a tool that echoes its input proves nothing), a failed result (an error, which echoes the
 arguments) not at all, and a sub-agent's task (written by the parent model) is not a user
-message -- the parent's sources are used instead (``agent/delegate.py``).
+message -- the parent's sources are used instead (``agent/delegate.py``). And a trusted tool
+called with values from untrusted content returns untrusted content
+(:meth:`ProvenanceIndex._taint`): a ``reverse_text`` or a base64 decoder given a page's string
+turns it into the attacker's address in clear, which is then flagged as seen in that tool's
+result, ``via`` the page.
 """
 
 from __future__ import annotations
@@ -75,6 +90,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
 from ctxwright.core.events import AssistantEvent, Event, ToolEvent, UserEvent
+from ctxwright.defence.hosts import canonical_host, site_of
 from ctxwright.defence.marking import TAG
 from ctxwright.defence.policy import email_parts, host_of, leaves, name_words, targets_of
 
@@ -87,6 +103,7 @@ __all__ = [
     "ProvenanceIndex",
     "Seen",
     "entities_of",
+    "flag_reason",
     "normalise",
     "normalise_amount",
     "normalise_email",
@@ -156,6 +173,12 @@ _ID_REF = re.compile(
 #: effect happens, not who receives it or what it touches, and calendars copied from data are
 #: the ordinary case -- never compared as a value of its own.
 _DATE = re.compile(r"(?:\d{4}-\d{1,2}-\d{1,2}(?:[ T]\d{1,2}:\d{2}(?::\d{2})?)?|\d{1,2}:\d{2}(?::\d{2})?)")
+#: A word this long that is no plain word (:data:`_PLAIN_WORD`) taints the call it is an
+#: argument of when only untrusted content holds it (``ProvenanceIndex._taint``).
+_TAINT_WORD = 8
+#: A plain word of prose: letters, capitalised at most -- not ``elpmaxe.live@rekcatta``,
+#: ``YXR0YWNrZXI=`` or ``6576696c``.
+_PLAIN_WORD = re.compile(r"[^\W\d_][^\W\d_A-Z]*")
 #: A string longer than this, or with a line break, is free text whatever its parameter's name.
 _MAX_PHRASE = 120
 #: Quotes, brackets and sentence punctuation around a value as written in prose ("to
@@ -169,8 +192,14 @@ _BARE_URL_IN = re.compile(
     re.IGNORECASE,
 )
 _DIGITS_IN = re.compile(r"(?<![\w.,])\+?\d(?:[ -]?\d){5,}(?![\w])")
+#: A number written in text, in any form :func:`normalise_amount` reads: an integer literal in
+#: another base (``0x4b0``), exponent form (``1.2e3``), thousands grouped by ``,``, ``.``,
+#: ``'``, ``_`` or a space (``1_200``), or plain digits with a decimal part.
 _NUMBER_IN = re.compile(
-    r"(?<![\w.,])[-+]?\d{1,3}(?:[,.' \u00a0]\d{3})+(?:[.,]\d+)?(?!\d)|(?<![\w.,])[-+]?\d+(?:[.,]\d+)?(?!\d)"
+    r"(?<![\w.,])(?:[-+]?0[xXoObB][0-9a-fA-F]{1,128}(?![\w])"
+    r"|[-+]?\d+(?:[.,]\d+)?[eE][-+]?\d{1,4}(?![\w])"
+    r"|[-+]?\d{1,3}(?:[,.'_ \u00a0]\d{3})+(?:[.,]\d+)?(?!\d)"
+    r"|[-+]?\d+(?:[.,]\d+)?(?!\d))"
 )
 _FILE_SUFFIXES = frozenset(
     [
@@ -251,9 +280,12 @@ def normalise(text: str) -> str:
 
 
 def normalise_email(value: str) -> str | None:
-    """``Bob@Example.COM`` and ``mailto:bob@example.com`` -> ``bob@example.com``."""
+    """``Bob@Example.COM`` and ``mailto:bob@example.com`` -> ``bob@example.com``; the domain
+    as a host (``bob@bücher.example`` is ``bob@xn--bcher-kva.example``)."""
     parts = email_parts(normalise(value))
-    return f"{parts[0]}@{parts[1]}" if parts is not None else None
+    if parts is None:
+        return None
+    return f"{parts[0]}@{canonical_host(parts[1]) or parts[1]}"
 
 
 def normalise_host(value: str) -> str | None:
@@ -265,11 +297,27 @@ def normalise_host(value: str) -> str | None:
 
 def normalise_url(value: str) -> str:
     """``HTTPS://www.Example.com/a/`` -> ``example.com/a``: no scheme, no ``www.``, no
-    trailing slash or sentence punctuation, case-folded."""
-    text = normalise(value).strip().casefold()
-    text = re.sub(r"^[a-z][a-z0-9+.-]*://", "", text)
-    text = text[4:] if text.startswith("www.") else text
+    trailing slash or sentence punctuation, case-folded; the host read as a URL parser reads
+    it (``%65xample.com`` is ``example.com``: :func:`~ctxwright.defence.hosts.canonical_host`)
+    and percent-encoded unreserved characters decoded (``/%61`` is ``/a``, RFC 3986 6.2.2.2)."""
+    text = normalise(value).strip()
+    text = re.sub(r"^[a-z][a-z0-9+.-]*://", "", text, flags=re.IGNORECASE)
+    split = re.match(r"[^/?#]*", text)
+    end = split.end() if split else 0
+    authority, rest = text[:end], text[end:]
+    userinfo, at, hostport = authority.rpartition("@")
+    port = re.search(r":\d*$", hostport) if not hostport.endswith("]") else None
+    host = hostport[: port.start()] if port else hostport
+    host = canonical_host(host) or host.casefold()
+    host = host[4:] if host.startswith("www.") else f"[{host}]" if ":" in host else host
+    rest = _UNRESERVED_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), rest).casefold()
+    text = userinfo.casefold() + at + host + (port.group(0) if port else "") + rest
     return text.rstrip("/.,;:!?")
+
+
+#: A percent-escape of an unreserved character (RFC 3986: letters, digits, ``-._~``), which
+#: means the character itself.
+_UNRESERVED_ESCAPE = re.compile(r"%(2[de]|3[0-9]|[46][1-9a-f]|[57][0-9a]|5f|7e)", re.IGNORECASE)
 
 
 def normalise_path(value: str) -> str:
@@ -286,16 +334,29 @@ def normalise_name(value: str) -> str:
 
 def normalise_amount(value: object) -> set[str]:
     """Every decimal a written number may mean, canonical (``98.70`` -> ``{"98.7"}``,
-    ``1,000`` -> ``{"1000", "1"}``); empty when it is not a number."""
+    ``1,000`` -> ``{"1000", "1"}``, ``1.2e3`` and ``0x4b0`` -> ``{"1200"}``); empty when it is
+    not a number."""
     if isinstance(value, bool):
         return set()
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):
+        return {_canon(Decimal(value))} if value.bit_length() <= _MAX_INT_BITS else set()
+    if isinstance(value, float):
         return {_canon(Decimal(repr(value)))} if value == value and abs(value) != float("inf") else set()
     if not isinstance(value, str):
         return set()
-    text = normalise(value).strip()
-    text = re.sub(r"^[^\d+-]+|[^\d.]+$", "", text)  # currency signs and words around it
+    text = normalise(value).strip().replace("\u2212", "-")  # the minus sign is a minus
     text = text.replace("\u00a0", " ").replace("'", "").replace(" ", "").replace("_", "")
+    based = _BASED.fullmatch(text)
+    if based:  # 0x4b0, 0o2260, 0b10010110000: a program's integer literal
+        number = int(based.group(2), 0)
+        return {_canon(Decimal(-number if based.group(1) == "-" else number))}
+    if re.match(r"[-+]?0[xob]", text, re.IGNORECASE):  # too long, or no literal: not its leading 0
+        return set()
+    text = re.sub(r"^[^\d+-]+|[^\d.]+$", "", text)  # currency signs and words around it
+    exponent = 0
+    sci = _EXPONENT.fullmatch(text)
+    if sci:  # 1.2e3, 1,2E+3: the mantissa is read as any number, then scaled
+        text, exponent = sci.group(1), int(sci.group(2))
     sign = ""
     if text[:1] in "+-":
         sign, text = ("-" if text[0] == "-" else ""), text[1:]
@@ -320,14 +381,35 @@ def normalise_amount(value: object) -> set[str]:
     out = set()
     for r in readings:
         try:
-            out.add(_canon(Decimal(sign + r.strip("."))))
+            read = Decimal(sign + r.strip("."))
+            out.add(_canon(read.scaleb(exponent) if exponent else read))
         except InvalidOperation:
             continue
     return out
 
 
+#: A whole string that is a number in some written form (case-folded): compared as an amount
+#: wherever it sits.
+_NUMBER_WHOLE = re.compile(
+    r"[-+\u2212]?(?:0x[0-9a-f]{1,32}|0o[0-7]{1,43}|0b[01]{1,128}|(?:\d[\d,.'_ ]*)?\d(?:e[-+]?\d{1,4})?)"
+)
+#: A program's integer literal in another base (``0x4b0``); at most 128 bits, so an
+#: attacker's string of hex digits cannot make a huge number.
+_BASED = re.compile(r"([-+]?)(0[xX][0-9a-fA-F]{1,32}|0[oO][0-7]{1,43}|0[bB][01]{1,128})")
+#: A number in exponent form (``1.2e3``, ``12E-2``); the exponent is bounded (four digits).
+_EXPONENT = re.compile(r"([-+]?\d[\d.,]*)[eE]([-+]?\d{1,4})")
+#: Integers beyond this many bits are no amount anyone pays (and would be slow to print).
+_MAX_INT_BITS = 256
+#: Past this decimal exponent a canonical amount is written in exponent form, so that
+#: ``1e9999`` is a short string, not ten thousand zeros.
+_MAX_PLAIN_EXPONENT = 64
+
+
 def _canon(d: Decimal) -> str:
-    text = format(d.normalize(), "f")
+    d = d.normalize()
+    if abs(d.adjusted()) > _MAX_PLAIN_EXPONENT:
+        return format(d, "E")
+    text = format(d, "f")
     return "0" if text in ("-0", "0") else text
 
 
@@ -340,12 +422,14 @@ def _digits(text: str) -> int:
 
 @dataclass(frozen=True)
 class Entity:
-    """A value of a call's arguments, as compared: ``norm`` is its normalised form."""
+    """A value of a call's arguments, as compared: ``norm`` is its normalised form, ``site``
+    the registrable domain of an address's or a host's (``defence/hosts.py``), else empty."""
 
     type: EntityKind
     argument: str
     value: str
     norm: str
+    site: str = ""
 
 
 def _eligible(kind: EntityKind, norm: str) -> bool:
@@ -395,7 +479,7 @@ def entities_of(arguments: Mapping[str, Any], schema: Mapping[str, Any] | None =
 
     def add(kind: EntityKind, argument: str, value: str, norm: str | None) -> None:
         if norm and _eligible(kind, norm):
-            found.setdefault((kind, argument, norm), Entity(kind, argument, value, norm))
+            found.setdefault((kind, argument, norm), Entity(kind, argument, value, norm, _site(kind, norm)))
 
     targeted: set[str] = set()
     for t in targets_of(arguments, schema):
@@ -440,9 +524,23 @@ def entities_of(arguments: Mapping[str, Any], schema: Mapping[str, Any] | None =
                 for norm in normalise_amount(whole):
                     add("amount", place, value, norm)
             continue
+        if _NUMBER_WHOLE.fullmatch(whole):  # "1.2e3", "0x4b0", "1,200.50": the number it means
+            for norm in normalise_amount(whole):
+                add("amount", place, value, norm)
         if not _DATE.fullmatch(whole):
             add("text", place, value, _trim(whole))
     return tuple(found.values())
+
+
+def _site(kind: EntityKind, norm: str) -> str:
+    """The site an address or a host belongs to (``x@mail.evil.example`` -> ``evil.example``);
+    empty for every other kind. A URL's site is its host entity's, so one URL is not flagged
+    twice for its site."""
+    if kind == "email":
+        return site_of(norm.rpartition("@")[2])
+    if kind == "host":
+        return site_of(norm)
+    return ""
 
 
 def _free_text(words: frozenset[str], value: str) -> bool:
@@ -470,26 +568,31 @@ class _Source:
     text: str  # normalised, for paths
     folded: str  # normalised and case-folded, for names
     prose: str = ""  # ``text`` with the values of id fields blanked, for ids
+    #: for a result computed from untrusted values: the untrusted results they came from
+    via: tuple[Seen, ...] = ()
 
     @classmethod
-    def of(cls, text: str, tool: str | None = None, call_id: str | None = None) -> _Source:
+    def of(cls, text: str, tool: str | None = None, call_id: str | None = None, via: tuple[Seen, ...] = ()) -> _Source:
         ents: dict[str, set[str]] = {}
         norm = normalise(text)
         for kind, _raw, value in _text_entities(norm, normalised=True):
             ents.setdefault(kind, set()).add(value)
         for m in _EMAIL_IN.finditer(norm):  # an address's domain is a host seen there too
-            ents.setdefault("host", set()).add(m.group(0).rsplit("@", 1)[1].casefold().rstrip("."))
+            domain = m.group(0).rsplit("@", 1)[1]
+            ents.setdefault("host", set()).add(canonical_host(domain) or domain.casefold().rstrip("."))
+        ents["site"] = {site_of(h) for h in ents.get("host", ())}  # and every host's site
         amounts = ents.setdefault("amount", set())
         for written in set(m.group(0) for m in _NUMBER_IN.finditer(norm)):
             amounts.update(normalise_amount(written))
         prose = _ID_FIELD.sub(lambda m: m.group(1) + " " * len(m.group(2)), norm)
-        return cls(tool, call_id, ents, norm, " ".join(norm.casefold().split()), prose)
+        return cls(tool, call_id, ents, norm, " ".join(norm.casefold().split()), prose, via)
 
     def without(self, values: Iterable[Entity], texts: Iterable[str]) -> _Source:
         """This source minus the values of the call that produced it (a tool echoing its input)."""
         ents = {k: set(v) for k, v in self.entities.items()}
         for e in values:
             ents.get(e.type, set()).discard(e.norm)
+            ents.get("site", set()).discard(e.site)  # an echoed address vouches for no site
         text, folded = self.text, self.folded
         for t in texts:
             if len(t) >= MIN_CHARS:
@@ -499,16 +602,41 @@ class _Source:
         for t in texts:
             if t:
                 prose = prose.replace(normalise(t), "\x00")
-        return _Source(self.tool, self.call_id, ents, text, folded, prose)
+        return _Source(self.tool, self.call_id, ents, text, folded, prose, self.via)
+
+    def seen(self, site: str = "") -> Seen:
+        """Where a value (or only its ``site``) was seen: this source."""
+        return Seen(self.tool or "?", self.call_id or "?", site, self.via)
 
     def has(self, e: Entity, *, trusted: bool = False) -> bool:
         if e.type == "path":
             return _bounded(e.norm, self.text, r"[\w/.-]", r"[\w/-]")
         if e.type in ("name", "text"):
-            return _bounded(e.norm, self.folded, r"\w", r"\w")
+            return self.has_phrase(e.norm)
         if e.type == "id":  # "13" as a token, not inside 2024-05-13 or 13.5
             return e.norm in _id_refs(self.text if trusted else self.prose)
         return e.norm in self.entities.get(e.type, ())
+
+    def has_phrase(self, phrase: str) -> bool:
+        """Whether ``phrase`` (case-folded, whitespace collapsed) stands here as whole words."""
+        return _bounded(phrase, self.folded, r"\w", r"\w")
+
+    def has_site(self, site: str) -> bool:
+        """Whether an address or a host of this source belongs to ``site``."""
+        return bool(site) and site in self.entities.get("site", ())
+
+
+def _phrases(value: str) -> Iterable[str]:
+    """The whole of ``value`` and its words that are no plain word, as a source's ``folded``
+    text would hold them (see :meth:`ProvenanceIndex._taint`)."""
+    norm = normalise(value)
+    whole = _trim(" ".join(norm.casefold().split()))
+    if len(whole) >= MIN_CHARS and whole not in COMMON and not _DATE.fullmatch(whole):
+        yield whole
+    for word in norm.split():
+        word = _trim(word)
+        if len(word) >= _TAINT_WORD and not _PLAIN_WORD.fullmatch(word) and word.casefold() != whole:
+            yield word.casefold()
 
 
 def _id_refs(text: str) -> set[str]:
@@ -526,13 +654,29 @@ def _bounded(needle: str, hay: str, before: str, after: str) -> bool:
 
 @dataclass(frozen=True)
 class Seen:
-    """Where an untrusted value was seen: the tool and the call whose result held it."""
+    """Where an untrusted value was seen: the tool and the call whose result held it;
+    ``site`` is set when only the value's site was seen there (another mailbox or host of
+    the same registrable domain), not the value itself."""
 
     tool: str
     call_id: str
+    site: str = ""
+    #: when that result was computed by a trusted tool from untrusted values (``reverse_text``
+    #: of a page's string): the untrusted results those values came from
+    via: tuple[Seen, ...] = ()
 
-    def to_dict(self) -> dict[str, str]:
-        return {"tool": self.tool, "call_id": self.call_id}
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"tool": self.tool, "call_id": self.call_id}
+        if self.site:
+            out["site"] = self.site
+        if self.via:
+            out["via"] = [v.to_dict() for v in self.via]
+        return out
+
+    def describe(self) -> str:
+        """``reverse_text (c2, from read_webpage (c1))``: the tool, the call, the origin."""
+        origin = f", from {', '.join(v.describe() for v in self.via)}" if self.via else ""
+        return f"{self.tool} ({self.call_id}{origin})"
 
 
 @dataclass
@@ -600,16 +744,56 @@ class ProvenanceIndex:
             rest.append(content[last : m.start()])
             last = m.end()
         rest.append(content[last:])
-        if ev.ok and not ev.interrupted:
-            texts = [v for _, _, _, v in leaves(args) if isinstance(v, str)]
+        texts = [v for _, _, _, v in leaves(args) if isinstance(v, str)]
+        taint = self._taint(args)
+        if taint:  # computed from untrusted values: what it made of them is untrusted too
+            derived = _Source.of("\n".join(rest), name, call_id, taint)
+            self.untrusted.append(derived.without(entities_of(args), texts))
+        elif ev.ok and not ev.interrupted:
             self.trusted.append(_Source.of("\n".join(rest)).without(entities_of(args), texts))
+
+    def _taint(self, args: Mapping[str, Any]) -> tuple[Seen, ...]:
+        """The untrusted results (the first of a chain) that values of a trusted tool's
+        arguments came from, or ``()``. Why: a trusted ``reverse_text`` or base64 decoder
+        given a page's string returns the attacker's address in clear, and a result of a
+        trusted tool would vouch for it. Its values are the ones the gate compares
+        (:func:`entities_of`) and, for any string argument, free text included, the whole
+        string and each of its words of :data:`_TAINT_WORD` or more characters that is no
+        plain word (a digit, a symbol or a capital inside: a reversed address, base64, hex),
+        found in untrusted content and in no trusted source."""
+        seen: dict[Seen, None] = {}
+        for e in entities_of(args):
+            seen.update(dict.fromkeys(self.seen_untrusted(e)))
+        for _, _, _, value in leaves(args):
+            if isinstance(value, str):
+                for phrase in _phrases(value):
+                    if not any(s.has_phrase(phrase) for s in self.trusted):
+                        seen.update(dict.fromkeys(s.seen() for s in self.untrusted if s.has_phrase(phrase)))
+        return tuple(dict.fromkeys(root for s in seen for root in (s.via or (Seen(s.tool, s.call_id),))))
 
     def seen_untrusted(self, e: Entity) -> tuple[Seen, ...]:
         """Where ``e`` was seen in untrusted content, or ``()`` when it was not or when a
-        trusted source holds it too."""
+        trusted source holds it too. An address or a host seen nowhere itself is looked up
+        by its site: with ``attacker@evil.example`` in a page, ``boss@evil.example`` and
+        ``x@mail.evil.example`` reach the same owner, unless a trusted source names an
+        address or a host of that site."""
         if any(s.has(e, trusted=True) for s in self.trusted):
             return ()
-        return tuple(dict.fromkeys(Seen(s.tool or "?", s.call_id or "?") for s in self.untrusted if s.has(e)))
+        seen = tuple(dict.fromkeys(s.seen() for s in self.untrusted if s.has(e)))
+        if seen or not e.site or any(s.has_site(e.site) for s in self.trusted):
+            return seen
+        return tuple(dict.fromkeys(s.seen(e.site) for s in self.untrusted if s.has_site(e.site)))
+
+
+def flag_reason(e: Entity, seen: Sequence[Seen]) -> str:
+    """The gate's reason for a provenance flag, for a person: the value, where it was seen,
+    and whether only its site was."""
+    where = ", ".join(s.describe() for s in seen)
+    what = f"its site {e.site}" if seen and all(s.site for s in seen) else f"this {e.type}"
+    return (
+        f"{e.argument}={e.value!r}: {what} appears in untrusted content from {where} "
+        "and in none of the user's messages, the system prompt or trusted results"
+    )
 
 
 def _parse(arguments: str) -> dict[str, Any]:
