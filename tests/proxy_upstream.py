@@ -14,7 +14,8 @@ A request may ask for a behaviour with the ``x-test-behaviour`` header: ``garbag
 whose body is not JSON), ``gzip`` (a gzip-compressed answer), ``slow=S`` (wait S seconds before
 answering), ``drip=N`` (a stream of N events 50 ms apart, for disconnect tests), ``stall=S`` (a stream that goes
 silent for S seconds after its first event), ``status=C``
-(answer with status C and a provider error body).
+(answer with status C and a provider error body), ``no-cached`` (OpenAI chat usage without
+``prompt_tokens_details``, as servers that report no cached-token count send it).
 """
 
 from __future__ import annotations
@@ -156,14 +157,16 @@ class Upstream:
 
         return StreamingResponse(gen(), media_type="text/event-stream", headers={"x-request-id": "req_123"})
 
-    def _usage_openai(self) -> dict[str, Any]:
+    def _usage_openai(self, behaviour: str = "") -> dict[str, Any]:
         u = self.usage
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": u["prompt"],
             "completion_tokens": u["completion"],
             "total_tokens": u["prompt"] + u["completion"],
-            "prompt_tokens_details": {"cached_tokens": u["cached"]},
         }
+        if behaviour != "no-cached":
+            usage["prompt_tokens_details"] = {"cached_tokens": u["cached"]}
+        return usage
 
     def _chat(self, seen: Seen, body: dict[str, Any], behaviour: str) -> Response:
         if not isinstance(body.get("messages"), list) or not body.get("model"):
@@ -174,7 +177,7 @@ class Upstream:
             chunks += [{**base, "choices": [{"index": 0, "delta": {"content": piece}}]} for piece in _pieces(self.text)]
             chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
             if (body.get("stream_options") or {}).get("include_usage"):
-                chunks.append({**base, "choices": [], "usage": self._usage_openai()})
+                chunks.append({**base, "choices": [], "usage": self._usage_openai(behaviour)})
             events = [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"]
             return self._stream(seen, events, _drip(behaviour), _stall(behaviour))
         reply = {
@@ -183,7 +186,7 @@ class Upstream:
             "created": 1,
             "model": body["model"],
             "choices": [{"index": 0, "message": {"role": "assistant", "content": self.text}, "finish_reason": "stop"}],
-            "usage": self._usage_openai(),
+            "usage": self._usage_openai(behaviour),
         }
         return self._send(seen, 200, json.dumps(reply).encode(), compress=behaviour == "gzip")
 

@@ -832,6 +832,11 @@ class Conversations:
         if self.on_close is not None:
             self.on_close(c.close())
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the open conversations' latest requests."""
+        return self._bytes
+
     def close_all(self) -> None:
         """Close every open conversation, in order of their first request."""
         for c in sorted(self._open.values(), key=lambda c: c.number):
@@ -999,6 +1004,12 @@ class Auditor:
         if self.keep_rows:
             self.rows.append(row)
         return row
+
+    @property
+    def held_bytes(self) -> int:
+        """What this audit holds in memory, roughly: its prefix index and the open
+        conversations' latest requests (a caller keeping several auditors bounds their sum)."""
+        return self.index.size + self.conversations.held_bytes
 
     def summary(self, prices: Prices | None = None) -> AuditSummary:
         return self.totals.summary(prices, conversations=self.conversations.count)

@@ -31,7 +31,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
-from ctxwright.audit.compare import AuditLimits, Auditor, AuditRow, AuditSummary, Divergence, Prices
+from ctxwright.audit.compare import AuditLimits, Auditor, AuditRequest, AuditRow, AuditSummary, Divergence, Prices
 from ctxwright.audit.logs import ParseProblem, read_stream
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.errors import CtxwrightError
@@ -98,12 +98,27 @@ def run_audit(
     except OSError as exc:
         print(f"ctxwright audit: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    with f:
+        return audit_items(read_stream(f), str(path), as_json=as_json, prices=prices, console=console, limits=limits)
+
+
+def audit_items(
+    items: Iterable[ParseProblem | AuditRequest],
+    source: str,
+    *,
+    as_json: bool,
+    prices: Prices | None,
+    console: Console,
+    limits: AuditLimits | None = None,
+) -> int:
+    """:func:`run_audit` on requests already read (a log's, or a proxy session's from the
+    store); ``source`` names them in messages."""
     problems = _Problems()
     limits = limits or AuditLimits()
     counter = TokenCounter(cache_size=limits.token_memo)
     report: _Report = _JsonReport(console.file) if as_json else _TableReport(console)
     status = 0
-    with f, tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
         auditor = Auditor(
             counter,
             keep_rows=False,
@@ -111,21 +126,21 @@ def run_audit(
             on_close=lambda c: print(json.dumps(c.to_json()), file=spool),
         )
         try:
-            for item in read_stream(f):
+            for item in items:
                 if isinstance(item, ParseProblem):
                     problems.report(item)
                 else:
                     report.row(auditor.add(item))
         except OSError as exc:  # the file went away or the disk failed midway
             print(
-                f"ctxwright audit: reading {path} stopped after {auditor.count:,} request(s): {exc.strerror or exc}",
+                f"ctxwright audit: reading {source} stopped after {auditor.count:,} request(s): {exc.strerror or exc}",
                 file=sys.stderr,
             )
             status = 2
         problems.finish()
         if not auditor.count:
             print(
-                f"ctxwright audit: no request could be read from {path}"
+                f"ctxwright audit: no request could be read from {source}"
                 + (f" ({problems.count} problem(s) above)" if problems.count else " (the file is empty)"),
                 file=sys.stderr,
             )

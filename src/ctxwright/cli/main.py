@@ -203,7 +203,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from ctxwright.cli.audit import prices_from_args, run_audit
+    from ctxwright.cli.audit import audit_items, prices_from_args, run_audit
 
     prices = prices_from_args(args)
     if args.proxy_session:
@@ -212,7 +212,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
         if args.file:
             raise CtxwrightError("give a log FILE or --proxy-session ID, not both")
         return audit_proxy_session(
-            args, lambda path: run_audit(path, as_json=args.json, prices=prices, console=console)
+            args,
+            lambda items, source: audit_items(items, source, as_json=args.json, prices=prices, console=console),
         )
     if not args.file:
         raise CtxwrightError("give a log to audit: ctxwright audit FILE (or --proxy-session ID)")

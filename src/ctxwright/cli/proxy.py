@@ -9,16 +9,23 @@ agent's base URL at it (OpenAI clients ``http://127.0.0.1:8787/v1``, Anthropic c
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
+import math
+import socket
 import sys
-import tempfile
 import time
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from rich.table import Table
 from rich.text import Text
 
 from ctxwright.errors import CtxwrightError
+
+if TYPE_CHECKING:
+    from ctxwright.audit.logs import LogItem
 
 
 def add_proxy_parser(sub: Any) -> None:
@@ -68,9 +75,11 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     from ctxwright.proxy.serve import serve
     from ctxwright.proxy.server import ProxyConfig
 
+    _check_numbers(args)
+    upstream, note = upstream_origin(args.upstream)
     try:
         config = ProxyConfig(
-            upstream=args.upstream,
+            upstream=upstream,
             connect_timeout=args.connect_timeout,
             read_timeout=args.timeout,
             record_cap=int(args.record_cap * 1024 * 1024),
@@ -78,11 +87,21 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CtxwrightError(str(exc)) from None
     store = _store(args)
+    if note:
+        print(f"ctxwright proxy: {note}", file=sys.stderr, flush=True)
+    if not is_loopback(args.host):
+        print(
+            f"ctxwright proxy: warning: --host {args.host} is not a loopback address: anyone who can reach port "
+            f"{args.port} can send requests through this proxy to {upstream} and have them recorded (nothing "
+            "authenticates the proxy's clients); listen on 127.0.0.1 unless that is intended",
+            file=sys.stderr,
+            flush=True,
+        )
     shown = f"[{args.host}]" if ":" in args.host else args.host
     base = f"http://{shown}:{args.port}"
     console.print(
         Text(
-            f"ctxwright proxy on {base} -> {args.upstream}, recording to {store.path}\n"
+            f"ctxwright proxy on {base} -> {upstream}, recording to {store.path}\n"
             f"  OpenAI clients: base URL {base}/v1   Anthropic clients: {base}\n"
             "  one line per model call: session #call status time  cause  cached ÷ reusable  first divergence"
         )
@@ -94,6 +113,71 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     recorder = serve(config, store, host=args.host, port=args.port, printer=(lambda _l: None) if args.quiet else out)
     console.print(Text(f"ctxwright proxy stopped; {recorder.recorded} exchange(s) recorded in {store.path}"))
     return 0
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Refuse, in one line each, the values the relay cannot work with: a port outside TCP's
+    range (the socket would raise ``OverflowError``), a timeout that is not a positive, finite
+    number of seconds (calls to the upstream would fail at once, or never time out), a negative
+    or infinite recording cap."""
+    if not 1 <= args.port <= 65535:
+        raise CtxwrightError(f"--port {args.port}: give a TCP port from 1 to 65535 (default 8787)")
+    for flag, value in (("--timeout", args.timeout), ("--connect-timeout", args.connect_timeout)):
+        if not (value > 0 and math.isfinite(value)):
+            raise CtxwrightError(f"{flag} {value:g}: give a number of seconds above 0, e.g. {flag} 600")
+    if not (args.record_cap >= 0 and math.isfinite(args.record_cap)):
+        raise CtxwrightError(
+            f"--record-cap {args.record_cap:g}: give a size in MB of 0 or more (0 records sizes and hashes only), "
+            "e.g. --record-cap 32"
+        )
+
+
+def upstream_origin(url: str) -> tuple[str, str | None]:
+    """The upstream to forward to, and a note when it is not ``url`` as given.
+
+    The client's path is forwarded whole (``/v1/chat/completions``), after the upstream's own
+    path. An upstream given as the base URL a client would use -- ``http://host:8080/v1``,
+    ``https://openrouter.ai/api/v1`` -- would make every call ``/v1/v1/...``, a 404; its
+    trailing ``/v1`` is dropped, with a note saying so. An upstream naming a model endpoint
+    (``.../chat/completions``) is refused: no path can follow it.
+    """
+    from ctxwright.proxy.log import API_SUFFIXES
+
+    parts = urlsplit(url.strip())
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        return url, None  # not a URL of ours: ProxyConfig refuses it in its own words
+    path = parts.path.rstrip("/")
+    if any(path.lower().endswith(suffix) for suffix, _api in API_SUFFIXES):
+        origin = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+        raise CtxwrightError(
+            f"--upstream {url} names a model endpoint; give the provider's origin, e.g. --upstream {origin} "
+            "(each client's path, such as /v1/chat/completions, is forwarded after it)"
+        )
+    if not path.lower().endswith("/v1"):
+        return url, None
+    base = urlunsplit((parts.scheme, parts.netloc, path[:-3], parts.query, parts.fragment))
+    return base, (
+        f"--upstream {url} ends in /v1, the path clients send themselves: forwarding to {base}, so "
+        f"/v1/chat/completions goes to {base}/v1/chat/completions"
+    )
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` is reachable from this machine only (127.0.0.0/8, ::1, a name that
+    resolves only to those); a name that does not resolve counts as loopback (binding to it
+    fails with its own message)."""
+    bare = host.strip().strip("[]")
+    if not bare:
+        return False  # the empty host listens on every interface
+    try:
+        return ipaddress.ip_address(bare).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(bare, None)
+    except (OSError, UnicodeError):
+        return True
+    return all(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]).is_loopback for info in infos)
 
 
 def _list(store: Any, *, as_json: bool) -> int:
@@ -123,18 +207,18 @@ def _list(store: Any, *, as_json: bool) -> int:
     return 0
 
 
-def audit_proxy_session(args: argparse.Namespace, run: Any) -> int:
-    """``ctxwright audit --proxy-session ID``: the session's records as a request log, audited
-    by the same code as a log file (``run`` is ``cli/audit.run_audit``)."""
+def audit_proxy_session(args: argparse.Namespace, run: Callable[[Iterator[LogItem], str], int]) -> int:
+    """``ctxwright audit --proxy-session ID``: the session's stored calls audited as the proxy
+    audited them live (``proxy/session_audit.py``), printed by the code that prints the audit
+    of a log file (``run(items, source)`` is ``cli/audit.audit_items``)."""
     from ctxwright.proxy.log import proxy_session_requests
+    from ctxwright.proxy.session_audit import session_items
+    from ctxwright.proxy.store import ProxyLog
 
-    records = proxy_session_requests(_store(args), args.proxy_session)
+    store = _store(args)
+    sid = str(ProxyLog(store).session_row(args.proxy_session)["id"])
+    records = proxy_session_requests(store, sid)
     if not records:
         print(f"ctxwright audit: proxy session {args.proxy_session} has no model calls", file=sys.stderr)
         return 2
-    with tempfile.NamedTemporaryFile("wb", suffix=".jsonl") as f:
-        for r in records:
-            f.write(json.dumps({"request": r["request"], "response": r["response"]}, ensure_ascii=False).encode())
-            f.write(b"\n")
-        f.flush()
-        return int(run(f.name))
+    return run(session_items(records, sid), f"proxy session {sid}")

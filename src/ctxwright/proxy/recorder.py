@@ -3,35 +3,36 @@
 Why a thread: the relay runs on one event loop, and anything slow there (an SQLite commit,
 decoding a large body, hashing a long history) delays every other client's bytes. The loop
 only queues the finished exchange (:meth:`Recorder.submit`, a lock-free append); this
-thread decodes it, places it in a session (``proxy/sessions.py``), audits it with the same
-auditor as ``ctxwright audit`` (``audit/compare.py``, fed by the same reader,
-``audit/logs.py``), writes one row, and prints one line. One writer keeps the session
-placement and the audit in arrival order. Rows are written one by one as they arrive
-(autocommit, WAL), so a crash loses only exchanges still in flight or in the queue; closing
-the recorder drains the queue first.
+thread decodes it, places it in a session (``proxy/sessions.py``), audits it as
+``ctxwright audit --proxy-session`` audits the stored session (``proxy/session_audit.py``:
+one computation, so the printed line and the offline audit agree), writes one row, and
+prints one line. One writer keeps the session placement and the audit in arrival order.
+Rows are written one by one as they arrive (autocommit, WAL), so a crash loses only
+exchanges still in flight or in the queue; closing the recorder drains the queue first.
+
+A call's number in its session is taken only when its row is written: a write that fails (a
+full disk) leaves no gap in the numbers of the calls that follow.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from ctxwright.audit.compare import AuditLimits, Auditor, AuditRequest, AuditRow
+from ctxwright.audit.compare import TOKEN_MEMO, AuditRequest, AuditRow
 from ctxwright.audit.live import audit_record
 from ctxwright.audit.logs import ParseProblem, RecordReader
+from ctxwright.core.redact import redact_query
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.proxy.log import api_of, decode_body, is_event_stream, sse_events
 from ctxwright.proxy.server import Exchange
+from ctxwright.proxy.session_audit import LiveAudits
 from ctxwright.proxy.sessions import SessionPlacer
 from ctxwright.proxy.store import ProxyLog
 from ctxwright.store.sessions import Store
-
-#: what the proxy's audit keeps in memory (it runs for days: smaller than a one-off audit's)
-PROXY_AUDIT_LIMITS = AuditLimits(index_bytes=32 * 1024 * 1024, open_conversations=256, open_bytes=64 * 1024 * 1024)
 
 
 def _json(data: bytes | bytearray | None) -> Any:
@@ -92,8 +93,7 @@ class Recorder:
         self.printer = printer
         self.placer = SessionPlacer(store, upstream)
         self.reader = RecordReader()
-        counter = counter or TokenCounter(cache_size=PROXY_AUDIT_LIMITS.token_memo)
-        self.auditor = Auditor(counter, keep_rows=False, limits=PROXY_AUDIT_LIMITS)
+        self.audits = LiveAudits(store, counter or TokenCounter(cache_size=TOKEN_MEMO))
         self._calls: dict[str, int] = {}
         self._queue: queue.SimpleQueue[Exchange | None] = queue.SimpleQueue()
         self.recorded = 0
@@ -133,7 +133,7 @@ class Recorder:
                 ok = True
             except Exception as exc:  # one exchange that cannot be recorded must not stop the others
                 if self.printer is not None:
-                    self.printer(f"ctxwright proxy: could not record {ex.method} {ex.path}: {exc}")
+                    self.printer(f"ctxwright proxy: could not record {ex.method} {redact_query(ex.path)}: {exc}")
             finally:
                 with self._idle:
                     if ok:
@@ -195,15 +195,21 @@ class Recorder:
         k = self._calls.get(sid)
         if k is None:
             k = 0 if placement.new else self._next_index(sid)
-        self._calls[sid] = k + 1
         self.placer.answered(sid, _response_id(response) if api == "openai_responses" else None)
         audit_row = None
-        if req is not None:
-            audit_row = self.auditor.add(dataclasses.replace(req, conversation=sid, session=sid))
-        audit = audit_record(audit_row) if audit_row is not None else {"problem": problem}
-        audit["grouped_by"] = placement.grouped_by
-        row.update(session_id=sid, call_index=k, audit_json=json.dumps(audit, ensure_ascii=False))
-        rid = self.log.record_exchange(row)
+        try:
+            if req is not None:
+                audit_row = self.audits.add(sid, req, new=placement.new)
+            audit = audit_record(audit_row) if audit_row is not None else {"problem": problem}
+            audit["grouped_by"] = placement.grouped_by
+            row.update(session_id=sid, call_index=k, audit_json=json.dumps(audit, ensure_ascii=False))
+            rid = self.log.record_exchange(row)
+        except BaseException:
+            # not stored: its number stays free for the next call, and the session's audit is
+            # rebuilt from the calls that were stored
+            self.audits.forget(sid)
+            raise
+        self._calls[sid] = k + 1
         if self.printer is not None:
             self.printer(format_line(sid, k, ex, audit_row, problem))
         return rid

@@ -7,6 +7,11 @@ own (created by the store's migration ``m005_proxy``, which stays in ``store/mig
 because migrations are history). :class:`ProxyLog` works over the same connection as the
 store it is given (``Store.db``), so one database file holds both and the same waiting and
 errors apply.
+
+Every write passes here, so this is where credentials are kept off the disk: a client
+configured with its key in the URL (``?key=`` for Google's endpoint, ``?api-key=`` for Azure)
+sends it in the query of every request, and the stored path, error and upstream are redacted
+by the one rule of ``core/redact.py`` (no header is stored at all).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from ctxwright.core.redact import redact, redact_query
 from ctxwright.errors import SessionNotFound
 from ctxwright.store.sessions import Store
 
@@ -63,7 +69,7 @@ class ProxyLog:
         sid = session_id or "px-" + uuid.uuid4().hex[:10]
         self.db.execute(
             "INSERT INTO proxy_sessions (id, created_at, grouped_by, group_key, api, upstream) VALUES (?, ?, ?, ?, ?, ?)",
-            (sid, time.time(), grouped_by, group_key, api, upstream),
+            (sid, time.time(), grouped_by, group_key, api, redact(upstream)),
         )
         return sid
 
@@ -77,9 +83,15 @@ class ProxyLog:
         return None if row is None else str(row["id"])
 
     def record_exchange(self, row: Mapping[str, Any]) -> int:
-        """One relayed exchange (the columns of :data:`PROXY_EXCHANGE_COLUMNS`); its row id."""
-        cols = [c for c in PROXY_EXCHANGE_COLUMNS if c in row]
-        values = [row[c] for c in cols]
+        """One relayed exchange (the columns of :data:`PROXY_EXCHANGE_COLUMNS`), its query's
+        credentials and any in its error redacted; its row id."""
+        clean = dict(row)
+        if isinstance(clean.get("path"), str):
+            clean["path"] = redact_query(clean["path"])
+        if isinstance(clean.get("error"), str):
+            clean["error"] = redact(clean["error"])
+        cols = [c for c in PROXY_EXCHANGE_COLUMNS if c in clean]
+        values = [clean[c] for c in cols]
         return self.db.insert(
             f"INSERT INTO proxy_exchanges ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", values
         )

@@ -20,13 +20,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from dataclasses import replace as dc_replace
 from pathlib import Path
 from typing import Any
 
 from ctxwright.audit.compare import Auditor, AuditRequest, AuditRow, Prices, paid_as_cached
 from ctxwright.audit.live import audit_record
-from ctxwright.audit.logs import ParseProblem, read_log, read_records
+from ctxwright.audit.logs import ParseProblem, read_log
 from ctxwright.core.events import (
     AssistantEvent,
     CompactionEvent,
@@ -40,6 +39,7 @@ from ctxwright.core.records import CallRecord
 from ctxwright.core.render import Renderer, RenderSettings
 from ctxwright.core.tokens import PER_MESSAGE_OVERHEAD, Ledger, TokenCounter
 from ctxwright.proxy.log import proxy_session_requests
+from ctxwright.proxy.session_audit import session_items
 from ctxwright.proxy.store import ProxyLog
 from ctxwright.store.sessions import Store
 
@@ -401,10 +401,7 @@ def from_proxy(store: Store, session_id: str, counter: TokenCounter | None = Non
     row = ProxyLog(store).session_row(session_id)
     sid = str(row["id"])
     records = proxy_session_requests(store, sid)
-    items = [
-        dc_replace(item, conversation=sid, session=sid) if isinstance(item, AuditRequest) else item
-        for item in read_records(records)
-    ]
+    items = list(session_items(records, sid))  # audited as the proxy audited them live
     data = from_requests(items, title=f"proxy session {sid}", counter=counter)
     # one item per record (proxy/log.py): the proxy's own figures of each call
     metas = [r.get("proxy") or {} for r, item in zip(records, items, strict=True) if isinstance(item, AuditRequest)]

@@ -1,0 +1,102 @@
+"""The audit of a proxy session: one computation for the line the proxy prints per call,
+``ctxwright audit --proxy-session`` and ``ctxwright report --proxy-session``.
+
+Why one: a call's reusable prefix is the longest prefix it shares with any request its
+auditor saw before it. An auditor shared by every session since the proxy started and one
+that reads a single session back from the store give the same call two numbers -- a second
+session opening with the same system prompt counts it as reusable live and not offline, a
+call after a restart the other way round. So a proxy session is audited on its own: its calls
+in call order, read by the log reader (``audit/logs.py``), each in the session's one
+conversation, by an :class:`~ctxwright.audit.compare.Auditor` of its own with the default
+limits. Live, :class:`LiveAudits` keeps one such auditor per recent session and rebuilds it
+from the stored calls when it has none (the proxy restarted, or dropped it for memory);
+offline, :func:`session_items` feeds the stored calls to a fresh one. The same requests in the
+same order give the same rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ctxwright.audit.compare import Auditor, AuditRequest, AuditRow
+from ctxwright.audit.logs import LogItem, read_records
+from ctxwright.core.tokens import TokenCounter
+from ctxwright.proxy.log import proxy_session_requests
+
+if TYPE_CHECKING:
+    from ctxwright.store.sessions import Store
+
+#: sessions whose auditor the live proxy keeps (the least recently used beyond it is dropped)
+LIVE_SESSIONS = 64
+#: bytes the kept auditors may hold together (prefix indexes and latest requests, roughly)
+LIVE_AUDIT_BYTES = 128 * 1024 * 1024
+
+
+def in_session(req: AuditRequest, session_id: str) -> AuditRequest:
+    """``req`` as a call of the proxy session ``session_id``: its one conversation."""
+    return dataclasses.replace(req, conversation=session_id, session=session_id)
+
+
+def session_items(records: Iterable[Any], session_id: str) -> Iterator[LogItem]:
+    """The records of one proxy session (``proxy/log.py``) as the audit reads them, each
+    request in the session's conversation; a record that cannot be read is its problem."""
+    for item in read_records(records):
+        yield in_session(item, session_id) if isinstance(item, AuditRequest) else item
+
+
+class LiveAudits:
+    """The auditors of the sessions the live proxy is recording (used from the recorder's
+    thread only). An auditor missing for a session that has stored calls is rebuilt from them
+    (``proxy/log.py``), so its next row is the one the offline audit gives."""
+
+    def __init__(
+        self,
+        store: Store,
+        counter: TokenCounter,
+        *,
+        max_sessions: int = LIVE_SESSIONS,
+        max_bytes: int = LIVE_AUDIT_BYTES,
+    ) -> None:
+        self.store = store
+        self.counter = counter
+        self.max_sessions = max_sessions
+        self.max_bytes = max_bytes
+        self._auditors: OrderedDict[str, Auditor] = OrderedDict()  # least recently used first
+        #: how many auditors were rebuilt from the store (tests)
+        self.rebuilt = 0
+
+    def add(self, session_id: str, req: AuditRequest, *, new: bool) -> AuditRow:
+        """Audit one call of ``session_id`` (``new``: the session has no stored call yet)."""
+        auditor = self._auditors.pop(session_id, None)
+        if auditor is None:
+            auditor = Auditor(self.counter, keep_rows=False)
+            if not new:
+                self._rebuild(auditor, session_id)
+        self._auditors[session_id] = auditor
+        row = auditor.add(in_session(req, session_id))
+        self._evict()
+        return row
+
+    def forget(self, session_id: str) -> None:
+        """Drop a session's auditor: its last call was audited but not stored (a failed write),
+        and the stored calls are what the audit of the session is made of."""
+        self._auditors.pop(session_id, None)
+
+    def _rebuild(self, auditor: Auditor, session_id: str) -> None:
+        self.rebuilt += 1
+        for item in session_items(proxy_session_requests(self.store, session_id), session_id):
+            if isinstance(item, AuditRequest):
+                auditor.add(item)
+
+    def _evict(self) -> None:
+        while len(self._auditors) > 1 and (
+            len(self._auditors) > self.max_sessions
+            or sum(a.held_bytes for a in self._auditors.values()) > self.max_bytes
+        ):
+            self._auditors.popitem(last=False)
+
+
+__all__ = ["LIVE_AUDIT_BYTES", "LIVE_SESSIONS", "LiveAudits", "in_session", "session_items"]
