@@ -331,6 +331,7 @@ def test_defence_levels_and_the_sanitizer():
 
 def test_paths_are_made_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "ws").mkdir()  # a workspace must exist (recipe/values.py)
     r = Recipe.resolve({"skills": ["sk"], "workspace": "ws", "mcp_servers": ["srv --x 'a b'"]}, None, SERVED)
     assert r.skills.dirs == [str(tmp_path / "sk")] and r.workspace == tmp_path / "ws"
     assert r.mcp.servers == [["srv", "--x", "a b"]]

@@ -99,3 +99,45 @@ def test_nonsense_run_flags_are_one_line_and_exit_non_zero(
     assert main(["--db", str(tmp_path / "c.db"), "run", *flags, "hi"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "give a" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--mcp", 'unterminated "quote'], "no closing quotation"),
+        (["--mcp", "python server.py \\"], "no escaped character"),
+        (["--workspace", "{tmp}/missing"], "missing does not exist; give an existing folder"),
+        (["--workspace", "{tmp}/a-file"], "is a file, not a folder"),
+    ],
+)
+def test_bad_mcp_commands_and_workspaces_are_one_line_and_exit_2(
+    flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hostile probe: these ended as "unexpected ValueError" or a bare OSError that named no option."""
+    from ctxwright.cli.main import main
+
+    (tmp_path / "a-file").write_text("not a folder", encoding="utf-8")
+    given = [f.format(tmp=tmp_path) for f in flags]
+    assert main(["--db", str(tmp_path / "c.db"), "run", *given, "hi"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err and "unexpected" not in err, err
+    assert flags[0].lstrip("-") in err  # the option is named
+
+
+def test_a_bad_mcp_command_from_the_library_is_a_config_error() -> None:
+    from ctxwright.recipe import Recipe, backend_defaults
+
+    with pytest.raises(ConfigError, match=r"mcp_servers='srv \"x': no closing quotation"):
+        Recipe.resolve({"mcp_servers": ['srv "x']}, None, backend_defaults("openai"))
+
+
+def test_a_session_whose_workspace_was_removed_says_how_to_go_on(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    db = tmp_path / "c.db"
+    with Harness(backend=ScriptedBackend(["ok"]), db=db, workspace=ws) as h:
+        h.run("hi")
+        sid = h.session_id
+    ws.rmdir()
+    with pytest.raises(ConfigError, match="is not an existing directory: give --workspace DIR"):
+        Harness.resume(sid, backend=ScriptedBackend(["ok"]), db=db)

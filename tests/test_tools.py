@@ -731,3 +731,102 @@ def test_read_file_of_an_endless_regular_file_stops_at_the_cap(monkeypatch: pyte
     read = ToolRegistry(make_file_tools(Path("/"))).get("read_file")
     with pytest.raises(ValueError, match=r"holds more than 1048576 bytes \(it claimed 0"):
         _within(10, read, "/proc/self/pagemap")
+
+
+# -- the workspace walk: hostile probes -------------------------------------------------------
+
+_SWAPPER = r"""
+import os, sys
+ws, outside, stop = sys.argv[1:4]
+d, hold, link = (os.path.join(ws, n) for n in ("d", "d.hold", "d.link"))
+g, g_hold, g_link = (os.path.join(ws, n) for n in ("g.txt", "g.hold", "g.link"))
+os.symlink(outside, link)
+os.symlink(os.path.join(outside, "f.txt"), g_link)
+print("ready", flush=True)
+swaps = 0
+while not os.path.exists(stop):
+    os.rename(d, hold); os.rename(link, d)        # the folder is now a link to outside
+    os.rename(g, g_hold); os.rename(g_link, g)    # the file too
+    os.rename(d, link); os.rename(hold, d)        # and back
+    os.rename(g, g_link); os.rename(g_hold, g)
+    swaps += 1
+print(swaps, flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symlinks")
+def test_a_folder_swapped_for_a_link_outside_never_leaks(tmp_path: Path) -> None:
+    """Hostile probe: another process swaps a workspace folder (and a file) for a symlink to a
+    folder outside, as fast as it can, while the agent reads through it thousands of times.
+    A check-then-open returned the outside file; the walk from the workspace's descriptor
+    never does, whatever the timing."""
+    import subprocess
+    import sys
+    import time
+
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    (ws / "d").mkdir(parents=True)
+    outside.mkdir()
+    (ws / "d" / "f.txt").write_text("inside", encoding="utf-8")
+    (ws / "g.txt").write_text("inside", encoding="utf-8")
+    (outside / "f.txt").write_text("SECRET-outside", encoding="utf-8")
+    (outside / "SECRET-name.txt").touch()
+    stop = tmp_path / "stop"
+    reg = _file_tools(ws)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SWAPPER, str(ws), str(outside), str(stop)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        leaked, read, refused = [], 0, 0
+        deadline = time.monotonic() + 60
+        tries = 0
+        while tries < 6000 and time.monotonic() < deadline:
+            tries += 1
+            name = ("read_file", "list_dir")[tries % 5 == 0]
+            path = ("d/f.txt", "g.txt", "d")[tries % 3] if name == "read_file" else "d"
+            out = reg.execute(ToolCall(str(tries), name, canonical_json({"path": path})))
+            if "SECRET" in out.content:
+                leaked.append(out.content)
+            if out.ok:
+                read += 1
+            else:
+                refused += 1
+        stop.touch()
+        swaps = int(proc.stdout.readline())
+    finally:
+        stop.touch()
+        proc.wait(timeout=60)
+    assert not leaked, f"{len(leaked)} of {tries} reads returned content from outside: {leaked[:2]}"
+    assert swaps > 10 and read > 0 and refused > 0  # the race was really run, both ways
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symlinks")
+def test_links_inside_the_workspace_are_followed_component_by_component(workspace: Path) -> None:
+    (workspace / "sub" / "deeper").mkdir()
+    (workspace / "sub" / "deeper" / "x.txt").write_text("deep x", encoding="utf-8")
+    (workspace / "to_sub").symlink_to("sub")  # relative
+    (workspace / "abs_sub").symlink_to(workspace / "sub")  # absolute, inside
+    (workspace / "sub" / "up").symlink_to("..")  # back to the root: still inside
+    (workspace / "chain1").symlink_to("chain2")
+    (workspace / "chain2").symlink_to("to_sub/deeper/x.txt")
+    (workspace / "loop").symlink_to("loop")
+    (workspace / "sub" / "escape").symlink_to("../../secret.txt")
+    reg = _file_tools(workspace)
+    read, ls = reg.get("read_file"), reg.get("list_dir")
+    assert read("to_sub/deep.txt").startswith("[file: sub/deep.txt |")  # shown by its real path
+    assert "deep x" in read("abs_sub/deeper/x.txt")
+    assert "hello world" in read("sub/up/hello.txt")
+    assert "deep x" in read("chain1")
+    assert "deep x" in read("to_sub/deeper/../deeper/x.txt")  # ".." of a linked folder is its real parent
+    assert ls("to_sub").startswith("[dir: sub |") and "escape@ (symlink)" in ls("sub")
+    assert ls("sub/up/sub/..").startswith("[dir: . |")
+    with pytest.raises(ValueError, match="symbolic links"):
+        read("loop")
+    for bad in ("sub/escape", "sub/up/../secret.txt", "to_sub/../../secret.txt", str(workspace.parent / "secret.txt")):
+        with pytest.raises(PermissionError, match="outside the workspace"):
+            read(bad)
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        read("hello.txt/x")  # a file is not a folder on the way
+    with pytest.raises(FileNotFoundError, match=r"sub/nope/x\.txt"):
+        read("to_sub/nope/x.txt")

@@ -24,6 +24,7 @@ __all__ = [
     "EventFormatError",
     "GateRuleError",
     "LogRecordRejected",
+    "LogUnreadable",
     "MalformedResponse",
     "McpServerError",
     "McpToolError",
@@ -262,6 +263,12 @@ class LogRecordRejected(CtxwrightError, ValueError):
     Raised and caught inside ``audit/logs.py``: its message becomes a ``ParseProblem`` for
     that line, and the rest of the log is still read.
     """
+
+
+class LogUnreadable(CtxwrightError):
+    """A request log that cannot be read as one, as a whole: not a regular file nor a pipe (a
+    device never ends, a folder is not a log), or a record (a line) longer than the cap, which
+    would take many times its size in memory. Unlike :class:`LogRecordRejected`, reading stops."""
 
 
 # -- compaction ----------------------------------------------------------------------------

@@ -32,12 +32,20 @@ The log is read as a stream, one line at a time (:func:`read_log`): a log of any
 the memory of its longest line, not of the file. The one exception is a file that is a single
 JSON value spread over many lines (a pretty-printed export): JSON gives no way to read part of
 a value, so that file is parsed whole.
+
+Both are capped (:data:`MAX_RECORD_BYTES`): a line, or a whole-file document, longer than the
+cap stops the reading with :class:`~ctxwright.errors.LogUnreadable` naming its line, before it
+is held in memory -- parsed, a record takes several times its size (a 2 GB one-line log took
+11.8 GB). And a log is a regular file or a pipe (:func:`open_log`): a device is refused before
+it is opened (``/dev/zero`` is one endless line).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import stat
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,7 +57,7 @@ from ctxwright.core.events import CompactionEvent, Event, MessageEvent, event_fr
 from ctxwright.core.messages import Message, canonical_json
 from ctxwright.core.render import RenderSettings, replay_calls
 from ctxwright.core.usage import as_object, first_int, read_usage
-from ctxwright.errors import CtxwrightError, EventFormatError, LogRecordRejected
+from ctxwright.errors import CtxwrightError, EventFormatError, LogRecordRejected, LogUnreadable
 
 _SYSTEM_ROLES = ("system", "developer")
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result"})
@@ -61,6 +69,9 @@ _DOCUMENT_FIRST_LINE = 4096
 #: the bytes they may hold together
 _THREADS = 16
 _THREAD_BYTES = 64 * 1024 * 1024
+#: the longest record a log may hold: one line, or one document spread over lines (a request
+#: body of a million-token context is a few MB; the proxy records bodies up to 32 MB)
+MAX_RECORD_BYTES = 128 * 1024 * 1024
 
 #: The request options compared between calls (OpenAI chat completions, Anthropic Messages,
 #: llama.cpp and vLLM extensions). A positive list, not "every other key": loggers write their
@@ -132,24 +143,62 @@ LogItem = AuditRequest | ParseProblem
 # -- entry points ---------------------------------------------------------------------------
 
 
-def read_log(path: str | Path) -> Iterator[LogItem]:
+def read_log(path: str | Path, *, max_record: int = MAX_RECORD_BYTES) -> Iterator[LogItem]:
     """Every request in the log at ``path`` and every problem met, in file order, as read.
 
-    Raises ``OSError`` only when the file itself cannot be opened or read; anything wrong
-    inside it becomes a :class:`ParseProblem`.
+    Raises ``OSError`` only when the file itself cannot be opened or read, and
+    :class:`~ctxwright.errors.LogUnreadable` for a file that is not a log at all (a device, a
+    record over ``max_record`` bytes); anything wrong inside a record becomes a
+    :class:`ParseProblem`.
     """
-    with Path(path).open("rb") as f:
-        yield from read_stream(f)
+    with open_log(path) as f:
+        yield from read_stream(f, max_record=max_record)
 
 
-def read_stream(f: IO[bytes]) -> Iterator[LogItem]:
+_KINDS = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
+def open_log(path: str | Path) -> IO[bytes]:
+    """``path`` opened for reading, if it is a regular file or a pipe (FIFO, or a ``/dev/stdin``
+    that is one); else :class:`~ctxwright.errors.LogUnreadable`.
+
+    Why the type is checked before the open, and again on the open file: a device can be
+    endless (``/dev/zero``, ``/dev/urandom``) or block forever (a terminal nobody types in),
+    and opening some devices has effects of its own; the second check is on what was opened,
+    whatever was swapped in between. A FIFO is allowed (``audit <(cmd)``, a named pipe a
+    logger writes to): its writer decides when it ends, and each line is still capped.
+    """
+    _refuse_non_log(os.stat(path).st_mode, path)
+    f = Path(path).open("rb")  # noqa: SIM115 -- returned open: the caller closes it
+    try:
+        _refuse_non_log(os.fstat(f.fileno()).st_mode, path)
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def _refuse_non_log(mode: int, path: str | Path) -> None:
+    if stat.S_ISREG(mode) or stat.S_ISFIFO(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise LogUnreadable(f"{path} is a folder: give a request log file")
+    kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+    raise LogUnreadable(
+        f"{path} is {kind}, not a log: a device can be endless; give a regular file, a pipe, or - for stdin"
+    )
+
+
+def read_stream(f: IO[bytes], *, max_record: int = MAX_RECORD_BYTES) -> Iterator[LogItem]:
     """:func:`read_log` on an open binary stream (a file, a pipe, bytes in memory).
 
     The stream stays bytes and is decoded line by line: one line with CJK text would
     otherwise widen a whole decoded log to two or four bytes a character, and one line
-    of bad UTF-8 would sink the file instead of being one problem.
+    of bad UTF-8 would sink the file instead of being one problem. No line (nor a
+    document spread over lines) longer than ``max_record`` bytes is held: reading stops
+    at it with :class:`~ctxwright.errors.LogUnreadable`.
     """
-    lines = _Lines(f)
+    lines = _Lines(f, cap=max_record)
     reader = RecordReader()
     head = lines.peek_nonblank(1)
     if not head:
@@ -171,7 +220,7 @@ def read_stream(f: IO[bytes]) -> Iterator[LogItem]:
             if doc is not None:
                 yield from reader.read_document(doc)
                 return
-            lines = _Lines(io.BytesIO(data), start=start)
+            lines = _Lines(io.BytesIO(data), start=start, cap=max_record)
     yield from reader.read_lines(lines)
 
 
@@ -222,19 +271,26 @@ class _Lines:
     """(1-based number, line) pairs read lazily from a binary stream, with a look-ahead.
 
     A line is split at ``\\n`` only and keeps a ``\\r`` (JSON ignores it as white space); a BOM
-    at the start of the stream is dropped.
+    at the start of the stream is dropped. A line longer than ``cap`` bytes raises
+    :class:`~ctxwright.errors.LogUnreadable` once ``cap + 1`` bytes of it are read.
     """
 
-    def __init__(self, f: IO[bytes], start: int = 1) -> None:
+    def __init__(self, f: IO[bytes], start: int = 1, *, cap: int = MAX_RECORD_BYTES) -> None:
         self._f = f
         self._next = start
         self._ahead: deque[tuple[int, bytes]] = deque()
         self._bom = start == 1
+        self._cap = cap
 
     def _read(self) -> tuple[int, bytes] | None:
-        raw = self._f.readline()
+        raw = self._f.readline(self._cap + 2)  # the line, its newline, and one byte to see it is too long
         if not raw:
             return None
+        if len(raw) > self._cap + int(raw.endswith(b"\n")):
+            raise LogUnreadable(
+                f"line {self._next} is longer than {self._cap:,} bytes, the cap on one record (a request log "
+                "holds one JSON request per line)"
+            )
         if self._bom:
             self._bom = False
             if raw.startswith(_BOM):
@@ -267,9 +323,15 @@ class _Lines:
 
     def rest(self) -> bytes:
         """Everything not read yet, as bytes (the lines looked ahead included)."""
+        first = self.number_of_next()
         head = b"".join(line + b"\n" for _, line in self._ahead)
         self._ahead.clear()
-        return head + self._f.read()
+        data = head + self._f.read(max(self._cap + 1 - len(head), 0))
+        if len(data) > self._cap:
+            raise LogUnreadable(
+                f"the JSON document from line {first} is longer than {self._cap:,} bytes, the cap on one record"
+            )
+        return data
 
 
 # -- the reader -----------------------------------------------------------------------------

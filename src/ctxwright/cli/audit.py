@@ -20,6 +20,7 @@ in both modes, as they are met; nothing in the log makes the command raise.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -32,9 +33,9 @@ from rich.console import Console
 from rich.text import Text
 
 from ctxwright.audit.compare import AuditLimits, Auditor, AuditRequest, AuditRow, AuditSummary, Divergence, Prices
-from ctxwright.audit.logs import ParseProblem, read_stream
+from ctxwright.audit.logs import MAX_RECORD_BYTES, ParseProblem, open_log, read_stream
 from ctxwright.core.tokens import TokenCounter
-from ctxwright.errors import CtxwrightError
+from ctxwright.errors import CtxwrightError, LogUnreadable
 
 #: One line of advice per cause that is not an append (shown only for causes present).
 ADVICE = {
@@ -83,6 +84,28 @@ def prices_from_args(args: Any) -> Prices | None:
     return Prices(input=args.price_input, cached=args.price_cached, output=args.price_output or 0.0)
 
 
+def add_record_cap_option(parser: Any) -> None:
+    """``--max-record-bytes N``: the longest line (one record) of a log that is read."""
+    parser.add_argument(
+        "--max-record-bytes",
+        type=_record_cap,
+        default=MAX_RECORD_BYTES,
+        metavar="N",
+        help=f"stop at a line (one record) longer than N bytes (default {MAX_RECORD_BYTES:,}: a record is "
+        "parsed in memory, at several times its size)",
+    )
+
+
+def _record_cap(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of bytes, 1 or more")
+    return value
+
+
 def run_audit(
     path: str | Path,
     *,
@@ -90,16 +113,27 @@ def run_audit(
     prices: Prices | None,
     console: Console,
     limits: AuditLimits | None = None,
+    max_record: int = MAX_RECORD_BYTES,
 ) -> int:
-    """Read, audit and print the log at ``path`` as it is read; 0 on success, 2 if nothing
-    could be audited or the file could not be read to its end."""
+    """Read, audit and print the log at ``path`` (``-``: stdin) as it is read; 0 on success, 2
+    if nothing could be audited or the file could not be read to its end."""
     try:
-        f = Path(path).open("rb")  # noqa: SIM115 -- closed by the ``with f`` below; opened here to report failure
+        f = sys.stdin.buffer if str(path) == "-" else open_log(path)
     except OSError as exc:
         print(f"ctxwright audit: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    except LogUnreadable as exc:
+        print(f"ctxwright audit: {exc}", file=sys.stderr)
+        return 2
     with f:
-        return audit_items(read_stream(f), str(path), as_json=as_json, prices=prices, console=console, limits=limits)
+        return audit_items(
+            read_stream(f, max_record=max_record),
+            str(path),
+            as_json=as_json,
+            prices=prices,
+            console=console,
+            limits=limits,
+        )
 
 
 def audit_items(
@@ -131,11 +165,16 @@ def audit_items(
                     problems.report(item)
                 else:
                     report.row(auditor.add(item))
-        except OSError as exc:  # the file went away or the disk failed midway
+        except BrokenPipeError:  # our stdout, not the log: the CLI's entry point ends quietly
+            raise
+        except (OSError, LogUnreadable) as exc:  # the file went away, the disk failed, a record over the cap
+            why = (exc.strerror or exc) if isinstance(exc, OSError) else f"{exc}; --max-record-bytes N raises the cap"
             print(
-                f"ctxwright audit: reading {source} stopped after {auditor.count:,} request(s): {exc.strerror or exc}",
+                f"ctxwright audit: reading {source} stopped after {auditor.count:,} request(s): {why}",
                 file=sys.stderr,
             )
+            if not auditor.count:
+                return 2
             status = 2
         problems.finish()
         if not auditor.count:

@@ -78,6 +78,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         out = Path(args.report).expanduser()
         if not out.parent.is_dir() or out.is_dir():
             raise CtxwrightError(f"--report {args.report}: give a file in an existing folder, e.g. report.html")
+    if args.prompt == "-":
+        from ctxwright.cli.stdio import prompt_from_stdin
+
+        args.prompt = prompt_from_stdin()
     system, tools = system_and_tools(args)
     if args.resume and args.continue_:
         raise CtxwrightError("--resume ID and --continue both name the session to continue: give one of them")
@@ -216,8 +220,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
             lambda items, source: audit_items(items, source, as_json=args.json, prices=prices, console=console),
         )
     if not args.file:
-        raise CtxwrightError("give a log to audit: ctxwright audit FILE (or --proxy-session ID)")
-    return run_audit(args.file, as_json=args.json, prices=prices, console=console)
+        raise CtxwrightError("give a log to audit: ctxwright audit FILE (or --proxy-session ID, or - for stdin)")
+    return run_audit(args.file, as_json=args.json, prices=prices, console=console, max_record=args.max_record_bytes)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -227,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run the agent on a prompt")
-    r.add_argument("prompt", nargs="?", help=f"the task (default: {DEFAULT_PROMPT!r})")
+    r.add_argument("prompt", nargs="?", help=f"the task, or - to read it from stdin (default: {DEFAULT_PROMPT!r})")
     from ctxwright.recipe import add_arguments
 
     add_arguments(r)  # every option's flags, from its one declaration (recipe/options.py)
@@ -269,13 +273,14 @@ def build_parser() -> argparse.ArgumentParser:
         "file",
         nargs="?",
         help="JSONL of request bodies or {request, response} pairs (OpenAI or Anthropic), "
-        "or a session export from `ctxwright show ID --json`",
+        "or a session export from `ctxwright show ID --json`; a regular file or a pipe, - for stdin",
     )
     au.add_argument("--proxy-session", metavar="ID", help="audit a session recorded by `ctxwright proxy` instead")
     au.add_argument("--json", action="store_true", help="print the audit as JSON")
-    from ctxwright.cli.audit import add_price_options
+    from ctxwright.cli.audit import add_price_options, add_record_cap_option
 
     add_price_options(au)
+    add_record_cap_option(au)
     au.set_defaults(func=cmd_audit)
     from ctxwright.cli.report import add_report_parser
 
@@ -330,10 +335,19 @@ def _version() -> str:
 def main(argv: list[str] | None = None) -> int:
     """Every error ends here as one line on stderr (what was wrong, what to do) and a non-zero
     exit: 2 for an error ctxwright raised on purpose, 1 for anything else. ``--debug`` prints
-    the traceback first."""
+    the traceback first. A reader of stdout that went away ends the command quietly, with
+    the status of a Unix tool killed by ``SIGPIPE`` (``cli/stdio.py``)."""
+    from ctxwright.cli.stdio import end_quietly, stdout_gone
+
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # what is still buffered fails here, where it is handled, not at exit
+        return status
+    except BrokenPipeError as exc:
+        if stdout_gone():
+            return end_quietly()
+        return _failed(exc, args)
     except KeyboardInterrupt:
         err_console.print(
             Text.assemble(
@@ -343,10 +357,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 130
     except Exception as exc:
-        if args.debug:
-            err_console.print(Traceback.from_exception(type(exc), exc, exc.__traceback__))
-        err_console.print(Text.assemble(("ctxwright:", "red"), " ", explain(exc, debug=args.debug)), soft_wrap=True)
-        return 2 if isinstance(exc, CtxwrightError) else 1
+        return _failed(exc, args)
+
+
+def _failed(exc: Exception, args: argparse.Namespace) -> int:
+    if args.debug:
+        err_console.print(Traceback.from_exception(type(exc), exc, exc.__traceback__))
+    err_console.print(Text.assemble(("ctxwright:", "red"), " ", explain(exc, debug=args.debug)), soft_wrap=True)
+    return 2 if isinstance(exc, CtxwrightError) else 1
 
 
 def explain(exc: BaseException, *, debug: bool = False) -> str:

@@ -29,7 +29,6 @@ from ctxwright.core.reasoning import ReasoningMode, ReasoningPolicy
 from ctxwright.defence.levels import Features
 from ctxwright.defence.levels import features as defence_features
 from ctxwright.errors import ConfigError
-from ctxwright.mcp.connection import parse_command
 from ctxwright.recipe.defaults import BackendDefaults
 from ctxwright.recipe.options import (
     CompactionOptions,
@@ -269,7 +268,9 @@ def _mcp(src: _Sources) -> McpOptions:
     commands = src.g("mcp_servers")
     if commands is None and isinstance(rec.get("servers"), list):
         commands = rec["servers"]
-    servers = None if commands is None else [parse_command(c) for c in commands]
+    from ctxwright.recipe.values import mcp_command
+
+    servers = None if commands is None else [mcp_command(c) for c in commands]
     timeout = src.pick("mcp_timeout", "mcp", "timeout", None)
     if servers is not None and timeout is not None and timeout <= 0:
         raise ConfigError(f"mcp_timeout={timeout!r}: give the seconds an MCP tool call may take (CLI: --mcp-timeout)")

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ctxwright.errors import ConfigError
+from ctxwright.mcp.connection import parse_command
 from ctxwright.recipe.declare import OptionSpec, options
 from ctxwright.recipe.options import Recipe
 
-__all__ = ["check_fields", "check_values"]
+__all__ = ["check_fields", "check_values", "check_workspace", "mcp_command"]
 
 _SIMPLE: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
 _WORDS = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a string"}
@@ -91,6 +93,32 @@ def check_values(recipe: Recipe, given: Mapping[str, Any]) -> None:
             f"the session's record has {spec.path}={value!r}, not {want}: the record is damaged; give "
             f"{keyword}= to override it, or start a new session"
         )
+    check_workspace(recipe.workspace, given.get("workspace"))
+
+
+def check_workspace(workspace: Path | None, given: Any) -> None:
+    """A workspace given must be an existing folder: the file tools are confined to it, and a
+    missing one would only fail once the agent is being built, as an ``OSError`` that names no
+    option. ``given`` is the value as given; ``None`` (it came from the session's record) is
+    not checked here: a record is resolved for more than a run, and a workspace moved since is
+    said when the file tools are built (``tools/component.py``)."""
+    if given is None or workspace is None or workspace.is_dir():
+        return
+    what = "is a file, not a folder" if workspace.exists() else "does not exist"
+    raise ConfigError(f"workspace={str(given)!r}: {workspace} {what}; give an existing folder (CLI: --workspace DIR)")
+
+
+def mcp_command(spec: str | Sequence[str]) -> list[str]:
+    """An MCP server's command as its argv (``mcp/connection.py``'s rule). A string split like
+    a shell that a shell could not split (an unterminated quote, a trailing backslash) is a
+    :class:`ConfigError` naming the option, not ``shlex``'s bare ``ValueError``."""
+    try:
+        return parse_command(spec)
+    except ValueError as exc:
+        raise ConfigError(
+            f"mcp_servers={spec!r}: {str(exc).lower()} when it is split like a shell command; close the "
+            "quote or escape it (CLI: --mcp 'python server.py --name \"two words\"')"
+        ) from None
 
 
 def check_fields(obj: Any, where: str) -> None:

@@ -17,6 +17,7 @@ at most :data:`MAX_ROWS` calls and :data:`MAX_BREAKS` cache breaks, saying how m
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import statistics
@@ -32,7 +33,9 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from ctxwright.audit.compare import Prices
+from ctxwright.errors import CtxwrightError
 from ctxwright.report.data import LABELS, PARTS, CallData, ReportData, SessionData
+from ctxwright.store.private import open_private
 
 #: bars per per-call chart; more calls are averaged in runs of consecutive calls
 MAX_BARS = 400
@@ -301,8 +304,21 @@ def render_html(data: ReportData, prices: Prices | None = None) -> str:
 
 
 def write_report(data: ReportData, path: str | Path, prices: Prices | None = None) -> Path:
-    """Write the report to ``path`` (its folder must exist); returns the path written."""
+    """Write the report to ``path`` (its folder must exist); returns the path written.
+
+    The file is ``0600``, as the database is (``store/private.py``): the page holds every
+    message and tool result of the session, which the default umask would let every local
+    user read. A file that cannot be written (a full disk, ``/dev/full``, a symlink, which is
+    not followed) is a :class:`~ctxwright.errors.CtxwrightError` naming it.
+    """
     out = Path(path).expanduser()
-    text = render_html(data, prices)
-    out.write_text(text, encoding="utf-8")
+    text = render_html(data, prices).encode("utf-8")
+    try:
+        with open_private(out) as f:
+            f.write(text)
+    except OSError as exc:
+        why = "it is a symbolic link, which is not followed" if exc.errno == errno.ELOOP else exc.strerror or exc
+        raise CtxwrightError(
+            f"cannot write the report to {out}: {why}; give a writable file in an existing folder"
+        ) from None
     return out

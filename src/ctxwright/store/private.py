@@ -15,6 +15,7 @@ is refused instead of followed to wherever it points.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import BinaryIO
 
@@ -69,9 +70,10 @@ def create_private(path: Path) -> bool:
 
 
 def _fchmod(fd: int) -> None:
-    """Exactly 0600 whatever the umask (POSIX; Windows has no such modes)."""
+    """Exactly 0600 whatever the umask (POSIX; Windows has no such modes). Only a regular
+    file: a path the user named may be a device (``-o /dev/stdout``), whose mode is not ours."""
     fchmod = getattr(os, "fchmod", None)
-    if fchmod is not None:
+    if fchmod is not None and stat.S_ISREG(os.fstat(fd).st_mode):
         fchmod(fd, FILE_MODE)
 
 

@@ -9,6 +9,7 @@ that could burn CPU or memory. Every error here says what to send instead.
 from __future__ import annotations
 
 import ast
+import errno
 import math
 import operator
 import os
@@ -22,6 +23,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from ctxwright.errors import CalculatorError
+from ctxwright.tools.beneath import CHANGED, OUTSIDE, SUPPORTED, Entry, walk_beneath
 from ctxwright.tools.registry import Tool, ToolRegistry, tool
 
 __all__ = [
@@ -318,23 +320,6 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_DIR_ENTRIES = 1000
 
 
-def _confine(workspace: Path, path: str) -> Path:
-    """Resolve ``path`` (relative to the workspace, or absolute) and refuse anything outside.
-
-    Symlinks are resolved first, so a link pointing out of the workspace is refused too.
-    """
-    if "\x00" in path:
-        raise ValueError("path contains a NUL character")
-    candidate = Path(path)
-    resolved = (candidate if candidate.is_absolute() else workspace / candidate).resolve()
-    if not resolved.is_relative_to(workspace):
-        raise PermissionError(
-            f"access denied: {path!r} resolves outside the workspace {str(workspace)!r}; "
-            "only paths inside the workspace can be read"
-        )
-    return resolved
-
-
 _KINDS = {
     stat.S_IFIFO: "a named pipe (FIFO)",
     stat.S_IFCHR: "a character device",
@@ -353,27 +338,56 @@ def _refuse_non_regular(mode: int, shown: str) -> None:
         )
 
 
-def _read_regular_file(target: Path, shown: str, cap: int) -> bytearray:
-    """The bytes of the regular file ``target``, at most ``cap`` of them, else ``ValueError``.
+def _walk(root: Path, path: str, missing: str) -> Entry:
+    """The workspace entry ``path`` names (``tools/beneath.py``: no component is looked up by
+    a path string another process could change), with the tools' own messages."""
+    if "\x00" in path:
+        raise ValueError("path contains a NUL character")
+    try:
+        return walk_beneath(root, path)
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"{missing}: {exc.filename!r} (use list_dir to look)") from None
+    except OSError as exc:
+        if exc.errno == OUTSIDE:
+            raise PermissionError(
+                f"access denied: {path!r} resolves outside the workspace {str(root)!r}; "
+                "only paths inside the workspace can be read"
+            ) from None
+        if exc.errno == errno.ELOOP:
+            raise ValueError(f"{path!r}: {exc.strerror}; ask for the file itself") from None
+        raise
+
+
+def _open(entry: Entry, flags: int) -> int:
+    try:
+        return entry.open(flags)
+    except OSError as exc:
+        if exc.errno != CHANGED:
+            raise
+        raise OSError(f"{entry.shown!r}: {exc.strerror}; try again") from None
+
+
+def _read_regular_file(entry: Entry, cap: int) -> bytearray:
+    """The bytes of the regular file ``entry``, at most ``cap`` of them, else ``ValueError``.
 
     Why each step: a device such as ``/dev/zero`` reports size 0 and never ends (one took
     2.9 GB in 8 s, and its abandoned thread kept reading after the tool timeout); opening a
     FIFO for reading blocks until a writer appears, and a thread stuck in ``open`` cannot be
     stopped. So the file's type is checked before it is opened (opening some devices has
     effects of its own), then opened with ``O_NONBLOCK`` (a FIFO swapped in meanwhile cannot
-    block the open) and ``O_NOFOLLOW`` (nor a symlink: ``target`` is already resolved), and
-    checked again on the open descriptor with ``fstat`` -- what is read is what was checked.
+    block the open) and ``O_NOFOLLOW`` (nor a symlink), and must be the very file checked
+    (``fstat``: same device and inode) -- what is read is what was checked.
     Whatever size the file claims (``/proc`` files claim 0, and ``/proc/self/pagemap`` never
     ends; a log grows while it is read), reading stops once more than ``cap`` bytes came:
     at most ``cap + 1`` bytes rounded up to a 4 KiB page (some ``/proc`` files refuse reads
     that are not whole records).
     """
-    _refuse_non_regular(target.stat().st_mode, shown)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(target, flags)
+    shown = entry.shown
+    assert entry.info is not None
+    _refuse_non_regular(entry.info.st_mode, shown)
+    fd = _open(entry, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
         info = os.fstat(fd)
-        _refuse_non_regular(info.st_mode, shown)
         if info.st_size > cap:
             raise ValueError(f"{shown!r} is {info.st_size} bytes; files over {cap} bytes are not read")
         data = bytearray()
@@ -391,16 +405,34 @@ def _read_regular_file(target: Path, shown: str, cap: int) -> bytearray:
     )
 
 
-def _display(workspace: Path, resolved: Path) -> str:
-    rel = resolved.relative_to(workspace).as_posix()
-    return rel if rel != "." else "."
+def _listing(fd: int) -> list[str]:
+    """A folder's entries by name, each as list_dir shows it (nothing is followed or opened)."""
+    with os.scandir(fd) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    lines = []
+    for entry in entries[:MAX_DIR_ENTRIES]:
+        if entry.is_symlink():
+            lines.append(f"{entry.name}@ (symlink)")
+        elif entry.is_dir(follow_symlinks=False):
+            lines.append(f"{entry.name}/")
+        else:
+            try:
+                lines.append(f"{entry.name} ({entry.stat(follow_symlinks=False).st_size} bytes)")
+            except OSError:
+                lines.append(entry.name)
+    extra = f", showing first {MAX_DIR_ENTRIES}" if len(entries) > MAX_DIR_ENTRIES else ""
+    return [f"{len(entries)} entries{extra}", *lines]
 
 
 def make_file_tools(workspace: Path) -> list[Tool]:
     """``read_file`` and ``list_dir`` tools confined to ``workspace`` (read-only).
 
-    The workspace is resolved once here, so every later check compares real paths.
+    The workspace is resolved once here; every call then walks its path from the workspace's
+    descriptor (``tools/beneath.py``), so no path outside it can be opened whatever another
+    process does to the workspace meanwhile. Links that stay inside are followed.
     """
+    if not SUPPORTED:
+        raise NotImplementedError("the workspace file tools need openat() with O_NOFOLLOW (a POSIX system)")
     root = Path(workspace).expanduser().resolve()
     if not root.is_dir():
         raise NotADirectoryError(f"workspace {str(root)!r} is not an existing directory")
@@ -420,13 +452,13 @@ def make_file_tools(workspace: Path) -> list[Tool]:
             raise ValueError("offset must be 0 or more")
         if not 1 <= limit <= MAX_READ_CHARS:
             raise ValueError(f"limit must be between 1 and {MAX_READ_CHARS}")
-        target = _confine(root, path)
-        shown = _display(root, target)
-        if not target.exists():
-            raise FileNotFoundError(f"no such file in the workspace: {shown!r} (use list_dir to look)")
-        if target.is_dir():
-            raise IsADirectoryError(f"{shown!r} is a directory; use list_dir to list it")
-        raw = _read_regular_file(target, shown, MAX_FILE_BYTES)
+        with _walk(root, path, "no such file in the workspace") as entry:
+            shown = entry.shown
+            if entry.info is None:
+                raise FileNotFoundError(f"no such file in the workspace: {shown!r} (use list_dir to look)")
+            if stat.S_ISDIR(entry.info.st_mode):
+                raise IsADirectoryError(f"{shown!r} is a directory; use list_dir to list it")
+            raw = _read_regular_file(entry, MAX_FILE_BYTES)
         size = len(raw)
         try:
             text, note = raw.decode("utf-8"), ""
@@ -446,27 +478,18 @@ def make_file_tools(workspace: Path) -> list[Tool]:
         Args:
             path: Directory path relative to the workspace root.
         """
-        target = _confine(root, path)
-        shown = _display(root, target)
-        if not target.exists():
-            raise FileNotFoundError(f"no such directory in the workspace: {shown!r}")
-        if not target.is_dir():
-            raise NotADirectoryError(f"{shown!r} is a file; use read_file to read it")
-        entries = sorted(target.iterdir(), key=lambda p: p.name)
-        lines = []
-        for entry in entries[:MAX_DIR_ENTRIES]:
-            if entry.is_symlink():
-                lines.append(f"{entry.name}@ (symlink)")
-            elif entry.is_dir():
-                lines.append(f"{entry.name}/")
-            else:
-                try:
-                    lines.append(f"{entry.name} ({entry.stat().st_size} bytes)")
-                except OSError:
-                    lines.append(entry.name)
-        extra = f", showing first {MAX_DIR_ENTRIES}" if len(entries) > MAX_DIR_ENTRIES else ""
-        header = f"[dir: {shown} | {len(entries)} entries{extra}]"
-        return "\n".join([header, *lines])
+        with _walk(root, path, "no such directory in the workspace") as entry:
+            shown = entry.shown
+            if entry.info is None:
+                raise FileNotFoundError(f"no such directory in the workspace: {shown!r}")
+            if not stat.S_ISDIR(entry.info.st_mode):
+                raise NotADirectoryError(f"{shown!r} is a file; use read_file to read it")
+            fd = _open(entry, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                count, *lines = _listing(fd)
+            finally:
+                os.close(fd)
+        return "\n".join([f"[dir: {shown} | {count}]", *lines])
 
     # a file's text was written by someone else (a downloaded page, a README a stranger sent):
     # untrusted, so it is marked as external content; listing and reading change nothing

@@ -150,4 +150,8 @@ class WorkspaceTools(Component):
             tools = make_file_tools(self.workspace)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"the tool list cannot be used: {exc}") from None
+        except NotADirectoryError as exc:  # a session's workspace moved or removed since
+            raise ConfigError(
+                f"{exc}: give --workspace DIR (workspace=) where it is now, or start a new session"
+            ) from None
         register_core(build.tools, tools, "the file tools (workspace=)")
