@@ -172,3 +172,37 @@ def test_streamed_answer_tokens_leave_the_recorded_call_unchanged(backend):
     )
     assert len(tokens) > 3
     assert "".join(tokens) == loud.message.content  # a cut answer's mark is streamed too
+
+
+def test_a_resumed_session_shows_the_prefill_a_fresh_model_does_again(backend, tmp_path):
+    """Resumed in a new process, the model holds nothing: the resumed call re-prefills its
+    whole prompt. Its reusable prefix is what the session sent before (the audit's own count),
+    so ``cached/reusable`` reads ``0/N`` and the efficiency drops -- not ``0/0`` and 100%, as
+    when llama.cpp's own count (it held nothing) stood in for the audit's. A call of the live
+    session keeps llama.cpp's exact count: what it cached is never more than reusable."""
+    from ctxwright import Harness
+    from ctxwright.backends.embedded import EmbeddedBackend
+
+    db = tmp_path / "resume.db"
+    backend.reset_cache()
+    with Harness(backend=backend, db=db, max_tokens=40) as h:
+        first = h.run("What's the current time in Vancouver?").calls
+        sid = h.session_id
+    assert len(first) == 2
+    live = first[1]
+    assert live.cause == "append" and live.cached_tokens and live.reusable_tokens
+    assert live.cached_tokens <= live.reusable_tokens  # llama.cpp's exact count: never above 100%
+    fresh = EmbeddedBackend(n_ctx=4096)  # what a new process loads: no KV state, no token lists
+    try:
+        with Harness.resume(sid, backend=fresh, db=db, max_tokens=40) as h:
+            resumed = h.run("And in Paris?").calls[0]
+            summary = h.agent.auditor.summary()
+            stored = h.store.calls(h.session_id)[-1]
+    finally:
+        fresh.close()
+    assert resumed.cause == "append"
+    assert resumed.cached_tokens == 0  # prefilled from scratch
+    # everything the last call sent is a prefix of this one
+    assert (resumed.reusable_tokens or 0) >= (live.prompt_tokens or 0) * 0.8
+    assert summary.efficiency is not None and summary.efficiency < 0.7
+    assert stored.audit.reusable_prefix_tokens == resumed.reusable_tokens

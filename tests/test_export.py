@@ -5,8 +5,12 @@ store by the one renderer, equal (as canonical JSON) to what the server received
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +20,7 @@ from ctxwright.store.sessions import Store
 from fakeserver import FakeOpenAIServer as F
 
 FIXTURES = Path(__file__).parent / "fixtures"
+SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
 @pytest.fixture(autouse=True)
@@ -29,13 +34,22 @@ def _run(db: Path, url: str, *extra: str) -> int:
     return main(["--db", str(db), "run", "--backend", "openai", "--base-url", url, "--model", "m", *extra])
 
 
-def _export(db: Path, sid: str, capsys) -> tuple[list[dict], str]:
+def _export_records(db: Path, sid: str, capsys) -> tuple[list[dict], str]:
+    """Each line of ``export --requests``: ``{"request", "response", "ctxwright"}``."""
     capsys.readouterr()
     assert main(["--db", str(db), "export", sid, "--requests"]) == 0
     cap = capsys.readouterr()
     lines = cap.out.splitlines()
     assert all(line == canonical_json(json.loads(line)) for line in lines)  # canonical JSON, one per line
-    return [json.loads(line) for line in lines], cap.err
+    records = [json.loads(line) for line in lines]
+    assert all(set(r) == {"request", "response", "ctxwright"} for r in records)
+    return records, cap.err
+
+
+def _export(db: Path, sid: str, capsys) -> tuple[list[dict], str]:
+    """The request bodies of ``export --requests``."""
+    records, err = _export_records(db, sid, capsys)
+    return [r["request"] for r in records], err
 
 
 def _canon(bodies: list[dict]) -> list[str]:
@@ -89,9 +103,9 @@ def test_audit_reads_the_exported_requests(tmp_path, capsys):
         assert _run(db, srv.url, "--status-mode", "append", "6*7?") == 0
         sid = Store(db).list_sessions()[0]["id"]
         assert _run(db, srv.url, "--status-mode", "append", "--resume", sid, "sure?") == 0
-    bodies, _ = _export(db, sid, capsys)
+    records, _ = _export_records(db, sid, capsys)
     path = tmp_path / "requests.jsonl"
-    path.write_text("".join(canonical_json(b) + "\n" for b in bodies))
+    path.write_text("".join(canonical_json(r) + "\n" for r in records))
     assert main(["audit", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["cause"] for r in doc["requests"]] == ["first", "append", "append"]
@@ -128,3 +142,87 @@ def test_export_without_requests_is_the_session_json(tmp_path, capsys):
     assert main(["--db", str(db), "export", sid]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["id"] == sid and data["calls"][0]["model"] == "m" and data["calls"][0]["max_tokens"] == 256
+
+
+def _cli(*args: str, stdin: Any = None, stdout: Any = subprocess.PIPE) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": SRC, "NO_PROXY": "127.0.0.1,localhost"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "ctxwright.cli.main", *args], stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, env=env
+    )
+
+
+def test_export_piped_into_audit_agrees_with_show_call_by_call(tmp_path, capsys):
+    """``ctxwright export ID --requests | ctxwright audit /dev/stdin`` (real processes, a real
+    pipe) gives each call the cause, reusable prefix and cached count ``ctxwright show`` gives:
+    the options that changed between calls (a forced first tool call, then an answer required)
+    are the live audit's business, the usage is the server's, a replaced status is a
+    ``status_replaced``, and the resumed calls belong to the same session."""
+    db = tmp_path / "c.db"
+    with F(
+        [
+            _tool_round("c1", "I should compute"),
+            F.reply_text("42", usage=F.usage_openai(400, 5, cached=221)),
+            F.reply_text("still 42"),  # no usage at all: unknown, on both sides
+            F.reply_text("sure", usage=F.usage_openai(470, 2, cached=0)),
+        ]
+    ) as srv:
+        first = ("--tool-choice-first", "required", "--max-tool-rounds", "1", "--status", "--status-mode", "replace")
+        assert _run(db, srv.url, *first, "6*7?") == 0
+        sid = Store(db).list_sessions()[0]["id"]
+        assert _run(db, srv.url, "--status-mode", "replace", "--resume", sid, "again?") == 0
+        assert _run(db, srv.url, "--status-mode", "replace", "--resume", sid, "sure?") == 0
+    capsys.readouterr()
+    assert main(["--db", str(db), "show", sid, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["calls"]
+    sent = [r["request"]["tool_choice"] for r in _export_records(db, sid, capsys)[0]]
+    assert sent[:2] == ["required", "none"]  # the options did change between calls
+    export = _cli("--db", str(db), "export", sid, "--requests")
+    audit = _cli("audit", "/dev/stdin", "--json", stdin=export.stdout)
+    assert export.stdout is not None
+    export.stdout.close()  # the audit holds the pipe's read end now
+    out, err = audit.communicate(timeout=120)
+    assert export.wait(timeout=120) == 0 and audit.returncode == 0, err.decode()
+    rows = json.loads(out)["requests"]
+    assert len(rows) == len(shown) == 4
+    assert [r["cause"] for r in rows] == [c["audit"]["cause"] for c in shown]
+    assert [r["reusable_prefix_tokens"] for r in rows] == [c["audit"]["reusable_prefix_tokens"] for c in shown]
+    assert [r["cached_tokens"] for r in rows] == [c["cached_tokens"] for c in shown] == [0, 221, None, 0]
+    assert [r["prompt_tokens"] for r in rows] == [c["audit"]["prompt_tokens"] for c in shown]
+    assert "options_changed" not in [r["cause"] for r in rows] and "status_replaced" in [r["cause"] for r in rows], rows
+    assert {r["conversation"] for r in rows} == {0}
+
+
+def test_a_failed_call_is_exported_and_named_not_audited(tmp_path, capsys):
+    """A call the server refused was sent (its body is exported) but never answered: the live
+    audit has no row for it, and the audit of the export names it on stderr instead."""
+    db = tmp_path / "c.db"
+    with F([F.error(400, {"error": {"message": "bad request"}}), F.reply_text("ok")]) as srv:
+        assert _run(db, srv.url, "--max-retries", "0", "hi") == 2
+        sid = Store(db).list_sessions()[0]["id"]
+        assert _run(db, srv.url, "--resume", sid, "again") == 0
+    records, _ = _export_records(db, sid, capsys)
+    assert "error" in records[0]["ctxwright"] and "error" not in records[1]["ctxwright"]
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(canonical_json(r) + "\n" for r in records))
+    assert main(["audit", str(path), "--json"]) == 0
+    cap = capsys.readouterr()
+    live = [c.audit.cause for c in Store(db).calls(sid) if c.error is None]
+    assert [r["cause"] for r in json.loads(cap.out)["requests"]] == live == ["first"]
+    assert "line 1: call 0 of session" in cap.err and "not audited" in cap.err
+
+
+def test_a_bad_ctxwright_object_is_a_problem_of_its_line(tmp_path, capsys):
+    """Hostile probe: the ``ctxwright`` object of a line is input like the rest of it."""
+    body = {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]}
+    lines = [
+        {"request": body, "ctxwright": "not an object"},
+        {"request": body, "ctxwright": {"session": 5}},
+        {"request": body, "ctxwright": {"session": "s1", "marker": "<script>", "reusable_tokens": "many"}},
+    ]
+    path = tmp_path / "odd.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert main(["audit", str(path), "--json"]) == 0
+    cap = capsys.readouterr()
+    assert [r["cause"] for r in json.loads(cap.out)["requests"]] == ["first"]
+    problems = [ln for ln in cap.err.splitlines() if ln.startswith("line ")]
+    assert [p.split(":")[0] for p in problems] == ["line 1", "line 2"] and "Traceback" not in cap.err

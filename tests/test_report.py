@@ -361,3 +361,97 @@ def test_a_proxy_session_is_one_page_with_the_proxys_timings(tmp_path, capsys):
     assert main(["report", "--proxy-session", "px-nope", "-o", str(out), "--db", str(tmp_path / "p.db")]) == 2
     err = capsys.readouterr().err
     assert "ctxwright proxy --list" in err and len(err.strip().splitlines()) == 1
+
+
+def _headline(html: str) -> str:
+    (line,) = re.findall(r"<p[^>]*>\s*([\d,]+ call\(s\) · prompt .*?)</p>", html, re.S)
+    return " ".join(line.split())
+
+
+def _index_row(html: str) -> list[str]:
+    """The cells of the index table's first session row."""
+    table = html[html.index('<section id="index">') :]
+    row = re.search(r"<tr>\s*<td class=\"l\"><a href=\"#s0\">.*?</tr>", table, re.S)
+    assert row is not None
+    return [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row.group(0), re.S)]
+
+
+def _appending_log(path: Path, usage: dict | None) -> Path:
+    system = {"role": "system", "content": "You are a careful agent. " * 30}
+    turns: list[dict] = [{"role": "user", "content": "the task"}]
+    with path.open("w") as f:
+        for i in range(3):
+            body = {"model": "m", "messages": [system, *turns]}
+            f.write(json.dumps({"request": body, "response": usage} if usage is not None else body) + "\n")
+            turns = [*turns, {"role": "assistant", "content": f"step {i} done"}, {"role": "user", "content": "go on"}]
+    return path
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"usage": {"prompt_tokens": 300, "completion_tokens": 4}},  # a server without a cached-token field
+        None,  # a log without usage at all
+    ],
+)
+def test_the_headline_shows_an_unreported_cached_count_as_unknown(tmp_path, usage):
+    """Hostile probe: where no cached count was reported, the page must not show the audit's
+    reusable prefix as "cached": the headline, the index and the chart say unknown and label
+    the reusable prefix as the estimate it is."""
+    log = _appending_log(tmp_path / "log.jsonl", usage)
+    data = from_log(log)
+    (s,) = data.sessions
+    reusable = sum(c.reusable_tokens or 0 for c in s.calls)
+    assert [c.cached_tokens for c in s.calls] == [None] * 3 and reusable > 0
+    html = render_html(data, Prices(input=1.0, cached=0.1))
+    head = _headline(html)
+    assert "cached unknown" in head and not re.search(r"cached [\d,]+", head), head
+    assert s.cached_tokens is None and s.hit_ratio is None
+    assert f"estimated reusable prefix {reusable:,}" in head
+    assert "cost" in head and "estimate" in head.split("cost")[1]
+    assert ("counted by ctxwright" in head) == (usage is None)
+    cells = _index_row(html)
+    assert cells[5:8] == ["unknown", "unknown", f"{reusable:,}"], cells  # cached, hit ratio, reusable
+    cache = _figures(html)[1]
+    by_name = {t["name"]: t["y"] for t in cache["data"]}
+    assert by_name["cached"] == [0, 0, 0]
+    assert by_name["reusable prefix (cached not reported: estimate)"] == [c.reusable_tokens for c in s.calls]
+    # each call's row: cached and prefilled unknown, the reusable prefix in its own column
+    rows = re.findall(r"<tr><td>\d+</td>.*?</tr>", html[html.index("<h3>Calls</h3>") :], re.S)
+    assert len(rows) == 3
+    for row, c in zip(rows, s.calls, strict=True):
+        cells = [re.sub(r"<[^>]+>", "", x).strip() for x in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+        i = cells.index(f"{c.prompt_tokens:,}", 1)  # prompt, cached, reusable, prefilled
+        assert cells[i + 1 : i + 4] == ["?", f"{c.reusable_tokens:,}", "?"], cells
+
+
+def test_a_reported_cached_count_is_shown_as_cached(tmp_path):
+    log = _appending_log(
+        tmp_path / "log.jsonl",
+        {"usage": {"prompt_tokens": 300, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 200}}},
+    )
+    data = from_log(log)
+    head = _headline(render_html(data))
+    assert "cached 600 (hit ratio 66.7%)" in head and "estimated reusable prefix" in head
+    assert "estimate" not in _figures(render_html(data))[1]["data"][-1]["name"]
+
+
+def test_a_stored_session_on_a_server_without_cached_counts_says_unknown(tmp_path, capsys):
+    """``run --report`` against a served model whose usage has no cached-token field (as
+    llama-cpp-python's server): every row says ``?``, and so does the headline."""
+    from fakeserver import FakeOpenAIServer as S
+
+    out = tmp_path / "run.html"
+    with S(
+        [
+            S.reply_tool_calls([("c1", "calculator", '{"expression": "2+3"}')], usage=S.usage_openai(900, 10)),
+            S.reply_text("5", usage=S.usage_openai(950, 2)),
+        ]
+    ) as srv:
+        code = main(
+            ["run", "--model", "m", "--base-url", srv.url, "--db", str(tmp_path / "r.db"), "--report", str(out), "2+3?"]
+        )
+    assert code == 0, capsys.readouterr().err
+    head = _headline(out.read_text())
+    assert "cached unknown" in head and "estimated reusable prefix" in head
+    assert not re.search(r"cached [\d,]+", head), head

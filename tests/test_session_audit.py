@@ -4,13 +4,14 @@ continued across resume, and a recorded compaction reported as such."""
 from __future__ import annotations
 
 from ctxwright.agent.loop import Agent, AgentConfig
-from ctxwright.audit.compare import segments_of
+from ctxwright.audit.compare import reusable_tokens, segments_of
 from ctxwright.audit.live import audit_request
 from ctxwright.backends.scripted import ScriptedBackend, call
 from ctxwright.cli.main import main
 from ctxwright.core.events import UserEvent
-from ctxwright.core.messages import Message
+from ctxwright.core.messages import Message, Usage
 from ctxwright.core.prefix import Prefix
+from ctxwright.core.request import Completion
 from ctxwright.core.session import Session
 from ctxwright.store.sessions import Store
 from ctxwright.tools.builtin import default_tools
@@ -74,3 +75,44 @@ def test_edit_without_a_compaction_event_is_history_edited(store, monkeypatch):
     audit = store.calls(s.id)[-1].audit.raw
     assert audit["first_divergence"] == {"message_index": 1, "field": "content", "byte_offset": 2}
     assert audit["context"]["after"].startswith(" edited")
+
+
+class _ColdModel(ScriptedBackend):
+    """Reports what llama.cpp reports in a new process: nothing cached, and by its own count
+    nothing reusable (it held no token list yet)."""
+
+    def complete(self, request, *, on_event=None):
+        done = super().complete(request, on_event=on_event)
+        u = done.usage
+        usage = Usage(prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens, cached_tokens=0)
+        usage.raw["reusable_tokens"] = 0
+        return Completion(message=done.message, usage=usage, finish_reason=done.finish_reason, model=done.model)
+
+
+def test_a_backend_that_held_nothing_does_not_hide_the_prefill_after_resume(store):
+    """Resumed on a backend whose own count of reusable tokens is 0: the reusable prefix is
+    still what the session sent before, so the call reads cached 0 of reusable N."""
+    reg = default_tools()
+    s = Session.start(Prefix.build("sys " * 200, reg.specs()), store=store)
+    _agent(s, ["first answer"]).run("q1")
+    resumed = Session.resume(Store(store.path), s.id)
+    a2 = Agent(resumed, _ColdModel(["second answer"]), reg, AgentConfig())
+    call = a2.run("q2").calls[0]
+    assert call.cause == "append" and call.cached_tokens == 0
+    assert (call.reusable_tokens or 0) > 200
+    assert store.calls(s.id)[1].audit.reusable_prefix_tokens == call.reusable_tokens
+    summ = a2.auditor.summary()
+    assert summ.efficiency is not None and summ.efficiency < 1.0
+
+
+def test_the_reusable_prefix_is_the_larger_of_the_audits_count_and_the_backends():
+    # the audit's count is scaled to the provider's units (its rendering, not canonical JSON)
+    assert reusable_tokens(400, 1000, 500, None) == 200
+    # a backend that held nothing does not bring the audit's count down to its own 0
+    assert reusable_tokens(400, 1000, 500, 0) == 200
+    # where it held more than the scaled count says (llama.cpp's exact token lists), it counts
+    assert reusable_tokens(400, 1000, 500, 260) == 260
+    # never more than the prompt; nothing reported: ctxwright's own count is the prompt
+    assert reusable_tokens(400, 1000, 500, 900) == 500
+    assert reusable_tokens(400, 1000, None, None) == 400
+    assert reusable_tokens(0, 0, 0, None) == 0

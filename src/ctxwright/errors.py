@@ -14,6 +14,7 @@ This module is the lowest layer of the package: it imports nothing from ctxwrigh
 from __future__ import annotations
 
 __all__ = [
+    "AmbiguousSessionId",
     "BackendError",
     "BackendUnavailable",
     "CalculatorError",
@@ -70,6 +71,10 @@ class DynamicSectionInPrefix(CtxwrightError):
 
 class SessionNotFound(CtxwrightError):
     """No session with that ID in the store."""
+
+
+class AmbiguousSessionId(SessionNotFound):
+    """The ID given is the start of more than one session's ID (``store/ids.py``)."""
 
 
 class EventFormatError(CtxwrightError, ValueError):

@@ -116,7 +116,8 @@ class AuditRequest:
     completion_tokens: int | None = None
     #: the harness recorded a compaction (or a status replacement) just before this request
     marker: str | None = None
-    #: exact reusable tokens when the backend can say (llama.cpp knows its token lists)
+    #: exact reusable tokens by the backend's own count, over the token sequences it held itself
+    #: (llama.cpp knows its token lists, replies included); see :func:`reusable_tokens`
     reusable_tokens_hint: int | None = None
     #: the canonical bytes of each message, when the caller has them already (a live session
     #: caches them per message); must equal ``canonical_json(m)`` of ``messages``
@@ -595,6 +596,27 @@ class IndexHint:
     old_match: tuple[int, int] = (0, 0)
 
 
+def reusable_tokens(reusable: int, counted: int, reported: int | None, hint: int | None) -> int:
+    """A request's reusable prefix in the provider's tokens: ``reusable`` of its ``counted``
+    tokens (ctxwright's count of canonical JSON: what the earlier requests of the log share with
+    it), scaled to the prompt size the provider ``reported`` -- it counts its own rendering, and
+    Σcached ÷ Σreusable must compare like with like -- or the backend's exact ``hint`` when that is
+    larger. Never more than the prompt.
+
+    Why the larger and not the hint alone: a backend knows only the token sequences it held itself.
+    A resumed session's backend held nothing, so its "0 reusable" would hide a whole prompt
+    prefilled again (cached 0 of reusable 0 reads as 100% efficient), while the log still holds the
+    requests it shares its prefix with. Why the hint at all: where the backend did hold them it
+    is exact (llama.cpp's token lists hold its replies too), and the scaled count is an estimate
+    that can fall short of what llama.cpp really reused (above 100% efficient).
+    """
+    if reported is not None and counted:
+        reusable = round(reusable * reported / counted)
+    if hint is not None:
+        reusable = max(reusable, hint)
+    return min(reusable, reported if reported is not None else counted)
+
+
 def segments_of(req: AuditRequest) -> list[bytes]:
     segs = [utf8(req.system)]
     if req.tools:
@@ -959,13 +981,7 @@ class Auditor:
         if partial:
             reusable_tok += self.counter.count(segs[whole][:partial].decode("utf-8", "ignore"))
         prompt = req.prompt_tokens if req.prompt_tokens is not None else counted
-        if req.reusable_tokens_hint is not None:
-            reusable_tok = req.reusable_tokens_hint
-        elif req.prompt_tokens is not None and counted:
-            # Our count is of canonical JSON segments, the provider's of its own rendering;
-            # scale to the provider's units so Σcached ÷ Σreusable compares like with like.
-            reusable_tok = round(reusable_tok * req.prompt_tokens / counted)
-        reusable_tok = min(reusable_tok, prompt)
+        reusable_tok = reusable_tokens(reusable_tok, counted, req.prompt_tokens, req.reusable_tokens_hint)
 
         size = sizes[-1] if sizes else 0
         prev_req = conv.prev if conv is not None else None

@@ -15,7 +15,10 @@ log and normalises it to one shape (system text, tool list, message dicts, optio
   list of events (what ``ctxwright proxy`` records) gives its usage too;
 * ctxwright's own session export (``ctxwright show ID --json``), one object for the
   whole file (pretty-printed or not) or one per JSONL line, expanded into one request
-  per model call; each session (and each child session) is a conversation of its own.
+  per model call; each session (and each child session) is a conversation of its own;
+* the lines of ``ctxwright export ID --requests``: request/response pairs with a
+  ``ctxwright`` object that says which session and call each is (:class:`ExportedCall`),
+  audited as the live session audited them.
 
 Messages of a request log are kept exactly as logged, never re-serialised or "cleaned": the
 cache matches bytes, so normalising them would hide the very differences the audit looks
@@ -48,7 +51,7 @@ import os
 import stat
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -417,6 +420,7 @@ class RecordReader:
     def request(self, record: dict[str, Any]) -> AuditRequest:
         """The request of one record, its messages shared with its thread's previous request."""
         body, usage = _body_and_usage(record)
+        call = _exported_call(record)
         system, messages = split_body(body)
         tools = _tools_of(body)
         if tools == self._prev_tools:  # one tool list, serialized once by the auditor
@@ -426,7 +430,7 @@ class RecordReader:
             data, hashes = self._encode(messages)
         except (RecursionError, ValueError) as exc:
             raise LogRecordRejected(f"a message cannot be serialized ({type(exc).__name__})") from exc
-        return AuditRequest(
+        request = AuditRequest(
             system=system,
             tools=tools,
             messages=messages,
@@ -437,6 +441,7 @@ class RecordReader:
             message_hashes=hashes,
             options=request_options(body),
         )
+        return call.applied_to(request) if call is not None else request
 
     def _encode(self, messages: list[dict[str, Any]]) -> tuple[list[bytes], list[bytes]]:
         """Canonical bytes and hashes of ``messages``; the leading run equal to the thread's
@@ -468,6 +473,58 @@ class RecordReader:
         while len(self._threads) > _THREADS or (self._thread_bytes > _THREAD_BYTES and len(self._threads) > 1):
             self._thread_bytes -= self._threads.pop(next(iter(self._threads))).size  # the least recently seen
         return data, hashes
+
+
+@dataclass(frozen=True)
+class ExportedCall:
+    """The ``ctxwright`` object of a line of ``ctxwright export ID --requests``: which session
+    and call the request is, and what the live audit knew of it besides the body.
+
+    Applied so that the audit of an export gives what the live audit stored (``ctxwright
+    show``): the lines of one session are one conversation, a compaction before a call is
+    reported as such, the backend's own reusable count is used as it was, and the request
+    options are not compared -- the live audit does not compare them (the same rule as for a
+    session export, below).
+    """
+
+    session: str
+    call_index: int | None
+    marker: str | None
+    reusable_tokens: int | None
+
+    def applied_to(self, request: AuditRequest) -> AuditRequest:
+        return replace(
+            request,
+            conversation=f"export:{self.session}",
+            session=self.session,
+            marker=self.marker,
+            reusable_tokens_hint=self.reusable_tokens,
+            options=None,
+        )
+
+
+def _exported_call(record: Mapping[str, Any]) -> ExportedCall | None:
+    """The record's ``ctxwright`` object (see :class:`ExportedCall`), ``None`` when it has none.
+    A call that failed is refused as a problem of its line: the live session audited no
+    request it got no reply to."""
+    meta = record.get("ctxwright")
+    if meta is None:
+        return None
+    if not isinstance(meta, dict) or not isinstance(meta.get("session"), str) or not meta["session"]:
+        raise LogRecordRejected("'ctxwright' must be an object naming its 'session' (a ctxwright export's line)")
+    index = first_int(meta.get("call_index"))
+    if meta.get("error") is not None:
+        raise LogRecordRejected(
+            f"call {index if index is not None else '?'} of session {meta['session']} failed "
+            f"({str(meta['error'])[:200]}); not audited, as the session did not audit it"
+        )
+    marker = meta.get("marker")
+    return ExportedCall(
+        session=meta["session"],
+        call_index=index,
+        marker=marker if marker in ("compaction", "status_replaced") else None,
+        reusable_tokens=first_int(meta.get("reusable_tokens")),
+    )
 
 
 def _json_type(value: Any) -> str:

@@ -1,10 +1,13 @@
-"""``ctxwright export ID``: a stored session as JSON; with ``--requests``, the OpenAI
-chat-completions request body of every model call, one JSON object per line.
+"""``ctxwright export ID``: a stored session as JSON; with ``--requests``, every model call
+as one JSON line: ``{"request": body, "response": {"usage": ...}, "ctxwright": {...}}`` --
+the OpenAI chat-completions body that was sent, the usage the server reported, and what the
+live audit knew of the call (its session, a compaction before it).
 
 Why: the store keeps events, not requests (a request repeats its whole history; storing
 each would grow the database quadratically). The bodies are rebuilt by the renderer that
 rendered them live, so the output is evidence of what was sent: ``ctxwright audit`` reads
-it like any request log, and any other tool can replay or diff it.
+it like any request log and gives the verdicts ``ctxwright show`` gives, and any other tool
+can replay or diff ``.request``.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ def add_export_parser(sub: Any) -> None:
     ex.add_argument(
         "--requests",
         action="store_true",
-        help="one line per model call: the chat-completions body that was sent (model, messages, tools, "
-        "tool_choice, max_tokens, temperature, ...), rebuilt from the store",
+        help="one line per model call: {request, response, ctxwright} -- the chat-completions body that was "
+        "sent (model, messages, tools, tool_choice, max_tokens, temperature, ...), rebuilt from the store, with "
+        "the usage the server reported; `ctxwright audit` reads it",
     )
     ex.set_defaults(func=cmd_export)
 
@@ -60,7 +64,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise CtxwrightError(f"session {sid} made no model calls: there is no request to export")
     out = sys.stdout
     for b in bodies:
-        out.write(canonical_json(b.body) + "\n")
+        out.write(canonical_json(b.record()) + "\n")
     out.flush()
     notes: dict[tuple[str, ...], list[int]] = {}
     for b in bodies:

@@ -175,6 +175,12 @@ def _print_summary(agent: Agent, result: RunResult, *, wide: bool = False) -> No
     )
 
 
+def id_column(table: Table, ids: list[str]) -> None:
+    """Add a table's ID column, never cut: an ID people copy from a listing must be whole (a
+    cut one, ``920262ef8…``, names no session). The other columns wrap or shorten first."""
+    table.add_column("id", no_wrap=True, min_width=max((len(i) for i in ids), default=2))
+
+
 def cmd_sessions(args: argparse.Namespace) -> int:
     store = _store(args)
     rows = store.list_sessions(limit=args.limit)
@@ -182,7 +188,8 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         print(json.dumps(rows, ensure_ascii=False, indent=1))
         return 0
     t = Table(title=Text(f"sessions in {store.path}"))
-    for c in ("id", "created", "backend", "model", "events", "calls", "first message"):
+    id_column(t, [r["id"] for r in rows])
+    for c in ("created", "backend", "model", "events", "calls", "first message"):
         t.add_column(c)
     for r in rows:  # stored text is shown as it is, never read as console markup
         t.add_row(
@@ -263,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_sessions)
 
     sh = sub.add_parser("show", help="print one session: messages, tool calls, per-call usage")
-    sh.add_argument("id")
+    sh.add_argument("id", help="session ID (a unique start of it is enough)")
     sh.add_argument("--json", action="store_true")
     sh.add_argument("--wide", action="store_true", help="the calls table with all its columns (wider than 80)")
     sh.set_defaults(func=cmd_show)

@@ -181,7 +181,7 @@ def is_loopback(host: str) -> bool:
 
 
 def _list(store: Any, *, as_json: bool) -> int:
-    from ctxwright.cli.main import console
+    from ctxwright.cli.main import console, id_column
     from ctxwright.proxy.log import proxy_sessions
 
     rows = proxy_sessions(store)
@@ -189,7 +189,8 @@ def _list(store: Any, *, as_json: bool) -> int:
         print(json.dumps(rows, ensure_ascii=False, indent=1))
         return 0
     t = Table(title=Text(f"proxy sessions in {store.path}"))
-    for c in ("id", "started", "last call", "calls", "grouped by", "api", "upstream"):
+    id_column(t, [r["id"] for r in rows])
+    for c in ("started", "last call", "calls", "grouped by", "api", "upstream"):
         t.add_column(c)
     for r in rows:
         last = time.strftime("%H:%M:%S", time.localtime(r["last_at"])) if r["last_at"] else ""

@@ -81,12 +81,14 @@ def _gather(args: argparse.Namespace) -> Any:
         return data
     if target.exists():
         raise CtxwrightError(f"{args.target} is not a file: give a request log file or a session ID")
-    from ctxwright.errors import SessionNotFound
+    from ctxwright.errors import AmbiguousSessionId, SessionNotFound
     from ctxwright.report import from_store
 
     store = Store(args.db) if args.db else Store()
     try:
         return from_store(store, args.target)
+    except AmbiguousSessionId:
+        raise  # it names the sessions that start so; "no file of that name" would mislead
     except SessionNotFound:
         raise CtxwrightError(
             f"no session {args.target} in {store.path} and no file of that name: give a session ID "

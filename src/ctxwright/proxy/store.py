@@ -24,6 +24,7 @@ from typing import Any
 
 from ctxwright.core.redact import redact, redact_query
 from ctxwright.errors import SessionNotFound
+from ctxwright.store.ids import resolve_id
 from ctxwright.store.sessions import Store
 
 #: The columns of one ``proxy_exchanges`` row a caller may write (``id`` is assigned).
@@ -114,17 +115,13 @@ class ProxyLog:
         return [dict(r) for r in rows]
 
     def session_row(self, session_id: str) -> dict[str, Any]:
-        """One proxy session by id or unique id prefix; :class:`SessionNotFound` otherwise."""
+        """One proxy session by id or unique id prefix (``store/ids.py``); :class:`SessionNotFound`
+        or :class:`~ctxwright.errors.AmbiguousSessionId` otherwise."""
         cols = "id, created_at, grouped_by, group_key, api, upstream"
-        row = self.db.fetchone(f"SELECT {cols} FROM proxy_sessions WHERE id=?", (session_id,))
-        if row is None:
-            rows = self.db.fetchall(f"SELECT {cols} FROM proxy_sessions WHERE id LIKE ?", (session_id + "%",))
-            row = rows[0] if len(rows) == 1 else None
-        if row is None:
-            raise SessionNotFound(
-                f"no proxy session {session_id!r} in {self.db.path}. Run `ctxwright proxy --list` to list them (or pass "
-                "--db / CTXWRIGHT_DB if the proxy wrote to another database)."
-            )
+        sid = resolve_id(self.db, "proxy_sessions", session_id, what="proxy session", listing="ctxwright proxy --list")
+        row = self.db.fetchone(f"SELECT {cols} FROM proxy_sessions WHERE id=?", (sid,))
+        if row is None:  # deleted in between
+            raise SessionNotFound(f"proxy session {session_id!r} is no longer in {self.db.path}")
         return dict(row)
 
     def exchange_rows(self, session_id: str | None) -> list[dict[str, Any]]:

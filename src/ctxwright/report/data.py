@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxwright.audit.compare import Auditor, AuditRequest, AuditRow, Prices, paid_as_cached
+from ctxwright.audit.compare import Auditor, AuditRequest, AuditRow, Prices, cache_ratios, paid_as_cached
 from ctxwright.audit.live import audit_record
 from ctxwright.audit.logs import ParseProblem, read_log
 from ctxwright.core.events import (
@@ -78,6 +78,8 @@ class CallData:
     reusable_tokens: int | None
     completion_tokens: int | None
     cause: str
+    #: the prompt size was counted by ctxwright, not reported by the server (a log without usage)
+    prompt_counted: bool = False
     where: str = ""
     before: str = ""
     after: str = ""
@@ -98,7 +100,15 @@ class CallData:
 
     @property
     def prefilled(self) -> int:
+        """Prompt tokens prefilled, for the cost: where the provider reported no cached count,
+        an estimate (the prompt minus the reusable prefix)."""
         return max(0, (self.prompt_tokens or 0) - self.cached_paid)
+
+    @property
+    def prefilled_reported(self) -> int | None:
+        """Prompt tokens prefilled as the provider's counts say; ``None`` (unknown) when it
+        reported no cached count -- shown as unknown, never as the estimate."""
+        return None if self.cached_tokens is None else self.prefilled
 
     def cost(self, prices: Prices) -> float:
         return prices.cost(self.prefilled, self.cached_paid, self.completion_tokens or 0)
@@ -146,13 +156,40 @@ class SessionData:
         return sum(c.prompt_tokens or 0 for c in self.calls)
 
     @property
-    def cached_tokens(self) -> int:
-        return sum(c.cached_paid for c in self.calls)
+    def reported(self) -> list[CallData]:
+        """The calls whose cached-token count the provider reported."""
+        return [c for c in self.calls if c.cached_tokens is not None]
+
+    @property
+    def cached_tokens(self) -> int | None:
+        """Σ cached tokens the provider reported; ``None`` (unknown) when no call reported
+        one. Never the reusable prefix: that is ctxwright's estimate, shown as one."""
+        known = self.reported
+        return sum(c.cached_tokens or 0 for c in known) if known else None
 
     @property
     def hit_ratio(self) -> float | None:
+        """Σcached ÷ Σprompt over the calls that reported a cached count (the audit's rule,
+        ``cache_ratios``); ``None`` when none did."""
+        known = self.reported
+        if not known:
+            return None
+        return cache_ratios(sum(c.cached_tokens or 0 for c in known), sum(c.prompt_tokens or 0 for c in known), 0)[0]
+
+    @property
+    def reusable_tokens(self) -> int:
+        """Σ reusable prefix (the audit's estimate of what a cache could have served)."""
+        return sum(c.reusable_tokens or 0 for c in self.calls)
+
+    @property
+    def reusable_ratio(self) -> float | None:
         p = self.prompt_tokens
-        return self.cached_tokens / p if p else None
+        return round(self.reusable_tokens / p, 4) if p else None
+
+    @property
+    def prompt_counted(self) -> bool:
+        """Some call's prompt size was counted by ctxwright (no usage reported)."""
+        return any(c.prompt_counted for c in self.calls)
 
     @property
     def breaks(self) -> list[CallData]:
@@ -234,6 +271,7 @@ def _stored_session(store: Store, session_id: str, counter: TokenCounter) -> Ses
             index=c.call_index,
             parts=parts,
             prompt_tokens=c.prompt_tokens if c.prompt_tokens is not None else a.prompt_tokens,
+            prompt_counted=c.prompt_tokens is None,
             cached_tokens=c.cached_tokens,
             reusable_tokens=a.reusable_prefix_tokens,
             completion_tokens=c.completion_tokens,
@@ -467,6 +505,7 @@ def _logged_call(counter: TokenCounter, req: AuditRequest, row: AuditRow, index:
         reusable_tokens=row.reusable_prefix_tokens,
         completion_tokens=row.completion_tokens,
         cause=row.cause,
+        prompt_counted=not row.usage_known,
         where=str(rec.get("where") or ""),
         before=str(ctx.get("before") or ""),
         after=str(ctx.get("after") or ""),

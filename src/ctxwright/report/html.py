@@ -22,7 +22,7 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,8 +57,13 @@ COLORS: dict[str, str] = {
     "latest_user": "#e45756",
     "framing": "#bab0ac",
     "cached": "#72b7b2",
+    "reusable": "#c7e9e6",
     "prefilled": "#e45756",
 }
+
+
+#: the name of a reusable prefix standing where the provider reported no cached count
+ESTIMATED_REUSABLE = "reusable prefix (cached not reported: estimate)"
 
 
 @dataclass(frozen=True)
@@ -121,11 +126,24 @@ def _parts_chart(s: SessionData, runs: list[tuple[int, int]], labels: list[str])
 
 
 def _cache_chart(s: SessionData, runs: list[tuple[int, int]], labels: list[str]) -> go.Figure:
+    """Cached and prefilled tokens per call. A call whose provider reported no cached count
+    shows its reusable prefix as a bar of its own, named as the estimate it is, never as cached."""
     fig = go.Figure(layout=_layout("prompt tokens: cached vs prefilled", runs, len(s.calls), "tokens"))
-    cached = [round(_mean([s.calls[i].cached_paid for i in range(a, b)])) for a, b in runs]
-    pre = [round(_mean([s.calls[i].prefilled for i in range(a, b)])) for a, b in runs]
+
+    def mean(value: Callable[[CallData], int]) -> list[int]:
+        return [round(_mean([value(s.calls[i]) for i in range(a, b)])) for a, b in runs]
+
+    cached = mean(lambda c: c.cached_paid if c.cached_tokens is not None else 0)
+    pre = mean(lambda c: c.prefilled)
     breaks = [sum(s.calls[i].is_break for i in range(a, b)) for a, b in runs]
     fig.add_bar(x=labels, y=cached, name="cached", marker_color=COLORS["cached"])
+    if len(s.reported) < len(s.calls):
+        fig.add_bar(
+            x=labels,
+            y=mean(lambda c: c.cached_paid if c.cached_tokens is None else 0),
+            name=ESTIMATED_REUSABLE,
+            marker_color=COLORS["reusable"],
+        )
     fig.add_bar(
         x=labels,
         y=pre,
@@ -212,6 +230,11 @@ class SessionView:
     charted: bool
     #: the parts any call of the session has (the table's columns)
     parts: list[str]
+    #: the headline's cache figures: what the provider reported, and ctxwright's estimate
+    cached_text: str
+    reusable_text: str
+    #: the cost counts reusable prefixes as cached where the provider reported no cached count
+    cost_estimated: bool
 
 
 def _view(i: int, s: SessionData, prices: Prices | None, chart: bool) -> SessionView:
@@ -239,7 +262,28 @@ def _view(i: int, s: SessionData, prices: Prices | None, chart: bool) -> Session
         cost=s.cost(prices) if prices is not None else None,
         charted=chart,
         parts=[p for p in PARTS if any(c.parts.get(p) for c in s.calls)],
+        cached_text=cached_text(s),
+        reusable_text=reusable_text(s),
+        cost_estimated=len(s.reported) < len(s.calls),
     )
+
+
+def cached_text(s: SessionData) -> str:
+    """The cached tokens the provider reported, for a headline: ``unknown`` when no call
+    reported a count (a server without a cached-token field, a log without usage) -- the
+    reusable prefix is an estimate and is shown as one, by :func:`reusable_text`."""
+    known = s.reported
+    if not known:
+        return "cached unknown (not reported by the provider)"
+    text = f"cached {s.cached_tokens or 0:,} (hit ratio {_pct(s.hit_ratio)})"
+    if len(known) < len(s.calls):
+        text += f" on the {len(known):,} of {len(s.calls):,} calls that reported it"
+    return text
+
+
+def reusable_text(s: SessionData) -> str:
+    """The reusable prefix, labelled as ctxwright's estimate of what a cache could serve."""
+    return f"estimated reusable prefix {s.reusable_tokens:,} ({_pct(s.reusable_ratio)} of the prompt)"
 
 
 def _fmt(v: Any) -> str:

@@ -4,7 +4,7 @@ offline audit reads back; and the request body of each of its model calls, rebui
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ctxwright.core.messages import sha256_text
@@ -39,6 +39,32 @@ class CallBody:
     unknown: tuple[str, ...]
     #: the rebuilt request hashes to the ``request_sha256`` recorded when it was sent
     verified: bool
+    #: the usage the server reported, as an OpenAI ``usage`` object (only the counts it gave)
+    usage: dict[str, Any] = field(default_factory=dict)
+    #: what the live audit knew of the call besides the body: ``session``, ``call_index``,
+    #: the request's change ``marker`` (a compaction), the backend's own ``reusable_tokens``,
+    #: the ``error`` of a call that failed
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def record(self) -> dict[str, Any]:
+        """The call as one line of a request log: ``{"request": body, "response": {"usage":
+        ...}, "ctxwright": meta}``, the pair form every log reader takes (``audit/logs.py``).
+        ``ctxwright audit`` of these lines gives the verdicts and reusable counts the live audit
+        stored (``ctxwright show``); any other tool can take ``.request`` to replay it."""
+        return {"request": self.body, "response": {"usage": self.usage}, "ctxwright": self.meta}
+
+
+def openai_usage(prompt: int | None, completion: int | None, cached: int | None) -> dict[str, Any]:
+    """Counts as an OpenAI ``usage`` object; a count the server did not give is left out
+    (unknown), never written as 0."""
+    usage: dict[str, Any] = {}
+    if prompt is not None:
+        usage["prompt_tokens"] = prompt
+    if completion is not None:
+        usage["completion_tokens"] = completion
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage
 
 
 def request_bodies(store: Store, session_id: str) -> tuple[str, list[CallBody], list[int]]:
@@ -51,6 +77,7 @@ def request_bodies(store: Store, session_id: str) -> tuple[str, list[CallBody], 
     canonical JSON, what the server received. Every rebuilt request is checked against the
     hash recorded when it was sent.
     """
+    from ctxwright.core.markers import markers_at
     from ctxwright.core.render import render_at
     from ctxwright.core.session import Session
 
@@ -58,6 +85,7 @@ def request_bodies(store: Store, session_id: str) -> tuple[str, list[CallBody], 
     calls = store.calls(session.id)
     counts = [c.event_count for c in calls if c.event_count is not None]
     rendered = render_at(session.prefix, session.events, session.settings(), counts)
+    markers = markers_at(session.events, counts)
     out: list[CallBody] = []
     missing: list[int] = []
     for c in calls:
@@ -69,5 +97,15 @@ def request_bodies(store: Store, session_id: str) -> tuple[str, list[CallBody], 
         messages = tuple(rendered[n])
         raw = opts.request(messages, session.prefix.tools).canonical_bytes()
         verified = sha256_text(raw.decode("utf-8")) == c.request_sha256
-        out.append(CallBody(c.call_index, opts.body(messages, session.prefix.tools), opts.unknown, verified))
+        meta: dict[str, Any] = {"session": session.id, "call_index": c.call_index}
+        if markers.get(n):
+            meta["marker"] = markers[n]
+        hint = c.usage.get("raw", {}).get("reusable_tokens") if isinstance(c.usage.get("raw"), dict) else None
+        if isinstance(hint, int) and not isinstance(hint, bool):
+            meta["reusable_tokens"] = hint
+        if c.error is not None:
+            meta["error"] = c.error
+        usage = openai_usage(c.prompt_tokens, c.completion_tokens, c.cached_tokens)
+        body = opts.body(messages, session.prefix.tools)
+        out.append(CallBody(c.call_index, body, opts.unknown, verified, usage, meta))
     return session.id, out, missing

@@ -29,6 +29,7 @@ from ctxwright.core.messages import canonical_json
 from ctxwright.core.records import CALL_COLUMNS, CALL_JSON_COLUMNS, CallRecord, SessionRow
 from ctxwright.core.redact import redact
 from ctxwright.errors import CtxwrightError, SessionNotFound
+from ctxwright.store.ids import resolve_id
 from ctxwright.store.migrations import check_file, check_schema, migrate
 from ctxwright.store.recovery import RecoveryLog
 from ctxwright.store.sqlite import BUSY_TIMEOUT_S, Database, default_db_path, wait_from_env
@@ -225,18 +226,11 @@ class Store:
 
     # -- reads --------------------------------------------------------------------------
     def get_session(self, session_id: str) -> SessionRow:
+        """The session ``session_id`` names: its full ID or a unique start of it (``resolve``)."""
         cols = "id, parent_id, created_at, prefix_json, prefix_sha256, backend, model, meta_json"
-        row = self.db.fetchone(f"SELECT {cols} FROM sessions WHERE id=?", (session_id,))
-        if row is None:
-            # allow unique prefixes of IDs, like git
-            rows = self.db.fetchall(f"SELECT {cols} FROM sessions WHERE id LIKE ?", (session_id + "%",))
-            if len(rows) == 1:
-                row = rows[0]
-        if row is None:
-            raise SessionNotFound(
-                f"no session {session_id!r} in {self.path}. Run `ctxwright sessions` to list the IDs "
-                "(or pass --db / CTXWRIGHT_DB if the session lives in another database)."
-            )
+        row = self.db.fetchone(f"SELECT {cols} FROM sessions WHERE id=?", (self.resolve(session_id),))
+        if row is None:  # deleted in between
+            raise SessionNotFound(f"session {session_id!r} is no longer in {self.path}")
         return SessionRow(
             id=row["id"],
             parent_id=row["parent_id"],
@@ -247,6 +241,11 @@ class Store:
             model=row["model"],
             meta=json.loads(row["meta_json"]),
         )
+
+    def resolve(self, session_id: str) -> str:
+        """The full ID of the session ``session_id`` names, whole or by a unique start
+        (``store/ids.py``); :class:`SessionNotFound` or :class:`AmbiguousSessionId` otherwise."""
+        return resolve_id(self.db, "sessions", session_id, what="session", listing="ctxwright sessions")
 
     def latest_session(self) -> str | None:
         """The id of the top-level session used last (its newest event, else its creation)."""
