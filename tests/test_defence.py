@@ -419,7 +419,7 @@ def test_cli_defence_and_export_equal_what_the_server_received(
     sid = Store(db).list_sessions()[0]["id"]
     capsys.readouterr()
     assert main(["--db", str(db), "export", sid, "--requests"]) == 0
-    exported = [canonical_json(json.loads(line)) for line in capsys.readouterr().out.splitlines()]
+    exported = [canonical_json(json.loads(line)["request"]) for line in capsys.readouterr().out.splitlines()]
     assert exported == received
 
 
