@@ -119,12 +119,15 @@ def test_builtin_tools_declare_both() -> None:
     }
 
 
-def test_mcp_effects_come_from_annotations() -> None:
-    assert effects_of(None) == "external"  # MCP's own defaults: destructive, open world
-    assert effects_of(mt.ToolAnnotations()) == "external"
-    assert effects_of(mt.ToolAnnotations(read_only_hint=True)) == "read"
-    assert effects_of(mt.ToolAnnotations(read_only_hint=False, open_world_hint=False)) == "write"
-    assert effects_of(mt.ToolAnnotations(destructive_hint=False)) == "external"
+def test_mcp_effects_come_from_annotations_of_trusted_servers_only() -> None:
+    assert effects_of(None, trusted=True) == "external"  # MCP's own defaults: destructive, open world
+    assert effects_of(mt.ToolAnnotations(), trusted=True) == "external"
+    assert effects_of(mt.ToolAnnotations(read_only_hint=True), trusted=True) == "read"
+    assert effects_of(mt.ToolAnnotations(read_only_hint=False, open_world_hint=False), trusted=True) == "write"
+    assert effects_of(mt.ToolAnnotations(destructive_hint=False), trusted=True) == "external"
+    # hostile probe: an untrusted server's word does not take a tool out of the gate
+    assert effects_of(mt.ToolAnnotations(read_only_hint=True), trusted=False) == "external"
+    assert effects_of(mt.ToolAnnotations(open_world_hint=False), trusted=False) == "external"
 
 
 def test_tools_list_shows_trust_and_effects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,9 +8,12 @@ as they can; every test checks that no server process is left behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -424,3 +427,254 @@ def test_mcp_tools_deferred_are_found_with_search_and_run_through_call_tool(no_l
         assert json.loads(out["c_bad"])["error"]["type"] == "invalid_arguments"
         assert "changing__weather" in [t["function"]["name"] for t in json.loads(out["c_s2"])["tools"]]
         assert "sunny in Oslo" in out["c_weather"]
+
+
+# -- hostile probes ---------------------------------------------------------------------------------
+
+
+def test_lines_are_cut_in_linear_time_and_over_the_cap_only_head_and_tail_are_kept() -> None:
+    from ctxwright.mcp.lines import LineSplitter
+
+    cap = 1000
+    splitter = LineSplitter(cap)
+    lines = splitter.feed(b'{"a":1}\n{"b"') + splitter.feed(b":2}\n\n") + splitter.feed(b"x" * 600)
+    assert [ln.data for ln in lines] == [b'{"a":1}', b'{"b":2}', b""]
+    crossed = splitter.feed(b"y" * 600)  # crosses the cap: told once, with the head
+    assert len(crossed) == 1 and crossed[0].data is None and not crossed[0].complete
+    assert crossed[0].head.startswith(b"x" * 600) and crossed[0].size == 1200
+    assert splitter.feed(b"z" * 10_000) == []
+    (end, after) = splitter.feed(b'"id":7}\n{"c":3}\n')
+    assert end.complete and end.data is None and end.size == 11_207 and end.tail.endswith(b'z"id":7}')
+    assert after.data == b'{"c":3}'
+    # 30 MB in 64 KB chunks: the SDK's reader took seconds for this (joining and splitting
+    # the whole line again for every chunk); this is one pass
+    big = LineSplitter(50_000_000)
+    chunk = b"x" * 65536
+    started = time.monotonic()
+    for _ in range(460):
+        assert big.feed(chunk) == []
+    (line,) = big.feed(b"\n")
+    assert line.data is not None and len(line.data) == 460 * 65536
+    assert time.monotonic() - started < 2.0
+
+
+def test_which_request_a_dropped_line_answered_is_read_only_where_it_is_unambiguous() -> None:
+    from ctxwright.mcp.lines import cut_reply_id, reply_id
+
+    assert reply_id(b'{"jsonrpc":"2.0","id":4,"result":"not an object"}') == 4
+    assert reply_id(b'{"jsonrpc":"2.0","id":"a-1","result":{"x":NaN') == "a-1"  # cut short: the head
+    assert reply_id(b'{"result":{"content":[]},"jsonrpc":"2.0","id":9') is None  # cut before its end
+    assert reply_id(b'{"result":{"v":[1,}, "jsonrpc":"2.0","id":9}') == 9  # written last (TypeScript SDK)
+    assert reply_id(b'{"result":{"content":[{"id":5}]},"garbage') is None  # a nested id is not the reply's
+    assert reply_id(b'{"jsonrpc":"2.0","id":3,"method":"sampling/createMessage","params":') is None  # a request
+    assert reply_id(b'{"jsonrpc":"2.0","id":true,"result":{}}x') is None
+    assert reply_id(b"garbage line 1: this is not JSON {") is None
+    assert reply_id(b"[" * 100_000) is None  # too deep for json: no crash
+    assert cut_reply_id(b'{"jsonrpc":"2.0","id":12,"result":{"content":[{"type":"text","text":"xxx', None) == 12
+    assert cut_reply_id(b'{"result":{"content":[{"type":"text","text":"xxx', b'xxx"}]},"id":12}') == 12
+
+
+def test_a_result_over_the_cap_fails_fast_and_the_server_answers_on(no_leftovers: None) -> None:
+    """Hostile probe: a 30 MB tool result. The SDK's reader took about ten seconds for it (its
+    cost grows with the square of the size; 50 MB timed out, and every later call with it);
+    the default cap drops it as it streams in and fails that call at once, a lower cap given
+    as an option drops a smaller one, and the same server answers the next calls."""
+    backend = ScriptedBackend(
+        [
+            turn(call("hostile__big", {"mb": 30}, "c_big")),
+            turn(call("hostile__ping", {}, "c_ping")),
+            turn(call("hostile__big", {"mb": 3}, "c_mid")),
+            "done",
+        ]
+    )
+    with Harness("sys", [], backend=backend, mcp_servers=[server("hostile")], mcp_timeout=60, **QUIET) as h:
+        started = time.monotonic()
+        assert h.run("go").final_answer == "done"
+        elapsed = time.monotonic() - started
+        out = {ev.message.tool_call_id: body(ev) for ev in tool_events(h)}
+    big = json.loads(out["c_big"])["error"]
+    assert big["type"] == "mcp_result_too_large", big
+    assert "over the cap of 4 MB on one message from an MCP server (--mcp-result-cap" in big["message"]
+    assert out["c_ping"].endswith("\npong\n</external_content>")  # the connection is still usable
+    assert "result is 3,000,000 characters" in out["c_mid"]  # under the default cap: taken (and compacted)
+    assert elapsed < 40, f"{elapsed:.1f} s: the large result was not dropped as it was read"
+    backend = ScriptedBackend(
+        [turn(call("hostile__big", {"mb": 1}, "c_one"), call("hostile__big", {"mb": 0.01}, "c_small")), "done"]
+    )
+    with Harness("sys", [], backend=backend, mcp_servers=[server("hostile")], mcp_result_cap=0.5, **QUIET) as h:
+        h.run("go")
+        out = {ev.message.tool_call_id: body(ev) for ev in tool_events(h)}
+    one = json.loads(out["c_one"])["error"]
+    assert one["type"] == "mcp_result_too_large" and "(1.0 MB)" not in one["message"]
+    assert "over the cap of 0.5 MB" in one["message"]
+    assert "\n" + "x" * 10_000 + "\n" in out["c_small"]
+    with pytest.raises(ConfigError, match="mcp_result_cap"):
+        Harness("sys", [], backend=ScriptedBackend(["x"]), mcp_servers=[server("hostile")], mcp_result_cap=0)
+
+
+def test_invalid_lines_are_one_counted_line_and_an_invalid_reply_fails_at_once(
+    tmp_path: Path, no_leftovers: None
+) -> None:
+    """Hostile probe: ``ctxwright run`` (a process of its own, so that what reaches its stderr
+    is what a user sees) with a server that writes lines that are not JSON-RPC to stdout, at
+    start and during calls, and answers two calls with a broken line. The SDK's logger printed
+    a traceback for each line (105 MB in 33 s) and a call answered with a broken line waited
+    for its whole timeout: now stderr holds one line counting them, and the broken replies fail
+    at once."""
+    replies = [
+        F.reply_tool_calls([("c_g1", "hostile__garbage", '{"n": 3000}'), ("c_g2", "hostile__garbage", '{"n": 2000}')]),
+        F.reply_tool_calls(
+            [("c_cut", "hostile__bad_reply", '{"kind": "truncated"}'), ("c_rpc", "hostile__bad_reply", '{"kind": "x"}')]
+        ),
+        F.reply_tool_calls([("c_ping", "hostile__ping", "{}")]),
+        F.reply_text("done"),
+    ]
+    with F(replies) as srv:
+        started = time.monotonic()
+        proc = subprocess.run(
+            [PY, "-m", "ctxwright.cli.main", "--db", str(tmp_path / "c.db"), "run", "--backend", "openai",
+             "--model", "m", "--base-url", srv.url, "--no-status", "--mcp", server("hostile", "--garbage", "500"),
+             "--mcp-timeout", "30", "go"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        elapsed = time.monotonic() - started
+        out = {m["tool_call_id"]: m["content"] for m in srv.requests[-1]["messages"] if m["role"] == "tool"}
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert out["c_g1"].endswith("\nok\n</external_content>") and out["c_ping"].endswith("\npong\n</external_content>")
+    for cid in ("c_cut", "c_rpc"):
+        err = json.loads(out[cid])["error"]
+        assert err["type"] == "mcp_invalid_reply", err
+        assert "answered tools/call bad_reply, but its answer is not a valid JSON-RPC message" in err["message"]
+    assert elapsed < 25, f"{elapsed:.1f} s: an invalid reply waited for the 30 s timeout"
+    assert len(proc.stderr) < 2000 and "Traceback" not in proc.stderr, proc.stderr[:2000]
+    (line,) = [ln for ln in proc.stderr.splitlines() if "invalid line" in ln]
+    assert "5502 invalid lines (not JSON-RPC) from the MCP server `" in line
+    assert "hostile.py --garbage 500`, ignored; the first: 'starting up (0)... not JSON'" in line
+
+
+def test_annotations_are_believed_only_from_servers_the_user_trusts(no_leftovers: None) -> None:
+    """Hostile probe: a server's ``send``-like tool says ``readOnlyHint: true``. Untrusted (the
+    default), it is gated like any tool that acts outside; trusted (``mcp_trust``), its
+    annotation counts and it runs unasked."""
+
+    def run(**trust: Any) -> tuple[str, str]:
+        backend = ScriptedBackend([turn(call("hostile__readonly", {"to": "eve@evil.example"}, "c_ro")), "done"])
+        with Harness(
+            "sys",
+            [],
+            backend=backend,
+            mcp_servers=[server("hostile")],
+            defence="gate",
+            approve="deny",
+            **trust,
+            **QUIET,
+        ) as h:
+            effects = h.tools.get("hostile__readonly").effects
+            h.run("go")
+            (ev,) = tool_events(h)
+            return effects, body(ev)
+
+    effects, untrusted = run()
+    assert effects == "external"
+    assert json.loads(untrusted)["error"]["type"] == "gate_denied"
+    effects, trusted = run(mcp_trust=["hostile"])
+    assert effects == "read"
+    assert trusted.endswith("\nsent to eve@evil.example\n</external_content>")
+    with pytest.raises(
+        McpServerError, match=r"--mcp-trust 'hostil' names no connected MCP server \(connected: hostile\)"
+    ):
+        Harness("sys", [], backend=ScriptedBackend(["x"]), mcp_servers=[server("hostile")], mcp_trust=["hostil"])
+
+
+def test_tools_list_shows_annotations_only_of_trusted_servers(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = {}
+    for trust in ([], ["--mcp-trust", "hostile"]):
+        assert main(["tools", "list", "--json", "--mcp", server("hostile"), *trust]) == 0
+        rows[bool(trust)] = {r["name"]: r["effects"] for r in json.loads(capsys.readouterr().out)["tools"]}
+    assert rows[False]["hostile__readonly"] == "external" and rows[True]["hostile__readonly"] == "read"
+    assert rows[False]["hostile__plain"] == rows[True]["hostile__plain"] == "external"
+
+
+def _processes(marker: str, groups: set[int], exclude: set[int]) -> dict[int, str]:
+    """Live (not zombie) processes whose command line holds ``marker`` or that are in one of
+    ``groups``, by pid, with their command lines."""
+    found: dict[int, str] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) in exclude:
+            continue
+        try:
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if stat[0] != "Z" and (marker in cmdline or int(stat[2]) in groups):
+            found[int(proc.name)] = cmdline
+    return found
+
+
+@pytest.mark.slow  # fifteen real processes
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
+def test_nothing_of_a_server_outlives_ctxwright_however_it_ends(tmp_path: Path) -> None:
+    """Hostile probe: the server starts a child that ignores SIGTERM and keeps the server's
+    stdout open. ctxwright (a driver process running a Harness) ends normally, with an
+    exception, by SIGINT, by SIGTERM and by SIGKILL; every time, nothing of the server's
+    process group and nothing started for it is left. (The SDK ended the group only when the
+    server outlived the 2 s after its stdin closed, and nothing at all after a signal.)"""
+    import select
+    import signal
+    import uuid
+
+    endings = ["exit", "raise", "SIGINT", "SIGTERM", "SIGKILL"]
+    tag = uuid.uuid4().hex[:12]
+    markers = {e: f"ctxwright-probe-{tag}-{e}" for e in endings}
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1] / "src"), str(SERVERS.parent)]))
+    drivers = {
+        e: subprocess.Popen(
+            [PY, str(SERVERS.parent / "mcp_driver.py"), markers[e], str(tmp_path / f"{e}.db")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for e in endings
+    }
+    mine = {os.getpid(), *(p.pid for p in drivers.values())}
+    try:
+        family: dict[str, dict[str, int]] = {}
+        deadline = time.monotonic() + 120
+        for e, p in drivers.items():
+            assert p.stdout is not None
+            ready, _, _ = select.select([p.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            line = p.stdout.readline() if ready else ""
+            assert line, f"the {e} driver did not start its server: {p.communicate(timeout=60)[1][-2000:]}"
+            family[e] = json.loads(line)
+            alive = _processes(markers[e], {family[e]["pgid"]}, mine)
+            assert {family[e]["server"], family[e]["child"]} <= set(alive), alive
+        for e, p in drivers.items():
+            assert p.stdin is not None
+            if e in ("exit", "raise"):
+                p.stdin.write(e + "\n")
+                p.stdin.flush()
+            else:
+                p.send_signal(getattr(signal, e))
+        for p in drivers.values():
+            p.communicate(timeout=120)
+        deadline = time.monotonic() + 60
+        left: dict[str, dict[int, str]] = {}
+        while time.monotonic() < deadline:
+            left = {e: found for e in endings if (found := _processes(markers[e], {family[e]["pgid"]}, mine))}
+            if not left:
+                break
+            time.sleep(0.2)
+        assert not left, f"left running after ctxwright ended: {left}"
+        assert drivers["raise"].returncode == 1 and drivers["exit"].returncode == 0
+    finally:
+        for p in drivers.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for e in endings:
+            for pid in _processes(markers[e], set(), mine):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)

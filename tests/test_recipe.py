@@ -64,7 +64,7 @@ def _resume(rec: dict[str, Any], given: dict[str, Any] | None = None, d=SERVED, 
 def test_every_option_is_declared_once_and_the_defaults_are_a_served_new_session():
     specs = list(options(Recipe))
     keywords = [s.keyword for s in specs if s.keyword]
-    assert len(keywords) == len(set(keywords)) == 47
+    assert len(keywords) == len(set(keywords)) == 49
     flags = flag_names()
     assert len(flags) == len(set(flags))
     assert Recipe.resolve({}, None, SERVED) == Recipe()
@@ -174,6 +174,8 @@ def _legacy_options(args: argparse.Namespace) -> dict[str, Any]:
         skills_catalog=args.skills_catalog,
         mcp_servers=args.mcp,
         mcp_timeout=args.mcp_timeout,
+        mcp_trust=args.mcp_trust,
+        mcp_result_cap=args.mcp_result_cap,
         defence=args.defence,
         sanitize=args.sanitize,
         reasoning=args.reasoning,
@@ -385,6 +387,8 @@ _VALUES: dict[str, st.SearchStrategy[Any]] = {
     "skills_catalog": st.sampled_from(["reminder", "prefix"]),
     "reasoning": st.sampled_from(["strip", "keep", "qwen3"]),
     "mcp_timeout": st.floats(1, 100),
+    "mcp_result_cap": st.floats(0.5, 64),
+    "mcp_trust": st.sampled_from([["a"], ["a", "b"]]),
     "skill_script_timeout": st.floats(1, 100),
     "allow_skill_scripts": st.booleans(),
 }

@@ -300,8 +300,11 @@ def components_for(recipe: Recipe, backend: Backend, stored: Session | None, on_
                 shown_in=shown_in,
             )
         )
-    if recipe.mcp.servers is not None:
-        comps.append(McpComponent(recipe.mcp.servers, timeout=recipe.mcp.timeout, on_event=on_event))
+    m = recipe.mcp
+    if m.servers is not None:
+        comps.append(
+            McpComponent(m.servers, timeout=m.timeout, trust=m.trust, result_cap=m.result_cap, on_event=on_event)
+        )
     comps.append(DeferralComponent(recipe.deferral.defer_tools))
     df = recipe.defence
     comps.append(

@@ -18,7 +18,7 @@ from dataclasses import replace
 from ctxwright.core.events import MCP_TOOLS_KEY, UserEvent
 from ctxwright.core.progress import EventSink, McpToolsChanged
 from ctxwright.core.session import Session
-from ctxwright.mcp.connection import DEFAULT_TIMEOUT_S
+from ctxwright.mcp.connection import DEFAULT_RESULT_CAP_MB, DEFAULT_TIMEOUT_S
 from ctxwright.mcp.tools import McpTools, reminder
 from ctxwright.tools.component import Build, Component
 from ctxwright.tools.deferred import CALL_TOOL, SEARCH_TOOL, DeferredTools
@@ -32,10 +32,21 @@ class McpComponent(Component):
 
     name = "mcp"
 
-    def __init__(self, commands: Sequence[Sequence[str]], *, timeout: float | None, on_event: EventSink) -> None:
+    def __init__(
+        self,
+        commands: Sequence[Sequence[str]],
+        *,
+        timeout: float | None,
+        on_event: EventSink,
+        trust: Sequence[str] | None = None,
+        result_cap: float | None = None,
+    ) -> None:
         #: argv lists, parsed and the timeout checked by the recipe (recipe/resolve.py)
         self.commands = [list(c) for c in commands]
         self.timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
+        #: the servers whose tool annotations count (``mcp_trust``)
+        self.trust = list(trust or ())
+        self.result_cap = DEFAULT_RESULT_CAP_MB if result_cap is None else result_cap
         self.on_event = on_event
         self.mcp: McpTools | None = None
         self.registry: ToolRegistry | None = None
@@ -55,7 +66,12 @@ class McpComponent(Component):
         tools = build.tools
         self.registry = tools
         self.mcp = mcp = McpTools.start(
-            self.commands, timeout=self.timeout, reserved=tools.names(), on_event=self.on_event
+            self.commands,
+            timeout=self.timeout,
+            reserved=tools.names(),
+            on_event=self.on_event,
+            trusted=self.trust,
+            result_cap_mb=self.result_cap,
         )
         in_prefix = {t.name: t for t in build.stored.prefix.tools} if build.stored is not None else None
         if in_prefix is None:

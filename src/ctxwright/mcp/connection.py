@@ -5,9 +5,11 @@ left in one task, while ctxwright's agent loop is synchronous and runs each tool
 worker thread. Each :class:`McpConnection` owns an event loop on a dedicated daemon thread;
 one long-lived task there holds the ``Client`` open (the subprocess, the initialize
 handshake, the stdio pipes) until :meth:`McpConnection.close`, and every list or call is
-submitted to that loop and waited for with a deadline. Closing ends that task, and the SDK's
-own shutdown closes the server's stdin, waits, then kills its process group -- so no server
-outlives the harness.
+submitted to that loop and waited for with a deadline. On POSIX the pipes are ctxwright's own
+transport (``mcp/transport.py``: linear-time reading, a cap on one message, invalid lines
+counted, the server's process group ended on every exit path, ctxwright's death included);
+elsewhere the SDK's ``stdio_client``. Closing ends that task, which closes the server's
+stdin, waits, then kills its process group -- so no server outlives the harness.
 
 The handshake is the ``initialize`` one (``mode="legacy"``), the protocol revision every
 deployed server speaks; on it a server announces a changed tool list with
@@ -20,9 +22,14 @@ Failures, each in words that name the server's command:
   time: :class:`~ctxwright.errors.McpServerError` from the constructor, with the last lines
   of its stderr;
 * a call that takes longer than the timeout, an error response, a server that exited
-  mid-call: :class:`~ctxwright.errors.McpToolError`, which the tool registry turns into a
-  tool error the model reads. After an exit every later call fails at once with the same
-  cause; the other servers and tools are not affected.
+  mid-call, an answer over the size cap or not valid JSON-RPC (failed at once, the
+  connection reads on): :class:`~ctxwright.errors.McpToolError`, which the tool registry
+  turns into a tool error the model reads. After an exit every later call fails at once
+  with the same cause; the other servers and tools are not affected.
+
+The SDK's loggers get a ``NullHandler``: without one, Python's last-resort handler printed
+a traceback to stderr for each line a server wrote that was not JSON-RPC. What a server
+wrote that way is counted instead (:attr:`McpConnection.lines`), and said once, in one line.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import logging
 import os
 import shlex
 import tempfile
@@ -44,17 +52,33 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from ctxwright.errors import McpServerError, McpToolError
+from ctxwright.mcp.lines import LineStats
+from ctxwright.mcp.transport import DROPPED, stdio_transport
 
-__all__ = ["DEFAULT_STARTUP_TIMEOUT_S", "DEFAULT_TIMEOUT_S", "McpConnection", "parse_command"]
+__all__ = [
+    "DEFAULT_RESULT_CAP_MB",
+    "DEFAULT_STARTUP_TIMEOUT_S",
+    "DEFAULT_TIMEOUT_S",
+    "McpConnection",
+    "parse_command",
+]
+
+logging.getLogger("mcp").addHandler(logging.NullHandler())
 
 #: Seconds a tool call may take before it is answered with a timeout error.
 DEFAULT_TIMEOUT_S = 60.0
 #: Seconds a server has to start, answer ``initialize`` and list its tools.
 DEFAULT_STARTUP_TIMEOUT_S = 30.0
+#: Megabytes one message from a server may take (a tool result, a tool listing). The loop
+#: keeps at most ``MAX_RESULT_CHARS`` (200,000) characters of a result and compaction far
+#: fewer (the rest is saved for ``read_result``): 4 MB leaves room for JSON escaping (up to
+#: six bytes a character) and a result sent twice (text and ``structuredContent``), and is
+#: read in milliseconds.
+DEFAULT_RESULT_CAP_MB = 4.0
 #: Most pages of ``tools/list`` followed: a server whose cursor never ends cannot hang startup.
 MAX_LIST_PAGES = 1000
-#: Seconds :meth:`McpConnection.close` waits for the SDK's shutdown (stdin close, 2 s grace,
-#: SIGTERM, 2 s, SIGKILL) before it gives up on the loop.
+#: Seconds :meth:`McpConnection.close` waits for the transport's shutdown (stdin close, 2 s
+#: grace, SIGTERM, 2 s, SIGKILL) before it gives up on the loop.
 _CLOSE_WAIT_S = 10.0
 _STDERR_TAIL_BYTES = 4096
 
@@ -82,6 +106,8 @@ class McpConnection:
         cwd: the server's working directory.
         on_change: called (on the connection's thread) when the server sends
             ``notifications/tools/list_changed``.
+        result_cap_mb: megabytes one message from the server may take; a call answered
+            with more fails (``mcp_result_too_large``) and the connection goes on.
     """
 
     def __init__(
@@ -93,9 +119,15 @@ class McpConnection:
         env: dict[str, str] | None = None,
         cwd: str | None = None,
         on_change: Callable[[McpConnection], None] | None = None,
+        result_cap_mb: float = DEFAULT_RESULT_CAP_MB,
     ) -> None:
         if timeout <= 0 or startup_timeout <= 0:
             raise McpServerError(f"MCP timeouts must be positive seconds, got {timeout!r} and {startup_timeout!r}")
+        if not result_cap_mb > 0:
+            raise McpServerError(f"the MCP result cap must be positive megabytes, got {result_cap_mb!r}")
+        self.result_cap = int(result_cap_mb * 1_000_000)
+        #: what the server wrote that was not a JSON-RPC message (counted, not logged)
+        self.lines = LineStats()
         self.argv = parse_command(command)
         self.command = shlex.join(self.argv)
         self.timeout = timeout
@@ -115,8 +147,7 @@ class McpConnection:
         self._thread.start()
         self._stop: asyncio.Event | None = None
         self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
-        params = StdioServerParameters(command=self.argv[0], args=self.argv[1:], env=env, cwd=cwd)
-        self._main = asyncio.run_coroutine_threadsafe(self._hold(params, startup_timeout), self._loop)
+        self._main = asyncio.run_coroutine_threadsafe(self._hold(env, cwd, startup_timeout), self._loop)
         # a harness never closed (a script that forgot close()) still stops its servers at exit
         atexit.register(self.close)
         try:
@@ -131,12 +162,20 @@ class McpConnection:
             raise
 
     # -- the connection's own task ----------------------------------------------------------
-    async def _hold(self, params: StdioServerParameters, startup_timeout: float) -> None:
+    def _transport(self, env: dict[str, str] | None, cwd: str | None) -> Any:
+        if os.name != "posix":  # the SDK's, with its Windows job objects; no cap, no supervisor
+            params = StdioServerParameters(command=self.argv[0], args=self.argv[1:], env=env, cwd=cwd)
+            return stdio_client(params, errlog=self._stderr)
+        return stdio_transport(
+            self.argv, env=env, cwd=cwd, errlog=self._stderr, max_message_bytes=self.result_cap, stats=self.lines
+        )
+
+    async def _hold(self, env: dict[str, str] | None, cwd: str | None, startup_timeout: float) -> None:
         """Open the client, list the tools, then keep the connection until :meth:`close`."""
         self._stop = asyncio.Event()
         try:
             client = Client(
-                stdio_client(params, errlog=self._stderr),
+                self._transport(env, cwd),
                 mode="legacy",
                 read_timeout_seconds=startup_timeout,
                 message_handler=self._on_message,
@@ -177,6 +216,9 @@ class McpConnection:
         return tools
 
     async def _on_message(self, message: Any) -> None:
+        if isinstance(message, Exception):  # a line the SDK's own transport could not parse
+            self.lines.invalid += 1
+            return
         if isinstance(message, mt.ToolListChangedNotification):
             self._changed.set()
             if self._on_change is not None:
@@ -221,16 +263,20 @@ class McpConnection:
         return client
 
     def _wait(self, coro: Any, what: str) -> Any:
+        seen = (self.lines.invalid, self.lines.oversized)
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             # the SDK's own deadline answers first; this one only guards against a stuck loop
             return future.result(timeout=self.timeout + 5.0)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise _timeout(self, what) from None
+            raise _timeout(self, what, seen) from None
         except MCPError as exc:
             if exc.code == mt.REQUEST_TIMEOUT:
-                raise _timeout(self, what) from None
+                raise _timeout(self, what, seen) from None
+            dropped = exc.data.get(DROPPED) if isinstance(exc.data, dict) else None
+            if dropped is not None:
+                raise _dropped(self, what, exc.message, too_large=dropped == "too_large") from None
             if exc.code == mt.CONNECTION_CLOSED and exc.message == "Connection closed":
                 self._dead = "it exited" + self._stderr_note()
                 raise McpToolError(
@@ -260,8 +306,8 @@ class McpConnection:
 
     # -- shutdown -----------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the server (the SDK closes its stdin, then terminates its process group) and
-        the thread. Idempotent; waits at most a few seconds."""
+        """Stop the server (its stdin is closed, then its process group terminated) and the
+        thread. Idempotent; waits at most a few seconds."""
         if self._closed:
             return
         self._closed = True
@@ -301,6 +347,10 @@ class McpConnection:
         return f"; its stderr ends: {tail}" if tail else ""
 
     def _startup_failure(self, cause: str) -> str:
+        wrote = self.lines.summary()
+        if wrote:
+            first = f" (the first: {self.lines.first!r})" if self.lines.first else ""
+            cause += f"; its stdout had {wrote}{first}"
         return (
             f"the MCP server `{self.command}` {cause}{self._stderr_note()}. Check that the command starts an MCP "
             "server speaking stdio (run it by hand: it should wait for input), or drop it (--mcp / mcp_servers=)"
@@ -311,11 +361,34 @@ class McpConnection:
         return f"McpConnection({self.command!r}, server={self.server_name!r}, {state})"
 
 
-def _timeout(conn: McpConnection, what: str) -> McpToolError:
+def _timeout(conn: McpConnection, what: str, seen: tuple[int, int]) -> McpToolError:
+    """A call not answered in time; if the server wrote lines that were dropped meanwhile
+    (one may have been the answer, naming no request), say so."""
+    invalid, oversized = conn.lines.invalid - seen[0], conn.lines.oversized - seen[1]
+    note = ""
+    if invalid or oversized:
+        note = "; meanwhile it wrote " + LineStats(invalid=invalid, oversized=oversized).summary() + ", dropped"
     return McpToolError(
-        f"the MCP server `{conn.command}` did not answer {what} within {conn.timeout:g} s",
+        f"the MCP server `{conn.command}` did not answer {what} within {conn.timeout:g} s{note}",
         error_type="timeout",
         hint="The server may be hung or the request too large; try a smaller request, or another tool.",
+    )
+
+
+def _dropped(conn: McpConnection, what: str, why: str, *, too_large: bool) -> McpToolError:
+    """A call whose answer the transport dropped (``mcp/transport.py``), failed at once."""
+    if too_large:
+        return McpToolError(
+            f"the MCP server `{conn.command}` answered {what}, but {why}",
+            error_type="mcp_result_too_large",
+            hint="Ask for less (a narrower query, a page, a range), or use another tool; the server still "
+            "answers other calls.",
+        )
+    return McpToolError(
+        f"the MCP server `{conn.command}` answered {what}, but {why}",
+        error_type="mcp_invalid_reply",
+        hint="The server is broken for this request; retry once, or use another tool.",
+        external=True,  # it quotes the server's line
     )
 
 
@@ -332,6 +405,8 @@ def _start_cause(exc: BaseException) -> str:
         return "exited before answering initialize"
     if isinstance(inner, MCPError) and inner.code == mt.REQUEST_TIMEOUT:
         return "did not answer initialize or tools/list in time"
+    if isinstance(inner, MCPError) and isinstance(inner.data, dict) and DROPPED in inner.data:
+        return f"answered initialize or tools/list, but {inner.message}"
     return f"failed to start ({_describe(inner)})"
 
 

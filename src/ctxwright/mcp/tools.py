@@ -14,9 +14,9 @@ What this module decides:
   ``jsonschema`` before the call is sent (``Tool.from_schema``).
 * **Results are external content.** Every MCP tool is ``trust="untrusted"``, so its result
   is marked as ``<external_content ...>`` where it is recorded (``defence/``). Its
-  ``effects`` come from the server's annotations (:func:`effects_of`); a tool without them
-  counts as ``external``, MCP's own default (``destructiveHint`` and ``openWorldHint``
-  default to true): a server's tool may send, delete or pay unless it says it does not. Text blocks are
+  ``effects`` are ``external``, MCP's own default (``destructiveHint`` and ``openWorldHint``
+  default to true: a server's tool may send, delete or pay), unless the user trusts the
+  server (``mcp_trust``): only then do its annotations count (:func:`effects_of`). Text blocks are
   joined; an image, audio clip or binary resource becomes a one-line description (the chat
   APIs take no images in a ``tool`` message); ``isError`` becomes a tool error.
 * **A changing tool list never touches the prefix.** When a server sends
@@ -44,7 +44,12 @@ from ctxwright.core.progress import EventSink, McpWarning, ignore
 from ctxwright.core.request import ToolSpec
 from ctxwright.core.skills_catalog import REMINDER_CLOSE, REMINDER_OPEN
 from ctxwright.errors import McpServerError, McpToolError
-from ctxwright.mcp.connection import DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_TIMEOUT_S, McpConnection
+from ctxwright.mcp.connection import (
+    DEFAULT_RESULT_CAP_MB,
+    DEFAULT_STARTUP_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    McpConnection,
+)
 from ctxwright.tools.registry import Effects, Tool
 
 __all__ = ["SEPARATOR", "McpTools", "describe_content", "effects_of", "reminder", "safe_name", "tool_name"]
@@ -63,13 +68,18 @@ def safe_name(text: str) -> str:
     return _UNSAFE.sub("_", text).strip("_") or "tool"
 
 
-def effects_of(annotations: mt.ToolAnnotations | None) -> Effects:
-    """A server tool's ``effects`` from its MCP annotations: ``readOnlyHint`` -> ``read``;
-    otherwise ``openWorldHint`` false -> ``write`` (it changes only its own environment);
-    otherwise -- nothing said, or an open world -- ``external``. The hints are the server's
-    claims, so they only ever make a tool *less* trusted than ``external`` when it says so
-    explicitly; its results stay untrusted whatever it says."""
-    if annotations is None:
+def effects_of(annotations: mt.ToolAnnotations | None, *, trusted: bool) -> Effects:
+    """A server tool's ``effects``: ``external`` unless the user ``trusted`` its server; then
+    from its MCP annotations: ``readOnlyHint`` -> ``read``; otherwise ``openWorldHint`` false
+    -> ``write`` (it changes only its own environment); otherwise -- nothing said, or an
+    open world -- ``external``.
+
+    Why trust decides: the hints are the server's own claims, and ``read`` takes a tool out
+    of the confirmation gate -- a server that says ``readOnlyHint: true`` of its
+    ``send_email`` would otherwise be waved through (the MCP spec itself says clients must
+    treat annotations as untrusted unless they come from trusted servers). Its results stay
+    untrusted either way."""
+    if annotations is None or not trusted:
         return "external"
     if annotations.read_only_hint is True:
         return "read"
@@ -145,6 +155,9 @@ class McpTools:
     _sources: dict[str, _Source] = field(default_factory=dict)
     _live: set[str] = field(default_factory=set)
     _prefixes: dict[str, McpConnection] = field(default_factory=dict)
+    #: the prefixes of the servers whose annotations count (``mcp_trust``)
+    _trusted: set[str] = field(default_factory=set)
+    _closed: bool = False
 
     @classmethod
     def start(
@@ -155,14 +168,22 @@ class McpTools:
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S,
         reserved: Iterable[str] = (),
         on_event: EventSink | None = None,
+        trusted: Iterable[str] = (),
+        result_cap_mb: float = DEFAULT_RESULT_CAP_MB,
     ) -> McpTools:
         """Start every server (in parallel: each Python server takes a second or two to
         import its SDK), list their tools and build them. If any server fails, the ones
         already started are stopped and :class:`McpServerError` names the failed one.
-        ``reserved``: names already taken by other tools (a clash is refused)."""
+        ``reserved``: names already taken by other tools (a clash is refused); ``trusted``:
+        the servers (by the ``SERVER`` of ``SERVER__TOOL``, or the name the server gives)
+        whose annotations count -- a name that is no server's is refused, since a typo
+        would leave the user believing a server trusted."""
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(commands)))) as pool:
             futures = [
-                pool.submit(McpConnection, c, timeout=timeout, startup_timeout=startup_timeout) for c in commands
+                pool.submit(
+                    McpConnection, c, timeout=timeout, startup_timeout=startup_timeout, result_cap_mb=result_cap_mb
+                )
+                for c in commands
             ]
         started: list[McpConnection] = []
         errors: list[BaseException] = []
@@ -186,6 +207,8 @@ class McpTools:
                         f"tools would share names ({prefix}{SEPARATOR}...); connect only one of them"
                     )
                 mgr._prefixes[prefix] = conn
+            mgr._trusted = _trusted_prefixes(mgr._prefixes, trusted)
+            for prefix, conn in mgr._prefixes.items():
                 for t in conn.tools:
                     name = tool_name(prefix, t.name)
                     clash = mgr._sources.get(name)
@@ -222,7 +245,7 @@ class McpTools:
                 timeout_s=self.timeout + _LOOP_MARGIN_S,
                 deferred=deferred,
                 trust="untrusted",
-                effects=effects_of(t.annotations),
+                effects=effects_of(t.annotations, trusted=prefix in self._trusted),
                 source=f"the MCP server `{conn.command}`",
             )
         except ValueError as exc:
@@ -319,11 +342,34 @@ class McpTools:
         return made
 
     def close(self) -> None:
-        """Stop every server (in parallel: each may take its shutdown grace period)."""
-        if not self.connections:
+        """Stop every server (in parallel: each may take its shutdown grace period); then,
+        for each server that wrote lines that were not JSON-RPC, one warning that counts them."""
+        if not self.connections or self._closed:
             return
+        self._closed = True
         with ThreadPoolExecutor(max_workers=min(8, len(self.connections))) as pool:
             list(pool.map(lambda c: c.close(), self.connections))
+        for conn in self.connections:
+            wrote = conn.lines.summary()
+            if wrote:
+                first = f"; the first: {conn.lines.first!r}" if conn.lines.first else ""
+                self.on_event(McpWarning(message=f"{wrote} from the MCP server `{conn.command}`, ignored{first}"))
+
+
+def _trusted_prefixes(prefixes: dict[str, McpConnection], names: Iterable[str]) -> set[str]:
+    """The prefixes ``names`` designate (a prefix, or a server's own name); a name that
+    designates none is :class:`McpServerError`."""
+    out: set[str] = set()
+    for name in names:
+        found = [p for p, c in prefixes.items() if name in (p, c.server_name)]
+        if not found:
+            known = ", ".join(sorted(prefixes)) or "none"
+            raise McpServerError(
+                f"--mcp-trust {name!r} names no connected MCP server (connected: {known}); give the SERVER "
+                f"of the tools' names SERVER{SEPARATOR}TOOL (library: mcp_trust=)"
+            )
+        out.update(found)
+    return out
 
 
 def reminder(added: Sequence[Tool], removed: Sequence[str], *, how: str, schemas: bool = False) -> str:

@@ -25,6 +25,7 @@ from ctxwright.defence.gate import APPROVAL_MODES, ApprovalMode, Approver
 from ctxwright.defence.levels import DEFAULT_LEVEL, LEVELS, Features, Level
 from ctxwright.defence.levels import features as defence_features
 from ctxwright.defence.policy import GatePolicy
+from ctxwright.mcp.connection import DEFAULT_RESULT_CAP_MB as MCP_DEFAULT_RESULT_CAP_MB
 from ctxwright.mcp.connection import DEFAULT_TIMEOUT_S as MCP_DEFAULT_TIMEOUT_S
 from ctxwright.recipe.declare import BY_BACKEND, Flag, opt
 from ctxwright.skills.scripts import DEFAULT_SCRIPT_TIMEOUT_S
@@ -563,6 +564,37 @@ class McpOptions:
         record="when_given",
         default_text=f"{MCP_DEFAULT_TIMEOUT_S:g}",
         help=f"seconds an MCP tool call may take (default {MCP_DEFAULT_TIMEOUT_S:g}).",
+    )
+    trust: list[str] | None = opt(
+        keyword="mcp_trust",
+        flag="--mcp-trust",
+        action="append",
+        metavar="SERVER",
+        cli_help="trust the tool annotations of this MCP server (the SERVER of SERVER__TOOL; repeatable): only "
+        "then does readOnlyHint take its tools out of the confirmation gate",
+        accepts="Iterable[str] | None",
+        record="when_given",
+        default_text="none",
+        help="""the MCP servers whose tool annotations are believed, by the ``SERVER`` of their tools'
+        names ``SERVER__TOOL`` (or the name the server gives). Every other server's tools have ``effects``
+        ``external`` whatever they declare: ``readOnlyHint: true`` would take a tool out of the
+        confirmation gate on the server's word alone. A name that is no connected server's raises
+        ``McpServerError``. Results stay untrusted content either way.""",
+    )
+    result_cap: float | None = opt(
+        keyword="mcp_result_cap",
+        flag="--mcp-result-cap",
+        type=float,
+        metavar="MB",
+        cli_help=f"megabytes one message from an MCP server may take; a tool call answered with more fails "
+        f"at once and the server answers later calls (default {MCP_DEFAULT_RESULT_CAP_MB:g})",
+        accepts="float | None",
+        record="when_given",
+        default_text=f"{MCP_DEFAULT_RESULT_CAP_MB:g}",
+        help=f"""megabytes one message from an MCP server (a tool's result, its tool listing) may take
+        (default {MCP_DEFAULT_RESULT_CAP_MB:g}: {MCP_DEFAULT_RESULT_CAP_MB * 1e6 / MAX_RESULT_CHARS:g} times the
+        {MAX_RESULT_CHARS:,} characters the loop keeps of a result without compaction, room for JSON escaping). A larger answer is dropped as it is read
+        and its call fails with ``mcp_result_too_large``; the connection goes on.""",
     )
 
 

@@ -274,7 +274,13 @@ def _mcp(src: _Sources) -> McpOptions:
     timeout = src.pick("mcp_timeout", "mcp", "timeout", None)
     if servers is not None and timeout is not None and timeout <= 0:
         raise ConfigError(f"mcp_timeout={timeout!r}: give the seconds an MCP tool call may take (CLI: --mcp-timeout)")
-    return McpOptions(servers=servers, timeout=timeout)
+    trust = src.pick("mcp_trust", "mcp", "trust", None)
+    if trust is not None:
+        if isinstance(trust, str) or not all(isinstance(n, str) and n for n in trust):
+            raise ConfigError(f"mcp_trust={trust!r}: give a list of MCP server names (CLI: --mcp-trust NAME)")
+        trust = list(trust)
+    cap = src.pick("mcp_result_cap", "mcp", "result_cap", None)
+    return McpOptions(servers=servers, timeout=timeout, trust=trust, result_cap=cap)
 
 
 def _deferral(src: _Sources) -> DeferralOptions:

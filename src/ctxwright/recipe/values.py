@@ -38,6 +38,7 @@ _LOWER: dict[str, tuple[float, bool]] = {
     "model.window": (1, True),
     "status.cache_price_ratio": (0, True),
     "mcp.timeout": (0, False),
+    "mcp.result_cap": (0, False),
     "defence.approve_timeout": (0, False),
 }
 
