@@ -70,3 +70,28 @@ def test_readme_block_runs(code, tmp_path, monkeypatch, capsys):
     else:
         exec(compile(code, f"{README.name} ({HEADING})", "exec"), {"__name__": "__readme__"})
     assert capsys.readouterr().out.strip(), "the example prints what it did"
+
+
+def test_the_readme_names_every_command_the_cli_has() -> None:
+    """The README's one-line command list is the parser's list of subcommands: a command added to
+    the CLI and left out of the README (as ``skills`` and ``tools`` once were) fails here."""
+    import argparse
+
+    from ctxwright.cli.main import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    match = re.search(r"a command \(`ctxwright ([^`]+)`\)", README.read_text(encoding="utf-8"))
+    assert match is not None, "the README's command list (`ctxwright run | ...`) is missing"
+    listed = [c.strip() for c in match.group(1).split("|")]
+    assert sorted(listed) == sorted(sub.choices), f"README lists {listed}, the CLI has {sorted(sub.choices)}"
+
+
+def test_the_makefile_and_the_readme_give_the_same_build_time() -> None:
+    """The llama-cpp-python build time the Makefile prints is the one the README promises."""
+    makefile = (README.parent / "Makefile").read_text(encoding="utf-8")
+    readme = README.read_text(encoding="utf-8")
+    said = re.search(r"about (\d+)-(\d+) minutes", makefile)
+    promised = re.search(r"\((\d+)–(\d+) minutes on 2 cores\)", readme)
+    assert said is not None and promised is not None
+    assert said.groups() == promised.groups()
