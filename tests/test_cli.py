@@ -253,6 +253,50 @@ def test_system_is_a_file_or_the_text_itself(tmp_path, capsys):
     assert literal == "You are terse.\n\n" + TAGS_SECTION
 
 
+def test_a_mistyped_system_file_is_an_error_not_the_prompt(tmp_path, monkeypatch, capsys):
+    """Hostile probe: a missing file whose name looks like a path used to become the system
+    prompt, silently; now one line and exit 2, before a session exists or a request is sent."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "system.md").write_text("You are the release bot.", encoding="utf-8")
+    db = tmp_path / "c.db"
+    with F([F.reply_text("ok")] * 4) as srv:
+        for value, message in [
+            ("prompts/sytem.md", "--system prompts/sytem.md: no such file"),
+            ("sytem.md", "--system sytem.md: no such file"),
+            ("~ctxwright-nobody/system.md", "no such file"),
+            ("prompts", "--system prompts: not a file"),
+            ("prompts/", "--system prompts/: not a file"),
+        ]:
+            assert _run(db, srv.url, "--system", value, "hi") == 2, value
+            err = capsys.readouterr().err
+            assert len(err.strip().splitlines()) == 1 and err.startswith("ctxwright: "), err
+            assert message in err and "--system-text" in err
+        both = _run(db, srv.url, "--system", "prompts/system.md", "--system-text", "You are x.", "hi")
+        assert both == 2 and "give one of them" in capsys.readouterr().err
+        assert not srv.requests and (not db.exists() or not Store(db).list_sessions())
+
+        long_text = " ".join(["You are a careful assistant."] * 200)  # over any file name's length limit
+        assert _run(db, srv.url, "--system-text", "You are x.", "--no-status", "hi") == 0
+        assert _run(db, srv.url, "--system-text", "prompts/system.md", "--no-status", "hi") == 0  # never read
+        assert _run(db, srv.url, "--system", long_text, "--no-status", "hi") == 0
+        assert _run(db, srv.url, "--system", "x" * 300, "--no-status", "hi") == 0  # one word, no path
+        systems = [r["messages"][0]["content"].split("\n\n")[0] for r in srv.requests]
+    assert systems == ["You are x.", "prompts/system.md", long_text, "x" * 300]
+
+
+def test_system_text_resumes_with_the_same_text_and_refuses_another(tmp_path, capsys):
+    db = tmp_path / "c.db"
+    with F([F.reply_text("ok"), F.reply_text("ok again")]) as srv:
+        assert _run(db, srv.url, "--system-text", "You are x.", "hi") == 0
+        sid = Store(db).list_sessions()[0]["id"]
+        assert _run(db, srv.url, "--resume", sid, "--system-text", "You are x.", "again") == 0
+        assert _run(db, srv.url, "--resume", sid, "--system-text", "You are y.", "again") == 2
+        assert "system prompt differs" in capsys.readouterr().err
+        first, second = srv.requests
+    assert second["messages"][0] == first["messages"][0]
+
+
 def _module(tmp_path, monkeypatch, name: str, source: str) -> None:
     """A module of the user's in the current directory; sys.path is restored afterwards."""
     (tmp_path / f"{name}.py").write_text(source, encoding="utf-8")

@@ -131,7 +131,8 @@ def test_mcp_effects_come_from_annotations_of_trusted_servers_only() -> None:
 
 
 def test_tools_list_shows_trust_and_effects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["tools", "list", "--workspace", str(tmp_path)]) == 0
+    # a workspace is a tool source: the demo tools are left out, so the calculator is asked for
+    assert main(["tools", "list", "--workspace", str(tmp_path), "--tool", "ctxwright.tools.builtin:calculator"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^read_file\s+untrusted\s+read\s", out, re.M)
     assert re.search(r"^calculator\s+trusted\s+none\s", out, re.M)

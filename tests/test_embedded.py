@@ -111,10 +111,58 @@ def test_missing_model_env_is_a_clear_error(monkeypatch, tmp_path):
 def test_reply_cut_inside_the_answer_keeps_the_text():
     from ctxwright.backends.embedded import EmbeddedBackend
 
-    m = EmbeddedBackend._parse('{"answer": "It is 8 \\u00b0C and rai')
+    m = EmbeddedBackend._parse('{"answer": "It is 8 \\u00b0C and rai', cut=True)
     assert m.content == "It is 8 °C and rai [cut at max_tokens]" and not m.tool_calls
-    m = EmbeddedBackend._parse('{"tool_calls": {"get_weather": {"city": "Oslo"}}}')
+    m = EmbeddedBackend._parse('{"tool_calls": {"get_weather": {"city": "Oslo"}}}', cut=False)
     assert m.tool_calls[0].name == "get_weather" and m.tool_calls[0].arguments == '{"city":"Oslo"}'
+
+
+def test_a_complete_reply_with_raw_line_breaks_is_not_marked_cut():
+    """Hostile probe: the grammar lets a JSON string hold a raw newline, which strict JSON
+    refuses; such a complete answer (or tool call) is read as written, never marked as cut."""
+    from ctxwright.backends.embedded import CUT_MARK, EmbeddedBackend
+
+    m = EmbeddedBackend._parse('{ "answer": "Report: weather\n- 12 °C, light rain\n\t-- end"}', cut=False)
+    assert m.content == "Report: weather\n- 12 °C, light rain\n\t-- end"
+    m = EmbeddedBackend._parse('{"tool_calls": {"write_note": {"text": "line 1\nline 2"}}}', cut=False)
+    assert m.tool_calls[0].name == "write_note" and json.loads(m.tool_calls[0].arguments) == {"text": "line 1\nline 2"}
+    # a reply that does not parse is marked only when llama.cpp stopped it at max_tokens
+    assert not EmbeddedBackend._parse('{"answer": "unclosed', cut=False).content.endswith(CUT_MARK)
+    assert EmbeddedBackend._parse('{"answer": "unclosed', cut=True).content == "unclosed" + CUT_MARK
+    assert EmbeddedBackend._parse('{ "answer" ', cut=True).content == '{ "answer" ' + CUT_MARK  # cut before the text
+
+
+def test_only_a_reply_stopped_at_max_tokens_is_marked_cut_and_tokens_are_counted(backend):
+    """On the real model: an answer with a raw line break that ends by itself is whole and
+    unmarked; one stopped at max_tokens is marked; completion_tokens is the tokens generated
+    (never the stream's chunks, one more than the tokens)."""
+    from ctxwright.backends.embedded import CUT_MARK
+
+    def ask(system: str, question: str, max_tokens: int):
+        backend.reset_cache()
+        request = ChatRequest(
+            messages=(Message(role="system", content=system), Message(role="user", content=question)),
+            tool_choice="none",
+            max_tokens=max_tokens,
+            temperature=0.0,
+        )
+        return backend.complete(request)
+
+    for limit in (8, 24):  # cut before the answer's text starts, and inside it
+        short = ask("You are helpful.", "Say hello to Ada in one short sentence.", limit)
+        assert short.finish_reason == "length" and short.message.content.endswith(CUT_MARK)
+        assert short.usage.completion_tokens == limit
+    report = ask(
+        "You write reports. Every report has a title line, then bullet points, one per line.",
+        "Write a short report on the weather in Vancouver: 12 °C, light rain.",
+        256,
+    )
+    assert report.finish_reason == "stop" and not report.message.content.endswith(CUT_MARK)
+    assert 0 < report.usage.completion_tokens < 256
+    raw = report.usage.raw["raw_text"]
+    if "\n" not in raw:
+        pytest.skip("this build of the model wrote no line break; the unit test above covers the rule")
+    assert report.message.content == json.loads(raw, strict=False)["answer"] and "\n" in report.message.content
 
 
 def test_delegate_runs_on_a_fork_and_keeps_the_parents_kv_cache(backend, store):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import platform
 import time
 
 import pytest
@@ -20,7 +21,7 @@ from ctxwright.agent.loop import CallReport
 from ctxwright.agent.progress import AssistantReply
 from ctxwright.backends.scripted import call
 from ctxwright.cli.main import main
-from ctxwright.cli.progress import RunPrinter, calls_table
+from ctxwright.cli.progress import RunPrinter, calls_table, status_echo
 from ctxwright.cli.show import render_session
 from ctxwright.compaction import CompactionConfig
 from ctxwright.core.events import AssistantEvent, StatusEvent, ToolEvent
@@ -472,6 +473,61 @@ def test_the_cli_takes_max_repeats_and_says_why_it_stopped(tmp_path, capsys):
     assert rc == 0
     assert "repeated [ctxwright: get_weather was called with these same arguments 2 times in a row" in out
     assert "stop reason: repeated_tool_call" in out
+
+
+def test_a_run_echoes_the_environment_once_short_status_lines_and_each_repeat_warning_once(tmp_path, capsys):
+    """The status bar the model reads before every call holds the environment (over 300
+    characters with the clock and timings); the terminal shows the environment once and a
+    short line per call, and the repeated-call warning once, while the model still gets it all."""
+    same = ("c", "get_weather", '{"city":"Paris"}')
+    with F([F.reply_tool_calls([(f"{same[0]}{i}", same[1], same[2])]) for i in range(3)]) as srv:
+        rc = main(
+            ["--db", str(tmp_path / "c.db"), "run", "--base-url", srv.url, "--model", "m", "--max-repeats", "1", "go"]
+        )
+        sent = [r["messages"][-1]["content"] for r in srv.requests]
+    out = capsys.readouterr().out
+    assert rc == 0
+    lines = out.splitlines()
+    env = [line for line in lines if line.startswith("environment  ")]
+    status = [line for line in lines if line.startswith("status  ")]
+    assert len(env) == 1 and f"python: {platform.python_version()}" in env[0] and "shell: " in env[0]
+    assert len(status) == 3, status
+    for line in status:
+        assert len(line) < 120, line
+        for key in (
+            "cwd:",
+            "os:",
+            "shell:",
+            "python:",
+            "time_now:",
+            "last_calls:",
+            "last_error: none",
+            "repeated_call",
+        ):
+            assert key not in line, (key, line)
+    assert "calls.get_weather: 2 calls" in status[2]
+    assert out.count("was called with these same arguments 2 times in a row") == 1
+    # what the model is sent is unchanged: the whole status, the environment in each
+    for content in sent:
+        assert content.startswith("<agent_status>") and "\nos: " in content and "\npython: " in content
+    assert "\nrepeated_call: get_weather" in sent[2] and "\nlast_error: none" in sent[0]
+
+
+def test_status_echo_keeps_what_changes_and_an_error():
+    text = (
+        "<agent_status>\ncalls.f: 1 call\ntime_now: 2026-01-01 00:00:00\nlast_error: f: timeout: [/] hung\n"
+        "cwd: /x\nos: Linux 6\nlast_calls: f: 3 ms\niterations_left: 4\n</agent_status>"
+    )
+    assert status_echo(text) == (
+        "cwd: /x · os: Linux 6",
+        "calls.f: 1 call · last_error: f: timeout: [/] hung · iterations_left: 4",
+    )
+    out_console, err_console, out, _ = _consoles()
+    printer = RunPrinter(out_console, err_console, live=False)
+    for _ in range(3):
+        printer(StatusShown(content=text))
+    printed = out.getvalue().splitlines()
+    assert printed == ["environment  cwd: /x · os: Linux 6"] + ["status  " + status_echo(text)[1]] * 3
 
 
 # -- item 17: the status bar with timestamps, and the small options ---------------------------------

@@ -11,7 +11,7 @@ import pytest
 
 from ctxwright.cli.main import main
 from ctxwright.errors import ToolCatalogError
-from ctxwright.tools.catalog import check_parameters, load_catalog
+from ctxwright.tools.catalog import bfcl_to_json_schema, check_parameters, load_catalog
 
 #: what the installed ``ctxwright`` console script runs (pyproject's [project.scripts])
 ENTRY = "import sys; from ctxwright.cli.main import main; sys.exit(main())"
@@ -104,7 +104,140 @@ def test_bad_query_line_names_the_line(catalog: Path, tmp_path: Path, capsys: py
     )
     assert main(["tools", "search", "--catalog", str(catalog), "--queries", str(queries)]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "" and f"{queries}:2 (id 'long'): the search query is 10,000 characters" in captured.err
+    assert f"{queries}:2 (id 'long'): the search query is 10,000 characters" in captured.err
+    assert [json.loads(line)["id"] for line in captured.out.splitlines()] == [1]
+
+
+def test_a_batch_reports_each_bad_line_and_answers_all_the_others(
+    catalog: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hostile probe: bad lines of every kind in the middle of a batch; the good ones before
+    and after them are answered, each bad one named on stderr by its line, in file order."""
+    queries = write(
+        tmp_path,
+        [
+            json.dumps({"id": "q1", "query": "book a meeting"}),
+            "{not json",
+            json.dumps({"id": "nq"}),
+            json.dumps({"id": "long", "query": "x" * 1001}),
+            "",
+            json.dumps({"id": "q6", "query": "open an issue on github"}),
+            "[" * 100_000 + "]" * 100_000,  # deeper than Python's JSON parser goes
+            json.dumps({"id": "empty", "query": "   "}),
+            json.dumps(["id", "query"]),
+            json.dumps({"id": "q10", "query": "post a message in slack"}),
+        ],
+        "queries.jsonl",
+    )
+    assert main(["tools", "search", "--catalog", str(catalog), "--queries", str(queries), "--limit", "1"]) == 2
+    captured = capsys.readouterr()
+    answers = [json.loads(line) for line in captured.out.splitlines()]
+    assert answers == [
+        {"id": "q1", "results": ["calendar_events_create"]},
+        {"id": "q6", "results": ["github.issues.create"]},
+        {"id": "q10", "results": ["slack.chat.postMessage"]},
+    ]
+    err = captured.err.splitlines()
+    assert "Traceback" not in captured.err and len(err) == 7, err
+    assert err[0].startswith(f"ctxwright: {queries}:2: not JSON")
+    assert err[1].startswith(f"ctxwright: {queries}:3: expected")
+    assert err[2].startswith(f"ctxwright: {queries}:4 (id 'long'): the search query is 1,001 characters")
+    assert err[3].startswith(f"ctxwright: {queries}:7: JSON nested too deeply")
+    assert err[4].startswith(f"ctxwright: {queries}:8 (id 'empty'): the search query is empty")
+    assert err[5].startswith(f"ctxwright: {queries}:9: expected")
+    assert err[6].startswith("ctxwright: 6 of 9 line(s) of") and "not answered" in err[6]
+
+
+def bfcl_line(name: str, parameters: dict[str, object]) -> str:
+    return json.dumps({"type": "function", "function": {"name": name, "description": name, "parameters": parameters}})
+
+
+def test_a_catalog_with_bfcl_type_names_loads_with_one_warning_and_json_schema_types(tmp_path: Path) -> None:
+    area = {
+        "type": "dict",
+        "properties": {
+            "base": {"type": "float", "description": "the base", "default": {"type": "dict"}},
+            "point": {"type": "tuple", "items": {"type": "float"}},
+            "options": {
+                "type": "dict",
+                "properties": {"anything": {"type": "any", "description": "a value"}, "n": {"type": ["float", "null"]}},
+            },
+            "shape": {"anyOf": [{"type": "dict", "properties": {}}, {"type": "string", "enum": ["dict", "float"]}]},
+            "unit": {"type": "string"},
+        },
+        "required": ["base"],
+    }
+    path = write(
+        tmp_path,
+        [
+            TOOLS[0],
+            bfcl_line("geometry.area", area),
+            bfcl_line(
+                "math.mean", {"type": "dict", "properties": {"xs": {"type": "array", "items": {"type": "float"}}}}
+            ),
+        ],
+        "bfcl.jsonl",
+    )
+    warnings: list[str] = []
+    tools = load_catalog(path, warn=warnings.append)
+    assert len(warnings) == 1
+    assert f"{path}: 2 tool(s) use BFCL type names" in warnings[0] and f"first at {path}:2" in warnings[0]
+    assert "dict as object" in warnings[0] and "float as number" in warnings[0] and "any as any type" in warnings[0]
+    assert tools[1].spec.parameters == {
+        "type": "object",
+        "properties": {
+            "base": {"type": "number", "description": "the base", "default": {"type": "dict"}},  # a value, kept
+            "point": {"type": "array", "items": {"type": "number"}},
+            "options": {
+                "type": "object",
+                "properties": {"anything": {"description": "a value"}, "n": {"type": ["number", "null"]}},
+            },
+            "shape": {"anyOf": [{"type": "object", "properties": {}}, {"type": "string", "enum": ["dict", "float"]}]},
+            "unit": {"type": "string"},
+        },
+        "required": ["base"],
+    }
+    assert tools[2].spec.parameters["properties"]["xs"] == {"type": "array", "items": {"type": "number"}}
+    assert tools[0].spec.to_wire() == json.loads(TOOLS[0])  # JSON Schema as it was: untouched
+    # hostile: a type list with a non-name in it is mapped, then refused by the metaschema as it is
+    odd = write(
+        tmp_path, [bfcl_line("odd", {"type": "dict", "properties": {"x": {"type": ["float", {}]}}})], "odd.jsonl"
+    )
+    with pytest.raises(ToolCatalogError, match="not valid JSON Schema"):
+        load_catalog(odd, warn=warnings.append)
+    assert bfcl_to_json_schema({"type": ["float", "number", "null"]}, set()) == {"type": ["number", "null"]}
+
+
+def test_tools_search_on_a_bfcl_catalog_prints_one_warning_and_answers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(
+        tmp_path,
+        [
+            bfcl_line("geometry.area", {"type": "dict", "properties": {"base": {"type": "float"}}}),
+            bfcl_line("math.mean", {"type": "dict", "properties": {"xs": {"type": "tuple"}}}),
+        ],
+        "bfcl.jsonl",
+    )
+    assert main(["tools", "search", "--catalog", str(path), "area of a triangle", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["results"][0]["tool"]["function"]["parameters"]["type"] == "object"
+    (line,) = captured.err.splitlines()
+    assert line.startswith("warning: ") and "2 tool(s) use BFCL type names" in line
+
+
+def test_a_schema_nested_too_deeply_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hostile probe: a schema deeper than the checks recurse is refused by name, no traceback."""
+    schema: dict[str, object] = {"type": "object", "properties": {}}
+    inner = schema
+    for _ in range(300):
+        nested: dict[str, object] = {"type": "dict", "properties": {}}
+        inner["properties"] = {"a": nested}
+        inner = nested
+    path = write(tmp_path, [bfcl_line("deep", schema)], "deep.jsonl")
+    assert main(["tools", "search", "--catalog", str(path), "x"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"{path}:1 (deep): " in err and "nested too deeply" in err
 
 
 @pytest.mark.parametrize(

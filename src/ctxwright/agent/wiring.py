@@ -61,7 +61,7 @@ from ctxwright.store.sessions import Store
 from ctxwright.tools.component import Component, UserTools, WorkspaceTools
 from ctxwright.tools.deferred import DeferralComponent
 
-__all__ = ["DEFAULT_SYSTEM", "META_KEY", "Wired", "check_gguf", "components_for", "wire"]
+__all__ = ["DEFAULT_SYSTEM", "META_KEY", "Wired", "check_gguf", "components_for", "demo_tools_wanted", "wire"]
 
 #: The system prompt when none is given; written for :func:`~ctxwright.tools.builtin.default_tools`.
 DEFAULT_SYSTEM = """You are a careful assistant that answers with facts from tools.
@@ -277,7 +277,7 @@ def components_for(recipe: Recipe, backend: Backend, stored: Session | None, on_
             "LLM summaries need a model to write them: pass backend= to the Context, or leave summaries off "
             "(summaries=False)"
         )
-    comps: list[Component] = [UserTools(recipe.runtime.tools)]
+    comps: list[Component] = [UserTools(recipe.runtime.tools, demo=demo_tools_wanted(recipe, stored))]
     if recipe.workspace is not None:
         comps.append(WorkspaceTools(recipe.workspace))
     todo = TodoComponent() if recipe.todo.enabled else None
@@ -326,6 +326,23 @@ def components_for(recipe: Recipe, backend: Backend, stored: Session | None, on_
         )
         comps.append(StatusComponent(status, todo=todo, cwd=recipe.workspace))
     return comps
+
+
+def demo_tools_wanted(recipe: Recipe, stored: Session | None) -> bool:
+    """Whether the demo tools (``get_current_time``, ``get_weather``, ``calculator``) go first in
+    the prefix when no ``tools`` are given: only when no other source of tools is given either
+    (a workspace, skills, MCP servers). Why: a small model offered ``get_weather`` next to the
+    user's own tools called it instead of theirs; the demo tools are there for a first try with
+    nothing given, never beside a real tool set. A resumed session keeps what its prefix has
+    (the prefix is frozen: a session started with them beside skills goes on with them)."""
+    if recipe.runtime.tools is not None:
+        return False
+    if stored is not None:
+        from ctxwright.tools.builtin import DEMO_TOOL_NAMES
+
+        return stored.prefix.tool_names()[: len(DEMO_TOOL_NAMES)] == DEMO_TOOL_NAMES
+    sk = recipe.skills
+    return recipe.workspace is None and recipe.mcp.servers is None and sk.dirs is None and sk.catalog != "prefix"
 
 
 def _check_keywords(given: Mapping[str, Any]) -> None:

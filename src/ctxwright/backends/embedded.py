@@ -131,7 +131,8 @@ def reply_schema(tools: tuple[ToolSpec, ...], tool_choice: str) -> dict[str, Any
 #: llama.cpp processes on 2 cores) grammar sampling slowed to over a second per token.
 ANSWER_MIN_CHARS = 50
 
-#: Appended to an answer cut off by ``max_tokens`` inside its JSON string.
+#: Appended to an answer cut off by ``max_tokens`` inside its JSON string (llama.cpp's
+#: ``finish_reason`` is ``"length"``; never for a reply that merely fails to parse).
 CUT_MARK = " [cut at max_tokens]"
 
 RESULTS_TRAILER = (
@@ -407,7 +408,6 @@ class EmbeddedBackend(Backend):
         t0 = time.perf_counter()
         first: float | None = None
         pieces: list[str] = []
-        n_out = 0
         finish = None
         sink = on_event
         deltas = (
@@ -437,14 +437,21 @@ class EmbeddedBackend(Backend):
             pieces.append(piece)
             if deltas is not None:
                 deltas.feed(piece)
-            n_out += 1
             finish = choice.get("finish_reason") or finish
         t1 = time.perf_counter()
         first = first or t1
         text = "".join(pieces)
         self._seen.append(list(self.llm._input_ids[: self.llm.n_tokens]))
+        # Tokens generated: every one but the last is in the KV state after the call (the last
+        # is evaluated only when another follows; an end-of-generation token is not kept). The
+        # stream's chunks are no count: one more (the closing chunk), fewer for split characters.
+        n_out = max(0, self.llm.n_tokens - len(tokens) + (1 if finish == "length" else 0))
         # a caller-given response_format gets the raw JSON back, as a served model returns it
-        message = Message(role="assistant", content=text) if _response_schema(request) else self._parse(text)
+        message = (
+            Message(role="assistant", content=text)
+            if _response_schema(request)
+            else self._parse(text, cut=finish == "length")
+        )
         if deltas is not None and sink is not None and (message.content or "").endswith(CUT_MARK) and deltas.emitted:
             sink(Token(text=CUT_MARK))  # the streamed text ends as the recorded answer does
         usage = Usage(
@@ -463,22 +470,27 @@ class EmbeddedBackend(Backend):
         )
 
     @staticmethod
-    def _parse(text: str) -> Message:
+    def _parse(text: str, *, cut: bool) -> Message:
         """Turn the constrained JSON into a standard assistant message.
 
-        The grammar guarantees the shape unless the reply was cut by ``max_tokens``; then
-        the raw text becomes the answer rather than an exception, so nothing is lost.
+        The grammar guarantees the shape unless the reply was cut by ``max_tokens`` (``cut``:
+        llama.cpp's ``finish_reason`` is ``"length"``); then the raw text becomes the answer
+        rather than an exception, so nothing is lost, and :data:`CUT_MARK` says so. The grammar
+        (llama-cpp-python's JSON-schema converter) lets a string hold raw control characters --
+        a newline in a multi-line answer -- which strict JSON refuses: they are read as written
+        (``strict=False``); read strictly, a complete answer with a line break was taken for a
+        cut one.
         """
         try:
-            data = json.loads(text)
+            data = json.loads(text, strict=False)
         except json.JSONDecodeError:
             m = re.match(r'\s*\{\s*"answer"\s*:\s*"', text)
             if m:  # cut by max_tokens inside the answer string: keep what was written
                 partial = text[m.end() :]
                 with contextlib.suppress(json.JSONDecodeError):
-                    partial = json.loads('"' + partial.rstrip("\\") + '"')
-                return Message(role="assistant", content=partial + CUT_MARK)
-            return Message(role="assistant", content=text)
+                    partial = json.loads('"' + partial.rstrip("\\") + '"', strict=False)
+                return Message(role="assistant", content=partial + (CUT_MARK if cut else ""))
+            return Message(role="assistant", content=text + (CUT_MARK if cut else ""))
         if isinstance(data, dict) and isinstance(data.get("tool_calls"), dict):
             calls = tuple(
                 ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=str(name), arguments=canonical_json(args))

@@ -39,10 +39,32 @@ def _store(args: argparse.Namespace) -> Any:
     return Store(args.db) if args.db else Store()
 
 
+def _looks_like_path(value: str) -> bool:
+    """Whether a ``--system`` value is meant as a file name: one word (no whitespace) with a
+    folder separator, a leading ``~`` or an extension (``prompts/system.md``, ``system.txt``).
+    A prompt is a sentence; a file name has none of its spaces."""
+    if not value or any(c.isspace() for c in value):
+        return False
+    return "/" in value or "\\" in value or value.startswith("~") or bool(Path(value).suffix)
+
+
 def _system_text(value: str) -> str:
-    """``--system``: the text of an existing file, else the argument itself."""
-    path = Path(value).expanduser()
-    if not path.is_file():
+    """``--system``: the text of an existing file; a value that looks like a path
+    (:func:`_looks_like_path`) and is no file is refused -- a mistyped file name used to become
+    the system prompt, silently -- and any other value is the text itself (as it always was)."""
+    path = Path(value)
+    try:  # a long prompt is no file name the OS takes (ENAMETOOLONG), nor one with a NUL or ~nobody
+        path = path.expanduser()
+        kind = "file" if path.is_file() else ("other" if path.exists() else None)
+    except (OSError, ValueError, RuntimeError):
+        kind = None
+    if kind != "file":
+        if kind is not None:
+            raise CtxwrightError(f"--system {value}: not a file; give a text file, or the prompt with --system-text")
+        if _looks_like_path(value):
+            raise CtxwrightError(
+                f"--system {value}: no such file; check the name, or give the prompt itself with --system-text"
+            )
         return value
     try:
         return path.read_text(encoding="utf-8")
@@ -53,11 +75,16 @@ def _system_text(value: str) -> str:
 
 
 def system_and_tools(args: argparse.Namespace) -> tuple[str | None, list[Any] | None]:
-    """``--system`` and ``--tool`` as the Harness takes them (``None``: the defaults)."""
+    """``--system``/``--system-text`` and ``--tool`` as the Harness takes them (``None``: the
+    defaults). The prompt is not an option of the record: it is the stored prefix's, so a
+    resume compares the text, however it was given."""
     from ctxwright.tools.imported import import_tool
 
+    literal = getattr(args, "system_text", None)
+    if literal is not None and args.system is not None:
+        raise CtxwrightError("--system FILE and --system-text TEXT both give the system prompt: give one of them")
     tools = [import_tool(spec) for spec in args.tool] if args.tool else None
-    system = _system_text(args.system) if args.system is not None else None
+    system = _system_text(args.system) if args.system is not None else literal
     return system, tools
 
 

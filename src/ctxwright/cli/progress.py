@@ -26,6 +26,12 @@ Why each rule:
   the echo is only a view.
 * **80 columns.** The per-call table's default columns fit an 80-column terminal without
   folding a number over two lines; ``--wide`` shows all twelve.
+* **Each thing said once.** The status bar the model gets before every call holds the
+  environment (cwd, OS, shell, Python: over 300 characters, the same on every call), the clock
+  and the last tools' timings; echoed whole, it buried the run. The echo shows the environment
+  once, then per call only what is not on a line of its own already (a result line has its
+  milliseconds, the repeated-call warning its own line, which the result's echo then leaves
+  out). What the model is sent is not changed: the store has every status as sent.
 """
 
 from __future__ import annotations
@@ -63,11 +69,12 @@ from ctxwright.core.progress import (
     UserInput,
 )
 from ctxwright.core.tokens import Ledger
+from ctxwright.status.bar import ENV_KEYS, STATUS_CLOSE, STATUS_OPEN
 
 if TYPE_CHECKING:
     from ctxwright.agent.loop import CallReport
 
-__all__ = ["ECHO_HEAD_CHARS", "ECHO_TAIL_CHARS", "RunPrinter", "calls_table", "clip", "utf8_len"]
+__all__ = ["ECHO_HEAD_CHARS", "ECHO_TAIL_CHARS", "RunPrinter", "calls_table", "clip", "status_echo", "utf8_len"]
 
 #: The echo of one answer, prompt or argument list: its first and last characters.
 ECHO_HEAD_CHARS = 48 * 1024
@@ -92,6 +99,27 @@ def clip(
     hidden = utf8_len(text[head : len(text) - tail])
     where = f"`ctxwright show {session_id}` has it all" if session_id else "the session's store has it all"
     return text[:head], f"\n… {hidden:,} bytes not shown; {where}\n", text[len(text) - tail :]
+
+
+#: Status keys the echo leaves out: on a line of their own already (a result's milliseconds,
+#: the repeated-call warning) or the terminal's own business (the clock).
+_NOT_ECHOED = ("time_now", "last_calls", "repeated_call")
+
+
+def status_echo(content: str) -> tuple[str, str]:
+    """``(environment, readings)`` of an ``<agent_status>`` message for the terminal, each as
+    one ``key: value · key: value`` line: the environment lines (:data:`ENV_KEYS`), and the
+    others without those in :data:`_NOT_ECHOED` and a ``last_error`` of ``none``."""
+    body = content.removeprefix(STATUS_OPEN + "\n").removesuffix("\n" + STATUS_CLOSE)
+    env: list[str] = []
+    readings: list[str] = []
+    for line in body.split("\n"):
+        key, sep, value = line.partition(": ")
+        if sep and key in ENV_KEYS:
+            env.append(line)
+        elif not (sep and (key in _NOT_ECHOED or (key == "last_error" and value == "none"))):
+            readings.append(line)
+    return " · ".join(env), " · ".join(readings)
 
 
 def _literal(label: str, style: str, *parts: str | tuple[str, str]) -> Text:
@@ -167,6 +195,8 @@ class RunPrinter:
         self._display: Live | None = None
         self._streamed = 0  # characters of the current call's streamed text
         self._tail: _Tail | None = None  # its end, once more than the head came
+        self._env_echoed = ""  # the environment lines of the status, once printed
+        self._notes: dict[str, str] = {}  # call id -> the repeated-call note printed on its own line
 
     # -- the live line ---------------------------------------------------------------------
     def _start(self, label: str) -> None:
@@ -288,6 +318,9 @@ class RunPrinter:
     @_on.register
     def _(self, event: ToolDone) -> None:
         content = event.content
+        note = self._notes.pop(event.call.id, None) if event.child is None else None
+        if note is not None:  # said on its own line already
+            content = content.removesuffix("\n" + note)
         tag, tag_style = ("result", "bold") if event.ok else ("error", "bold red")
         line = _literal(tag, tag_style, " ", event.call.name, (f" {event.elapsed_ms:.0f} ms", "dim"), "  ")
         line.append(content[:RESULT_PREVIEW_CHARS])
@@ -313,6 +346,7 @@ class RunPrinter:
 
     @_on.register
     def _(self, event: RepeatedCall) -> None:
+        self._notes[event.call.id] = event.note
         self.out.print(_literal("repeated", "bold magenta", " ", event.note), soft_wrap=True)
 
     @_on.register
@@ -331,8 +365,12 @@ class RunPrinter:
 
     @_on.register
     def _(self, event: StatusShown) -> None:
-        body = event.content.replace("<agent_status>\n", "").replace("\n</agent_status>", "")
-        self.out.print(Text("status  " + body.replace("\n", " · "), style="dim"), soft_wrap=True)
+        env, readings = status_echo(event.content)
+        if env and env != self._env_echoed:  # fixed for the session: once (again if it changed)
+            self._env_echoed = env
+            self.out.print(Text("environment  " + env, style="dim"), soft_wrap=True)
+        if readings:
+            self.out.print(Text("status  " + readings, style="dim"), soft_wrap=True)
 
     @_on.register
     def _(self, event: Retry) -> None:  # on stderr, as it happens: a server that does not answer is not silent

@@ -4,7 +4,10 @@
 JSONL catalog (one OpenAI tool object per line, see ``tools/catalog.py``) the way the agent's
 ``search_tools`` does; ``--queries QFILE`` answers a JSONL file of ``{"id", "query"}`` at once,
 one ``{"id": ..., "results": [name, ...]}`` line per query in rank order, for evaluating a
-catalog's searchability offline.
+catalog's searchability offline. In a batch, a bad line (not JSON, no ``id``, a query empty or
+too long) is reported on stderr with its ``QFILE:line`` and the others are answered: one stray
+line of a thousand used to cost the whole batch. The exit code is then 2, so a script sees that
+some queries have no answer line.
 
 ``tools list [run options] [--json]`` lists the tools a ``ctxwright run`` with the same options
 (one declaration, ``recipe/``) would have, in prefix order: whether each is in the request's
@@ -24,9 +27,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any, Literal
 
-from ctxwright.errors import ToolCatalogError, ToolSearchError
+from ctxwright.errors import ToolSearchError
 
 
 def add_tools_parser(sub: Any) -> None:
@@ -73,18 +77,41 @@ def _add_search_parser(tools_sub: Any) -> None:
     se.set_defaults(func=cmd_search)
 
 
-def _read_queries(path: str) -> list[tuple[str, Any, str]]:
-    """``(file:line, id, query)`` for each line of a queries file, or one clear error."""
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _answer_queries(index: Any, path: str, limit: int, mode: Literal["bm25", "regex"]) -> int:
+    """``--queries``: one result line per good query on stdout, in file order, and one line per
+    bad one on stderr as it comes (``QFILE:line`` and what is wrong); then, if any was bad, one
+    error line counting them (exit 2). A file that cannot be read at all is one error."""
     from ctxwright.tools.catalog import read_jsonl
 
-    queries: list[tuple[str, Any, str]] = []
-    for where, value in read_jsonl(path, "queries file"):
+    bad = answered = 0
+
+    def report(message: str) -> None:
+        nonlocal bad
+        bad += 1
+        print(f"ctxwright: {message}", file=sys.stderr, flush=True)
+
+    for where, value in read_jsonl(path, "queries file", on_bad=lambda exc: report(str(exc))):
         if not isinstance(value, dict) or "id" not in value or not isinstance(value.get("query"), str):
-            raise ToolCatalogError(
-                f'{where}: expected {{"id": ..., "query": "words"}} with a string query; fix that line'
-            )
-        queries.append((where, value["id"], value["query"]))
-    return queries
+            report(f'{where}: expected {{"id": ..., "query": "words"}} with a string query; fix that line')
+            continue
+        qid = value["id"]
+        try:
+            hits = index.search(value["query"], limit, mode=mode)
+        except ToolSearchError as exc:
+            report(f"{where} (id {qid!r}): {exc}")
+            continue
+        answered += 1
+        print(json.dumps({"id": qid, "results": [hit.name for hit in hits]}, ensure_ascii=False), flush=True)
+    if bad:
+        raise ToolSearchError(
+            f"{bad} of {bad + answered} line(s) of {path} not answered (each named above), the others were; "
+            "fix those lines and run them again"
+        )
+    return 0
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -98,18 +125,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise ToolSearchError(f"--limit must be at least 1, got {args.limit}")
     mode: Literal["bm25", "regex"] = "regex" if args.regex else "bm25"
-    queries = _read_queries(args.queries) if args.queries is not None else []
-    index = ToolIndex(tool.spec for tool in load_catalog(args.catalog))
+    index = ToolIndex(tool.spec for tool in load_catalog(args.catalog, warn=_warn))
     if args.queries is not None:
-        lines = []
-        for where, qid, query in queries:  # all answered before any is printed: a bad line prints nothing
-            try:
-                hits = index.search(query, args.limit, mode=mode)
-            except ToolSearchError as exc:
-                raise ToolSearchError(f"{where} (id {qid!r}): {exc}") from None
-            lines.append(json.dumps({"id": qid, "results": [hit.name for hit in hits]}, ensure_ascii=False))
-        print("\n".join(lines))
-        return 0
+        return _answer_queries(index, args.queries, args.limit, mode)
     hits = index.search(args.query, args.limit, mode=mode)
     if args.json:
         results = [

@@ -61,8 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def given_from_args(args: argparse.Namespace, *, approver: Approver | None = None) -> dict[str, Any]:
     """The ``Harness`` keywords of the flags given in ``args`` (parsed by a parser
-    :func:`add_arguments` built), only those given. ``--system`` and ``--tool`` are left to
-    the caller (a file to read, functions to import). ``approve`` is given whenever the gate
+    :func:`add_arguments` built), only those given. ``--system``/``--system-text`` and
+    ``--tool`` are left to the caller (a file to read, functions to import: ``cli/main.py``). ``approve`` is given whenever the gate
     may run -- a gate flag, or a level with a gate -- as ``approver(mode, timeout)`` makes it
     (without one: the ``--approve`` mode as given)."""
     out: dict[str, Any] = {}

@@ -781,18 +781,29 @@ class RuntimeOptions:
 
     system: str | None = opt(
         keyword="system",
-        flag=Flag(
-            "--system",
-            metavar="FILE_OR_TEXT",
-            help="the system prompt: the text of this file if it exists, else this text (default: the demo's)",
+        flag=(
+            Flag(
+                "--system",
+                metavar="FILE",
+                help="the system prompt: the text of this file. A value that looks like a path (a / or an "
+                "extension, no spaces) must be an existing file; other text is taken as the prompt itself, "
+                "as --system-text does (default: the demo's)",
+            ),
+            Flag(
+                "--system-text",
+                metavar="TEXT",
+                help="the system prompt given as text, never read as a file name (instead of --system)",
+            ),
         ),
         accepts="str | None",
         prefix=True,
         record="never",
         default_text="DEFAULT_SYSTEM",
         help="""the system prompt; default ``DEFAULT_SYSTEM``. With the status bar on, the harness appends the
-        status bar's manual (``status/bar.py``) to it. On resume it may be left out; if given, it must match
-        the stored one.""",
+        status bar's manual (``status/bar.py``) to it. Not recorded as an option: it is the stored prefix's
+        system prompt. On resume it may be left out; if given, it must match the stored one. (CLI:
+        ``--system FILE`` reads a file -- a missing file whose name looks like a path is an error, not the
+        prompt -- and ``--system-text TEXT`` takes the text as it is.)""",
     )
     tools: Iterable[Tool | Callable[..., Any]] | None = opt(
         keyword="tools",
@@ -801,15 +812,19 @@ class RuntimeOptions:
             action="append",
             metavar="MODULE:FUNCTION",
             help="a function of yours as a tool (repeatable; the current directory is importable); "
-            "its type hints and docstring are its schema. Replaces the demo tools",
+            "its type hints and docstring are its schema. The demo tools are there only when no tool "
+            "source at all is given (--tool, --workspace, --skills, --mcp)",
         ),
         accepts="Iterable[Tool | Callable[..., Any]] | None",
         prefix=True,
         record="never",
-        default_text="the demo tools",
+        default_text="the demo tools, if no other tool source",
         help="""the agent's tools, in the order the model sees them: ``Tool`` objects (``@tool``) or plain
         typed functions with a docstring. Default: the demo tools (``get_current_time``, ``get_weather``,
-        ``calculator``). The harness appends the file tools (with ``workspace``), the TODO tools,
+        ``calculator``), but only when no other source of tools is given either (``workspace``, ``skills``,
+        ``skills_catalog="prefix"``, ``mcp_servers``): beside real tools a small model calls the demo ones
+        instead (add them yourself, e.g. ``--tool ctxwright.tools.builtin:get_weather``). On resume, as the
+        stored prefix has them. The harness appends the file tools (with ``workspace``), the TODO tools,
         ``read_result`` and ``delegate`` when those options are on. On resume the resulting list must equal
         the stored prefix's tools (names, order and schema bytes), else ``PrefixMismatch``.""",
     )

@@ -55,6 +55,9 @@ if TYPE_CHECKING:
 
 Mode = Literal["replace", "append", "auto"]
 ITEMS = ("counters", "repeats", "todo", "time", "timing", "error", "env", "budget", "compaction")
+#: The keys of the ``env`` item (:meth:`StatusBar.environment`): fixed for a session, so the model
+#: reads them in every status while a terminal echo needs them once (``cli/progress.py``).
+ENV_KEYS = ("cwd", "os", "shell", "python", "git_branch")
 STATUS_OPEN, STATUS_CLOSE = "<agent_status>", "</agent_status>"
 
 #: Fixed text for the system prompt (part of the stable prefix): what to do with the readings.
@@ -248,15 +251,16 @@ class StatusBar:
 
     def environment(self) -> dict[str, str]:
         if self._env is None:  # fixed for the session: computed once
+            cwd, system, shell, python, git = ENV_KEYS
             env = {
-                "cwd": self.cwd,
-                "os": f"{platform.system()} {platform.release()}",
-                "shell": os.environ.get("SHELL", "unknown"),
-                "python": platform.python_version(),
+                cwd: self.cwd,
+                system: f"{platform.system()} {platform.release()}",
+                shell: os.environ.get("SHELL", "unknown"),
+                python: platform.python_version(),
             }
             branch = _git_branch(self.cwd)
             if branch:
-                env["git_branch"] = branch
+                env[git] = branch
             self._env = env
         return self._env
 

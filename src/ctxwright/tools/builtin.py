@@ -27,6 +27,7 @@ from ctxwright.tools.beneath import CHANGED, OUTSIDE, SUPPORTED, Entry, walk_ben
 from ctxwright.tools.registry import Tool, ToolRegistry, tool
 
 __all__ = [
+    "DEMO_TOOL_NAMES",
     "WEATHER_TABLE",
     "calculator",
     "default_tools",
@@ -501,8 +502,13 @@ def make_file_tools(workspace: Path) -> list[Tool]:
 
 def default_tools(workspace: Path | None = None) -> ToolRegistry:
     """The standard tool set in a fixed order (the order is part of the cached prefix)."""
-    registry = ToolRegistry([get_current_time, get_weather, calculator])
+    registry = ToolRegistry(list(_DEMO_TOOLS))
     if workspace is not None:
         for file_tool in make_file_tools(workspace):
             registry.register(file_tool)
     return registry
+
+
+#: The demo tools, in their prefix order: what an agent gets when it is given no tools at all.
+_DEMO_TOOLS = (get_current_time, get_weather, calculator)
+DEMO_TOOL_NAMES: tuple[str, ...] = tuple(t.name for t in _DEMO_TOOLS)

@@ -118,20 +118,22 @@ def register_core(tools: ToolRegistry, items: Iterable[Tool | Callable[..., Any]
 
 
 class UserTools(Component):
-    """The caller's tools, first in the prefix; the demo tools when none are given."""
+    """The caller's tools, first in the prefix; the demo tools when none are given and
+    ``demo`` says so (the wiring decides: only when no other source of tools is given)."""
 
     name = "tools"
 
-    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] | None) -> None:
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] | None, *, demo: bool = True) -> None:
         self.given = list(tools) if tools is not None else None
+        self.demo = demo
 
     def add_tools(self, build: Build) -> None:
-        if self.given is None:
+        if self.given is not None:
+            register_core(build.tools, self.given)
+        elif self.demo:
             from ctxwright.tools.builtin import default_tools
 
             register_core(build.tools, default_tools(), "the built-in demo tools")
-        else:
-            register_core(build.tools, self.given)
 
 
 class WorkspaceTools(Component):
