@@ -15,7 +15,9 @@ whose body is not JSON), ``gzip`` (a gzip-compressed answer), ``slow=S`` (wait S
 answering), ``drip=N`` (a stream of N events 50 ms apart, for disconnect tests), ``stall=S`` (a stream that goes
 silent for S seconds after its first event), ``status=C``
 (answer with status C and a provider error body), ``no-cached`` (OpenAI chat usage without
-``prompt_tokens_details``, as servers that report no cached-token count send it).
+``prompt_tokens_details``, as servers that report no cached-token count send it), ``hold=S`` (answer
+nothing for S seconds unless the caller closes the connection first: ``Seen.closed_at`` says when it
+did), ``bomb=M`` (a gzip answer that decodes to M MiB of zeros).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import asyncio
 import gzip
 import json
 import threading
+import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +47,7 @@ class Seen:
     raw: bytes
     sent: bytes = b""  # what the upstream answered, byte for byte (the whole stream when streamed)
     stream_closed_early: bool = False
+    closed_at: float | None = None  # time.monotonic() when the caller closed the connection (``hold=S``)
 
 
 @dataclass
@@ -95,6 +100,18 @@ class Upstream:
         behaviour = request.headers.get("x-test-behaviour", "")
         if behaviour.startswith("slow="):
             await asyncio.sleep(float(behaviour[5:]))
+        if behaviour.startswith("hold="):
+            try:
+                async with asyncio.timeout(float(behaviour[5:])):
+                    while (await request.receive())["type"] != "http.disconnect":
+                        pass
+                seen.closed_at = time.monotonic()
+            except TimeoutError:
+                pass
+        if behaviour.startswith("bomb="):
+            body = gzip_bomb(int(behaviour[5:]))
+            seen.sent = body
+            return Response(body, headers={"content-encoding": "gzip"}, media_type="application/json")
         if behaviour.startswith("status="):
             code = int(behaviour[7:])
             return self._send(
@@ -308,6 +325,18 @@ class Upstream:
             ]
             return self._stream(seen, events, _drip(behaviour), _stall(behaviour))
         return self._send(seen, 200, json.dumps(msg).encode(), compress=behaviour == "gzip")
+
+
+_BOMBS: dict[int, bytes] = {}
+
+
+def gzip_bomb(mib: int) -> bytes:
+    """gzip of ``mib`` MiB of zeros (about 1 KB per MiB), made without holding the zeros."""
+    if mib not in _BOMBS:
+        c = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        zeros = bytes(1024 * 1024)
+        _BOMBS[mib] = b"".join(c.compress(zeros) for _ in range(mib)) + c.flush()
+    return _BOMBS[mib]
 
 
 def _stall(behaviour: str) -> float:

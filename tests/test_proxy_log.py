@@ -4,11 +4,9 @@ back as the records of a request log, and ``audit/logs.py`` reads every shape th
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import sqlite3
-import zlib
 
 import pytest
 
@@ -16,7 +14,7 @@ from ctxwright.audit.compare import Auditor
 from ctxwright.audit.logs import ParseProblem, parse_log, split_body, usage_of
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.errors import LogRecordRejected, SessionNotFound
-from ctxwright.proxy.log import api_of, decode_body, proxy_session_requests, proxy_sessions, sse_events
+from ctxwright.proxy.log import api_of, proxy_session_requests, proxy_sessions, sse_events
 from ctxwright.proxy.store import ProxyLog
 from ctxwright.store.migrations import SCHEMA_VERSION
 from ctxwright.store.sessions import Store
@@ -176,12 +174,3 @@ def test_a_record_without_a_readable_request_is_one_problem():
 )
 def test_api_of(method, path, api):
     assert api_of(method, path) == api
-
-
-def test_decode_body():
-    text = b'{"a": 1}'
-    assert decode_body(text, None) == text
-    assert decode_body(gzip.compress(text), "gzip") == text
-    assert decode_body(zlib.compress(text), "deflate") == text
-    assert decode_body(b"\x00garbage", "gzip") is None
-    assert decode_body(text, "br") is None

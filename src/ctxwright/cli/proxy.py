@@ -53,6 +53,27 @@ def add_proxy_parser(sub: Any) -> None:
         metavar="MB",
         help="bodies larger than this are relayed whole but recorded as size and hash only (default 32)",
     )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=20.0,
+        metavar="S",
+        help="a client's request head must be complete within this, or its connection is closed (default 20 s)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="longest silence in a client's request body before a 408 (default 60 s)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=256,
+        metavar="N",
+        help="open client connections served at once; past it new requests get a 503 (default 256)",
+    )
     p.add_argument("--quiet", action="store_true", help="do not print a line per call")
     p.add_argument("--list", action="store_true", help="list the recorded proxy sessions and exit")
     p.add_argument("--json", action="store_true", help="with --list: print JSON")
@@ -72,17 +93,20 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         return _list(_store(args), as_json=args.json)
     if not args.upstream:
         raise CtxwrightError("give the provider's origin: ctxwright proxy --upstream https://api.openai.com")
+    from ctxwright.proxy.limits import ClientLimits
     from ctxwright.proxy.serve import serve
     from ctxwright.proxy.server import ProxyConfig
 
     _check_numbers(args)
     upstream, note = upstream_origin(args.upstream)
     try:
+        clients = ClientLimits(args.header_timeout, args.body_timeout, args.max_connections)
         config = ProxyConfig(
             upstream=upstream,
             connect_timeout=args.connect_timeout,
             read_timeout=args.timeout,
             record_cap=int(args.record_cap * 1024 * 1024),
+            clients=clients,
         )
     except ValueError as exc:
         raise CtxwrightError(str(exc)) from None

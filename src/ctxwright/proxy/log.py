@@ -10,15 +10,14 @@ records here and pass them in.
 A streamed response is recorded as the server-sent-event bytes the client received; it is
 read back as the list of its events' JSON data (the shape ``audit/logs.py`` takes the usage
 from), ``[DONE]`` and comments left out. Bodies are stored decoded from their
-``Content-Encoding`` (gzip, deflate): the wire bytes went through untouched, the audit
-needs the text.
+``Content-Encoding`` (``proxy/decode.py``): the wire bytes went through untouched, the
+audit needs the text.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import zlib
 from typing import TYPE_CHECKING, Any
 
 from ctxwright.proxy.store import ProxyLog
@@ -45,27 +44,6 @@ def api_of(method: str, path: str) -> str | None:
         if bare.endswith(suffix):
             return api
     return None
-
-
-def decode_body(raw: bytes, encoding: str | None) -> bytes | None:
-    """``raw`` without its ``Content-Encoding`` (identity, gzip, deflate); ``None`` for an
-    encoding this build cannot undo (br, zstd) or bytes that do not decode."""
-    codings = [c.strip().lower() for c in (encoding or "").split(",") if c.strip() and c.strip() != "identity"]
-    data = raw
-    for coding in reversed(codings):  # applied in the order listed, so undone from the last
-        try:
-            if coding in ("gzip", "x-gzip"):
-                data = zlib.decompress(data, 16 + zlib.MAX_WBITS)
-            elif coding == "deflate":
-                try:
-                    data = zlib.decompress(data)
-                except zlib.error:  # raw deflate, as some servers send it
-                    data = zlib.decompress(data, -zlib.MAX_WBITS)
-            else:
-                return None
-        except zlib.error:
-            return None
-    return data
 
 
 def sse_events(data: bytes) -> list[Any]:
@@ -175,7 +153,6 @@ def proxy_session_requests(store: Store, session_id: str) -> list[dict[str, Any]
 
 __all__ = [
     "api_of",
-    "decode_body",
     "is_event_stream",
     "proxy_session_requests",
     "proxy_sessions",

@@ -27,8 +27,9 @@ from ctxwright.audit.live import audit_record
 from ctxwright.audit.logs import ParseProblem, RecordReader
 from ctxwright.core.redact import redact_query
 from ctxwright.core.tokens import TokenCounter
-from ctxwright.proxy.log import api_of, decode_body, is_event_stream, sse_events
-from ctxwright.proxy.server import Exchange
+from ctxwright.proxy.decode import decode_body
+from ctxwright.proxy.log import api_of, is_event_stream, sse_events
+from ctxwright.proxy.server import Capture, Exchange
 from ctxwright.proxy.session_audit import LiveAudits
 from ctxwright.proxy.sessions import SessionPlacer
 from ctxwright.proxy.store import ProxyLog
@@ -54,6 +55,18 @@ def _response_id(value: Any) -> str | None:
             if isinstance(inner, dict) and isinstance(inner.get("id"), str):
                 return str(inner["id"])
     return None
+
+
+def _plain(which: str, capture: Capture, encoding: str | None) -> tuple[bytes | None, str | None]:
+    """A captured body without its ``Content-Encoding``, decoded within the same cap as the
+    wire bytes (a small compressed body may expand without limit), and what kept it from the
+    recording, if anything."""
+    if capture.data is None:
+        return None, f"{which} body over the recording cap"
+    decoded = decode_body(capture.data, encoding, capture.cap)
+    if decoded.over_cap:
+        return None, f"{which} body's decoded size over the recording cap ({capture.cap:,} bytes)"
+    return decoded.data, None
 
 
 def format_line(session_id: str, call_index: int, ex: Exchange, row: AuditRow | None, problem: str | None) -> str:
@@ -145,12 +158,10 @@ class Recorder:
 
     def record(self, ex: Exchange) -> int:
         """Decode, place, audit and write one exchange; its row id."""
-        req_raw = ex.request.data
-        req_plain = decode_body(bytes(req_raw), ex.request_encoding) if req_raw is not None else None
+        req_plain, req_problem = _plain("request", ex.request, ex.request_encoding)
         body = _json(req_plain)
         api = api_of(ex.method, ex.path)
-        resp_raw = ex.response.data
-        resp_plain = decode_body(bytes(resp_raw), ex.response_encoding) if resp_raw is not None else None
+        resp_plain, resp_problem = _plain("response", ex.response, ex.response_encoding)
         streamed = is_event_stream(ex.response_content_type)
         if resp_plain is None:
             response: Any = None
@@ -167,7 +178,7 @@ class Recorder:
             "streamed": int(streamed),
             "status": ex.status,
             "outcome": ex.outcome,
-            "error": ex.error,
+            "error": ex.error or req_problem or resp_problem,
             "request_bytes": ex.request.size,
             "request_sha256": ex.request.sha.hexdigest(),
             "request_content_type": ex.request_content_type,
@@ -185,9 +196,7 @@ class Recorder:
         }
         if api is None or not isinstance(body, dict):  # not a model call (or not one we can read)
             if api is not None:
-                row["error"] = row["error"] or (
-                    "request body over the recording cap" if ex.request.over else "request body is not a JSON object"
-                )
+                row["error"] = row["error"] or "request body is not a JSON object"
             return self.log.record_exchange(row)
         req, problem = self._read(body, response)
         placement = self.placer.place(ex.session_header, body, api, req)

@@ -36,7 +36,7 @@ class RecordingProxy:
         printer: Callable[[str], None] | None = None,
     ) -> RecordingProxy:
         recorder = Recorder(store, config.upstream, printer=printer)
-        thread = ProxyThread(build_app(config, recorder.submit), host, port).start()
+        thread = ProxyThread(build_app(config, recorder.submit), host, port, config.clients).start()
         return cls(thread, recorder)
 
     @property
@@ -78,7 +78,8 @@ def serve(
     # after every socket call. A shorter interval bounds what recording adds to a request.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     recorder = Recorder(store, config.upstream, printer=printer)
-    server = uvicorn.Server(uvicorn_config(build_app(config, recorder.submit), host, sock.getsockname()[1]))
+    app = build_app(config, recorder.submit)
+    server = uvicorn.Server(uvicorn_config(app, host, sock.getsockname()[1], config.clients))
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:

@@ -19,6 +19,12 @@ What it protects:
   with a JSON error body both OpenAI's and Anthropic's SDKs read (``error.message``).
 * **The key is only relayed.** ``Authorization``, ``x-api-key`` and ``api-key`` go to the
   upstream and nowhere else: no header is recorded or logged.
+* **A client that leaves is noticed at once**, even while the proxy waits minutes for the
+  upstream's first byte: the upstream request is cancelled rather than left to run (and, at a
+  provider, to be billed) until ``--timeout``. Clients that stall in their request head or body
+  are cut off, and the open connections are capped (``proxy/limits.py``).
+* **A connection that ended badly is not reused**: one whose answer broke, and one whose
+  upstream sent bytes past the end of its answer, which would corrupt the next answer on it.
 
 Each exchange is handed to the recorder (``proxy/recorder.py``) when it ends -- completed,
 cut by the client, or failed -- and the recorder writes and audits it on its own thread.
@@ -35,8 +41,9 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import Any
 
 import httpx
 import uvicorn
@@ -45,6 +52,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
+
+from ctxwright.proxy.limits import ClientLimits, http_protocol
 
 #: Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1), plus ``host``.
 HOP_BY_HOP = frozenset(
@@ -72,13 +81,15 @@ class ProxyConfig:
 
     ``read_timeout`` is the longest silence between two pieces of an upstream answer (a
     reasoning model may think for minutes before its first byte: the default is generous);
-    ``connect_timeout`` how long to wait for a connection.
+    ``connect_timeout`` how long to wait for a connection; ``clients`` how long to wait for
+    the proxy's own clients and how many to serve at once (``proxy/limits.py``).
     """
 
     upstream: str
     connect_timeout: float = 10.0
     read_timeout: float = 600.0
     record_cap: int = DEFAULT_RECORD_CAP
+    clients: ClientLimits = field(default_factory=ClientLimits)
 
     def __post_init__(self) -> None:
         url = httpx.URL(self.upstream)
@@ -134,9 +145,57 @@ class Exchange:
     ended_at: float | None = None
 
 
-def _error_response(status: int, code: str, message: str) -> Response:
+def _error_response(status: int, code: str, message: str, *, close: bool = False) -> Response:
     body = {"type": "error", "error": {"type": code, "code": code, "message": f"ctxwright proxy: {message}"}}
-    return Response(json.dumps(body), status_code=status, media_type="application/json")
+    headers = {"connection": "close"} if close else None  # uvicorn closes the connection after it
+    return Response(json.dumps(body), status_code=status, headers=headers, media_type="application/json")
+
+
+class _ClientStalled(Exception):
+    """The client sent nothing of its request body for ``body_timeout`` seconds."""
+
+
+class _ClientWatch:
+    """Notices the client closing its connection while the relay waits on the upstream --
+    for its first byte, or between two pieces of a stream -- and cancels the relay's task, so
+    the upstream request is abandoned at once (its connection closed, which tells a provider
+    to stop generating an answer nobody will read) instead of after ``--timeout``.
+
+    ASGI says a client is gone by a ``http.disconnect`` message on ``receive``; the request
+    body comes on the same channel, so the watch starts only once the body was read whole
+    (:meth:`start`), and only one reader ever waits on ``receive``.
+    """
+
+    __slots__ = ("_stopped", "_watcher", "gone", "receive", "task")
+
+    def __init__(self, receive: Receive) -> None:
+        self.receive = receive
+        self.task = asyncio.current_task()
+        self.gone = False
+        self._watcher: asyncio.Future[None] | None = None
+        self._stopped = False
+
+    def start(self) -> None:
+        if self._watcher is None and not self._stopped:
+            self._watcher = asyncio.ensure_future(self._watch())
+
+    async def _watch(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass  # the rest of a body nobody reads any more
+        self.gone = True
+        if self.task is not None:
+            self.task.cancel()
+
+    def stop(self) -> None:
+        """No more watching (called before anything that awaits once the relay is done)."""
+        self._stopped = True
+        if self._watcher is not None:
+            self._watcher.cancel()
+
+    def swallow(self) -> None:
+        """The relay handled the cancellation it caused: the task is not being cancelled."""
+        if self.task is not None:
+            self.task.uncancel()
 
 
 _SESSION = SESSION_HEADER.encode()
@@ -171,29 +230,22 @@ class _Relay(Response):
     """Streams an upstream answer to the client as it arrives; stops reading the upstream the
     moment the client goes away; hands the exchange to ``done`` whatever happens."""
 
-    def __init__(self, upstream: httpx.Response, exchange: Exchange, done: Callable[[Exchange], None]) -> None:
+    def __init__(
+        self, upstream: httpx.Response, exchange: Exchange, done: Callable[[Exchange], None], watch: _ClientWatch
+    ) -> None:
         self.upstream = upstream
         self.exchange = exchange
         self.done = done
+        self.watch = watch
         self.status_code = upstream.status_code
         self.background = None
         self.raw_headers = _forwardable(upstream.headers.raw, drop_host=False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ex = self.exchange
-        stream_task = asyncio.current_task()
-        gone = asyncio.Event()
-
-        async def watch() -> None:  # the request body is read: the next message is a disconnect
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    gone.set()
-                    if stream_task is not None:
-                        stream_task.cancel()
-                    return
-
-        watcher = asyncio.ensure_future(watch())
+        watch = self.watch
+        watch.task = asyncio.current_task()
+        watch.start()  # normally started when the body was read; an upstream may answer before that
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
             async for chunk in self.upstream.aiter_raw():
@@ -203,20 +255,59 @@ class _Relay(Response):
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
-            if not gone.is_set():
+            if not watch.gone:
                 raise
+            watch.swallow()
             ex.outcome, ex.error = "client_disconnected", "the client closed the connection before the end"
         except httpx.TimeoutException:
             ex.outcome, ex.error = "upstream_timeout", "the upstream went silent mid-answer (read timeout)"
         except httpx.TransportError as exc:
             ex.outcome, ex.error = "upstream_broken", f"the upstream broke off mid-answer ({type(exc).__name__})"
         finally:
-            watcher.cancel()
+            watch.stop()
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.upstream.aclose())
+                await asyncio.shield(_close(self.upstream, clean=ex.outcome == "complete"))
             ex.total_ms = (time.perf_counter() - ex.t0) * 1000
             ex.ended_at = time.time()
             self.done(ex)
+
+
+def _connection_of(response: httpx.Response) -> Any:
+    """httpcore's HTTP/1.1 connection that carried ``response``, or ``None``.
+
+    httpx has no public way to it, so this follows private attributes (httpx's bound stream,
+    its httpcore stream, the pool's stream, the connection's stream), checked by the test of a
+    stream cut mid-way: when a version renames one, it finds nothing, and a connection that
+    ended badly is left to httpcore's own checks.
+    """
+    node: Any = response.stream
+    for attr in ("_stream", "_httpcore_stream", "_stream", "_connection"):
+        node = getattr(node, attr, None)
+        if node is None:
+            return None
+    return node if hasattr(node, "aclose") else None
+
+
+def _sent_past_its_end(connection: Any) -> bool:
+    """Whether the upstream sent bytes after the end of its answer (a stream ended early by a
+    zero-length chunk and then continued, a ``Content-Length`` shorter than the body). h11
+    keeps them for the next answer on the connection, which they would corrupt: the next
+    request would fail with 502 although the upstream answered it."""
+    h11_state = getattr(connection, "_h11_state", None)
+    trailing = getattr(h11_state, "trailing_data", None)
+    return bool(trailing and trailing[0])
+
+
+async def _close(upstream: httpx.Response, *, clean: bool) -> None:
+    """Close an upstream answer; drop its connection from the pool unless the answer ended
+    cleanly -- without a byte past its end. httpcore closes a connection whose answer it saw
+    break, but keeps one whose answer looked complete; this runs in one shielded task, so no
+    other request can take the connection between the two steps."""
+    connection = _connection_of(upstream)
+    drop = not clean or _sent_past_its_end(connection)  # before aclose(), which readies it for reuse
+    await upstream.aclose()
+    if drop and connection is not None:
+        await connection.aclose()
 
 
 def build_app(config: ProxyConfig, done: Callable[[Exchange], None]) -> Starlette:
@@ -228,6 +319,7 @@ def build_app(config: ProxyConfig, done: Callable[[Exchange], None]) -> Starlett
         connect=config.connect_timeout, read=config.read_timeout, write=config.read_timeout, pool=None
     )
     state: dict[str, httpx.AsyncClient] = {}
+    body_timeout = config.clients.body_timeout
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -260,30 +352,58 @@ def build_app(config: ProxyConfig, done: Callable[[Exchange], None]) -> Starlett
             response=Capture(config.record_cap),
         )
         has_body = seen.get(b"content-length") not in (None, "0") or bool(seen.get(b"transfer-encoding"))
+        watch = _ClientWatch(request.receive)
 
         async def body() -> AsyncIterator[bytes]:
-            async for chunk in request.stream():
+            """The client's body as it arrives, each wait bounded by ``--body-timeout``."""
+            while True:
+                try:
+                    async with asyncio.timeout(body_timeout):
+                        message = await request.receive()
+                except TimeoutError:
+                    raise _ClientStalled from None
+                if message["type"] == "http.disconnect":
+                    raise ClientDisconnect
+                more = bool(message.get("more_body", False))
+                if not more:
+                    watch.start()  # the body is whole: the next message can only say the client left
+                chunk = message.get("body", b"")
                 if chunk:
                     ex.request.add(chunk)
                     yield chunk
+                if not more:
+                    return
 
         upload = body()
         outgoing = httpx.Request(request.method, url, headers=forward, content=upload if has_body else b"")
-        client = state["client"]
+        if not has_body:
+            watch.start()
         try:
-            upstream = await client.send(outgoing, stream=True)
-        except ClientDisconnect:
-            return _failed(ex, done, 499, "client_disconnected", "the client closed the connection mid-request")
-        except httpx.TransportError as exc:
-            if has_body:  # read the rest of what the client sent, so the failed call is recorded whole
-                with contextlib.suppress(Exception):
-                    async for _chunk in upload:
-                        pass
-            return _upstream_failed(ex, done, config, exc)
+            upstream = await state["client"].send(outgoing, stream=True)
+        except BaseException as exc:
+            watch.stop()
+            if isinstance(exc, asyncio.CancelledError) and watch.gone:
+                watch.swallow()  # the watch cancelled the upstream request: the client is gone
+                msg = (
+                    "the client closed the connection before the upstream answered; the upstream request was cancelled"
+                )
+                return _failed(ex, done, 499, "client_gone", msg)
+            if isinstance(exc, ClientDisconnect):
+                return _failed(ex, done, 499, "client_disconnected", "the client closed the connection mid-request")
+            if isinstance(exc, _ClientStalled):
+                msg = f"the client sent nothing of its request body for {body_timeout:g} s (--body-timeout)"
+                return _failed(ex, done, 408, "client_timeout", msg, close=True)
+            if isinstance(exc, httpx.TransportError):
+                if has_body:  # read the rest of what the client sent, so the failed call is recorded whole
+                    with contextlib.suppress(Exception):
+                        async for _chunk in upload:
+                            pass
+                return _upstream_failed(ex, done, config, exc)
+            raise
         ex.status = upstream.status_code
         ex.response_content_type = upstream.headers.get("content-type")
         ex.response_encoding = upstream.headers.get("content-encoding")
-        return _Relay(upstream, ex, done)
+        return _Relay(upstream, ex, done, watch)
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
     return Starlette(routes=[Route("/{path:path}", relay, methods=methods)], lifespan=lifespan)
@@ -305,30 +425,36 @@ def _upstream_failed(ex: Exchange, done: Callable[[Exchange], None], config: Pro
     return _failed(ex, done, 502, "upstream_broken", msg)
 
 
-def _failed(ex: Exchange, done: Callable[[Exchange], None], status: int, code: str, message: str) -> Response:
+def _failed(
+    ex: Exchange, done: Callable[[Exchange], None], status: int, code: str, message: str, *, close: bool = False
+) -> Response:
     ex.outcome, ex.error = code, message
     ex.total_ms = (time.perf_counter() - ex.t0) * 1000
     ex.ended_at = time.time()
     done(ex)
-    return _error_response(status, code, message)
+    return _error_response(status, code, message, close=close)
 
 
 def _fast(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def uvicorn_config(app: Starlette, host: str, port: int) -> uvicorn.Config:
+def uvicorn_config(app: Starlette, host: str, port: int, limits: ClientLimits | None = None) -> uvicorn.Config:
     """uvicorn as a relay needs it: no ``Server``/``Date`` headers of its own (the upstream's
     pass through), no access log (a request line is the recorder's job, without headers), and
     the C parser (``httptools``) and libuv loop (``uvloop``) when installed -- they are
     dependencies; the pure-Python ``h11`` and ``asyncio`` remain the fallback, and the relay
-    CPU per request is what the added latency of every concurrent client is made of."""
+    CPU per request is what the added latency of every concurrent client is made of. The
+    protocol class carries the request-head deadline of ``limits``, and uvicorn's
+    ``limit_concurrency`` its connection cap (``proxy/limits.py``)."""
+    limits = limits or ClientLimits()
     return uvicorn.Config(
         app,
         host=host,
         port=port,
-        http="httptools" if _fast("httptools") else "h11",
+        http=http_protocol(_fast("httptools"), limits),
         loop="uvloop" if _fast("uvloop") else "asyncio",
+        limit_concurrency=limits.max_connections + 1,  # uvicorn refuses at this many, its own included
         log_level="warning",
         access_log=False,
         server_header=False,
@@ -354,12 +480,14 @@ class ProxyThread:
     one) and a client may connect at once.
     """
 
-    def __init__(self, app: Starlette, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, app: Starlette, host: str = "127.0.0.1", port: int = 0, limits: ClientLimits | None = None
+    ) -> None:
         self.sock = listening_socket(host)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
         self.host, self.port = host, self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn_config(app, host, self.port))
+        self.server = uvicorn.Server(uvicorn_config(app, host, self.port, limits))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     @property
