@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+from proxy_upstream import Upstream
 
 
 @pytest.fixture
@@ -15,3 +18,22 @@ def store(tmp_path):
     s = Store(tmp_path / "ctx.db")
     yield s
     s.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test talks to servers on 127.0.0.1 only: httpx (under the openai and anthropic SDKs)
+    honours the proxy variables and ``OPENAI_BASE_URL`` of the environment, which would send that
+    loopback traffic elsewhere or nowhere."""
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[Upstream]:
+    """The loopback provider of ``tests/proxy_upstream.py``, one per test module."""
+    up = Upstream().serve()
+    yield up
+    up.stop()

@@ -191,13 +191,6 @@ def test_a_broken_pipe_that_is_not_stdout_is_still_an_error(tmp_path, monkeypatc
 # -- run -: the prompt from stdin ---------------------------------------------------------------
 
 
-@pytest.fixture()
-def _no_proxy(monkeypatch):
-    for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-
-
 def _run_args(db: Path, url: str) -> list[str]:
     return ["--db", str(db), "run", "--backend", "openai", "--base-url", url, "--model", "fake"]
 

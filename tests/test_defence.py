@@ -395,13 +395,6 @@ def test_an_mcp_style_error_keeps_its_structure(tmp_path: Path) -> None:
 # -- 5. the command line: --defence, export --requests equals what was sent -----------------------
 
 
-@pytest.fixture
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-
-
 @pytest.mark.usefixtures("_no_proxy")
 @pytest.mark.parametrize("level", ["none", "tags"])
 def test_cli_defence_and_export_equal_what_the_server_received(

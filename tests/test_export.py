@@ -23,13 +23,6 @@ FIXTURES = Path(__file__).parent / "fixtures"
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch):
-    for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-
-
 def _run(db: Path, url: str, *extra: str) -> int:
     return main(["--db", str(db), "run", "--backend", "openai", "--base-url", url, "--model", "m", *extra])
 

@@ -41,13 +41,6 @@ HERE = Path(__file__).parent
 SRC = HERE.parent / "src"
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch):
-    for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-
-
 @tool
 def lookup(topic: str) -> str:
     """Look a topic up."""

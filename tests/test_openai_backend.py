@@ -23,14 +23,6 @@ from fakeserver import FakeOpenAIServer
 S = FakeOpenAIServer
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """httpx honours proxy variables; requests to our local server must not use one."""
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-
-
 @pytest.fixture
 def srv() -> Iterator[FakeOpenAIServer]:
     with FakeOpenAIServer() as server:

@@ -43,20 +43,6 @@ ANTHROPIC_KEY = "sk-ant-api03-NEVERSTORE-abcdef"
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Loopback traffic must not be sent to a proxy named in the environment."""
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    up = Upstream().serve()
-    yield up
-    up.stop()
-
-
 @pytest.fixture
 def proxy(upstream, tmp_path):
     store = Store(tmp_path / "proxy.db")

@@ -25,19 +25,6 @@ ENV = {**os.environ, "PYTHONPATH": str(SRC)}
 KEY = "sk-proj-NEVERSTORE-0123456789abcdef"
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    up = Upstream().serve()
-    yield up
-    up.stop()
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

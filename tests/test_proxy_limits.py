@@ -28,7 +28,7 @@ import threading
 import time
 import tracemalloc
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -45,25 +45,11 @@ from ctxwright.proxy.store import ProxyLog
 from ctxwright.store.sessions import Store
 
 sys.path.insert(0, str(Path(__file__).parent))
-from proxy_upstream import Upstream, gzip_bomb
+from proxy_upstream import gzip_bomb
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 MIB = 1024 * 1024
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Loopback traffic must not be sent to a proxy named in the environment."""
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[Upstream]:
-    up = Upstream().serve()
-    yield up
-    up.stop()
 
 
 def _wait(what: Callable[[], object], timeout: float = 20.0) -> object:

@@ -26,12 +26,6 @@ pytest.importorskip(
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-
-
 def test_the_proxy_in_front_of_llama_cpp_server(tmp_path: Path) -> None:
     store = Store(tmp_path / "proxy.db")
     with LlamaServer(tmp_path / "server.log") as srv:

@@ -28,26 +28,12 @@ from ctxwright.report.data import from_proxy
 from ctxwright.store.sessions import Store
 
 sys.path.insert(0, str(Path(__file__).parent))
-from proxy_upstream import Upstream
 
 KEY = "sk-proj-NEVERSTORE-0123456789abcdef"
 #: ``session #call status time  cause  cached C ÷ reusable R tok`` (recorder.format_line)
 LINE = re.compile(
     r"^(?P<sid>px-\w+) #(?P<k>\d+)\s.*?ms\s+(?P<cause>\w+)\s+cached (?P<cached>\S+) ÷ reusable (?P<reusable>[\d,]+) tok"
 )
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    up = Upstream().serve()
-    yield up
-    up.stop()
 
 
 def _db_bytes(store: Store) -> bytes:

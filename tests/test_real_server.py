@@ -26,12 +26,6 @@ pytest.importorskip(
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-
-
 @tool
 def add(a: int, b: int) -> int:
     """Add two integers."""

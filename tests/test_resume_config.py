@@ -13,14 +13,6 @@ from ctxwright.cli.main import main
 from ctxwright.store.sessions import Store
 from fakeserver import FakeOpenAIServer as F
 
-
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch):
-    for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-
-
 FLAGS = [
     "--max-tokens",
     "77",

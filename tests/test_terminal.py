@@ -36,13 +36,6 @@ from fakeserver import FakeOpenAIServer as F
 HOSTILE = ["[/INST]", "[/etc/hosts]", "[bold]", "[red]x[/red]", "[/]", "trailing \\"]
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch):
-    for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-
-
 def _consoles(width: int = 10_000, terminal: bool = False) -> tuple[Console, Console, io.StringIO, io.StringIO]:
     out, err = io.StringIO(), io.StringIO()
     return (
