@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -84,9 +85,17 @@ def cmd_show(args: argparse.Namespace) -> int:
     from ctxwright.skills.tools import resource_files, unknown_skill
 
     result = load_skills(args.skills)
+    name = args.name.strip()
+    found = next((s for s in result.skills if s.name == name), None)
+    # A skill folder of that name that was skipped: its reason is the one line to print (the
+    # specification has a skill's name equal its folder's), not a warning and "no skill named".
+    skipped = None if found else next((w for w in result.warnings if _skipped_folder(w) == name), None)
     for w in result.warnings:
-        print(f"ctxwright: warning: {w}", file=sys.stderr)
-    found = next((s for s in result.skills if s.name == args.name.strip()), None)
+        if w is not skipped:
+            print(f"ctxwright: warning: {w}", file=sys.stderr)
+    if skipped is not None:
+        print(f"ctxwright skills show: {skipped}", file=sys.stderr)
+        return 1
     if found is None:
         print(
             f"ctxwright skills show: {unknown_skill(args.name, (s.name for s in result.skills))} "
@@ -105,3 +114,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     for rel, size in files:
         print(f"{rel}  {size:,} bytes")
     return 0
+
+
+def _skipped_folder(warning: str) -> str | None:
+    """The folder name of a loader warning ``FOLDER: skipped: reason``, else None."""
+    where, sep, _reason = warning.partition(": skipped: ")
+    return Path(where).name if sep else None
