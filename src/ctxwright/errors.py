@@ -18,17 +18,20 @@ __all__ = [
     "BackendError",
     "BackendUnavailable",
     "CalculatorError",
+    "ClientStalled",
     "ConfigError",
     "ContextWindowExceeded",
     "CtxwrightError",
     "DynamicSectionInPrefix",
     "EventFormatError",
+    "FrontMatterRefused",
     "GateRuleError",
     "LogRecordRejected",
     "LogUnreadable",
     "MalformedResponse",
     "McpServerError",
     "McpToolError",
+    "NoSuchSkillFile",
     "NotADatabase",
     "PrefixFrozenError",
     "PrefixMismatch",
@@ -38,6 +41,8 @@ __all__ = [
     "SchemaTooNew",
     "SessionInUse",
     "SessionNotFound",
+    "SkillLinkLeavesFolder",
+    "SkillPathError",
     "SkillToolError",
     "StoreLocked",
     "StoreReadOnly",
@@ -48,6 +53,7 @@ __all__ = [
     "ToolCatalogError",
     "ToolFailure",
     "ToolSearchError",
+    "UndecodableBody",
 ]
 
 
@@ -294,3 +300,45 @@ class SummaryFailed(CtxwrightError):
         self.reason = reason
         #: what went wrong, without the advice (what the ``summary_failed`` event records)
         self.detail = detail
+
+
+# -- skills --------------------------------------------------------------------------------
+
+
+class FrontMatterRefused(CtxwrightError):
+    """A ``SKILL.md`` front matter that is valid YAML but would blow up once built: aliases that
+    repeat too much (an alias bomb), an alias inside the value it names, nesting too deep.
+    Raised while PyYAML composes the document, before any value exists; ``problem`` says which
+    bound and what to write instead, ``line`` is PyYAML's 0-based line of the offending mark."""
+
+    def __init__(self, problem: str, line: int | None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.line = line
+
+
+class SkillPathError(CtxwrightError):
+    """A path of a skill folder that cannot be used; the caller words it for its reader (a
+    warning of the loader, an error result of ``read_skill_file``)."""
+
+
+class NoSuchSkillFile(SkillPathError):
+    """Nothing at that path of a skill folder: missing, a dangling link, or a link loop."""
+
+
+class SkillLinkLeavesFolder(SkillPathError):
+    """A link somewhere along a skill folder's path whose real path is outside the folder: a
+    skill's files are what its folder holds, wherever the link points."""
+
+
+# -- proxy ---------------------------------------------------------------------------------
+
+
+class ClientStalled(CtxwrightError):
+    """A proxy client sent nothing of its request body for the body timeout; the proxy answers
+    408 and closes the connection, so a stalled client cannot hold a connection slot."""
+
+
+class UndecodableBody(CtxwrightError):
+    """A recorded body's bytes are not valid in their declared ``Content-Encoding`` (or end
+    early); the proxy records it as size and hash, the relay itself is unaffected."""

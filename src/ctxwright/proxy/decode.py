@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ctxwright.errors import UndecodableBody
+
 #: the most one decoding step may produce (zlib, brotli), and the slice of input it gets
 STEP = 64 * 1024
 #: zstandard's streaming object has no output limit: it gets input in slices this small, so
@@ -35,10 +37,6 @@ ZSTD_SLICE = 64
 ZSTD_MAX_WINDOW = 8 * 1024 * 1024
 #: more codings than this in one ``Content-Encoding`` is an attack, not a body (urllib3 stops at 5)
 MAX_CODINGS = 4
-
-
-class _Undecodable(Exception):
-    """The bytes are not valid in their declared coding (or end before its end)."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +67,7 @@ def decode_body(raw: bytes | bytearray, encoding: str | None, cap: int) -> Decod
             if len(out) + len(piece) > cap:
                 return Decoded(None, over_cap=True)
             out += piece
-    except _Undecodable:
+    except UndecodableBody:
         return Decoded(None)
     return Decoded(bytes(out))
 
@@ -111,8 +109,8 @@ def _zlib(pieces: Iterable[bytes | memoryview], wbits: int) -> Iterator[bytes]:
             if d.eof:
                 return  # what follows the end of the stream is not part of it
     except zlib.error as exc:
-        raise _Undecodable(str(exc)) from None
-    raise _Undecodable("the compressed stream ends before its end")
+        raise UndecodableBody(str(exc)) from None
+    raise UndecodableBody("the compressed stream ends before its end")
 
 
 def _gzip(pieces: Iterator[bytes | memoryview]) -> Iterator[bytes]:
@@ -169,9 +167,9 @@ def _brotli(pieces: Iterator[bytes | memoryview]) -> Iterator[bytes]:
             yield out
         finished = d.is_finished()
     except (mod.error, TypeError) as exc:
-        raise _Undecodable(str(exc)) from None
+        raise UndecodableBody(str(exc)) from None
     if not finished:
-        raise _Undecodable("the brotli stream ends before its end")
+        raise UndecodableBody("the brotli stream ends before its end")
 
 
 def _zstd_module() -> Any:
@@ -195,9 +193,9 @@ def _zstd(pieces: Iterator[bytes | memoryview]) -> Iterator[bytes]:
                     yield out
         eof = d.eof
     except mod.ZstdError as exc:
-        raise _Undecodable(str(exc)) from None
+        raise UndecodableBody(str(exc)) from None
     if not eof:
-        raise _Undecodable("the zstd frame ends before its end")
+        raise UndecodableBody("the zstd frame ends before its end")
 
 
 __all__ = ["Decoded", "decode_body"]

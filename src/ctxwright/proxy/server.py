@@ -53,6 +53,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from ctxwright.errors import ClientStalled
 from ctxwright.proxy.limits import ClientLimits, http_protocol
 
 #: Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1), plus ``host``.
@@ -149,10 +150,6 @@ def _error_response(status: int, code: str, message: str, *, close: bool = False
     body = {"type": "error", "error": {"type": code, "code": code, "message": f"ctxwright proxy: {message}"}}
     headers = {"connection": "close"} if close else None  # uvicorn closes the connection after it
     return Response(json.dumps(body), status_code=status, headers=headers, media_type="application/json")
-
-
-class _ClientStalled(Exception):
-    """The client sent nothing of its request body for ``body_timeout`` seconds."""
 
 
 class _ClientWatch:
@@ -361,7 +358,7 @@ def build_app(config: ProxyConfig, done: Callable[[Exchange], None]) -> Starlett
                     async with asyncio.timeout(body_timeout):
                         message = await request.receive()
                 except TimeoutError:
-                    raise _ClientStalled from None
+                    raise ClientStalled from None
                 if message["type"] == "http.disconnect":
                     raise ClientDisconnect
                 more = bool(message.get("more_body", False))
@@ -390,7 +387,7 @@ def build_app(config: ProxyConfig, done: Callable[[Exchange], None]) -> Starlett
                 return _failed(ex, done, 499, "client_gone", msg)
             if isinstance(exc, ClientDisconnect):
                 return _failed(ex, done, 499, "client_disconnected", "the client closed the connection mid-request")
-            if isinstance(exc, _ClientStalled):
+            if isinstance(exc, ClientStalled):
                 msg = f"the client sent nothing of its request body for {body_timeout:g} s (--body-timeout)"
                 return _failed(ex, done, 408, "client_timeout", msg, close=True)
             if isinstance(exc, httpx.TransportError):

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import yaml
 
+from ctxwright.errors import FrontMatterRefused, NoSuchSkillFile, SkillLinkLeavesFolder
 from ctxwright.skills import paths, spec
 
 #: Characters of a description the lenient loader keeps: a description over the
@@ -93,7 +94,7 @@ def read_skill_md(folder: Path) -> tuple[str | None, list[str], list[str]]:
     agent's trusted instructions, so a link to a file elsewhere must not smuggle one in."""
     try:
         path = paths.inside(folder, spec.SKILL_FILE)
-    except paths.LeavesFolder:
+    except SkillLinkLeavesFolder:
         return (
             None,
             [
@@ -102,7 +103,7 @@ def read_skill_md(folder: Path) -> tuple[str | None, list[str], list[str]]:
             ],
             [],
         )
-    except paths.NoSuchFile:
+    except NoSuchSkillFile:
         return None, [f"{spec.SKILL_FILE}: cannot read it (missing, a dangling link or a link loop)"], []
     try:
         size = path.stat().st_size
@@ -173,13 +174,8 @@ ALIAS_EXPANSION_MAX = 10 * spec.DESCRIPTION_MAX
 NESTING_MAX = 32
 
 
-class FrontMatterRefused(yaml.composer.ComposerError):
-    """A front matter that parses but whose aliases or nesting exceed the bounds above; its
-    ``problem`` says which, with what to do."""
-
-
 def _refusal(problem: str, mark: object) -> FrontMatterRefused:
-    return FrontMatterRefused(None, None, problem, mark if isinstance(mark, yaml.error.Mark) else None)
+    return FrontMatterRefused(problem, mark.line if isinstance(mark, yaml.error.Mark) else None)
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -312,14 +308,13 @@ def duplicate_key(front: str) -> str | None:
     except yaml.constructor.ConstructorError as exc:
         if "duplicate key" in str(exc):
             return _yaml_line(exc)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, FrontMatterRefused):
         return None
     return None
 
 
 def _refused(exc: FrontMatterRefused) -> str:
-    mark = exc.problem_mark
-    where = f" at line {mark.line + 2}" if mark is not None else ""
+    where = f" at line {exc.line + 2}" if exc.line is not None else ""
     return f"front matter refused{where}: {exc.problem}"
 
 

@@ -12,22 +12,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-class SkillPathError(Exception):
-    """A path of a skill folder that cannot be used; the caller words it for its reader."""
-
-
-class NoSuchFile(SkillPathError):
-    """Nothing there: missing, a dangling link, or a link loop."""
-
-
-class LeavesFolder(SkillPathError):
-    """A link (somewhere along the path) whose real path is outside the skill's folder."""
+from ctxwright.errors import NoSuchSkillFile, SkillLinkLeavesFolder
 
 
 def inside(folder: Path, rel: str) -> Path:
     """The real path of ``rel`` under ``folder``, every symlink resolved, or
-    :class:`NoSuchFile` / :class:`LeavesFolder`.
+    :class:`NoSuchSkillFile` / :class:`SkillLinkLeavesFolder`.
 
     The folder's own real path is the boundary (a skill folder that is itself a link into
     another checkout is fine: the user chose that folder); ``rel`` is not checked for ``..``
@@ -36,10 +26,10 @@ def inside(folder: Path, rel: str) -> Path:
     try:
         target = (root / rel).resolve(strict=True)
     except (OSError, RuntimeError):  # RuntimeError: a symlink loop before Python 3.13
-        raise NoSuchFile(rel) from None
+        raise NoSuchSkillFile(rel) from None
     if not target.is_relative_to(root):
-        raise LeavesFolder(rel)
+        raise SkillLinkLeavesFolder(rel)
     return target
 
 
-__all__ = ["LeavesFolder", "NoSuchFile", "SkillPathError", "inside"]
+__all__ = ["inside"]

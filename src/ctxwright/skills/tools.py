@@ -36,7 +36,7 @@ from ctxwright.core.events import SKILLS_CATALOG_KEY, UserEvent
 from ctxwright.core.session import Session
 from ctxwright.core.skill_content import SKILL_TOOL, open_tag
 from ctxwright.core.skills_catalog import CATALOG_CLOSE, CATALOG_OPEN, REMINDER_CLOSE, REMINDER_OPEN
-from ctxwright.errors import SkillToolError
+from ctxwright.errors import NoSuchSkillFile, SkillLinkLeavesFolder, SkillToolError
 from ctxwright.skills import paths, spec
 from ctxwright.skills.loader import Skill
 from ctxwright.tools.registry import Tool, ToolResult
@@ -314,11 +314,11 @@ class SkillTools:
             raise SkillToolError(f"{path!r} contains '..': only files inside the skill's folder can be used")
         try:
             target = paths.inside(skill.folder, raw)
-        except paths.NoSuchFile:
+        except NoSuchSkillFile:
             raise SkillToolError(
                 f"skill {skill.name!r} has no file {path!r}; {SKILL_TOOL}({skill.name!r}) lists its files"
             ) from None
-        except paths.LeavesFolder:
+        except SkillLinkLeavesFolder:
             raise SkillToolError(
                 f"{path!r} is a link that leads outside the skill's folder; it cannot be used"
             ) from None
