@@ -36,6 +36,7 @@ def main() -> None:
         ["tool_search.py", "--part", "session"],
         ["tool_search.py", "--part", "e2e", *(["--quick"] if args.quick else [])],
         ["proxy_overhead.py", *(["--quick"] if args.quick else [])],
+        ["hostile.py", *(["--quick"] if args.quick else [])],
         ["skills.py", *(["--quick"] if args.quick else [])],
         ["injection.py", *(["--quick"] if args.quick else [])],
     ]
@@ -47,6 +48,7 @@ def main() -> None:
         "terminal.py",
         "tool_search.py",
         "proxy_overhead.py",
+        "hostile.py",
     }
     failed = []
     for script, *extra in runs:
