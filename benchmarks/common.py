@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import socket
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -75,3 +77,24 @@ def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
     for r in rows:
         t.add_row(*["?" if v is None else (f"{v:,.2f}" if isinstance(v, float) else str(v)) for v in r])
     return t
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the server started next binds it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 60) -> None:
+    """Wait until ``proc`` listens on ``port``; stop the benchmark if it exits or never does."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"{what} did not start")

@@ -52,7 +52,6 @@ import hashlib
 import json
 import os
 import re
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -66,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, console, machine, save, table
+from common import ROOT, console, free_port, machine, save, table, wait_port
 
 MIB = 1024 * 1024
 CHUNK = 64 * 1024
@@ -164,25 +163,6 @@ def child_json(*args: str, timeout: float = 300.0) -> dict[str, Any]:
         raise SystemExit(f"child {args} exited {done['exit']}: {done['stderr'].strip()[-800:]}")
     result: dict[str, Any] = json.loads(lines[-1])
     return result
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{what} exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"{what} did not start")
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

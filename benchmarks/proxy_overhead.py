@@ -27,7 +27,6 @@ import asyncio
 import hashlib
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, console, machine, save, table
+from common import ROOT, console, free_port, machine, save, table, wait_port
 
 #: the fixed non-streaming answer and the fixed stream (20 events, the first sent at once)
 STREAM_EVENTS = 20
@@ -116,25 +115,6 @@ def serve_upstream(port: int) -> None:
 
 
 # -- the clients -------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{what} exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"{what} did not start")
 
 
 def _body(client: int, turn: int, stream: bool) -> bytes:
@@ -243,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         serve_upstream(args.serve_upstream)
         return 0
     load_start = os.getloadavg()[0]
-    up_port, px_port = _free_port(), _free_port()
+    up_port, px_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     tmp = tempfile.mkdtemp(prefix="proxy-bench-")
     db = Path(tmp) / "proxy.db"
@@ -258,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows = []
     try:
-        _wait_port(up_port, upstream, "the upstream")
-        _wait_port(px_port, proxy, "the proxy")
+        wait_port(up_port, upstream, "the upstream")
+        wait_port(px_port, proxy, "the proxy")
         direct, proxied = f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{px_port}"
         rounds = 1 if args.quick else 3
         per_client = {1: 100, 8: 30, 32: 10} if not args.quick else {1: 20, 8: 5, 32: 2}
