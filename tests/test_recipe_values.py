@@ -108,6 +108,7 @@ def test_nonsense_run_flags_are_one_line_and_exit_non_zero(
         (["--mcp", "python server.py \\"], "no escaped character"),
         (["--workspace", "{tmp}/missing"], "missing does not exist; give an existing folder"),
         (["--workspace", "{tmp}/a-file"], "is a file, not a folder"),
+        (["--mcp-trust", "files"], "without an MCP server: give the server too"),
     ],
 )
 def test_bad_mcp_commands_and_workspaces_are_one_line_and_exit_2(

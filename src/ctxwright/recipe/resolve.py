@@ -279,6 +279,12 @@ def _mcp(src: _Sources) -> McpOptions:
         if isinstance(trust, str) or not all(isinstance(n, str) and n for n in trust):
             raise ConfigError(f"mcp_trust={trust!r}: give a list of MCP server names (CLI: --mcp-trust NAME)")
         trust = list(trust)
+        if trust and not servers:
+            # a trust that names nothing would read as if it had been applied
+            raise ConfigError(
+                f"mcp_trust={trust!r} without an MCP server: give the server too "
+                "(CLI: --mcp COMMAND --mcp-trust NAME; library: mcp_servers=[...])"
+            )
     cap = src.pick("mcp_result_cap", "mcp", "result_cap", None)
     return McpOptions(servers=servers, timeout=timeout, trust=trust, result_cap=cap)
 
