@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -207,8 +208,51 @@ def test_a_server_that_never_answers_is_stopped_after_the_startup_timeout() -> N
     silent = [PY, "-c", f"import time; time.sleep(120)  # {marker}"]
     with pytest.raises(McpServerError, match="did not answer initialize or tools/list in time"):
         McpConnection(silent, startup_timeout=1.0)
-    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    # everything was signalled before the error was raised; a SIGKILLed process may take a
+    # moment to go on a loaded machine, but not the 120 s the server would sleep
+    deadline = time.monotonic() + 15
+    while (left := subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
     assert left == [], "the silent server outlived its failed start"
+
+
+def test_a_server_whose_supervisor_was_killed_is_still_ended() -> None:
+    """The supervisor SIGKILLed (by the OOM killer, a user's kill -9) cannot end the server's
+    group; ctxwright ends what is left of the supervisor's session itself."""
+    import threading
+
+    from ctxwright.mcp.connection import McpConnection
+
+    marker = "ctxwright-mcp-orphaned-server"
+    silent = [PY, "-c", f"import time; time.sleep(120)  # {marker}"]
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            McpConnection(silent, startup_timeout=8.0)
+        except McpServerError as exc:
+            failed.append(exc)
+
+    starter = threading.Thread(target=start)
+    starter.start()
+
+    def pids(*pattern: str) -> list[int]:
+        out = subprocess.run(["pgrep", "-f", " ".join(pattern)], capture_output=True, text=True).stdout
+        return [int(p) for p in out.split()]
+
+    deadline = time.monotonic() + 30
+    while not (supervisor := pids("supervise.py", str(os.getpid()))) or len(pids(marker)) < 2:
+        assert time.monotonic() < deadline, "the server never started"
+        time.sleep(0.05)
+    os.kill(supervisor[0], signal.SIGKILL)
+    starter.join(60)
+    assert failed, "the start should have failed"
+    deadline = time.monotonic() + 15
+    while (left := pids(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left == [], "the server outlived its killed supervisor"
 
 
 # -- list_changed ---------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -42,6 +43,7 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
 from ctxwright.mcp.lines import Line, LineSplitter, LineStats, cut_reply_id, reply_id
+from ctxwright.mcp.supervise import GRACE_S
 
 __all__ = ["DROPPED", "launch_argv", "stdio_transport"]
 
@@ -210,12 +212,39 @@ async def _stop(process: anyio.abc.Process) -> None:
     with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         await process.stdin.aclose()
     if not await _exited(process, _EXIT_WAIT_S):
-        await terminate_posix_process_tree(process, _EXIT_WAIT_S)
+        # the supervisor's own grace for the server's group comes first: SIGKILLing it earlier
+        # (a loaded machine) would leave the server orphaned, with nobody to end its group
+        await terminate_posix_process_tree(process, GRACE_S + _EXIT_WAIT_S)
         await _exited(process, _EXIT_WAIT_S)
+    _kill_session(process.pid)
     with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         await process.stdout.aclose()
     with anyio.move_on_after(_EXIT_WAIT_S), suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         await process.aclose()
+
+
+def _kill_session(sid: int) -> None:
+    """SIGKILL whatever is left of the supervisor's session (the server, the server's group and
+    any child of it that only changed its group), found in ``/proc``: the last resort when the
+    supervisor could not end them itself -- it was killed, or the machine was too loaded for its
+    grace. A process that started a session of its own is out of reach, as from any ``killpg``.
+    Linux only (elsewhere there is no ``/proc/PID/stat``; the supervisor's kill is all there is)."""
+    if not os.path.isdir("/proc/self"):
+        return
+    me = os.getpid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        # "PID (COMM) STATE PPID PGRP SESSION ...": COMM may hold spaces and parentheses
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 3 and fields[3] == str(sid).encode():
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 async def _exited(process: anyio.abc.Process, timeout: float) -> bool:
