@@ -98,3 +98,15 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: floa
         except OSError:
             time.sleep(0.05)
     raise SystemExit(f"{what} did not start")
+
+
+async def serve_lifespan(receive: Any, send: Any) -> None:
+    """Answer an ASGI ``lifespan`` scope (startup, then shutdown): the benchmarks' minimal
+    upstreams run under uvicorn, which sends one before any request."""
+    while True:
+        msg = await receive()
+        if msg["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif msg["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, console, free_port, machine, save, table, wait_port
+from common import ROOT, console, free_port, machine, save, serve_lifespan, table, wait_port
 
 MIB = 1024 * 1024
 CHUNK = 64 * 1024
@@ -212,13 +212,8 @@ def upstream_app(bomb: bytes) -> Any:
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                msg = await receive()
-                if msg["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif msg["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send)
+            return
         headers = dict(scope["headers"])
         while True:  # read the body and drop it
             msg = await receive()

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, console, free_port, machine, save, table, wait_port
+from common import ROOT, console, free_port, machine, save, serve_lifespan, table, wait_port
 
 #: the fixed non-streaming answer and the fixed stream (20 events, the first sent at once)
 STREAM_EVENTS = 20
@@ -78,13 +78,8 @@ STREAM_BYTES = b"".join(EVENTS)
 
 async def upstream_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
-        while True:
-            msg = await receive()
-            if msg["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif msg["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        await serve_lifespan(receive, send)
+        return
     body = b""
     while True:
         msg = await receive()

