@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 
@@ -89,7 +88,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     found = next((s for s in result.skills if s.name == name), None)
     # A skill folder of that name that was skipped: its reason is the one line to print (the
     # specification has a skill's name equal its folder's), not a warning and "no skill named".
-    skipped = None if found else next((w for w in result.warnings if _skipped_folder(w) == name), None)
+    skipped = None if found else next((w for f, w in result.skipped.items() if f.name == name), None)
     for w in result.warnings:
         if w is not skipped:
             print(f"ctxwright: warning: {w}", file=sys.stderr)
@@ -114,9 +113,3 @@ def cmd_show(args: argparse.Namespace) -> int:
     for rel, size in files:
         print(f"{rel}  {size:,} bytes")
     return 0
-
-
-def _skipped_folder(warning: str) -> str | None:
-    """The folder name of a loader warning ``FOLDER: skipped: reason``, else None."""
-    where, sep, _reason = warning.partition(": skipped: ")
-    return Path(where).name if sep else None

@@ -51,6 +51,8 @@ class LoadResult:
 
     skills: list[Skill] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: each folder that was not loaded, with the warning (one of ``warnings``) that says why
+    skipped: dict[Path, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -428,6 +430,8 @@ def load_skills(
         skill, notes = load_skill(folder, source)
         result.warnings.extend(notes)
         if skill is None:
+            if notes:  # load_skill's last note is the reason it skipped the folder
+                result.skipped[folder] = notes[-1]
             continue
         first = by_name.get(skill.name)
         if first is not None:
