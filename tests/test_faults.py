@@ -18,6 +18,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -430,15 +431,25 @@ def _asked(srv: F, text: str) -> bool:
 def test_two_processes_on_one_session_the_second_is_refused_and_nothing_is_lost(tmp_path):
     db = tmp_path / "c.db"
 
+    b_done = threading.Event()
+
     def respond(req: dict[str, Any]) -> Any:
-        return F.reply_text("the answer to A", delay_s=2.0)
+        # A's reply is held until B has exited, so B meets A's lease however slowly it starts on a
+        # loaded machine (a fixed delay let A finish first and B then rightly ran). A B that was
+        # wrongly let through is answered at once, and the assertion below catches it.
+        if not any(m.get("content") == "from B" for m in req["messages"]):
+            b_done.wait(60)
+        return F.reply_text("the answer to A")
 
     with F([F.reply_text("hello")], fallback=respond) as srv:
         sid = _session(db, srv.url)
         a = _cli(db, "run", "--resume", sid, "from A")
-        _wait_for(lambda: _asked(srv, "from A"))  # A holds the session and waits for its reply
-        b = _cli(db, "run", "--resume", sid, "from B")
-        _b_out, b_err = b.communicate(timeout=60)
+        try:
+            _wait_for(lambda: _asked(srv, "from A"))  # A holds the session and waits for its reply
+            b = _cli(db, "run", "--resume", sid, "from B")
+            _b_out, b_err = b.communicate(timeout=60)
+        finally:
+            b_done.set()
         _a_out, a_err = a.communicate(timeout=60)
         assert not _asked(srv, "from B")
     assert a.returncode == 0, a_err
