@@ -2,7 +2,7 @@
 
 Layers, low to high (docs/architecture.md explains each)::
 
-    errors < core < {backends, store} < tools < defence < {audit, status, compaction, skills, mcp} < recipe
+    errors < core < {backends, cache, store} < tools < defence < {audit, status, compaction, skills, mcp} < recipe
         < {agent, proxy, report} < harness < cli
 
 ``audit``, ``status``, ``compaction``, ``skills`` and ``mcp`` share a layer and must not import each other.
@@ -39,6 +39,9 @@ RANKS: dict[str, int] = {
     "errors": 0,
     "core": 1,
     "backends": 2,
+    # the providers' cache rules (breakpoints, TTL, prices, miss causes): read by the backends
+    # that send them, the audit that explains them and the report that prices them
+    "cache": 2,
     "store": 2,
     "tools": 3,
     "defence": 4,

@@ -73,7 +73,7 @@ from ctxwright.core.messages import canonical_json
 from ctxwright.core.skills_catalog import is_catalog_message, skills_catalog_tokens
 from ctxwright.core.tokens import TokenCounter
 
-_MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
+_MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content", "reasoning_blocks")
 
 #: bytes of distinct segments the prefix index keeps (two generations of half this each)
 DEFAULT_INDEX_BYTES = 64 * 1024 * 1024

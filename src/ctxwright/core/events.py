@@ -92,7 +92,7 @@ def _message(p: Mapping[str, Any], where: str) -> Message:
         raise EventFormatError(f"{where}: its message cannot be read ({exc})") from exc
     # the renderer and the reasoning policy work on text: a number or object here was not
     # written by ctxwright, and must be refused here rather than break a render later
-    for name in ("content", "tool_call_id", "name", "reasoning_content"):
+    for name in ("content", "tool_call_id", "name", "reasoning_content", "reasoning_blocks"):
         value = getattr(msg, name)
         if value is not None and not isinstance(value, str):
             raise EventFormatError(f"{where}: its message's '{name}' is {type(value).__name__}, not a string")

@@ -95,6 +95,13 @@ class Message:
 
     ``reasoning_content`` carries a model's thinking (DeepSeek, Qwen3) so the rendering
     policy can decide whether to strip it or send it back.
+
+    ``reasoning_blocks`` carries a provider's own reasoning items as canonical JSON text (a
+    list), kept opaque because the provider checks them byte for byte when they come back:
+    Anthropic's ``thinking`` blocks with their ``signature`` (and ``redacted_thinking``
+    blocks), the Responses API's ``reasoning`` items with their ``encrypted_content``. Text,
+    not a list, so a frozen message cannot be changed through a shared object (as
+    ``ToolSpec.parameters_json``). ``reasoning_content`` then holds their readable text.
     """
 
     role: Role
@@ -103,6 +110,7 @@ class Message:
     tool_call_id: str | None = None
     name: str | None = None
     reasoning_content: str | None = None
+    reasoning_blocks: str | None = None
 
     def __post_init__(self) -> None:
         if self.role not in ("system", "user", "assistant", "tool"):
@@ -121,6 +129,8 @@ class Message:
                 out["tool_calls"] = [tc.to_wire() for tc in self.tool_calls]
             if include_reasoning and self.reasoning_content is not None:
                 out["reasoning_content"] = self.reasoning_content
+            if include_reasoning and self.reasoning_blocks is not None:
+                out["reasoning_blocks"] = self.reasoning_blocks
         else:
             out["content"] = self.content if self.content is not None else ""
         if self.role == "tool":
@@ -141,6 +151,7 @@ class Message:
             tool_call_id=data.get("tool_call_id"),
             name=data.get("name") if data.get("role") != "tool" else None,
             reasoning_content=data.get("reasoning_content"),
+            reasoning_blocks=data.get("reasoning_blocks"),
         )
 
     def canonical(self) -> str:

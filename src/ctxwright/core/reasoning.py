@@ -104,9 +104,9 @@ def split_think(content: str | None, *, allow_missing_open: bool = False) -> tup
 def _without_reasoning(msg: Message, *, allow_missing_open: bool) -> Message:
     """``msg`` with its reasoning field cleared and any leading think block cut."""
     thinking, rest = split_think(msg.content, allow_missing_open=allow_missing_open)
-    if msg.reasoning_content is None and thinking is None:
+    if msg.reasoning_content is None and msg.reasoning_blocks is None and thinking is None:
         return msg  # nothing to remove: reuse the (immutable) object
-    return replace(msg, reasoning_content=None, content=rest)
+    return replace(msg, reasoning_content=None, reasoning_blocks=None, content=rest)
 
 
 def _is_real_user(msg: Message) -> bool:
