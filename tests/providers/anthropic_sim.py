@@ -1,0 +1,485 @@
+"""A loopback Anthropic Messages API (``POST /v1/messages``) with the documented prompt cache.
+
+What it implements, from platform.claude.com (Messages API, prompt caching, cache diagnostics,
+streaming, extended thinking):
+
+* **Validation** with Anthropic's error body ``{"type": "error", "error": {"type":
+  "invalid_request_error", "message": ...}}`` (HTTP 400): ``model``, ``max_tokens`` and
+  ``messages`` are required; at most 4 blocks with ``cache_control``; no ``cache_control`` on
+  an empty text block nor on a thinking block; no empty text block; every ``tool_use`` answered
+  by a ``tool_result`` in the next (user) message, and no ``tool_result`` without its
+  ``tool_use``; a ``"ttl": "1h"`` breakpoint may not come after a ``"5m"`` one (longer TTLs
+  first); a ``thinking`` block sent back must carry the signature this server gave it.
+* **Blocks in prompt order**: each tool definition, each system text block, each content block
+  of each message (a string content is one text block).
+* **Tokens**: a block counts ``ceil(len(canonical JSON of the block without cache_control, in
+  UTF-8 bytes) / 4)`` -- :func:`block_tokens`, so a test computes the expected numbers; the
+  prompt is the sum of its blocks. A reply's ``output_tokens`` counts its content blocks alike.
+* **Cache entries**: the key of the prefix ending at block ``i`` is a hash chained over the model
+  and blocks ``0..i`` (``cache_control`` stripped: moving a breakpoint does not change the cached
+  bytes). Entries are written only at breakpoints. At each breakpoint the lookup checks that
+  block and the 20 before it (:data:`LOOKBACK`) for an entry still within its TTL; the longest
+  prefix found is read, and reading refreshes the entry's TTL. A prefix below the model's
+  minimum (:data:`MINIMUMS`, or ``minimum=`` to the constructor) is neither written nor read.
+  TTL: ``"5m"`` (default) or ``"1h"``, scaled by ``ttl_scale`` (or set with ``ttl_seconds=``).
+* **usage**: ``input_tokens`` (the tokens after the last read or written point),
+  ``cache_read_input_tokens``, ``cache_creation_input_tokens`` with ``cache_creation``
+  ``{ephemeral_5m_input_tokens, ephemeral_1h_input_tokens}`` (each written segment billed at the
+  TTL of the breakpoint that ends it), ``output_tokens``. The three input fields add up to the
+  prompt.
+* **Diagnostics**: a request carrying a ``diagnostics`` object stores a fingerprint under its
+  reply's id; one naming ``diagnostics.previous_message_id`` is compared with that fingerprint
+  and gets ``"diagnostics": {"cache_miss_reason": {"type": ..., "cache_missed_input_tokens": N}}``
+  at the first divergence (model, then tools, system, messages, in prompt order),
+  ``{"type": "previous_message_not_found"}`` for an unknown id, ``null`` when nothing diverged.
+* **Streaming** (``"stream": true``): ``message_start`` (with usage), per block
+  ``content_block_start`` / ``content_block_delta`` (``text_delta``, ``input_json_delta``,
+  ``thinking_delta`` then ``signature_delta``) / ``content_block_stop``, ``message_delta`` (stop
+  reason and usage), ``message_stop``.
+
+Replies are scripted by ``respond(body) -> list of content blocks`` (``text``, ``tool_use``
+without an id gets one, ``thinking`` without a signature gets this server's). ``fail_next``
+queues an error answer (a 429, a 529 ``overloaded_error``). The clock is simulated
+(``sim.clock.advance(seconds)``): entries expire by it, never by waiting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import re
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ctxwright.proxy.server import ProxyThread
+
+__all__ = ["LOOKBACK", "MAX_BREAKPOINTS", "MINIMUMS", "AnthropicSim", "SimClock", "block_tokens"]
+
+#: Anthropic's limit of blocks with ``cache_control`` per request.
+MAX_BREAKPOINTS = 4
+#: Blocks before a breakpoint the cache lookup checks.
+LOOKBACK = 20
+#: Minimum cacheable prompt by model family (the prompt caching page), most specific first.
+MINIMUMS: tuple[tuple[str, int], ...] = (
+    (r"opus-4-[5-9]", 4096),
+    (r"haiku-4-5", 4096),
+    (r"sonnet-4-6", 2048),
+    (r"haiku-3|3-5-haiku|3-haiku", 2048),
+    (r"sonnet|opus", 1024),
+)
+TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
+_THINKING = ("thinking", "redacted_thinking")
+
+
+class SimClock:
+    """A clock that moves only when told (cache entries are stamped with it)."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self._t = start
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        with self._lock:
+            return self._t
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._t += seconds
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _strip(block: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in block.items() if k != "cache_control"}
+
+
+def block_tokens(block: dict[str, Any]) -> int:
+    """The simulator's token count of one block: a quarter of its canonical JSON's bytes, rounded up."""
+    return math.ceil(len(_canonical(_strip(block)).encode("utf-8")) / 4)
+
+
+class _Refusal(Exception):
+    def __init__(self, message: str, status: int = 400, etype: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.message, self.status, self.etype = message, status, etype
+
+
+@dataclass
+class _Block:
+    segment: str  # "tools" | "system" | "messages"
+    where: str  # the request path of the block, for error messages
+    body: dict[str, Any]
+    message: int = -1
+    role: str = ""
+
+    @property
+    def item(self) -> str:
+        return _canonical({"seg": self.segment, "msg": self.message, "role": self.role, "block": _strip(self.body)})
+
+
+@dataclass
+class _Entry:
+    expires: float
+    ttl_s: float
+
+
+@dataclass
+class _Fingerprint:
+    model: str
+    items: list[str]
+    segments: list[str]
+    tokens: list[int]
+
+
+@dataclass
+class AnthropicSim:
+    """The simulator; a context manager serving on ``127.0.0.1:<free port>`` (``.url``)."""
+
+    respond: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
+    minimum: int | None = None
+    ttl_scale: float = 1.0
+    ttl_seconds: dict[str, float] | None = None
+    clock: SimClock = field(default_factory=SimClock)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    responses: list[dict[str, Any]] = field(default_factory=list)
+    cache: dict[str, _Entry] = field(default_factory=dict)
+    fingerprints: dict[str, _Fingerprint] = field(default_factory=dict)
+    secret: bytes = b"anthropic-sim"
+    _failures: list[tuple[int, str, str, dict[str, str]]] = field(default_factory=list)
+    _thread: ProxyThread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _n: int = 0
+
+    # -- serving -------------------------------------------------------------------------
+
+    def __enter__(self) -> AnthropicSim:
+        app = Starlette(routes=[Route("/v1/messages", self._handle, methods=["POST"])])
+        self._thread = ProxyThread(app).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._thread.stop()
+
+    @property
+    def url(self) -> str:
+        assert self._thread is not None, "use the simulator as a context manager"
+        return self._thread.url
+
+    def fail_next(self, status: int, etype: str, message: str, headers: dict[str, str] | None = None) -> None:
+        """Answer the next request with this error (e.g. 429 ``rate_limit_error``, 529 ``overloaded_error``)."""
+        self._failures.append((status, etype, message, headers or {}))
+
+    # -- rules ---------------------------------------------------------------------------
+
+    def minimum_for(self, model: str) -> int:
+        if self.minimum is not None:
+            return self.minimum
+        for pattern, n in MINIMUMS:
+            if re.search(pattern, model):
+                return n
+        return 1024
+
+    def ttl_s(self, ttl: str) -> float:
+        table = self.ttl_seconds or {k: v * self.ttl_scale for k, v in TTL_SECONDS.items()}
+        return table[ttl]
+
+    def sign(self, thinking: str) -> str:
+        return hmac.new(self.secret, thinking.encode("utf-8"), hashlib.sha256).hexdigest()
+
+    def blocks(self, body: dict[str, Any]) -> list[_Block]:
+        """Every block of the prompt, in prompt order: tools, system, messages."""
+        out: list[_Block] = []
+        for i, tool in enumerate(body.get("tools") or []):
+            out.append(_Block("tools", f"tools.{i}", tool))
+        system = body.get("system")
+        if isinstance(system, str):
+            out.append(_Block("system", "system", {"type": "text", "text": system}))
+        elif isinstance(system, list):
+            for j, b in enumerate(system):
+                out.append(_Block("system", f"system.{j}", b))
+        for i, m in enumerate(body.get("messages") or []):
+            content = m.get("content")
+            role = str(m.get("role"))
+            if isinstance(content, str):
+                out.append(_Block("messages", f"messages.{i}.content", {"type": "text", "text": content}, i, role))
+            else:
+                for j, b in enumerate(content or []):
+                    out.append(_Block("messages", f"messages.{i}.content.{j}", b, i, role))
+        return out
+
+    def validate(self, body: dict[str, Any], blocks: list[_Block]) -> None:
+        for name in ("model", "max_tokens", "messages"):
+            if name not in body:
+                raise _Refusal(f"{name}: Field required")
+        if not isinstance(body["messages"], list) or not body["messages"]:
+            raise _Refusal("messages: at least one message is required")
+        marked = [b for b in blocks if isinstance(b.body.get("cache_control"), dict)]
+        if len(marked) > MAX_BREAKPOINTS:
+            raise _Refusal(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {len(marked)}.")
+        seen_5m = False
+        for b in blocks:
+            btype = b.body.get("type")
+            cc = b.body.get("cache_control")
+            if btype in _THINKING and cc is not None:
+                raise _Refusal(f"{b.where}.{btype}.cache_control: Extra inputs are not permitted")
+            if btype == "text" and not b.body.get("text"):
+                if cc is not None:
+                    raise _Refusal(f"{b.where}.text: cache_control cannot be set for empty text blocks")
+                raise _Refusal(f"{b.where}: text content blocks must be non-empty")
+            if isinstance(cc, dict):
+                ttl = cc.get("ttl", "5m")
+                if cc.get("type") != "ephemeral" or ttl not in TTL_SECONDS:
+                    raise _Refusal(f"{b.where}.cache_control: type must be 'ephemeral' and ttl '5m' or '1h'")
+                if ttl == "1h" and seen_5m:
+                    raise _Refusal(
+                        f"{b.where}.cache_control: a ttl='1h' cache_control block must not come after a "
+                        "ttl='5m' cache_control block (longer TTLs must come first)"
+                    )
+                seen_5m = seen_5m or ttl == "5m"
+            if btype == "thinking" and b.segment == "messages":
+                if b.body.get("signature") != self.sign(str(b.body.get("thinking", ""))):
+                    raise _Refusal(f"{b.where}: Invalid `signature` in `thinking` block")
+        messages = body["messages"]
+        for i, m in enumerate(messages):
+            content = m.get("content") if isinstance(m.get("content"), list) else []
+            if m.get("role") == "user":
+                results = [b.get("tool_use_id") for b in content if b.get("type") == "tool_result"]
+                prev = messages[i - 1] if i > 0 else {}
+                prev_content = prev.get("content") if isinstance(prev.get("content"), list) else []
+                uses = {b.get("id") for b in prev_content if b.get("type") == "tool_use"}
+                stray = [r for r in results if r not in uses]
+                if stray:
+                    raise _Refusal(
+                        f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
+                        f"{', '.join(map(str, stray))}. Each `tool_result` block must have a corresponding "
+                        "`tool_use` block in the previous message."
+                    )
+            if m.get("role") == "assistant":
+                ids = [b.get("id") for b in content if b.get("type") == "tool_use"]
+                if not ids:
+                    continue
+                nxt = messages[i + 1] if i + 1 < len(messages) else None
+                nxt_content = nxt.get("content") if nxt is not None and isinstance(nxt.get("content"), list) else []
+                answered = {b.get("tool_use_id") for b in nxt_content if b.get("type") == "tool_result"}
+                missing = [t for t in ids if t not in answered]
+                if missing:
+                    raise _Refusal(
+                        f"messages.{i + 1}: `tool_use` ids were found without `tool_result` blocks immediately "
+                        f"after: {', '.join(map(str, missing))}. Each `tool_use` block must have a corresponding "
+                        "`tool_result` block in the next message."
+                    )
+
+    def _keys(self, model: str, blocks: list[_Block]) -> list[str]:
+        keys: list[str] = []
+        h = hashlib.sha256(model.encode("utf-8")).hexdigest()
+        for b in blocks:
+            h = hashlib.sha256((h + b.item).encode("utf-8")).hexdigest()
+            keys.append(h)
+        return keys
+
+    def cache_pass(self, model: str, blocks: list[_Block]) -> dict[str, int]:
+        """Read and write the cache for one request; the input side of its usage."""
+        tokens = [block_tokens(b.body) for b in blocks]
+        prefix: list[int] = []
+        total = 0
+        for t in tokens:
+            total += t
+            prefix.append(total)
+        keys = self._keys(model, blocks)
+        minimum = self.minimum_for(model)
+        now = self.clock.now()
+        bps = [
+            (i, str(b.body["cache_control"].get("ttl", "5m")))
+            for i, b in enumerate(blocks)
+            if isinstance(b.body.get("cache_control"), dict)
+        ]
+        read = -1
+        with self._lock:
+            for bp, _ttl in bps:
+                for p in range(bp, max(-1, bp - LOOKBACK - 1), -1):
+                    entry = self.cache.get(keys[p])
+                    if entry is not None and entry.expires > now and prefix[p] >= minimum:
+                        read = max(read, p)
+                        break
+            if read >= 0:
+                hit = self.cache[keys[read]]
+                hit.expires = now + hit.ttl_s
+            written = {"5m": 0, "1h": 0}
+            last = read
+            for bp, ttl in bps:
+                if prefix[bp] < minimum:
+                    continue
+                ttl_s = self.ttl_s(ttl)
+                old = self.cache.get(keys[bp])
+                expires = max(now + ttl_s, old.expires if old is not None and old.expires > now else 0.0)
+                self.cache[keys[bp]] = _Entry(expires, max(ttl_s, old.ttl_s if old is not None else 0.0))
+                if bp > last:
+                    written[ttl] += prefix[bp] - (prefix[last] if last >= 0 else 0)
+                    last = bp
+        cache_read = prefix[read] if read >= 0 else 0
+        creation = written["5m"] + written["1h"]
+        return {
+            "input_tokens": total - cache_read - creation,
+            "cache_creation_input_tokens": creation,
+            "cache_read_input_tokens": cache_read,
+            "ephemeral_5m_input_tokens": written["5m"],
+            "ephemeral_1h_input_tokens": written["1h"],
+        }
+
+    def fingerprint(self, model: str, blocks: list[_Block]) -> _Fingerprint:
+        return _Fingerprint(
+            model, [b.item for b in blocks], [b.segment for b in blocks], [block_tokens(b.body) for b in blocks]
+        )
+
+    def diagnose(self, previous_id: Any, now: _Fingerprint) -> dict[str, Any] | None:
+        """The ``diagnostics`` object: the first divergence from the named earlier request."""
+        before = self.fingerprints.get(previous_id) if isinstance(previous_id, str) else None
+        if before is None:
+            return {"cache_miss_reason": {"type": "previous_message_not_found"}}
+        total = sum(now.tokens)
+        if before.model != now.model:
+            return {"cache_miss_reason": {"type": "model_changed", "cache_missed_input_tokens": total}}
+        for seg in ("tools", "system", "messages"):
+            old = [it for it, s in zip(before.items, before.segments, strict=True) if s == seg]
+            new = [(k, it) for k, (it, s) in enumerate(zip(now.items, now.segments, strict=True)) if s == seg]
+            n = min(len(old), len(new))
+            first = next((x for x in range(n) if old[x] != new[x][1]), None)
+            if first is None:
+                # the history may grow (messages appended), nothing else may change length
+                if len(new) < len(old) or (seg != "messages" and len(new) != len(old)):
+                    first = n
+                else:
+                    continue
+            start = new[first][0] if first < len(new) else self._segment_end(now, seg)
+            missed = sum(now.tokens[start:])
+            return {"cache_miss_reason": {"type": f"{seg}_changed", "cache_missed_input_tokens": missed}}
+        return None
+
+    @staticmethod
+    def _segment_end(fp: _Fingerprint, seg: str) -> int:
+        order = {"tools": 0, "system": 1, "messages": 2}
+        return sum(1 for s in fp.segments if order[s] <= order[seg])
+
+    # -- the endpoint --------------------------------------------------------------------
+
+    async def _handle(self, request: Request) -> Response:
+        self.headers.append(dict(request.headers))
+        try:
+            body = json.loads(await request.body())
+        except json.JSONDecodeError:
+            return self._error(_Refusal("the request body is not valid JSON"))
+        self.requests.append(body)
+        if self._failures:
+            status, etype, message, headers = self._failures.pop(0)
+            return self._error(_Refusal(message, status, etype), headers)
+        try:
+            if not isinstance(body, dict):
+                raise _Refusal("the request body must be a JSON object")
+            blocks = self.blocks(body)
+            self.validate(body, blocks)
+        except _Refusal as refusal:
+            return self._error(refusal)
+        model = str(body["model"])
+        usage_in = self.cache_pass(model, blocks)
+        content = self._reply(body)
+        with self._lock:
+            self._n += 1
+            msg_id = f"msg_sim_{self._n:06d}"
+        out_tokens = sum(block_tokens(b) for b in content)
+        usage: dict[str, Any] = {
+            "input_tokens": usage_in["input_tokens"],
+            "cache_creation_input_tokens": usage_in["cache_creation_input_tokens"],
+            "cache_read_input_tokens": usage_in["cache_read_input_tokens"],
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": usage_in["ephemeral_5m_input_tokens"],
+                "ephemeral_1h_input_tokens": usage_in["ephemeral_1h_input_tokens"],
+            },
+            "output_tokens": out_tokens,
+            "service_tier": "standard",
+        }
+        message: dict[str, Any] = {
+            "id": msg_id,
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": "tool_use" if any(b.get("type") == "tool_use" for b in content) else "end_turn",
+            "stop_sequence": None,
+            "usage": usage,
+        }
+        diag = body.get("diagnostics")
+        if isinstance(diag, dict):
+            fp = self.fingerprint(model, blocks)
+            if diag.get("previous_message_id") is not None:
+                message["diagnostics"] = self.diagnose(diag.get("previous_message_id"), fp)
+            self.fingerprints[msg_id] = fp
+        self.responses.append(message)
+        if body.get("stream"):
+            return StreamingResponse(self._events(message), media_type="text/event-stream")
+        return JSONResponse(message, headers={"request-id": f"req_{msg_id}"})
+
+    def _reply(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        blocks = self.respond(body) if self.respond is not None else [{"type": "text", "text": "ok"}]
+        out: list[dict[str, Any]] = []
+        for b in blocks:
+            b = dict(b)
+            if b.get("type") == "tool_use":
+                b.setdefault("id", f"toolu_sim_{len(self.responses):04d}_{len(out)}")
+                b.setdefault("input", {})
+            if b.get("type") == "thinking":
+                b.setdefault("signature", self.sign(str(b.get("thinking", ""))))
+            out.append(b)
+        return out
+
+    def _events(self, message: dict[str, Any]) -> Iterator[str]:
+        def sse(name: str, data: dict[str, Any]) -> str:
+            return f"event: {name}\ndata: {json.dumps(data)}\n\n"
+
+        start = dict(message, content=[], stop_reason=None, usage=dict(message["usage"], output_tokens=1))
+        yield sse("message_start", {"type": "message_start", "message": start})
+        for i, b in enumerate(message["content"]):
+            btype = b["type"]
+            if btype == "text":
+                yield sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}})
+                for k in range(0, len(b["text"]), 8):
+                    delta = {"type": "text_delta", "text": b["text"][k : k + 8]}
+                    yield sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
+            elif btype == "tool_use":
+                head = {"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}
+                yield sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": head})
+                raw = json.dumps(b["input"])
+                for k in range(0, len(raw), 10):
+                    delta = {"type": "input_json_delta", "partial_json": raw[k : k + 10]}
+                    yield sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
+            elif btype == "thinking":
+                head = {"type": "thinking", "thinking": "", "signature": ""}
+                yield sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": head})
+                for k in range(0, len(b["thinking"]), 12):
+                    delta = {"type": "thinking_delta", "thinking": b["thinking"][k : k + 12]}
+                    yield sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
+                sig = {"type": "signature_delta", "signature": b["signature"]}
+                yield sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": sig})
+            else:
+                yield sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": b})
+            yield sse("content_block_stop", {"type": "content_block_stop", "index": i})
+        delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+        yield sse("message_delta", {"type": "message_delta", "delta": delta, "usage": message["usage"]})
+        yield sse("message_stop", {"type": "message_stop"})
+
+    @staticmethod
+    def _error(refusal: _Refusal, headers: dict[str, str] | None = None) -> JSONResponse:
+        body = {"type": "error", "error": {"type": refusal.etype, "message": refusal.message}}
+        return JSONResponse(body, status_code=refusal.status, headers=headers)
