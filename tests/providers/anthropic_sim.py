@@ -30,7 +30,8 @@ streaming, extended thinking):
 * **Diagnostics**: a request carrying a ``diagnostics`` object stores a fingerprint under its
   reply's id; one naming ``diagnostics.previous_message_id`` is compared with that fingerprint
   and gets ``"diagnostics": {"cache_miss_reason": {"type": ..., "cache_missed_input_tokens": N}}``
-  at the first divergence (model, then tools, system, messages, in prompt order),
+  at the first divergence (model, then tools, system, messages, in prompt order; the count is
+  the previous request's tokens from that point on, what would have been read had it matched),
   ``{"type": "previous_message_not_found"}`` for an unknown id, ``null`` when nothing diverged.
 * **Streaming** (``"stream": true``): ``message_start`` (with usage), per block
   ``content_block_start`` / ``content_block_delta`` (``text_delta``, ``input_json_delta``,
@@ -228,7 +229,9 @@ class AnthropicSim:
             raise _Refusal("messages: at least one message is required")
         marked = [b for b in blocks if isinstance(b.body.get("cache_control"), dict)]
         if len(marked) > MAX_BREAKPOINTS:
-            raise _Refusal(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {len(marked)}.")
+            raise _Refusal(
+                f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {len(marked)}."
+            )
         seen_5m = False
         for b in blocks:
             btype = b.body.get("type")
@@ -249,7 +252,7 @@ class AnthropicSim:
                         "ttl='5m' cache_control block (longer TTLs must come first)"
                     )
                 seen_5m = seen_5m or ttl == "5m"
-            if btype == "thinking" and b.segment == "messages":
+            if btype == "thinking" and b.segment == "messages":  # noqa: SIM102 -- one rule, one if
                 if b.body.get("signature") != self.sign(str(b.body.get("thinking", ""))):
                     raise _Refusal(f"{b.where}: Invalid `signature` in `thinking` block")
         messages = body["messages"]
@@ -349,22 +352,23 @@ class AnthropicSim:
         before = self.fingerprints.get(previous_id) if isinstance(previous_id, str) else None
         if before is None:
             return {"cache_miss_reason": {"type": "previous_message_not_found"}}
-        total = sum(now.tokens)
         if before.model != now.model:
-            return {"cache_miss_reason": {"type": "model_changed", "cache_missed_input_tokens": total}}
+            return {"cache_miss_reason": {"type": "model_changed", "cache_missed_input_tokens": sum(before.tokens)}}
         for seg in ("tools", "system", "messages"):
-            old = [it for it, s in zip(before.items, before.segments, strict=True) if s == seg]
-            new = [(k, it) for k, (it, s) in enumerate(zip(now.items, now.segments, strict=True)) if s == seg]
+            old = [(k, it) for k, (it, s) in enumerate(zip(before.items, before.segments, strict=True)) if s == seg]
+            new = [it for it, s in zip(now.items, now.segments, strict=True) if s == seg]
             n = min(len(old), len(new))
-            first = next((x for x in range(n) if old[x] != new[x][1]), None)
+            first = next((x for x in range(n) if old[x][1] != new[x]), None)
             if first is None:
                 # the history may grow (messages appended), nothing else may change length
                 if len(new) < len(old) or (seg != "messages" and len(new) != len(old)):
                     first = n
                 else:
                     continue
-            start = new[first][0] if first < len(new) else self._segment_end(now, seg)
-            missed = sum(now.tokens[start:])
+            # the SDK's definition: the tokens that would have been read from the cache had the
+            # prefix matched -- the previous request's, from the divergence on
+            start = old[first][0] if first < len(old) else self._segment_end(before, seg)
+            missed = sum(before.tokens[start:])
             return {"cache_miss_reason": {"type": f"{seg}_changed", "cache_missed_input_tokens": missed}}
         return None
 
@@ -453,7 +457,10 @@ class AnthropicSim:
         for i, b in enumerate(message["content"]):
             btype = b["type"]
             if btype == "text":
-                yield sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}})
+                yield sse(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
+                )
                 for k in range(0, len(b["text"]), 8):
                     delta = {"type": "text_delta", "text": b["text"][k : k + 8]}
                     yield sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})

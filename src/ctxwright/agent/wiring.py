@@ -411,13 +411,13 @@ def _backend(
                 f"backend={backend!r} is not a backend: pass 'embedded', 'openai', or an instance of a "
                 "subclass of ctxwright.backends.base.Backend (it writes complete(request, *, on_event=None))"
             )
-        for opt in ("model", "base_url", "gguf", "api_key", "timeout", "max_retries", "stream"):
+        for opt in ("model", "base_url", "gguf", "api_key", "timeout", "max_retries", "stream", "cache_ttl"):
             if given.get(opt) is not None and not (opt == "model" and backend.name == EXTERNAL):
                 raise ConfigError(f"{opt}= is for the backends the harness creates; configure the object instead")
         return backend, None
     name = backend_name(given, stored.backend if stored is not None else None, default=default)
     model = m.model or (stored.model if stored is not None else None)
-    if stored is not None and name not in ("embedded", "openai", EXTERNAL):
+    if stored is not None and name not in ("embedded", "openai", "anthropic", EXTERNAL):
         raise ConfigError(
             f"session {stored.id} ran on the {name!r} backend, which the harness cannot recreate "
             "from the store: pass backend= (an object) to continue it"
@@ -451,6 +451,8 @@ def _backend(
         except ValueError as exc:
             raise ConfigError(f"{exc} (CLI: --timeout, --max-retries)") from None
         return made, made
+    if name == "anthropic":
+        return _anthropic(model, m, given, stored)
     if name == "embedded":
         if given.get("model") is not None or given.get("base_url") is not None or m.api_key is not None:
             raise ConfigError(
@@ -467,7 +469,42 @@ def _backend(
 
         made_e = EmbeddedBackend(model_path=path, n_ctx=m.window or 8192, stream=m.stream is not False)
         return made_e, made_e
-    raise ConfigError(f"unknown backend {name!r}: use 'embedded', 'openai', or pass a backend object")
+    raise ConfigError(f"unknown backend {name!r}: use 'embedded', 'openai', 'anthropic', or pass a backend object")
+
+
+def _anthropic(
+    model: str | None, m: ModelOptions, given: Mapping[str, Any], stored: Session | None
+) -> tuple[Backend, Backend | None]:
+    """The Anthropic Messages backend; its key is read from ``ANTHROPIC_API_KEY`` unless
+    another variable is named (``api_key_env``)."""
+    if given.get("gguf") is not None:
+        raise ConfigError("gguf= (--gguf) is for the embedded backend; drop it or drop backend='anthropic'")
+    if not model:
+        raise ConfigError("the anthropic backend needs the model's name: model=NAME (CLI: --model claude-sonnet-4-5)")
+    from ctxwright.backends.anthropic import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, AnthropicBackend
+
+    base_url = m.base_url
+    if stored is not None and given.get("base_url") is None and base_url is not None and is_redacted(base_url):
+        raise ConfigError(
+            f"session {stored.id} was started on a base URL with credentials ({base_url}), which are never "
+            "stored; pass the full URL again: base_url= (CLI: --base-url)"
+        )
+    key_env = m.api_key_env if given.get("api_key_env") is not None else "ANTHROPIC_API_KEY"
+    try:
+        made = AnthropicBackend(
+            model=model,
+            base_url=base_url,
+            api_key=m.api_key,
+            api_key_env=key_env,
+            context_window=m.window,
+            timeout=DEFAULT_TIMEOUT_S if m.timeout is None else m.timeout,
+            max_retries=DEFAULT_MAX_RETRIES if m.max_retries is None else m.max_retries,
+            stream=bool(m.stream),
+            ttl=m.cache_ttl or "5m",
+        )
+    except ValueError as exc:
+        raise ConfigError(f"{exc} (CLI: --timeout, --max-retries)") from None
+    return made, made
 
 
 def check_gguf(path: str | Path) -> Path:

@@ -15,7 +15,10 @@ The ``"ctxwright"`` placement therefore puts:
 
 1. one breakpoint at the end of the frozen prefix (tools + system), which every later call
    reads whatever happens to the trajectory (a compaction, a rewrite, a fork);
-2. one at the end of the trajectory, on every call, so the next call can read all of it;
+2. one at the end of the trajectory, on every call, so the next call can read all of it --
+   or, when the caller says the last blocks will not come back (``volatile_tail``: a status
+   message that the next call replaces), on the last block before them: an entry that
+   includes a block the next request drops is never read again;
 3. up to two on a fixed grid of block positions (every :data:`GRID` blocks, counted from
    the end of the frozen prefix), the highest grid points below the end. A grid point does
    not move from call to call, and with a spacing below the lookback, the first grid point
@@ -58,13 +61,15 @@ class PromptBlock:
 
 
 def place_breakpoints(
-    blocks: Sequence[PromptBlock], frozen_end: int, minimum: int, mode: str = "ctxwright"
+    blocks: Sequence[PromptBlock], frozen_end: int, minimum: int, mode: str = "ctxwright", volatile_tail: int = 0
 ) -> list[int]:
     """The block indices to mark with ``cache_control`` (ascending, at most 4).
 
     ``frozen_end`` is the index of the last block of the tools + system prefix (``-1`` when
     there is none); ``minimum`` the model's minimum cacheable prefix in tokens. No index is
-    returned whose prefix (the tokens of every block up to and including it) is below it."""
+    returned whose prefix (the tokens of every block up to and including it) is below it.
+    ``volatile_tail``: how many of the last blocks the next request is expected to replace
+    (ignored when that would leave no trajectory before them)."""
     if mode not in MODES:
         raise ValueError(f"unknown breakpoint mode {mode!r}: use one of {', '.join(MODES)}")
     if mode == "none" or not blocks:
@@ -91,7 +96,10 @@ def place_breakpoints(
         chosen.append(frozen)
     if mode == "system":
         return chosen
-    last = usable_at_or_before(len(blocks) - 1, frozen_end)
+    end = len(blocks) - 1
+    if volatile_tail > 0 and end - volatile_tail > frozen_end:
+        end -= volatile_tail
+    last = usable_at_or_before(end, frozen_end)
     if last is not None:
         grid: list[int] = []
         g = frozen_end + GRID * ((last - frozen_end - 1) // GRID)

@@ -108,15 +108,17 @@ class ModelOptions:
     backend: str | Backend | None = opt(
         keyword="backend",
         flag="--backend",
-        choices=("embedded", "openai"),
+        choices=("embedded", "openai", "anthropic"),
         cli_help="default: the resumed session's; else openai with --model or --base-url, embedded otherwise",
         accepts="Backend | str | None",
         fixed=True,
         record="never",
         default_text="the session's; else openai with model or base_url, embedded",
         help="""``"embedded"`` (llama.cpp in-process; the bundled SmolLM2-135M or ``gguf``),
-        ``"openai"`` (any OpenAI-compatible server: ``model``, ``base_url``), or a backend object
-        (``OpenAIBackend``, ``EmbeddedBackend``, ``ScriptedBackend``, or your own subclass of
+        ``"openai"`` (any OpenAI-compatible server: ``model``, ``base_url``), ``"anthropic"`` (the
+        Anthropic Messages API through the official SDK, with ctxwright's ``cache_control``
+        breakpoints; key from ``ANTHROPIC_API_KEY`` unless ``api_key_env`` says), or a backend object
+        (``OpenAIBackend``, ``AnthropicBackend``, ``EmbeddedBackend``, ``ScriptedBackend``, or your own subclass of
         ``ctxwright.backends.base.Backend``). Default: on resume the session's own
         backend; else ``"openai"`` when ``model`` or ``base_url`` is given, ``"embedded"`` otherwise. A
         backend object passed in is not closed by ``close``; one the harness created is. Recorded as the
@@ -195,6 +197,19 @@ class ModelOptions:
         embedded model (it generates as a stream anyway), off for served models (a streamed request
         differs on the wire, and some servers send no usage with it; ``backends/openai_compat.py`` falls
         back when a server cannot stream).""",
+    )
+    cache_ttl: str | None = opt(
+        keyword="cache_ttl",
+        flag="--cache-ttl",
+        choices=("5m", "1h", "auto"),
+        cli_help="lifetime of the provider's cache entries (backend anthropic): 5m, 1h, or auto (for now: 5m)",
+        accepts="str | None",
+        record="when_given",
+        default_text="5m",
+        help="""how long the provider keeps each cache entry ctxwright writes (``backend="anthropic"``):
+        ``"5m"`` (Anthropic's default; a write costs 1.25x the input price) or ``"1h"`` (a write costs
+        2x, and an idle gap of up to an hour still reads the cache). ``"auto"`` is accepted and for now
+        behaves as ``"5m"``. ``None``: 5m.""",
     )
     gguf: str | None = opt(
         keyword="gguf",

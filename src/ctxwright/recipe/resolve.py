@@ -136,6 +136,7 @@ def resolve(given: Mapping[str, Any], recorded: Mapping[str, Any] | None, defaul
         timeout=src.pick("timeout", "model", "timeout", None),
         max_retries=src.pick("max_retries", "model", "max_retries", None),
         stream=src.pick("stream", "model", "stream", None),
+        cache_ttl=src.pick("cache_ttl", "model", "cache_ttl", None),
         gguf=_str_or_none(src.pick("gguf", "model", "gguf", None)),
         window=src.pick("window", "model", "window", None),
     )
