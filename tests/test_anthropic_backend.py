@@ -322,7 +322,9 @@ def test_overloaded_is_retried_and_announced(sim: AnthropicSim) -> None:
     assert [type(e) for e in seen] == [Retry] and seen[0].reason == "HTTP 529"
     sim.fail_next(529, "overloaded_error", "Overloaded", {"retry-after-ms": "1"})
     sim.fail_next(529, "overloaded_error", "Overloaded", {"retry-after-ms": "1"})
-    with pytest.raises(BackendError, match=re.escape("HTTP 529 overloaded_error: Overloaded. Anthropic's API is overloaded")):
+    with pytest.raises(
+        BackendError, match=re.escape("HTTP 529 overloaded_error: Overloaded. Anthropic's API is overloaded")
+    ):
         b.complete(request())
 
 
@@ -364,3 +366,19 @@ def test_an_exchange_through_the_proxy_is_recorded_and_its_usage_read(
     prompt = usage["input_tokens"] + usage["cache_read_input_tokens"] + usage["cache_creation_input_tokens"]
     assert rows[1].get("prompt_tokens", prompt) == prompt
     store.close()
+
+
+def test_parallel_tool_results_go_back_in_one_user_message(sim: AnthropicSim) -> None:
+    calls = (ToolCall("toolu_a", "lookup", '{"n":1}'), ToolCall("toolu_b", "lookup", '{"n":2}'))
+    req = request(
+        SYSTEM,
+        (TOOL_A,),
+        Message("assistant", "Two lookups.", tool_calls=calls),
+        Message("tool", "one", tool_call_id="toolu_a"),
+        Message("tool", "two", tool_call_id="toolu_b"),
+        Message("user", "Now answer."),
+    )
+    backend(sim).complete(req)  # the simulator refuses a tool_use whose result is not in the next message
+    last = sim.requests[-1]["messages"][-1]
+    assert [b["type"] for b in last["content"]] == ["tool_result", "tool_result", "text"]
+    assert sim.requests[-1]["tool_choice"] == {"type": "auto"}
