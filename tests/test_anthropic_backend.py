@@ -382,3 +382,30 @@ def test_parallel_tool_results_go_back_in_one_user_message(sim: AnthropicSim) ->
     last = sim.requests[-1]["messages"][-1]
     assert [b["type"] for b in last["content"]] == ["tool_result", "tool_result", "text"]
     assert sim.requests[-1]["tool_choice"] == {"type": "auto"}
+
+
+def test_the_cli_runs_on_anthropic(sim: AnthropicSim, tmp_path: Any, capsys: Any) -> None:
+    from ctxwright.cli.main import main
+
+    db = str(tmp_path / "c.db")
+    argv = [
+        "--db",
+        db,
+        "run",
+        "--backend",
+        "anthropic",
+        "--base-url",
+        sim.url,
+        "--model",
+        MODEL,
+        "--cache-ttl",
+        "1h",
+        "hi",
+    ]
+    assert main(argv) == 0
+    assert "ok" in capsys.readouterr().out
+    assert sim.requests[-1]["model"] == MODEL
+    marks = [b.body["cache_control"] for b in sim.blocks(sim.requests[-1]) if "cache_control" in b.body]
+    assert marks and all(m == {"type": "ephemeral", "ttl": "1h"} for m in marks)
+    assert main(["--db", db, "run", "--backend", "anthropic", "hi"]) == 2
+    assert "the anthropic backend needs the model's name" in capsys.readouterr().err
