@@ -409,3 +409,51 @@ def test_the_cli_runs_on_anthropic(sim: AnthropicSim, tmp_path: Any, capsys: Any
     assert marks and all(m == {"type": "ephemeral", "ttl": "1h"} for m in marks)
     assert main(["--db", db, "run", "--backend", "anthropic", "hi"]) == 2
     assert "the anthropic backend needs the model's name" in capsys.readouterr().err
+
+
+def test_an_idle_gap_longer_than_the_ttl_writes_the_prefix_again(sim: AnthropicSim) -> None:
+    b = backend(sim, clock=sim.clock.now)
+    first = b.complete(request())
+    sim.clock.advance(299)
+    warm = b.complete(request())
+    assert warm.usage.cached_tokens == first.usage.raw["usage"]["cache_creation_input_tokens"] > 0
+    sim.clock.advance(301)
+    cold = b.complete(request())
+    assert cold.usage.cached_tokens == 0 and cold.usage.raw["usage"]["cache_creation_input_tokens"] > 0
+    assert cold.usage.raw["cache"]["sent_at"] - warm.usage.raw["cache"]["sent_at"] == 301
+
+
+def growing_loop(sim: AnthropicSim, mode: str, calls: int = 12) -> int:
+    """Cache reads over a tool loop of ``calls`` calls with the ``mode`` placement."""
+    b = backend(sim, breakpoints=mode)
+    history: list[Message] = []
+    read = 0
+    for k in range(calls):
+        done = b.complete(request(SYSTEM, (TOOL_A,), *history))
+        read += done.usage.cached_tokens or 0
+        call = ToolCall(f"toolu_{mode}_{k}", "lookup", json.dumps({"n": k}))
+        history += [
+            Message("assistant", f"Step {k}.", tool_calls=(call,)),
+            Message("tool", f"result {k} " * 30, tool_call_id=call.id),
+        ]
+    return read
+
+
+def test_ctxwright_placement_reads_more_than_one_breakpoint_after_the_system_prompt() -> None:
+    reads = {}
+    for mode in ("ctxwright", "system", "none"):
+        with AnthropicSim() as sim:
+            reads[mode] = growing_loop(sim, mode)
+            if mode == "system":
+                assert all(len(marked(sim, r)) == 1 for r in sim.requests)
+    assert reads["none"] == 0 < reads["system"] < reads["ctxwright"]
+
+
+def test_extended_thinking_is_sent_and_its_rules_are_the_providers(sim: AnthropicSim) -> None:
+    b = backend(sim, thinking={"type": "enabled", "budget_tokens": 2048})
+    b.complete(request())
+    assert sim.requests[-1]["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    forced = ChatRequest(messages=request().messages, tools=(TOOL_A,), tool_choice="required")
+    with pytest.raises(BackendError, match="Thinking may not be enabled when tool_choice forces tool use"):
+        b.complete(forced)
+    assert sim.requests[-1]["tool_choice"] == {"type": "any"}

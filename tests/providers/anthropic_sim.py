@@ -9,7 +9,9 @@ streaming, extended thinking):
   an empty text block nor on a thinking block; no empty text block; every ``tool_use`` answered
   by a ``tool_result`` in the next (user) message, and no ``tool_result`` without its
   ``tool_use``; a ``"ttl": "1h"`` breakpoint may not come after a ``"5m"`` one (longer TTLs
-  first); a ``thinking`` block sent back must carry the signature this server gave it.
+  first); a ``thinking`` block sent back must carry the signature this server gave it; with
+  ``thinking`` enabled, a budget of at least 1,024 tokens below ``max_tokens``, and no
+  ``tool_choice`` that forces tool use.
 * **Blocks in prompt order**: each tool definition, each system text block, each content block
   of each message (a string content is one text block).
 * **Tokens**: a block counts ``ceil(len(canonical JSON of the block without cache_control, in
@@ -227,6 +229,15 @@ class AnthropicSim:
                 raise _Refusal(f"{name}: Field required")
         if not isinstance(body["messages"], list) or not body["messages"]:
             raise _Refusal("messages: at least one message is required")
+        thinking = body.get("thinking")
+        if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+            budget = thinking.get("budget_tokens")
+            if not isinstance(budget, int) or budget < 1024:
+                raise _Refusal("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
+            if budget >= body["max_tokens"]:
+                raise _Refusal("`max_tokens` must be greater than `thinking.budget_tokens`")
+            if isinstance(body.get("tool_choice"), dict) and body["tool_choice"].get("type") in ("any", "tool"):
+                raise _Refusal("Thinking may not be enabled when tool_choice forces tool use.")
         marked = [b for b in blocks if isinstance(b.body.get("cache_control"), dict)]
         if len(marked) > MAX_BREAKPOINTS:
             raise _Refusal(

@@ -116,6 +116,7 @@ class AnthropicBackend(Backend):
         breakpoints: str = "ctxwright",
         minimum: int | None = None,
         diagnostics: bool = False,
+        thinking: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not timeout > 0:
@@ -139,6 +140,9 @@ class AnthropicBackend(Backend):
         self.breakpoints = breakpoints
         self.minimum = minimum_tokens(model) if minimum is None else minimum
         self.diagnostics = diagnostics
+        #: extended thinking, sent as the request's ``thinking`` (``{"type": "enabled",
+        #: "budget_tokens": N}``); its blocks come back in ``Message.reasoning_blocks``
+        self.thinking = thinking
         self.clock = clock
         #: the id of the last reply, named by the next request's diagnostics
         self.last_message_id: str | None = None
@@ -250,6 +254,8 @@ class AnthropicBackend(Backend):
             body["tool_choice"] = _tool_choice(request.tool_choice)
         if request.temperature is not None:
             body["temperature"] = request.temperature
+        if self.thinking is not None:
+            body["thinking"] = dict(self.thinking)
         body.update(request.extra)
         if self.diagnostics:
             body["diagnostics"] = {"previous_message_id": self.last_message_id}
