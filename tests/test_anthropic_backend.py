@@ -457,3 +457,15 @@ def test_extended_thinking_is_sent_and_its_rules_are_the_providers(sim: Anthropi
     with pytest.raises(BackendError, match="Thinking may not be enabled when tool_choice forces tool use"):
         b.complete(forced)
     assert sim.requests[-1]["tool_choice"] == {"type": "any"}
+
+
+def test_an_error_event_mid_stream_is_retried(sim: AnthropicSim) -> None:
+    b = backend(sim, stream=True, max_retries=1)
+    seen: list[Any] = []
+    sim.fail_next_stream("overloaded_error", "Overloaded")
+    done = b.complete(request(), on_event=seen.append)
+    assert done.message.content == "ok" and [type(e) for e in seen] == [Retry, Token]
+    sim.fail_next_stream("overloaded_error", "Overloaded")
+    sim.fail_next_stream("overloaded_error", "Overloaded")
+    with pytest.raises(BackendError, match="failed mid-stream \\(overloaded_error\\): Overloaded"):
+        b.complete(request())

@@ -42,7 +42,8 @@ streaming, extended thinking):
 
 Replies are scripted by ``respond(body) -> list of content blocks`` (``text``, ``tool_use``
 without an id gets one, ``thinking`` without a signature gets this server's). ``fail_next``
-queues an error answer (a 429, a 529 ``overloaded_error``). The clock is simulated
+queues an error answer (a 429, a 529 ``overloaded_error``), ``fail_next_stream`` an ``error``
+event in the middle of a stream. The clock is simulated
 (``sim.clock.advance(seconds)``): entries expire by it, never by waiting.
 """
 
@@ -161,6 +162,7 @@ class AnthropicSim:
     fingerprints: dict[str, _Fingerprint] = field(default_factory=dict)
     secret: bytes = b"anthropic-sim"
     _failures: list[tuple[int, str, str, dict[str, str]]] = field(default_factory=list)
+    _stream_failures: list[tuple[str, str]] = field(default_factory=list)
     _thread: ProxyThread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _n: int = 0
@@ -184,6 +186,11 @@ class AnthropicSim:
     def fail_next(self, status: int, etype: str, message: str, headers: dict[str, str] | None = None) -> None:
         """Answer the next request with this error (e.g. 429 ``rate_limit_error``, 529 ``overloaded_error``)."""
         self._failures.append((status, etype, message, headers or {}))
+
+    def fail_next_stream(self, etype: str, message: str) -> None:
+        """Break the next streamed reply after its ``message_start`` with an ``error`` event
+        (Anthropic sends ``overloaded_error`` that way once a stream has begun)."""
+        self._stream_failures.append((etype, message))
 
     # -- rules ---------------------------------------------------------------------------
 
@@ -443,7 +450,10 @@ class AnthropicSim:
             self.fingerprints[msg_id] = fp
         self.responses.append(message)
         if body.get("stream"):
-            return StreamingResponse(self._events(message), media_type="text/event-stream")
+            events = self._events(message)
+            if self._stream_failures:
+                events = self._broken(message, *self._stream_failures.pop(0))
+            return StreamingResponse(events, media_type="text/event-stream")
         return JSONResponse(message, headers={"request-id": f"req_{msg_id}"})
 
     def _reply(self, body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -496,6 +506,11 @@ class AnthropicSim:
         delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
         yield sse("message_delta", {"type": "message_delta", "delta": delta, "usage": message["usage"]})
         yield sse("message_stop", {"type": "message_stop"})
+
+    def _broken(self, message: dict[str, Any], etype: str, text: str) -> Iterator[str]:
+        yield next(self._events(message))
+        error = {"type": "error", "error": {"type": etype, "message": text}}
+        yield f"event: error\ndata: {json.dumps(error)}\n\n"
 
     @staticmethod
     def _error(refusal: _Refusal, headers: dict[str, str] | None = None) -> JSONResponse:
