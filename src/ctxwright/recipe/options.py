@@ -157,9 +157,10 @@ class ModelOptions:
         "OPENAI_API_KEY",
         keyword="api_key_env",
         flag="--api-key-env",
-        cli_help="environment variable holding the API key (default: OPENAI_API_KEY)",
+        cli_help="environment variable holding the API key (default: OPENAI_API_KEY; ANTHROPIC_API_KEY on anthropic)",
         accepts="str | None",
-        help="the environment variable holding the API key (default ``OPENAI_API_KEY``).",
+        help="""the environment variable holding the API key (default ``OPENAI_API_KEY``;
+        ``ANTHROPIC_API_KEY`` when the backend is ``"anthropic"`` and this is not given).""",
     )
     timeout: float | None = opt(
         keyword="timeout",
