@@ -1,0 +1,1 @@
+"""Loopback simulators of hosted providers, for tests and benchmarks."""
