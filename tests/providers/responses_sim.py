@@ -561,6 +561,15 @@ class ResponsesSim:
                                 param=f"input[{i}].content[{j}].{bad[0]}",
                                 code="unknown_parameter",
                             )
+            if kind == "function_call_output" and isinstance(item.get("output"), list):
+                for j, part in enumerate(item["output"]):
+                    bad = [k for k in part if k not in _PART_FIELDS] if isinstance(part, dict) else ["(not an object)"]
+                    if bad:
+                        raise SimError(
+                            f"Unknown parameter: 'input[{i}].output[{j}].{bad[0]}'.",
+                            param=f"input[{i}].output[{j}].{bad[0]}",
+                            code="unknown_parameter",
+                        )
             if kind == "reasoning":
                 self._verify(item, i)
         answered = {str(it.get("call_id")) for it in items if it.get("type") == "function_call_output"}
@@ -817,8 +826,10 @@ class ResponsesSim:
 
 
 def _strip_breakpoints(item: JSONDict) -> tuple[JSONDict, bool]:
-    """The item without ``prompt_cache_breakpoint`` markers, and whether it had one."""
-    content = item.get("content")
+    """The item without ``prompt_cache_breakpoint`` markers (on a message's content blocks or
+    a function call output's blocks), and whether it had one."""
+    where = "output" if item.get("type") == "function_call_output" else "content"
+    content = item.get(where)
     if not isinstance(content, list):
         return item, False
     marked = False
@@ -828,4 +839,4 @@ def _strip_breakpoints(item: JSONDict) -> tuple[JSONDict, bool]:
             marked = True
             part = {k: v for k, v in part.items() if k != "prompt_cache_breakpoint"}
         parts.append(part)
-    return {**item, "content": parts}, marked
+    return {**item, where: parts}, marked
