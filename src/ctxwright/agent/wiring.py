@@ -28,6 +28,8 @@ from ctxwright.backends.external import EXTERNAL, ExternalBackend
 from ctxwright.compaction.retrieval import ReaderComponent
 from ctxwright.compaction.skills import shown_in
 from ctxwright.core.progress import EventSink, ignore
+from ctxwright.core.reasoning import META_KEY as REASONING_META_KEY
+from ctxwright.core.reasoning import ReasoningPolicy
 from ctxwright.core.reasoning import install as install_reasoning
 from ctxwright.core.redact import is_redacted
 from ctxwright.core.request import ToolChoice
@@ -211,7 +213,12 @@ def wire(
             )
             if opened.store is not None:  # one writer per session (store/lease.py)
                 lease = acquire_lease(opened.store, session.id)
-        install_reasoning(session, recipe.reasoning.mode)  # recorded in meta; the renderer reads it
+        mode = recipe.reasoning.mode
+        if mode is None and chosen.name == "openai-responses" and REASONING_META_KEY not in session.meta:
+            # the Responses API takes its reasoning items back (stateless, with encrypted_content)
+            # and a reasoning model re-thinks a tool loop without them: keep them, byte for byte
+            mode = ReasoningPolicy("keep")
+        install_reasoning(session, mode)  # recorded in meta; the renderer reads it
         assembly.bind(session)
         status = assembly.find(StatusComponent)
         defence = assembly.find(DefenceComponent)
@@ -397,6 +404,8 @@ def _implied(given: Mapping[str, Any], stored: Session) -> str | None:
     implied = implied_backend(given)
     if implied == "openai" and stored.backend == EXTERNAL and given.get("base_url") is None:
         return None
+    if implied == "openai" and given.get("backend") is None and stored.backend == "openai-responses":
+        return None  # a base URL or model alone names no API: the session's own served backend
     return implied
 
 
