@@ -19,7 +19,7 @@ from ctxwright.store.sessions import Store
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from providers.responses_sim import ResponsesSim, text  # noqa: E402
+from providers.responses_sim import ResponsesSim, text
 
 INSTRUCTIONS = "Answer from the house rules only. " * 160  # ~5,400 bytes: cached past 1,024 tokens
 
