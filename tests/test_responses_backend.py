@@ -297,3 +297,21 @@ def test_routing_header_presets_follow_each_servers_docs() -> None:
     k = routing_key(prefix_sha256(req), "root1")
     assert k == routing_key(prefix_sha256(req), "root1") != routing_key(prefix_sha256(req), "root2")
     assert "secret" not in k and len(k) <= 64
+
+
+def test_diagnostics_name_the_previous_response_and_are_recorded_verbatim() -> None:
+    sys_msg = Message(role="system", content=SYSTEM)
+    first = ChatRequest(messages=(sys_msg, Message(role="user", content="one")))
+    with ResponsesSim() as sim:
+        b = ResponsesBackend(
+            "gpt-5.6", base_url=sim.url + "/v1", max_retries=0, diagnostics=True, prompt_cache_key="k1"
+        )
+        c1 = b.complete(first)
+        assert "comparison_response_id" not in sim.requests[0]["prompt_cache_options"]  # nothing to compare yet
+        b.prompt_cache_key = "k2"  # a changed key: the provider names it as the reason
+        c2 = b.complete(ChatRequest(messages=(sys_msg, Message(role="user", content="one"))))
+        assert sim.requests[1]["prompt_cache_options"]["comparison_response_id"] == c1.usage.raw["response_id"]
+        assert c2.usage.raw["diagnostics"] == sim.responses[1]["prompt_cache_diagnostics"]
+        assert c2.usage.raw["diagnostics"]["reason"] == "prompt_cache_key_changed"
+        assert c2.usage.raw["cache"]["routing_key"] == "k2" != c1.usage.raw["cache"]["routing_key"]
+        b.close()
