@@ -250,6 +250,7 @@ class OpenAIBackend(Backend):
         if key is None:
             return completion
         raw = dict(completion.usage.raw)
+        raw["provider"] = "openai"
         raw["cache"] = {
             "ttl": None,
             "ttl_s": None,
