@@ -64,7 +64,7 @@ def _resume(rec: dict[str, Any], given: dict[str, Any] | None = None, d=SERVED, 
 def test_every_option_is_declared_once_and_the_defaults_are_a_served_new_session():
     specs = list(options(Recipe))
     keywords = [s.keyword for s in specs if s.keyword]
-    assert len(keywords) == len(set(keywords)) == 50
+    assert len(keywords) == len(set(keywords)) == 53
     flags = flag_names()
     assert len(flags) == len(set(flags))
     assert Recipe.resolve({}, None, SERVED) == Recipe()
@@ -158,6 +158,9 @@ def _legacy_options(args: argparse.Namespace) -> dict[str, Any]:
         model=args.model,
         base_url=args.base_url,
         api_key_env=args.api_key_env,
+        routing_header=args.routing_header,
+        prompt_cache_key=args.prompt_cache_key,
+        prompt_cache_retention=args.prompt_cache_retention,
         gguf=args.gguf,
         workspace=args.workspace,
         window=args.window,

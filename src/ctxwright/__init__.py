@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ctxwright.agent.loop import RunResult
     from ctxwright.backends.embedded import EmbeddedBackend
     from ctxwright.backends.openai_compat import OpenAIBackend
+    from ctxwright.backends.openai_responses import ResponsesBackend
     from ctxwright.backends.scripted import ScriptedBackend
     from ctxwright.compaction.config import CompactionConfig
     from ctxwright.core.reasoning import ReasoningPolicy
@@ -47,6 +48,7 @@ _EXPORTS = {
     "CompactionConfig": "ctxwright.compaction.config",
     "ReasoningPolicy": "ctxwright.core.reasoning",
     "OpenAIBackend": "ctxwright.backends.openai_compat",
+    "ResponsesBackend": "ctxwright.backends.openai_responses",
     "EmbeddedBackend": "ctxwright.backends.embedded",
     "ScriptedBackend": "ctxwright.backends.scripted",
     "CtxwrightError": "ctxwright.errors",
@@ -77,6 +79,7 @@ __all__ = [
     "OpenAIBackend",
     "PrefixMismatch",
     "ReasoningPolicy",
+    "ResponsesBackend",
     "RunResult",
     "ScriptedBackend",
     "SessionNotFound",

@@ -304,6 +304,9 @@ class Context:
         self.gate_parents = gate_parents
         self._provenance: ProvenanceIndex | None = None
         self.tokens_used = 0
+        # the lineage the backend serves: its routing key is made from it, so a sub-agent's
+        # requests keep its parent's key (cache/routing.py)
+        backend.bind_lineage(session.lineage_root())
         self.counter = counter or backend.token_counter()
         self.auditor = Auditor(self.counter)
         for past in past_requests(session):  # a resumed session: audit against what it sent before

@@ -28,6 +28,8 @@ from ctxwright.backends.external import EXTERNAL, ExternalBackend
 from ctxwright.compaction.retrieval import ReaderComponent
 from ctxwright.compaction.skills import shown_in
 from ctxwright.core.progress import EventSink, ignore
+from ctxwright.core.reasoning import META_KEY as REASONING_META_KEY
+from ctxwright.core.reasoning import ReasoningPolicy
 from ctxwright.core.reasoning import install as install_reasoning
 from ctxwright.core.redact import is_redacted
 from ctxwright.core.request import ToolChoice
@@ -211,7 +213,12 @@ def wire(
             )
             if opened.store is not None:  # one writer per session (store/lease.py)
                 lease = acquire_lease(opened.store, session.id)
-        install_reasoning(session, recipe.reasoning.mode)  # recorded in meta; the renderer reads it
+        mode = recipe.reasoning.mode
+        if mode is None and chosen.name == "openai-responses" and REASONING_META_KEY not in session.meta:
+            # the Responses API takes its reasoning items back (stateless, with encrypted_content)
+            # and a reasoning model re-thinks a tool loop without them: keep them, byte for byte
+            mode = ReasoningPolicy("keep")
+        install_reasoning(session, mode)  # recorded in meta; the renderer reads it
         assembly.bind(session)
         status = assembly.find(StatusComponent)
         defence = assembly.find(DefenceComponent)
@@ -397,6 +404,8 @@ def _implied(given: Mapping[str, Any], stored: Session) -> str | None:
     implied = implied_backend(given)
     if implied == "openai" and stored.backend == EXTERNAL and given.get("base_url") is None:
         return None
+    if implied == "openai" and given.get("backend") is None and stored.backend == "openai-responses":
+        return None  # a base URL or model alone names no API: the session's own served backend
     return implied
 
 
@@ -411,24 +420,36 @@ def _backend(
                 f"backend={backend!r} is not a backend: pass 'embedded', 'openai', or an instance of a "
                 "subclass of ctxwright.backends.base.Backend (it writes complete(request, *, on_event=None))"
             )
-        for opt in ("model", "base_url", "gguf", "api_key", "timeout", "max_retries", "stream", "cache_ttl"):
+        for opt in (
+            "model",
+            "base_url",
+            "gguf",
+            "api_key",
+            "timeout",
+            "max_retries",
+            "stream",
+            "routing_header",
+            "prompt_cache_key",
+            "prompt_cache_retention",
+            "cache_ttl",
+        ):
             if given.get(opt) is not None and not (opt == "model" and backend.name == EXTERNAL):
                 raise ConfigError(f"{opt}= is for the backends the harness creates; configure the object instead")
         return backend, None
     name = backend_name(given, stored.backend if stored is not None else None, default=default)
     model = m.model or (stored.model if stored is not None else None)
-    if stored is not None and name not in ("embedded", "openai", "anthropic", EXTERNAL):
+    if stored is not None and name not in ("embedded", "openai", "anthropic", "openai-responses", EXTERNAL):
         raise ConfigError(
             f"session {stored.id} ran on the {name!r} backend, which the harness cannot recreate "
             "from the store: pass backend= (an object) to continue it"
         )
     if name == EXTERNAL:
         return ExternalBackend(model, context_window=m.window), None
-    if name == "openai":
+    if name in ("openai", "openai-responses"):
         if given.get("gguf") is not None:
-            raise ConfigError("gguf= (--gguf) is for the embedded backend; drop it or drop backend='openai'")
+            raise ConfigError(f"gguf= (--gguf) is for the embedded backend; drop it or drop backend={name!r}")
         if not model:
-            raise ConfigError("the openai backend needs the served model's name: model=NAME (CLI: --model NAME)")
+            raise ConfigError(f"the {name} backend needs the served model's name: model=NAME (CLI: --model NAME)")
         from ctxwright.backends.openai_compat import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, OpenAIBackend
 
         base_url = m.base_url
@@ -437,19 +458,35 @@ def _backend(
                 f"session {stored.id} was started on a base URL with credentials ({base_url}), which are never "
                 "stored; pass the full URL again: base_url= (CLI: --base-url)"
             )
+        common: dict[str, Any] = {
+            "model": model,
+            "base_url": base_url,
+            "api_key": m.api_key,
+            "api_key_env": m.api_key_env,
+            "context_window": m.window,
+            "timeout": DEFAULT_TIMEOUT_S if m.timeout is None else m.timeout,
+            "max_retries": DEFAULT_MAX_RETRIES if m.max_retries is None else m.max_retries,
+            "stream": bool(m.stream),
+            "routing_header": m.routing_header,
+            "prompt_cache_key": m.prompt_cache_key,
+        }
+        made: OpenAIBackend
         try:
-            made = OpenAIBackend(
-                model=model,
-                base_url=base_url,
-                api_key=m.api_key,
-                api_key_env=m.api_key_env,
-                context_window=m.window,
-                timeout=DEFAULT_TIMEOUT_S if m.timeout is None else m.timeout,
-                max_retries=DEFAULT_MAX_RETRIES if m.max_retries is None else m.max_retries,
-                stream=bool(m.stream),
-            )
+            if name == "openai-responses":
+                from ctxwright.backends.openai_responses import ResponsesBackend
+
+                made = ResponsesBackend(**common, retention=m.prompt_cache_retention)
+            else:
+                if m.prompt_cache_retention is not None:
+                    raise ConfigError(
+                        "prompt_cache_retention= (--prompt-cache-retention) is for backend='openai-responses' "
+                        "(OpenAI's Responses API); drop it, or use --backend openai-responses"
+                    )
+                made = OpenAIBackend(**common)
         except ValueError as exc:
-            raise ConfigError(f"{exc} (CLI: --timeout, --max-retries)") from None
+            raise ConfigError(
+                f"{exc} (CLI: --timeout, --max-retries, --routing-header, --prompt-cache-retention)"
+            ) from None
         return made, made
     if name == "anthropic":
         return _anthropic(model, m, given, stored)
@@ -458,6 +495,14 @@ def _backend(
             raise ConfigError(
                 "model=, base_url= and api_key= are for backend='openai' (CLI: --backend openai); "
                 "the embedded backend takes gguf= (--gguf PATH) for another model"
+            )
+        hints = [
+            k for k in ("routing_header", "prompt_cache_key", "prompt_cache_retention") if given.get(k) is not None
+        ]
+        if hints:
+            raise ConfigError(
+                f"{hints[0]}= is for a served model (backend='openai' or 'openai-responses'): the embedded "
+                "model runs in-process, on no fleet to route"
             )
         if given.get("timeout") is not None or given.get("max_retries") is not None:
             raise ConfigError(
@@ -469,7 +514,9 @@ def _backend(
 
         made_e = EmbeddedBackend(model_path=path, n_ctx=m.window or 8192, stream=m.stream is not False)
         return made_e, made_e
-    raise ConfigError(f"unknown backend {name!r}: use 'embedded', 'openai', 'anthropic', or pass a backend object")
+    raise ConfigError(
+        f"unknown backend {name!r}: use 'embedded', 'openai', 'anthropic', 'openai-responses', or pass a backend object"
+    )
 
 
 def _anthropic(

@@ -22,6 +22,9 @@ so no caller probes an object with ``getattr`` or inspects a signature:
   else the best offline fallback (``core/tokens.py``);
 * ``recipe_record()`` -- default: the window, when known; what a resumed session needs to
   build this backend again;
+* ``bind_lineage(root_session_id)`` -- default: ignored; the harness tells the backend
+  which session lineage it serves (the root session's id: a sub-agent's is its parent's), so a
+  backend that sends a routing key (``cache/routing.py``) keeps one key for the lineage;
 * ``close()`` -- default: nothing to release.
 
 A backend of your own subclasses :class:`Backend`::
@@ -111,6 +114,11 @@ class Backend(ABC):
         out or redacts it."""
         window = self.context_window
         return {"window": window} if isinstance(window, int) else {}
+
+    def bind_lineage(self, root_session_id: str) -> None:  # noqa: B027 -- a default on purpose
+        """The root session id of the lineage this backend now serves (a sub-agent passes its
+        parent's root). Default: ignored; a backend that routes by a session key
+        (``prompt_cache_key``, a router's session header) makes its key from it."""
 
     def close(self) -> None:  # noqa: B027 -- a default on purpose: most backends hold nothing
         """Release what the backend holds (a loaded model, a connection pool)."""

@@ -29,6 +29,12 @@ A server that cannot stream what was asked falls back cleanly to non-streamed ca
 the rest of the session, announced as a ``StreamFallback`` event:
 llama-cpp-python's server answers a streamed request with tools and ``tool_choice``
 ``"auto"`` with HTTP 200 and an empty body, and its streams carry no usage.
+
+Routing hints (``cache/routing.py``): with ``routing_header`` the session's stable routing key
+goes in that request header (vLLM's production-stack router, SGLang's router, NVIDIA Dynamo),
+with ``prompt_cache_key`` in the body's ``prompt_cache_key`` (OpenAI; ``"auto"``: the derived
+key). Like the stream flags, the key is transport: not part of the recorded request; it is
+recorded in each call's ``Usage.raw["cache"]["routing_key"]``.
 """
 
 from __future__ import annotations
@@ -38,14 +44,15 @@ import os
 import random
 import re
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import openai
 
 from ctxwright.backends.base import Backend
-from ctxwright.core.messages import Message, Usage
+from ctxwright.cache.routing import header_name, prefix_sha256, routing_key
+from ctxwright.core.messages import Message, Usage, canonical_json
 from ctxwright.core.progress import EventSink, Retry, StreamFallback, Token, ignore
 from ctxwright.core.redact import redact
 from ctxwright.core.request import ChatRequest, Completion
@@ -157,6 +164,9 @@ class OpenAIBackend(Backend):
         max_retries: int = DEFAULT_MAX_RETRIES,
         context_window: int | None = None,
         stream: bool = False,
+        routing_header: str | None = None,
+        prompt_cache_key: str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
@@ -169,6 +179,12 @@ class OpenAIBackend(Backend):
         self.api_key_env = api_key_env
         #: stream replies (token events); switched off for good when the server cannot
         self.stream = stream
+        #: the header the routing key is sent in (``cache/routing.py``: a preset or a name)
+        self.routing_header = header_name(routing_header) if routing_header is not None else None
+        #: ``prompt_cache_key`` sent in the body: a fixed key, ``"auto"`` (the derived one), or none
+        self.prompt_cache_key = prompt_cache_key
+        self.clock = clock
+        self._lineage_root: str | None = None
         # Local servers (vLLM, Ollama, llama.cpp) accept any key, but the SDK refuses to
         # start without one, so a missing key becomes a harmless placeholder.
         key = api_key or os.environ.get(api_key_env) or _PLACEHOLDER_KEY
@@ -200,6 +216,20 @@ class OpenAIBackend(Backend):
         Never the API key."""
         return {"base_url": self.shown_url, **super().recipe_record()}
 
+    def bind_lineage(self, root_session_id: str) -> None:
+        """The root of the session lineage this backend serves: part of its routing key."""
+        self._lineage_root = root_session_id
+
+    def routing_key_for(self, request: ChatRequest) -> str | None:
+        """The key this request is routed by: the fixed ``prompt_cache_key`` when one was
+        given, else the derived key (``cache/routing.py``) when a header or ``"auto"`` asks
+        for one, else ``None``."""
+        if self.prompt_cache_key not in (None, "auto"):
+            return self.prompt_cache_key
+        if self.prompt_cache_key is None and self.routing_header is None:
+            return None
+        return routing_key(prefix_sha256(request), self._lineage_root or "")
+
     def complete(self, request: ChatRequest, *, on_event: EventSink | None = None) -> Completion:
         """Send one rendered request and translate the reply, or raise one of our errors.
 
@@ -208,9 +238,35 @@ class OpenAIBackend(Backend):
         (``core/progress.py``)."""
         sink = on_event or ignore
         body = request.openai_body(self.model)
+        key = self.routing_key_for(request)
+        headers: dict[str, str] = {}
+        if key is not None:
+            if self.prompt_cache_key is not None:
+                body["prompt_cache_key"] = key
+            if self.routing_header is not None:
+                headers[self.routing_header] = key
+        sent_at = self.clock()
+        completion = self._with_retries(body, sink, headers)
+        if key is None:
+            return completion
+        raw = dict(completion.usage.raw)
+        raw["provider"] = "openai"
+        raw["cache"] = {
+            "ttl": None,
+            "ttl_s": None,
+            "breakpoints": [],
+            "minimum_tokens": None,
+            "routing_key": key,
+            "prefix_tokens": self.token_counter().count(canonical_prefix(request)),
+            "sent_at": sent_at,
+        }
+        return replace(completion, usage=replace(completion.usage, raw=raw))
+
+    def _with_retries(self, body: dict[str, Any], sink: EventSink, headers: Mapping[str, str]) -> Completion:
+        """Tries until one answers or no retry is left; each retry announced before its wait."""
         attempt = 0
         while True:
-            result = self._try(body, sink)
+            result = self._try(body, sink, headers)
             if isinstance(result, Completion):
                 return result
             if not result.retryable or attempt >= self.max_retries:
@@ -228,23 +284,23 @@ class OpenAIBackend(Backend):
             )
             time.sleep(wait)
 
-    def _try(self, body: dict[str, Any], sink: EventSink) -> Completion | _Failure:
+    def _try(self, body: dict[str, Any], sink: EventSink, headers: Mapping[str, str]) -> Completion | _Failure:
         """One try, streamed when enabled; a stream the server cannot give falls back here."""
         if self.stream:
-            result = self._streamed(body, sink)
+            result = self._streamed(body, sink, headers)
             if not isinstance(result, _Fallback):
                 return result
             self.stream = False
             sink(StreamFallback(reason=result.reason, url=self.shown_url))
-            plain = self._plain(body)
+            plain = self._plain(body, headers)
             if isinstance(plain, _Failure) and plain.reason == _CLOSED_WITHOUT_ANSWER:
                 # the failed stream left a dead keep-alive connection in the pool (llama-cpp-python's
                 # server closes it after its empty stream): one silent new try, on a new connection
-                plain = self._plain(body)
+                plain = self._plain(body, headers)
             return plain
-        return self._plain(body)
+        return self._plain(body, headers)
 
-    def _plain(self, body: dict[str, Any]) -> Completion | _Failure:
+    def _plain(self, body: dict[str, Any], headers: Mapping[str, str]) -> Completion | _Failure:
         wire = dict(body)
         model = wire.pop("model")
         messages = wire.pop("messages")
@@ -253,14 +309,16 @@ class OpenAIBackend(Backend):
             # Everything but the two required arguments goes through ``extra_body``, which
             # the SDK sends untouched: the server sees exactly what the harness rendered.
             raw = self._client.chat.completions.with_raw_response.create(
-                model=model, messages=messages, extra_body=wire
+                model=model, messages=messages, extra_body=wire, extra_headers=dict(headers) or None
             )
             text = raw.text
         except openai.OpenAIError as exc:
             return self._failure(exc)
         return self._parse(text, (time.perf_counter() - started) * 1000.0)
 
-    def _streamed(self, body: dict[str, Any], sink: EventSink) -> Completion | _Failure | _Fallback:
+    def _streamed(
+        self, body: dict[str, Any], sink: EventSink, headers: Mapping[str, str]
+    ) -> Completion | _Failure | _Fallback:
         wire = dict(body)
         model = wire.pop("model")
         messages = wire.pop("messages")
@@ -270,7 +328,7 @@ class OpenAIBackend(Backend):
         got = _Assembly()
         try:
             with self._client.chat.completions.with_streaming_response.create(
-                model=model, messages=messages, extra_body=wire
+                model=model, messages=messages, extra_body=wire, extra_headers=dict(headers) or None
             ) as response:
                 try:
                     for data in _sse_events(response.iter_lines()):
@@ -549,6 +607,14 @@ def completion_from_data(data: dict[str, Any], latency_ms: float = 0.0, *, where
         finish_reason=finish if isinstance(finish, str) else None,
         model=model if isinstance(model, str) else None,
     )
+
+
+def canonical_prefix(request: ChatRequest) -> str:
+    """The frozen prefix's text as counted for ``Usage.raw["cache"]["prefix_tokens"]``: the
+    tools' and the leading system message's canonical JSON."""
+    tools = canonical_json([t.to_wire() for t in request.tools]) if request.tools else ""
+    head = request.messages[0].canonical() if request.messages and request.messages[0].role == "system" else ""
+    return tools + head
 
 
 def _sse_events(lines: Iterator[str]) -> Iterator[str]:

@@ -49,7 +49,7 @@ from ctxwright.core.records import CallAudit, CallRecord, RecoveryWriter, Sessio
 from ctxwright.core.render import CURRENT_NULL_CONTENT, NULL_CONTENT_KEY, Renderer, RenderSettings
 from ctxwright.core.request import ChatRequest, RequestHasher, RequestOptions, ToolChoice
 from ctxwright.core.results import ResultDraft
-from ctxwright.errors import PrefixFrozenError, StoreUnusable, StoreWriteFailed
+from ctxwright.errors import CtxwrightError, PrefixFrozenError, StoreUnusable, StoreWriteFailed
 
 E = TypeVar("E", bound=Event)
 
@@ -99,6 +99,24 @@ class Session:
         #: set once the store refused a write: from then on every write goes to the recovery file
         self.recovery: RecoveryWriter | None = None
         self._store_problem: StoreUnusable | None = None
+
+    def lineage_root(self) -> str:
+        """The id of the first session of this one's lineage: itself, or its parent's root
+        (a sub-agent's parent, and so on, read from the store). Without a store, or past a
+        parent the store no longer has, the oldest parent known. What a routing key is made
+        from (``cache/routing.py``), so a sub-agent keeps its parent's key."""
+        sid, parent = self.id, self.parent_id
+        seen = {sid}
+        while parent is not None and parent not in seen:
+            seen.add(parent)
+            if self.store is None:
+                return parent
+            try:
+                row = self.store.get_session(parent)
+            except CtxwrightError:  # deleted since: the parent is the oldest known
+                return parent
+            sid, parent = row.id, row.parent_id
+        return sid
 
     # The prefix has no setter: replacing it mid-session is the cache-breaking mistake.
     @property

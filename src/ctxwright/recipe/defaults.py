@@ -18,7 +18,7 @@ from ctxwright.errors import ConfigError
 __all__ = ["BACKENDS", "BackendDefaults", "backend_defaults", "backend_name", "check_same_model", "implied_backend"]
 
 #: The backends the harness creates from a name (any other is passed in as an object).
-BACKENDS = ("embedded", "openai", "anthropic")
+BACKENDS = ("embedded", "openai", "anthropic", "openai-responses")
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,7 @@ class ModelOptions:
     backend: str | Backend | None = opt(
         keyword="backend",
         flag="--backend",
-        choices=("embedded", "openai", "anthropic"),
+        choices=("embedded", "openai", "anthropic", "openai-responses"),
         cli_help="default: the resumed session's; else openai with --model or --base-url, embedded otherwise",
         accepts="Backend | str | None",
         fixed=True,
@@ -117,8 +117,10 @@ class ModelOptions:
         help="""``"embedded"`` (llama.cpp in-process; the bundled SmolLM2-135M or ``gguf``),
         ``"openai"`` (any OpenAI-compatible server: ``model``, ``base_url``), ``"anthropic"`` (the
         Anthropic Messages API through the official SDK, with ctxwright's ``cache_control``
-        breakpoints; key from ``ANTHROPIC_API_KEY`` unless ``api_key_env`` says), or a backend object
-        (``OpenAIBackend``, ``AnthropicBackend``, ``EmbeddedBackend``, ``ScriptedBackend``, or your own subclass of
+        breakpoints; key from ``ANTHROPIC_API_KEY`` unless ``api_key_env`` says), ``"openai-responses"``
+        (OpenAI's Responses API, stateless, with ``prompt_cache_key`` and the model's cache options:
+        ``backends/openai_responses.py``), or a backend object (``OpenAIBackend``, ``AnthropicBackend``,
+        ``ResponsesBackend``, ``EmbeddedBackend``, ``ScriptedBackend``, or your own subclass of
         ``ctxwright.backends.base.Backend``). Default: on resume the session's own
         backend; else ``"openai"`` when ``model`` or ``base_url`` is given, ``"embedded"`` otherwise. A
         backend object passed in is not closed by ``close``; one the harness created is. Recorded as the
@@ -211,6 +213,47 @@ class ModelOptions:
         ``"5m"`` (Anthropic's default; a write costs 1.25x the input price) or ``"1h"`` (a write costs
         2x, and an idle gap of up to an hour still reads the cache). ``"auto"`` is accepted and for now
         behaves as ``"5m"``. ``None``: 5m.""",
+    )
+    routing_header: str | None = opt(
+        keyword="routing_header",
+        flag="--routing-header",
+        metavar="NAME",
+        cli_help="send the session's stable routing key in this request header: a header name, or vllm, sglang, dynamo",
+        accepts="str | None",
+        record="when_given",
+        default_text="none",
+        help="""send the session's stable routing key (the frozen prefix's hash and the session lineage's
+        root: a sub-agent keeps its parent's key; ``cache/routing.py``) in this request header, so a
+        router sends the session's requests to the engine that holds its prefix: a header name, or
+        ``vllm`` (``x-user-id``, the production-stack router's ``--session-key``), ``sglang``
+        (``x-smg-routing-key``), ``dynamo`` (``X-Dynamo-Session-ID``); docs/servers.md. Served backends
+        only. The key is recorded with each call, not in the request's bytes.""",
+    )
+    prompt_cache_key: str | None = opt(
+        keyword="prompt_cache_key",
+        flag="--prompt-cache-key",
+        metavar="KEY",
+        cli_help="prompt_cache_key to send (OpenAI routing): a fixed key, or auto for the session's derived key",
+        accepts="str | None",
+        record="when_given",
+        default_text="derived on openai-responses; none on openai",
+        help="""the body's ``prompt_cache_key`` (OpenAI routes on the prompt's first ~256 tokens plus this key):
+        a fixed key, or ``"auto"`` for the session's derived routing key. ``None``: the derived key on
+        ``backend="openai-responses"``, none on ``"openai"`` (other chat-completions servers may not
+        take the field).""",
+    )
+    prompt_cache_retention: str | None = opt(
+        keyword="prompt_cache_retention",
+        flag="--prompt-cache-retention",
+        choices=("in_memory", "24h", "30m", "12h"),
+        cli_help="how long OpenAI keeps the cached prefix (openai-responses): in_memory, 24h; 30m, 12h on gpt-5.6+",
+        accepts="str | None",
+        record="when_given",
+        default_text="the API's",
+        help="""how long OpenAI keeps the cached prefix (``backend="openai-responses"``): ``in_memory``
+        (5 to 10 minutes idle) or ``24h`` as ``prompt_cache_retention`` on models before gpt-5.6;
+        ``30m`` or ``12h`` as ``prompt_cache_options.ttl`` on gpt-5.6 and later. ``None``: the API's
+        default (``in_memory``; ``30m``).""",
     )
     gguf: str | None = opt(
         keyword="gguf",

@@ -132,7 +132,8 @@ def with_backend(recipe: Recipe, backend: Backend) -> Recipe:
     window) takes the place of what was given."""
     m = recipe.model
     rec = backend.recipe_record()
-    base_url = rec.get("base_url", m.base_url) if backend.name in ("openai", "anthropic") else m.base_url
+    served = backend.name in ("openai", "anthropic", "openai-responses")
+    base_url = rec.get("base_url", m.base_url) if served else m.base_url
     gguf = str(rec.get("gguf", m.gguf)) if backend.name == "embedded" and m.gguf is not None else m.gguf
     window = rec.get("window", m.window)
     return replace(recipe, model=replace(m, base_url=base_url, gguf=gguf, window=window))
