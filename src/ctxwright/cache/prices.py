@@ -1,0 +1,309 @@
+"""What a call costs: each provider's price per model for uncached input, cache reads, cache
+writes (per TTL) and output, applied to the provider's own usage fields.
+
+Provider rules protected (public pricing pages, read 2026-12-02; each row names its page):
+
+- Anthropic bills a 5-minute cache write at 1.25x the base input price, a 1-hour write at
+  2x, and a cache read ("hit or refresh") at 0.1x; ``input_tokens`` is what is left.
+- OpenAI bills cached input at the model's cached-input price (0.1x on the GPT-5 family,
+  0.25x on GPT-4.1, 0.5x on GPT-4o); cache writes cost nothing extra before GPT-5.6 and
+  1.25x the input price from GPT-5.6 on (its prompt-caching guide).
+- DeepSeek bills prompt tokens at a cache-hit and a cache-miss price.
+
+A model the table does not know has no price (``None``): ctxwright never guesses one. A
+``--prices FILE`` (TOML, :func:`load_prices`) adds or overrides rows.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ctxwright.core.usage import CacheUsage
+from ctxwright.errors import PricesFileError
+
+MAX_PRICES_FILE_BYTES = 1_000_000
+"""A prices file larger than this is refused: a price table is a few kilobytes, and tomllib
+reads the whole file into memory."""
+
+PRICE_KEYS = ("provider", "input", "cached_read", "cache_write_5m", "cache_write_1h", "output")
+
+
+@dataclass(frozen=True)
+class ModelPrice:
+    """One model's prices in USD per million tokens.
+
+    ``model`` is a prefix of the model names it covers ("claude-sonnet-4-5" prices
+    "claude-sonnet-4-5-20250929"). ``source`` says where the numbers were read (page and date),
+    or which file or flags gave them.
+    """
+
+    provider: str
+    model: str
+    input: float
+    cached_read: float
+    cache_write_5m: float
+    cache_write_1h: float
+    output: float
+    source: str = ""
+
+    @classmethod
+    def flat(
+        cls, input: float, cached: float | None = None, output: float = 0.0, *, provider: str = "", model: str = ""
+    ) -> ModelPrice:
+        """A price from the flat ``--price-input/--price-cached/--price-output`` flags: cache
+        writes at the input price (the flags have no write price), reads at ``cached``
+        (the input price when not given: no discount)."""
+        read = input if cached is None else cached
+        return cls(provider, model, input, read, input, input, output, source="--price-* flags")
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    """Rows by model prefix; the longest prefix of a model name that has a row prices it."""
+
+    rows: tuple[ModelPrice, ...] = ()
+    source: str = "built-in"
+
+    def find(self, provider: str | None, model: str) -> ModelPrice | None:
+        """The row whose ``model`` is the longest prefix of ``model`` (case-insensitive) that
+        leaves only a snapshot suffix, among rows of ``provider``'s family when one is given;
+        ``None`` when no row matches.
+
+        A snapshot ("-20250929", "-2024-07-18", "-latest", Bedrock's "-v1:0") is the same
+        model at the same price, so it falls to the row. A variant or a newer version
+        ("-mini", "-pro", "-4-6" after "claude-sonnet-4", "[1m]") is a different price and
+        never borrows its family's: an unknown model has no price rather than a wrong one.
+        """
+        name = _model_name(model)
+        best: ModelPrice | None = None
+        for row in self.rows:
+            prefix = row.model.lower()
+            if not name.startswith(prefix) or not _SNAPSHOT.fullmatch(name[len(prefix) :]):
+                continue
+            if provider and row.provider and _family(row.provider) != _family(provider):
+                continue
+            if best is None or len(prefix) > len(best.model):
+                best = row
+        return best
+
+    def merged(self, other: PriceTable) -> PriceTable:
+        """This table with ``other``'s rows added; a row of ``other`` for the same model
+        replaces this one's (a user's file overrides the built-in table)."""
+        theirs = {(r.model.lower()) for r in other.rows}
+        kept = tuple(r for r in self.rows if r.model.lower() not in theirs)
+        return PriceTable(kept + other.rows, source=f"{self.source} + {other.source}")
+
+
+_SNAPSHOT = re.compile(r"(?:[-_@](?:\d{4}-\d{2}-\d{2}|\d{6,8}|latest|v\d+(?::\d+)?))*")
+"""What may follow a row's model name: dated snapshots, ``latest``, a Bedrock version tag."""
+
+
+def _model_name(model: str) -> str:
+    """The model's own name: lower case, without a router's ``vendor/`` path or a cloud's
+    region and vendor dots before ``claude`` ("us.anthropic.claude-...")."""
+    name = model.strip().lower().rsplit("/", 1)[-1]
+    at = name.find("claude")
+    return name[at:] if at > 0 and name[at - 1] == "." else name
+
+
+def _family(provider: str) -> str:
+    """Providers that share a price list: the OpenAI APIs (chat, Responses) price alike."""
+    return "openai" if provider.startswith("openai") else provider
+
+
+_ANTHROPIC = "platform.claude.com/docs/en/about-claude/pricing, read 2026-12-02"
+_ANTHROPIC_OLD = "docs.anthropic.com/en/docs/about-claude/pricing, read 2026-12-02"
+_ANTHROPIC_MODEL = "platform.claude.com/docs/en/models/{}/overview, read 2026-12-02"
+_OPENAI = "developers.openai.com/api/docs/pricing (as quoted by {}), read 2026-12-02"
+_DEEPSEEK = "api-docs.deepseek.com/quick_start/pricing-details-usd, read 2026-12-02"
+
+
+def _claude(model: str, input: float, output: float, source: str) -> ModelPrice:
+    """An Anthropic row from its base input and output prices: the page's write and read
+    columns are exactly 1.25x / 2x / 0.1x the base input price."""
+    return ModelPrice("anthropic", model, input, round(input * 0.1, 6), input * 1.25, input * 2.0, output, source)
+
+
+def _gpt(model: str, input: float, cached: float, output: float, quoted: str, write: float | None = None) -> ModelPrice:
+    """An OpenAI row; ``write`` is the cache-write price (the input price before GPT-5.6:
+    a write costs no more than the uncached input it is)."""
+    w = input if write is None else write
+    return ModelPrice("openai", model, input, cached, w, w, output, _OPENAI.format(quoted))
+
+
+BUILTIN_PRICES = PriceTable(
+    rows=(
+        # Anthropic: the pricing page's model table (base input, 5m write, 1h write, hit, output).
+        _claude("claude-opus-5", 5.0, 25.0, _ANTHROPIC),
+        _claude("claude-opus-4-8", 5.0, 25.0, _ANTHROPIC),
+        _claude("claude-opus-4-7", 5.0, 25.0, _ANTHROPIC),
+        _claude("claude-opus-4-6", 5.0, 25.0, _ANTHROPIC),
+        _claude("claude-opus-4-5", 5.0, 25.0, _ANTHROPIC),
+        _claude("claude-opus-4-1", 15.0, 75.0, _ANTHROPIC),
+        _claude("claude-opus-4", 15.0, 75.0, _ANTHROPIC_OLD),
+        _claude("claude-sonnet-5", 2.0, 10.0, _ANTHROPIC_MODEL.format("sonnet-5")),
+        _claude("claude-sonnet-4-5", 3.0, 15.0, _ANTHROPIC_MODEL.format("sonnet-4-5")),
+        _claude("claude-sonnet-4", 3.0, 15.0, _ANTHROPIC_OLD),
+        _claude("claude-3-7-sonnet", 3.0, 15.0, _ANTHROPIC_OLD),
+        _claude("claude-haiku-4-5", 1.0, 5.0, _ANTHROPIC_MODEL.format("haiku-4-5")),
+        _claude("claude-3-5-haiku", 0.8, 4.0, _ANTHROPIC_OLD),
+        # Haiku 3's page row rounds its read and 5m write (0.03, 0.30) instead of 0.1x/1.25x.
+        ModelPrice("anthropic", "claude-3-haiku", 0.25, 0.03, 0.30, 0.50, 1.25, _ANTHROPIC_OLD),
+        # OpenAI: Standard tier, short context. The official page itself was not in the
+        # searchable index; each row is the page's figures as quoted, consistently, by the
+        # named secondary pages. GPT-5.6 is left out: its input price was not found.
+        _gpt("gpt-5.5", 5.0, 0.50, 30.0, "tokenmix.ai, morphllm.com"),
+        _gpt("gpt-5.4", 2.50, 0.25, 15.0, "tokenmix.ai, benchlm.ai"),
+        _gpt("gpt-5.4-mini", 0.75, 0.075, 4.50, "tokenmix.ai, benchlm.ai"),
+        _gpt("gpt-5.4-nano", 0.20, 0.02, 1.25, "tokenmix.ai, benchlm.ai"),
+        _gpt("gpt-5.2", 1.75, 0.175, 14.0, "benchlm.ai, github/docs"),
+        _gpt("gpt-5.1", 1.25, 0.125, 10.0, "benchlm.ai"),
+        _gpt("gpt-4.1", 2.0, 0.50, 8.0, "github/docs, deploybase.ai"),
+        _gpt("gpt-4o", 2.50, 1.25, 10.0, "chatgptpricing, aimodelcalc"),
+        _gpt("gpt-4o-mini", 0.15, 0.075, 0.60, "chatgptpricing, aimodelcalc"),
+        # DeepSeek: cache hit / cache miss / output; no write price (a miss is the write).
+        ModelPrice("deepseek", "deepseek-chat", 0.27, 0.07, 0.27, 0.27, 1.10, _DEEPSEEK),
+        ModelPrice("deepseek", "deepseek-reasoner", 0.55, 0.14, 0.55, 0.55, 2.19, _DEEPSEEK),
+    ),
+    source="built-in",
+)
+
+
+def price_for(provider: str, model: str, table: PriceTable | None = None) -> ModelPrice | None:
+    """The price of ``model`` on ``provider``: the longest matching prefix in ``table``
+    (the built-in table when ``None``; pass ``BUILTIN_PRICES.merged(load_prices(f))`` for a
+    user's file). ``None`` when no row matches: an unknown model has no price."""
+    return (table or BUILTIN_PRICES).find(provider or None, model or "")
+
+
+def call_cost(u: CacheUsage, p: ModelPrice) -> float:
+    """USD for one call: each part of the prompt at its own price, plus the output.
+
+    ``u``'s parts never overlap (``core/usage.py``), so no cached token is also billed as input.
+    """
+    return (
+        u.uncached_input * p.input
+        + u.cache_read * p.cached_read
+        + u.cache_write_5m * p.cache_write_5m
+        + u.cache_write_1h * p.cache_write_1h
+        + u.output * p.output
+    ) / 1e6
+
+
+def held_usage(u: CacheUsage, reusable_tokens: int) -> CacheUsage:
+    """``u`` as it would have been had the cache held every reusable prefix token: up to
+    ``min(reusable, prompt)`` tokens become reads, taken first from writes (a write of a
+    prefix that was already cached is the miss itself) and then from uncached input.
+
+    A call that already read at least that much is unchanged: holding cannot make it dearer.
+    """
+    target = min(max(reusable_tokens, 0), u.prompt)
+    move = target - u.cache_read
+    if move <= 0:
+        return u
+    parts = {"cache_write_1h": u.cache_write_1h, "cache_write_5m": u.cache_write_5m, "uncached_input": u.uncached_input}
+    for name in ("cache_write_1h", "cache_write_5m", "uncached_input"):
+        take = min(parts[name], move)
+        parts[name] -= take
+        move -= take
+    return replace(u, cache_read=target, **parts)
+
+
+def cost_if_held(u: CacheUsage, p: ModelPrice, reusable_tokens: int) -> float:
+    """What the call would have cost had every reusable prefix token been a cache read
+    (:func:`held_usage`), at the same prices."""
+    return call_cost(held_usage(u, reusable_tokens), p)
+
+
+def _price(path: Path, model: str, key: str, value: Any) -> float:
+    """A price from the file: a finite number, not negative, or one clear line."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PricesFileError(f"{path}: models.{model}.{key} = {value!r} is not a number; give USD per million tokens")
+    if not math.isfinite(value) or value < 0:
+        raise PricesFileError(f"{path}: models.{model}.{key} = {value!r}; a price must be a number >= 0")
+    return float(value)
+
+
+def _row(path: Path, model: str, spec: Any) -> ModelPrice:
+    if not isinstance(spec, Mapping):
+        raise PricesFileError(f'{path}: [models."{model}"] must be a table of prices, not {type(spec).__name__}')
+    unknown = sorted(set(spec) - set(PRICE_KEYS))
+    if unknown:
+        raise PricesFileError(
+            f"{path}: models.{model} has unknown key(s) {', '.join(unknown)}; known: {', '.join(PRICE_KEYS)}"
+        )
+    provider = spec.get("provider", "")
+    if not isinstance(provider, str):
+        raise PricesFileError(f"{path}: models.{model}.provider must be a string such as \"openai\" or \"anthropic\"")
+    if "input" not in spec:
+        raise PricesFileError(f"{path}: models.{model} has no input price; add input = <USD per million tokens>")
+    values = {k: _price(path, model, k, spec[k]) for k in PRICE_KEYS[1:] if k in spec}
+    inp = values["input"]
+    return ModelPrice(
+        provider=provider,
+        model=model,
+        input=inp,
+        cached_read=values.get("cached_read", inp),
+        cache_write_5m=values.get("cache_write_5m", inp),
+        cache_write_1h=values.get("cache_write_1h", values.get("cache_write_5m", inp)),
+        output=values.get("output", 0.0),
+        source=str(path),
+    )
+
+
+def load_prices(path: str | Path) -> PriceTable:
+    """A price table from a TOML file of ``[models."<model prefix>"]`` tables (keys
+    :data:`PRICE_KEYS`; ``input`` required; a missing read or write price is the input price,
+    a missing 1h write the 5m one). Anything else is refused with :class:`PricesFileError`,
+    one line naming the file, the key and the fix: a wrong price must never be read as zero.
+    """
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError as e:
+        raise PricesFileError(f"{p}: cannot read the prices file ({e.strerror or e})") from None
+    if size > MAX_PRICES_FILE_BYTES:
+        raise PricesFileError(f"{p}: the prices file is {size} bytes; more than {MAX_PRICES_FILE_BYTES} is refused")
+    try:
+        data = tomllib.loads(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise PricesFileError(f"{p}: the prices file is not UTF-8 text; write it as TOML") from None
+    except tomllib.TOMLDecodeError as e:
+        raise PricesFileError(f"{p}: not a TOML file ({e}); see docs/prefix-cache.md for the format") from None
+    except OSError as e:
+        raise PricesFileError(f"{p}: cannot read the prices file ({e.strerror or e})") from None
+    extra = sorted(set(data) - {"models"})
+    if extra:
+        raise PricesFileError(f"{p}: unknown top-level key(s) {', '.join(extra)}; put each model under [models.\"NAME\"]")
+    models = data.get("models", {})
+    if not isinstance(models, Mapping) or not models:
+        raise PricesFileError(f'{p}: no [models."NAME"] table; add one per model with its prices')
+    return PriceTable(tuple(_row(p, str(m), spec) for m, spec in models.items()), source=str(p))
+
+
+def table_with(files: Iterable[str | Path] = ()) -> PriceTable:
+    """The built-in table with each file's rows laid over it, later files winning."""
+    table = BUILTIN_PRICES
+    for f in files:
+        table = table.merged(load_prices(f))
+    return table
+
+
+__all__ = [
+    "BUILTIN_PRICES",
+    "MAX_PRICES_FILE_BYTES",
+    "ModelPrice",
+    "PriceTable",
+    "call_cost",
+    "cost_if_held",
+    "held_usage",
+    "load_prices",
+    "price_for",
+    "table_with",
+]
