@@ -61,6 +61,8 @@ SUMMARY_KEYS = {
     "efficiency",
     "est_cost",
     "est_cost_if_stable",
+    "est_cost_if_held",
+    "priced_requests",
     "skills_catalog_tokens",
     "skills_catalog_requests",
 }

@@ -215,10 +215,47 @@ def held_usage(u: CacheUsage, reusable_tokens: int) -> CacheUsage:
     return replace(u, cache_read=target, **parts)
 
 
+def with_reads(u: CacheUsage, reads: int) -> CacheUsage:
+    """``u`` re-split so exactly ``min(reads, prompt)`` tokens are cache reads: more reads
+    as in :func:`held_usage`, fewer by moving the surplus reads to uncached input. For a
+    hypothetical other than "the cache held" (the audit's "with a stable prefix": each request
+    reusing exactly the previous one of its conversation)."""
+    target = min(max(reads, 0), u.prompt)
+    if target >= u.cache_read:
+        return held_usage(u, target)
+    return replace(u, cache_read=target, uncached_input=u.uncached_input + u.cache_read - target)
+
+
 def cost_if_held(u: CacheUsage, p: ModelPrice, reusable_tokens: int) -> float:
     """What the call would have cost had every reusable prefix token been a cache read
     (:func:`held_usage`), at the same prices."""
     return call_cost(held_usage(u, reusable_tokens), p)
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """How ctxwright prices calls: by provider and model from ``table`` (the built-in table,
+    a ``--prices`` file over it), or every call at ``flat`` (the ``--price-*`` flags, which
+    override the table). One object for ``show``, ``report``, ``audit`` and ``run``."""
+
+    table: PriceTable = BUILTIN_PRICES
+    flat: ModelPrice | None = None
+
+    def price(self, provider: str | None, model: str | None) -> ModelPrice | None:
+        """The price of one call; ``None`` when neither the flags nor the table price it."""
+        if self.flat is not None:
+            return self.flat
+        if not model:
+            return None
+        return price_for(provider or "", model, self.table)
+
+    def describe(self, p: ModelPrice) -> str:
+        """One line: the prices applied and where they come from."""
+        return (
+            f"{p.input:g} input / {p.cached_read:g} cached / {p.cache_write_5m:g} 5m write / "
+            f"{p.cache_write_1h:g} 1h write / {p.output:g} output per million tokens ({p.model or 'all calls'}: "
+            f"{p.source or self.table.source})"
+        )
 
 
 def _price(path: Path, model: str, key: str, value: Any) -> float:
@@ -240,7 +277,7 @@ def _row(path: Path, model: str, spec: Any) -> ModelPrice:
         )
     provider = spec.get("provider", "")
     if not isinstance(provider, str):
-        raise PricesFileError(f"{path}: models.{model}.provider must be a string such as \"openai\" or \"anthropic\"")
+        raise PricesFileError(f'{path}: models.{model}.provider must be a string such as "openai" or "anthropic"')
     if "input" not in spec:
         raise PricesFileError(f"{path}: models.{model} has no input price; add input = <USD per million tokens>")
     values = {k: _price(path, model, k, spec[k]) for k in PRICE_KEYS[1:] if k in spec}
@@ -280,7 +317,7 @@ def load_prices(path: str | Path) -> PriceTable:
         raise PricesFileError(f"{p}: cannot read the prices file ({e.strerror or e})") from None
     extra = sorted(set(data) - {"models"})
     if extra:
-        raise PricesFileError(f"{p}: unknown top-level key(s) {', '.join(extra)}; put each model under [models.\"NAME\"]")
+        raise PricesFileError(f'{p}: unknown top-level key(s) {", ".join(extra)}; put each model under [models."NAME"]')
     models = data.get("models", {})
     if not isinstance(models, Mapping) or not models:
         raise PricesFileError(f'{p}: no [models."NAME"] table; add one per model with its prices')
@@ -300,10 +337,12 @@ __all__ = [
     "MAX_PRICES_FILE_BYTES",
     "ModelPrice",
     "PriceTable",
+    "Pricing",
     "call_cost",
     "cost_if_held",
     "held_usage",
     "load_prices",
     "price_for",
     "table_with",
+    "with_reads",
 ]

@@ -69,6 +69,16 @@ class CacheUsage:
     cache_write_1h: int = 0
     output: int = 0
 
+    def __add__(self, other: CacheUsage) -> CacheUsage:
+        """Part by part: a session's usage is the sum of its calls' (costs are linear in it)."""
+        return CacheUsage(
+            self.uncached_input + other.uncached_input,
+            self.cache_read + other.cache_read,
+            self.cache_write_5m + other.cache_write_5m,
+            self.cache_write_1h + other.cache_write_1h,
+            self.output + other.output,
+        )
+
     @property
     def cache_write(self) -> int:
         """Tokens written to the cache, whatever their lifetime."""
@@ -169,17 +179,24 @@ def usage_provider(body: dict[str, Any]) -> str | None:
     API's ``input_tokens``, and llama.cpp's ``timings`` when no usage object says more.
     """
     usage = as_object(body.get("usage"))
+    timings = as_object(body.get("timings"))
     if "prompt_cache_hit_tokens" in usage or "prompt_cache_miss_tokens" in usage:
         return "deepseek"
     if first_int(usage.get("prompt_tokens")) is not None:
+        details = as_object(usage.get("prompt_tokens_details"))
+        reported = first_int(details.get("cached_tokens"), usage.get("cache_read_input_tokens"))
+        if reported is None and first_int(timings.get("cache_n")) is not None:
+            return "llama.cpp"  # its OpenAI-style usage says nothing of the cache; its timings do
         return "openai"
     if any(k in usage for k in ("cache_read_input_tokens", "cache_creation_input_tokens", "cache_creation")):
         return "anthropic"
     if first_int(usage.get("input_tokens")) is not None:
         # Without cache fields the two shapes agree: input_tokens is the whole prompt.
         return "anthropic" if body.get("type") == "message" else "openai-responses"
-    if as_object(body.get("timings")):
+    if timings:
         return "llama.cpp"
+    if usage:  # a partial usage (a stream's last event may carry only the output count)
+        return "openai-responses" if "output_tokens" in usage else "openai"
     return None
 
 
@@ -197,35 +214,47 @@ def read_usage(body: dict[str, Any]) -> dict[str, int | None]:
     provider = usage_provider(body)
     if provider is None:
         return {"prompt_tokens": None, "completion_tokens": None, "cached_tokens": None}
-    details = as_object(usage.get("prompt_tokens_details")) or as_object(usage.get("input_tokens_details"))
-    reported = first_int(details.get("cached_tokens"), usage.get("cache_read_input_tokens"))
-    if provider in ("openai", "openai-responses") and reported is None:
-        if first_int(timings.get("cache_n")) is not None:
-            # llama.cpp's OpenAI-compatible usage without the details: its timings say.
-            parts = _llama(timings)
-            prompt_n = first_int(usage.get("prompt_tokens"), usage.get("input_tokens"))
-            return {
-                "prompt_tokens": parts.prompt if prompt_n is None else prompt_n,
-                "completion_tokens": first_int(usage.get("completion_tokens"), usage.get("output_tokens"), parts.output),
-                "cached_tokens": parts.cache_read,
-            }
     parts = read_cache_usage(provider, timings if provider == "llama.cpp" else usage)
+    details = as_object(usage.get("prompt_tokens_details")) or as_object(usage.get("input_tokens_details"))
+    completion = first_int(usage.get("completion_tokens"), usage.get("output_tokens"), timings.get("predicted_n"))
     if provider == "anthropic":
         has_cache = "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage
         cached = first_int(usage.get("cache_read_input_tokens"))
-        prompt: int | None = parts.prompt if has_cache else first_int(usage.get("input_tokens"))
-        completion = first_int(usage.get("output_tokens"))
+        prompt = parts.prompt if has_cache else first_int(usage.get("input_tokens"))
     elif provider == "deepseek":
         cached = first_int(usage.get("prompt_cache_hit_tokens"), details.get("cached_tokens"))
         prompt = first_int(usage.get("prompt_tokens"))
         prompt = parts.prompt if prompt is None else prompt
-        completion = first_int(usage.get("completion_tokens"))
     elif provider == "llama.cpp":
         cached = first_int(timings.get("cache_n"))
-        prompt = parts.prompt if first_int(timings.get("prompt_n")) is not None else None
-        completion = first_int(timings.get("predicted_n"))
+        prompt = first_int(usage.get("prompt_tokens"))
+        if prompt is None and first_int(timings.get("prompt_n")) is not None:
+            prompt = parts.prompt
     else:
         cached = first_int(details.get("cached_tokens"), usage.get("cache_read_input_tokens"))
         prompt = first_int(usage.get("prompt_tokens"), usage.get("input_tokens"))
-        completion = first_int(usage.get("completion_tokens"), usage.get("output_tokens"), timings.get("predicted_n"))
     return {"prompt_tokens": prompt, "completion_tokens": completion, "cached_tokens": cached}
+
+
+def raw_cache_usage(raw: Any) -> tuple[str, CacheUsage] | None:
+    """The provider and :class:`CacheUsage` of a recorded call, from its ``Usage.raw``:
+    ``raw["provider"]`` names the usage shape when the backend set it (the provider-caching
+    backends do), else the fields of ``raw["usage"]`` (and llama.cpp's ``raw["timings"]``)
+    decide. ``None`` when the call recorded no usage object.
+    """
+    raw = as_object(raw)
+    body = {"usage": as_object(raw.get("usage")), "timings": as_object(raw.get("timings"))}
+    named = raw.get("provider")
+    provider = named if isinstance(named, str) and named in PROVIDERS else usage_provider(body)
+    if provider is None or not (body["usage"] or body["timings"]):
+        return None
+    return provider, read_cache_usage(provider, body["timings"] if provider == "llama.cpp" else body["usage"])
+
+
+def counts_usage(prompt: int | None, cached: int | None, completion: int | None) -> CacheUsage:
+    """A :class:`CacheUsage` from plain counts, for a call whose provider split is unknown:
+    ``cached`` of the ``prompt`` read, the rest uncached, no writes (a provider that bills
+    writes reports them, and then :func:`raw_cache_usage` has them)."""
+    p = max(prompt or 0, 0)
+    c = min(max(cached or 0, 0), p)
+    return CacheUsage(uncached_input=p - c, cache_read=c, output=max(completion or 0, 0))
