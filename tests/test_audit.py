@@ -46,6 +46,8 @@ REQUEST_KEYS = {
     "first_divergence",
     "cause",
     "skills_catalog_tokens",
+    "cost",
+    "cost_if_held",
 }
 SUMMARY_KEYS = {
     "requests",

@@ -244,14 +244,22 @@ class RowCost:
     price: ModelPrice
 
 
-def row_cost(row: AuditRow, pricing: Prices | Pricing | None) -> RowCost | None:
-    """The cost of ``row`` by its provider and model; ``None`` when it has no price."""
+def priced(
+    u: CacheUsage, reusable: int, provider: str | None, model: str | None, pricing: Prices | Pricing | None
+) -> RowCost | None:
+    """What one call cost and would have cost had the cache held its ``reusable`` prefix
+    tokens, priced for its provider and model; ``None`` when it has no price. The one place
+    a call's cost is computed, for the audit, ``show``, the report and ``run``."""
     pr = as_pricing(pricing)
-    p = pr.price(row.provider, row.model) if pr is not None else None
+    p = pr.price(provider, model) if pr is not None else None
     if p is None:
         return None
-    u = row.cache_usage
-    return RowCost(call_cost(u, p), call_cost(held_usage(u, row.reusable_prefix_tokens), p), p)
+    return RowCost(call_cost(u, p), call_cost(held_usage(u, reusable), p), p)
+
+
+def row_cost(row: AuditRow, pricing: Prices | Pricing | None) -> RowCost | None:
+    """The cost of ``row`` by its provider and model (:func:`priced`)."""
+    return priced(row.cache_usage, row.reusable_prefix_tokens, row.provider, row.model, pricing)
 
 
 def paid_as_cached(prompt: int, cached: int | None, reusable: int) -> int:

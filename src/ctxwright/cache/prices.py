@@ -258,6 +258,19 @@ class Pricing:
         )
 
 
+def pricing_of(prices: str | Path | PriceTable | None = None, flat: ModelPrice | None = None) -> Pricing:
+    """The :class:`Pricing` of a ``prices`` option: a TOML file laid over the built-in
+    table (:func:`load_prices`), a :class:`PriceTable` likewise, or the built-in table alone;
+    ``flat`` (the ``--price-*`` flags) overrides them all."""
+    if prices is None:
+        table = BUILTIN_PRICES
+    elif isinstance(prices, PriceTable):
+        table = BUILTIN_PRICES.merged(prices)
+    else:
+        table = BUILTIN_PRICES.merged(load_prices(prices))
+    return Pricing(table=table, flat=flat)
+
+
 def _price(path: Path, model: str, key: str, value: Any) -> float:
     """A price from the file: a finite number, not negative, or one clear line."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -343,6 +356,7 @@ __all__ = [
     "held_usage",
     "load_prices",
     "price_for",
+    "pricing_of",
     "table_with",
     "with_reads",
 ]
