@@ -67,6 +67,9 @@ class Harness:
         **options: Any,
     ) -> None:
         self._closed = False
+        #: how this session's calls are priced (``prices=``: a TOML file over the built-in
+        #: table); read first, so a bad file is refused before a model is loaded
+        self.pricing: Pricing = pricing_of(options.get("prices"))
         wired = wire(
             {"system": system, "tools": tools, **options},
             backend=backend,
@@ -78,9 +81,6 @@ class Harness:
         )
         self._wired = wired
         try:
-            #: how this session's calls are priced (``prices=``: a TOML file over the built-in
-            #: table); read now, so a bad file is refused before any call is made
-            self.pricing: Pricing = pricing_of(wired.recipe.runtime.prices)
             self.context = Context.of(wired)
             self.agent = Agent.on(self.context)
             delegate = wired.assembly.find(DelegateComponent)

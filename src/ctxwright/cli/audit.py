@@ -477,7 +477,7 @@ def print_summary(console: Console, s: AuditSummary, prices: Prices | Pricing | 
             highlight=False,
         )
         for line in s.prices_used:
-            console.print(Text("  at " + line, style="dim"), highlight=False)
+            console.print(Text("  at " + line, style="dim"), highlight=False, soft_wrap=True)
     advice = [(c, n) for c, n in s.causes.items() if c in ADVICE]
     if advice:
         console.print("[bold]advice[/]")

@@ -123,6 +123,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ctxwright.recipe import given_from_args
 
     options = given_from_args(args, approver=approver)  # only the flags given: on --resume the rest is the session's
+    from ctxwright.cache.prices import load_prices
+
+    prices = load_prices(args.prices) if args.prices is not None else None  # refused before a model loads
     printer = RunPrinter(console, err_console)
     with Harness(
         system,
@@ -131,7 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         resume=args.resume,
         take_over=args.take_over,
         on_event=printer,
-        prices=getattr(args, "prices", None),
+        prices=prices,
         **options,
     ) as h:
         s, b = h.session, h.backend
