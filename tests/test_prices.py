@@ -26,7 +26,6 @@ from starlette.routing import Route
 from ctxwright import Harness, ScriptedBackend
 from ctxwright.cache.prices import (
     BUILTIN_PRICES,
-    MAX_PRICES_FILE_BYTES,
     ModelPrice,
     PriceTable,
     call_cost,
@@ -37,6 +36,7 @@ from ctxwright.cache.prices import (
     pricing_of,
     with_reads,
 )
+from ctxwright.cache.prices_file import MAX_PRICES_FILE_BYTES
 from ctxwright.cli.main import main
 from ctxwright.core.messages import Usage
 from ctxwright.core.usage import CacheUsage, raw_cache_usage, read_cache_usage, read_usage, usage_provider
