@@ -46,6 +46,8 @@ REQUEST_KEYS = {
     "first_divergence",
     "cause",
     "skills_catalog_tokens",
+    "cost",
+    "cost_if_held",
 }
 SUMMARY_KEYS = {
     "requests",
@@ -61,6 +63,8 @@ SUMMARY_KEYS = {
     "efficiency",
     "est_cost",
     "est_cost_if_stable",
+    "est_cost_if_held",
+    "priced_requests",
     "skills_catalog_tokens",
     "skills_catalog_requests",
 }

@@ -35,6 +35,7 @@ __all__ = [
     "NotADatabase",
     "PrefixFrozenError",
     "PrefixMismatch",
+    "PricesFileError",
     "ReasoningMissing",
     "ReasoningPolicyConflict",
     "ResponseTruncated",
@@ -137,6 +138,12 @@ class SessionInUse(CtxwrightError):
 class ConfigError(CtxwrightError):
     """An option that cannot work as given (an unknown backend, a missing model name, a
     ``--tool`` spec that does not import); the message names the option and the fix."""
+
+
+class PricesFileError(ConfigError):
+    """A ``--prices`` file that cannot be used (``cache/prices.py``): not TOML, larger than
+    1 MB, an unknown key, a price that is negative or not a number. Refused before any call is
+    priced: a price read wrong would misstate every cost."""
 
 
 class GateRuleError(ConfigError, ValueError):

@@ -22,6 +22,7 @@ from ctxwright.agent.loop import Agent, EventSink, RunResult
 from ctxwright.agent.wiring import DEFAULT_SYSTEM, META_KEY, check_gguf, wire
 from ctxwright.audit.compare import Prices
 from ctxwright.backends.base import Backend
+from ctxwright.cache.prices import Pricing, pricing_of
 from ctxwright.core.events import UserEvent
 from ctxwright.core.request import ToolChoice
 from ctxwright.core.session import Session
@@ -66,6 +67,9 @@ class Harness:
         **options: Any,
     ) -> None:
         self._closed = False
+        #: how this session's calls are priced (``prices=``: a TOML file over the built-in
+        #: table); read first, so a bad file is refused before a model is loaded
+        self.pricing: Pricing = pricing_of(options.get("prices"))
         wired = wire(
             {"system": system, "tools": tools, **options},
             backend=backend,
@@ -202,19 +206,20 @@ class Harness:
         self.agent.config.tool_choice_first = self._first_choice()
         return self.agent.run(prompt)
 
-    def report(self, path: str | Path, prices: Prices | None = None) -> Path:
+    def report(self, path: str | Path, prices: Prices | Pricing | None = None) -> Path:
         """Write the HTML report of this session and its sub-agents' sessions to ``path``
         (``report/``): one file with plotly.js embedded, which opens without network access.
 
         Drawn from the store -- the calls' ledgers and audits as recorded live -- so it shows
-        exactly what ``ctxwright report ID`` shows later. ``prices`` (per million tokens) add
-        each call's cost."""
+        exactly what ``ctxwright report ID`` shows later. Each call's cost, and what it would
+        have cost had the cache held, by :attr:`pricing` (the ``prices=`` table); ``prices``
+        (flat ``Prices`` per million tokens, or a ``Pricing``) overrides it."""
         if self.store is None:
             raise CtxwrightError(
                 "a report is drawn from the stored session: give the Harness a database (db='agent.db'); "
                 "db=None keeps nothing to report"
             )
-        return self.context.report(path, prices)
+        return self.context.report(path, self.pricing if prices is None else prices)
 
     def close(self) -> None:
         """Release what the harness opened: the model it loaded (and a sub-agent's fork of

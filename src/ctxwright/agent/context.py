@@ -450,7 +450,9 @@ class Context:
         message, assigned = assign_ids(completion.message, s.id, s.call_count, self._ids())
         self.tokens_used += (u.prompt_tokens or 0) + (u.completion_tokens or 0)
         request, ledger = pending.request, pending.ledger
-        row = self.auditor.add(self._live.audit_request(request, u, marker=s.marker_since_last_call()))
+        row = self.auditor.add(
+            self._live.audit_request(request, u, marker=s.marker_since_last_call(), model=self.backend.model)
+        )
         audit = audit_record(row)
         mismatch = check_reported(ledger, u.prompt_tokens, self.counter.source, request.tool_choice)
         ledger_rec: dict[str, Any] = dict(ledger.to_dict())

@@ -68,10 +68,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxwright.cache.prices import ModelPrice, Pricing, call_cost, held_usage, with_reads
 from ctxwright.core.incremental import common_prefix_len as shared_len
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.skills_catalog import is_catalog_message, skills_catalog_tokens
 from ctxwright.core.tokens import TokenCounter
+from ctxwright.core.usage import CacheUsage, counts_usage
 
 _MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content", "reasoning_blocks")
 
@@ -132,6 +134,13 @@ class AuditRequest:
     conversation: str | None = None
     #: a name for that conversation in reports (the session id of an export)
     session: str | None = None
+    #: the provider's own split of the prompt (reads, writes by TTL, uncached), when the log
+    #: or the recorded call had its usage object (``core/usage.py``); what the cost is priced on
+    usage_split: CacheUsage | None = None
+    #: whose usage shape that was ("anthropic", "openai-responses", "openai", ...) and the
+    #: model the request named: what picks the price (``cache/prices.py``)
+    provider: str | None = None
+    model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -166,6 +175,20 @@ class AuditRow:
     #: tokens of the skills catalog in the request, messages and tool descriptions
     #: (``core/skills_catalog.py``), by ctxwright's count
     skills_catalog_tokens: int = 0
+    #: as :class:`AuditRequest`'s: the provider's split, its shape and the model
+    usage_split: CacheUsage | None = None
+    provider: str | None = None
+    model: str | None = None
+
+    @property
+    def cache_usage(self) -> CacheUsage:
+        """What the cost is priced on: the provider's own split when the log had it, else
+        the counts, with the reusable prefix taken as cached where no cached count was
+        reported (:func:`paid_as_cached`)."""
+        if self.usage_split is not None:
+            return self.usage_split
+        paid = paid_as_cached(self.prompt_tokens, self.cached_tokens, self.reusable_prefix_tokens)
+        return counts_usage(self.prompt_tokens, paid, self.completion_tokens)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -184,17 +207,59 @@ class AuditRow:
 
 @dataclass(frozen=True)
 class Prices:
-    """Per million tokens. ``cached`` defaults to ``input`` (no discount) when not given."""
+    """Flat prices per million tokens for every call (``--price-input/--price-cached/
+    --price-output``); ``cached`` defaults to ``input`` (no discount) when not given. They
+    override the price table (:class:`~ctxwright.cache.prices.Pricing`); a cache write is
+    priced as input (the flags have no write price)."""
 
     input: float
     cached: float | None = None
     output: float = 0.0
 
+    def model_price(self) -> ModelPrice:
+        return ModelPrice.flat(self.input, self.cached, self.output)
+
+    @property
+    def pricing(self) -> Pricing:
+        """These prices as the one pricing object the audit, ``show`` and the report use."""
+        return Pricing(flat=self.model_price())
+
     def cost(self, uncached: int, cached: int, completion: int) -> float:
-        """What that many uncached prompt, cached prompt and completion tokens cost (one rule
-        for the audit's totals and the report's per-call figures)."""
-        pc = self.cached if self.cached is not None else self.input
-        return (uncached * self.input + cached * pc + completion * self.output) / 1e6
+        """What that many uncached prompt, cached prompt and completion tokens cost, by
+        :func:`~ctxwright.cache.prices.call_cost` (the one formula)."""
+        return call_cost(CacheUsage(uncached, cached, output=completion), self.model_price())
+
+
+def as_pricing(prices: Prices | Pricing | None) -> Pricing | None:
+    """One pricing object from the flat flags' :class:`Prices` or a :class:`Pricing`."""
+    return prices.pricing if isinstance(prices, Prices) else prices
+
+
+@dataclass(frozen=True)
+class RowCost:
+    """One request's cost in USD as logged, and had the cache held every reusable prefix token."""
+
+    cost: float
+    if_held: float
+    price: ModelPrice
+
+
+def priced(
+    u: CacheUsage, reusable: int, provider: str | None, model: str | None, pricing: Prices | Pricing | None
+) -> RowCost | None:
+    """What one call cost and would have cost had the cache held its ``reusable`` prefix
+    tokens, priced for its provider and model; ``None`` when it has no price. The one place
+    a call's cost is computed, for the audit, ``show``, the report and ``run``."""
+    pr = as_pricing(pricing)
+    p = pr.price(provider, model) if pr is not None else None
+    if p is None:
+        return None
+    return RowCost(call_cost(u, p), call_cost(held_usage(u, reusable), p), p)
+
+
+def row_cost(row: AuditRow, pricing: Prices | Pricing | None) -> RowCost | None:
+    """The cost of ``row`` by its provider and model (:func:`priced`)."""
+    return priced(row.cache_usage, row.reusable_prefix_tokens, row.provider, row.model, pricing)
 
 
 def paid_as_cached(prompt: int, cached: int | None, reusable: int) -> int:
@@ -213,6 +278,12 @@ class AuditSummary:
     efficiency: float | None = None
     est_cost: float | None = None
     est_cost_if_stable: float | None = None
+    #: what the priced requests would have cost had the cache held every reusable prefix token
+    est_cost_if_held: float | None = None
+    #: requests the costs cover (a request whose model has no price is left out of them)
+    priced_requests: int = 0
+    #: the prices applied, one line per price (``Pricing.describe``)
+    prices_used: tuple[str, ...] = ()
     causes: dict[str, int] = field(default_factory=dict)
     conversations: int = 0
     #: requests whose usage (prompt size) the log reported
@@ -236,6 +307,8 @@ class AuditSummary:
             "efficiency": self.efficiency,
             "est_cost": self.est_cost,
             "est_cost_if_stable": self.est_cost_if_stable,
+            "est_cost_if_held": self.est_cost_if_held,
+            "priced_requests": self.priced_requests,
             "usage_known": self.usage_known,
             "cached_known": self.cached_known,
             "causes": dict(self.causes),
@@ -651,8 +724,9 @@ class Totals:
         self.causes: dict[str, int] = {}
         self.options: dict[str, int] = {}
         self.catalog = self.catalog_requests = 0
-        # token sums the cost estimates need, so prices can be applied at the end
-        self._uncached = self._cached_paid = self._stable_uncached = self._stable_cached = 0
+        # usage sums by (provider, model), as logged / had the cache held / with a stable
+        # prefix, so prices can be applied at the end (a cost is linear in the usage)
+        self._usage: dict[tuple[str | None, str | None], tuple[CacheUsage, CacheUsage, CacheUsage, int]] = {}
 
     def add(self, row: AuditRow, prev_prompt: int) -> None:
         """One row; ``prev_prompt`` is the prompt size of the previous request of its
@@ -672,14 +746,17 @@ class Totals:
             self.cached += row.cached_tokens
             self.prompt_known += row.prompt_tokens
             self.reusable_known += row.reusable_prefix_tokens
-        paid = paid_as_cached(row.prompt_tokens, row.cached_tokens, row.reusable_prefix_tokens)
-        self._cached_paid += paid
-        self._uncached += row.prompt_tokens - paid
-        stable = min(prev_prompt, row.prompt_tokens)
-        self._stable_cached += stable
-        self._stable_uncached += row.prompt_tokens - stable
+        u = row.cache_usage
+        key = (row.provider, row.model)
+        had, held, stable, n = self._usage.get(key, (CacheUsage(), CacheUsage(), CacheUsage(), 0))
+        self._usage[key] = (
+            had + u,
+            held + held_usage(u, row.reusable_prefix_tokens),
+            stable + with_reads(u, min(prev_prompt, row.prompt_tokens)),
+            n + 1,
+        )
 
-    def summary(self, prices: Prices | None = None, conversations: int = 1) -> AuditSummary:
+    def summary(self, prices: Prices | Pricing | None = None, conversations: int = 1) -> AuditSummary:
         s = AuditSummary(
             requests=self.requests,
             prompt_tokens=self.prompt,
@@ -695,13 +772,27 @@ class Totals:
         if self.cached_known:
             s.cached_tokens = self.cached
             s.hit_ratio, s.efficiency = cache_ratios(self.cached, self.prompt_known, self.reusable_known)
-        if prices is not None:
-            s.est_cost = round(prices.cost(self._uncached, self._cached_paid, self.completion), 6)
-            s.est_cost_if_stable = round(prices.cost(self._stable_uncached, self._stable_cached, self.completion), 6)
+        pricing = as_pricing(prices)
+        if pricing is not None:
+            cost = if_held = if_stable = 0.0
+            used: dict[str, None] = {}
+            for (provider, model), (had, held, stable, n) in self._usage.items():
+                p = pricing.price(provider, model)
+                if p is None:
+                    continue
+                cost += call_cost(had, p)
+                if_held += call_cost(held, p)
+                if_stable += call_cost(stable, p)
+                s.priced_requests += n
+                used[pricing.describe(p)] = None
+            if s.priced_requests:
+                s.est_cost, s.est_cost_if_held = round(cost, 6), round(if_held, 6)
+                s.est_cost_if_stable = round(if_stable, 6)
+                s.prices_used = tuple(used)
         return s
 
 
-def summarize(rows: Sequence[AuditRow], prices: Prices | None = None) -> AuditSummary:
+def summarize(rows: Sequence[AuditRow], prices: Prices | Pricing | None = None) -> AuditSummary:
     """Session totals of rows already in memory (see :class:`Totals`)."""
     t = Totals()
     last: dict[int, int] = {}
@@ -1011,6 +1102,9 @@ class Auditor:
             options_changed=options,
             usage_known=req.prompt_tokens is not None,
             skills_catalog_tokens=self._catalog(req, catalog[-1] if catalog else 0),
+            usage_split=req.usage_split,
+            provider=req.provider,
+            model=req.model,
         )
         conv.last_prompt = prompt
         conv.totals.add(row, prev_prompt)
@@ -1027,7 +1121,7 @@ class Auditor:
         conversations' latest requests (a caller keeping several auditors bounds their sum)."""
         return self.index.size + self.conversations.held_bytes
 
-    def summary(self, prices: Prices | None = None) -> AuditSummary:
+    def summary(self, prices: Prices | Pricing | None = None) -> AuditSummary:
         return self.totals.summary(prices, conversations=self.conversations.count)
 
     def finish(self) -> None:

@@ -17,13 +17,16 @@ from ctxwright.core.messages import Message, Usage
 from ctxwright.core.render import replay_calls
 from ctxwright.core.request import ChatRequest, ToolSpec
 from ctxwright.core.session import Session
+from ctxwright.core.usage import raw_cache_usage
 
 #: The conversation of every request a live session audits: one auditor audits one session, so
 #: its requests are never split into conversations by the log rules of ``audit/compare.py``.
 LIVE_CONVERSATION = "live session"
 
 
-def audit_request(request: ChatRequest, usage: Usage | None, marker: str | None = None) -> AuditRequest:
+def audit_request(
+    request: ChatRequest, usage: Usage | None, marker: str | None = None, model: str | None = None
+) -> AuditRequest:
     u = usage or Usage()
     msgs = request.messages
     if msgs and msgs[0].role == "system":
@@ -41,6 +44,7 @@ def audit_request(request: ChatRequest, usage: Usage | None, marker: str | None 
         reusable_tokens_hint=_hint(u),
         message_bytes=[m.canonical_utf8 for m in rest],
         conversation=LIVE_CONVERSATION,
+        **_priced_by(u, model),
     )
 
 
@@ -60,7 +64,9 @@ class LiveRequests:
         self._hashes: list[bytes] = []
         self._tools: tuple[tuple[ToolSpec, ...], list[dict[str, Any]]] | None = None
 
-    def audit_request(self, request: ChatRequest, usage: Usage | None, marker: str | None = None) -> AuditRequest:
+    def audit_request(
+        self, request: ChatRequest, usage: Usage | None, marker: str | None = None, model: str | None = None
+    ) -> AuditRequest:
         u = usage or Usage()
         msgs = request.messages
         if msgs and msgs[0].role == "system":
@@ -90,6 +96,7 @@ class LiveRequests:
             message_bytes=list(self._bytes),
             message_hashes=list(self._hashes),
             conversation=LIVE_CONVERSATION,
+            **_priced_by(u, model),
         )
 
 
@@ -134,7 +141,19 @@ def past_requests(session: Session) -> Iterator[AuditRequest]:
             reusable_tokens_hint=_hint(u),
             message_bytes=[m.canonical_utf8 for m in rc.messages],
             conversation=LIVE_CONVERSATION,
+            **_priced_by(u, call.model if call is not None else None),
         )
+
+
+def _priced_by(u: Usage, model: str | None) -> dict[str, Any]:
+    """The request fields the cost is priced by: the provider's own split of the prompt from
+    the call's ``Usage.raw`` (``core/usage.py``), its usage shape and the model."""
+    found = raw_cache_usage(u.raw)
+    return {
+        "usage_split": found[1] if found else None,
+        "provider": found[0] if found else None,
+        "model": model,
+    }
 
 
 def _hint(u: Usage) -> int | None:

@@ -59,7 +59,7 @@ from ctxwright.audit.compare import AuditRequest, segment_hash, utf8
 from ctxwright.core.events import CompactionEvent, Event, MessageEvent, event_from_dict
 from ctxwright.core.messages import Message, canonical_json
 from ctxwright.core.render import RenderSettings, replay_calls
-from ctxwright.core.usage import as_object, first_int, read_usage
+from ctxwright.core.usage import CacheUsage, as_object, first_int, raw_cache_usage, read_usage
 from ctxwright.errors import CtxwrightError, EventFormatError, LogRecordRejected, LogUnreadable
 
 _SYSTEM_ROLES = ("system", "developer")
@@ -434,12 +434,15 @@ class RecordReader:
             system=system,
             tools=tools,
             messages=messages,
-            cached_tokens=usage["cached_tokens"],
-            prompt_tokens=usage["prompt_tokens"],
-            completion_tokens=usage["completion_tokens"],
+            cached_tokens=usage.counts["cached_tokens"],
+            prompt_tokens=usage.counts["prompt_tokens"],
+            completion_tokens=usage.counts["completion_tokens"],
             message_bytes=data,
             message_hashes=hashes,
             options=request_options(body),
+            usage_split=usage.split,
+            provider=usage.provider,
+            model=usage.model,
         )
         return call.applied_to(request) if call is not None else request
 
@@ -548,21 +551,43 @@ def request_from_record(record: dict[str, Any]) -> AuditRequest:
         system=system,
         tools=_tools_of(body),
         messages=messages,
-        cached_tokens=usage["cached_tokens"],
-        prompt_tokens=usage["prompt_tokens"],
-        completion_tokens=usage["completion_tokens"],
+        cached_tokens=usage.counts["cached_tokens"],
+        prompt_tokens=usage.counts["prompt_tokens"],
+        completion_tokens=usage.counts["completion_tokens"],
         options=request_options(body),
+        usage_split=usage.split,
+        provider=usage.provider,
+        model=usage.model,
     )
 
 
-def _body_and_usage(record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int | None]]:
+@dataclass(frozen=True)
+class LoggedUsage:
+    """What a logged response says it used: the counts, the provider's own split of the
+    prompt (``None`` without a usage object), whose shape that was, and the model."""
+
+    counts: dict[str, int | None]
+    split: CacheUsage | None = None
+    provider: str | None = None
+    model: str | None = None
+
+
+def _body_and_usage(record: dict[str, Any]) -> tuple[dict[str, Any], LoggedUsage]:
     if "request" in record and "messages" not in record:
         body = record["request"]
         if not isinstance(body, dict):
             raise LogRecordRejected(f"'request' is a JSON {_json_type(body)}, not an object")
     else:
         body = record
-    return body, usage_of(record.get("response"))
+    response = response_usage(record.get("response"))
+    found = raw_cache_usage(response)
+    model = response.get("model") if isinstance(response.get("model"), str) else body.get("model")
+    return body, LoggedUsage(
+        counts=usage_of(response),
+        split=found[1] if found else None,
+        provider=found[0] if found else None,
+        model=model if isinstance(model, str) else None,
+    )
 
 
 def _tools_of(body: dict[str, Any]) -> list[Any]:
@@ -587,20 +612,40 @@ def usage_of(response: Any) -> dict[str, int | None]:
     API in ``response.completed``'s ``response``, Anthropic the prompt side in
     ``message_start``'s ``message`` and the output in ``message_delta``.
     """
-    if isinstance(response, list):
-        merged: dict[str, int | None] = {"prompt_tokens": None, "completion_tokens": None, "cached_tokens": None}
-        for chunk in response:
-            if not isinstance(chunk, dict):
+    return read_usage(response_usage(response))
+
+
+def response_usage(response: Any) -> dict[str, Any]:
+    """A logged response as one body with one ``usage`` object (and llama.cpp's ``timings``),
+    what :func:`~ctxwright.core.usage.read_usage` reads: the response itself, or for a stream
+    its events' usage objects merged field by field, a later non-null value winning -- so
+    Anthropic's ``message_start`` cache counts and ``message_delta`` output count land in one
+    object, as the provider billed them. ``{}`` when it is neither.
+    """
+    if isinstance(response, dict):
+        return response
+    if not isinstance(response, list):
+        return {}
+    usage: dict[str, Any] = {}
+    timings: dict[str, Any] = {}
+    merged: dict[str, Any] = {}
+    for chunk in response:
+        if not isinstance(chunk, dict):
+            continue
+        for part in (chunk, chunk.get("response"), chunk.get("message")):
+            if not isinstance(part, dict):
                 continue
-            for part in (chunk, chunk.get("response"), chunk.get("message")):
-                if isinstance(part, dict) and isinstance(part.get("usage"), dict):
-                    for k, v in read_usage(part).items():
-                        if v is not None:
-                            merged[k] = v
-        return merged
-    if not isinstance(response, dict):
-        return {"prompt_tokens": None, "completion_tokens": None, "cached_tokens": None}
-    return read_usage(response)
+            if isinstance(part.get("usage"), dict):
+                usage.update((k, v) for k, v in part["usage"].items() if v is not None)
+            if isinstance(part.get("timings"), dict):
+                timings.update(part["timings"])
+            if isinstance(part.get("model"), str):
+                merged["model"] = part["model"]
+    if usage:
+        merged["usage"] = usage
+    if timings:
+        merged["timings"] = timings
+    return merged
 
 
 def is_anthropic(body: dict[str, Any]) -> bool:
@@ -742,6 +787,8 @@ def _session_requests(export: dict[str, Any], key: str) -> Iterator[Issue]:
         if not isinstance(c, dict) or index is None:
             yield None, f"session {sid}: call record {i} has no integer call_index; its usage is unknown"
             continue
+        if not isinstance(c.get("model"), str) and isinstance(export.get("model"), str):
+            c = {**c, "model": export["model"]}  # a call recorded without its model: the session's
         calls[index] = c
     events: list[Event] = []
     for i, data in enumerate(raw_events):
@@ -830,6 +877,8 @@ def _export_request(
     """The request of one call; exact reusable tokens if the backend recorded them."""
     usage = as_object(call.get("usage"))
     raw = as_object(usage.get("raw"))
+    found = raw_cache_usage(raw)
+    model = call.get("model")
     return AuditRequest(
         system=system,
         tools=tools,
@@ -842,4 +891,7 @@ def _export_request(
         message_bytes=[m.canonical_utf8 for m in messages],
         conversation=conversation[0],
         session=conversation[1],
+        usage_split=found[1] if found else None,
+        provider=found[0] if found else None,
+        model=model if isinstance(model, str) else None,
     )

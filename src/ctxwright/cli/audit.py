@@ -32,8 +32,19 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
-from ctxwright.audit.compare import AuditLimits, Auditor, AuditRequest, AuditRow, AuditSummary, Divergence, Prices
+from ctxwright.audit.compare import (
+    AuditLimits,
+    Auditor,
+    AuditRequest,
+    AuditRow,
+    AuditSummary,
+    Divergence,
+    Prices,
+    as_pricing,
+    row_cost,
+)
 from ctxwright.audit.logs import MAX_RECORD_BYTES, ParseProblem, open_log, read_stream
+from ctxwright.cache.prices import Pricing, pricing_of
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.errors import CtxwrightError, LogUnreadable
 
@@ -63,12 +74,38 @@ _MAX_PROBLEMS_SHOWN = 100
 _WIDE = 110
 
 
-def add_price_options(parser: Any) -> None:
-    """``--price-input X --price-cached Y --price-output Z`` (per million tokens), for
-    ``audit`` and ``report``."""
-    parser.add_argument("--price-input", type=float, metavar="X", help="price per million uncached input tokens")
+def add_price_options(parser: Any, *, prices_file: bool = True) -> None:
+    """``--prices FILE`` (the recipe's ``prices`` option, declared once in
+    ``recipe/options.py``) and ``--price-input X --price-cached Y --price-output Z`` (per
+    million tokens; they override the table for every call), for ``audit``, ``report``,
+    ``show`` (and ``run``, whose ``--prices`` comes with the recipe's flags)."""
+    if prices_file:
+        from ctxwright.recipe.declare import options
+        from ctxwright.recipe.options import Recipe
+
+        spec = next(s for s in options(Recipe) if s.keyword == "prices")
+        flag = spec.flags[0]
+        parser.add_argument(flag.name, dest=flag.destination, metavar=flag.metavar, help=flag.help_text())
+    parser.add_argument(
+        "--price-input", type=float, metavar="X", help="price per million uncached input tokens (every call)"
+    )
     parser.add_argument("--price-cached", type=float, metavar="Y", help="price per million cached input tokens")
     parser.add_argument("--price-output", type=float, metavar="Z", help="price per million output tokens")
+
+
+def pricing_from_args(args: Any) -> Pricing:
+    """How the command prices calls: ``--prices FILE`` over the built-in table, the
+    ``--price-*`` flags overriding both; a bad file is one line (``PricesFileError``)."""
+    flat = prices_from_args(args)
+    return pricing_of(getattr(args, "prices", None), flat.model_price() if flat is not None else None)
+
+
+def given_pricing(args: Any) -> Pricing | None:
+    """:func:`pricing_from_args` when ``--prices`` or ``--price-*`` was given, else ``None``
+    (the built-in table then prices what it knows, and the audit adds cost columns only when
+    the log's first request has a price)."""
+    pricing = pricing_from_args(args)
+    return pricing if getattr(args, "prices", None) is not None or pricing.flat is not None else None
 
 
 def prices_from_args(args: Any) -> Prices | None:
@@ -110,7 +147,7 @@ def run_audit(
     path: str | Path,
     *,
     as_json: bool,
-    prices: Prices | None,
+    prices: Prices | Pricing | None,
     console: Console,
     limits: AuditLimits | None = None,
     max_record: int = MAX_RECORD_BYTES,
@@ -141,7 +178,7 @@ def audit_items(
     source: str,
     *,
     as_json: bool,
-    prices: Prices | None,
+    prices: Prices | Pricing | None,
     console: Console,
     limits: AuditLimits | None = None,
 ) -> int:
@@ -150,7 +187,9 @@ def audit_items(
     problems = _Problems()
     limits = limits or AuditLimits()
     counter = TokenCounter(cache_size=limits.token_memo)
-    report: _Report = _JsonReport(console.file) if as_json else _TableReport(console)
+    explicit = prices is not None
+    pricing = as_pricing(prices) or Pricing()  # the built-in table when nothing was given
+    report: _Report = _JsonReport(console.file, pricing) if as_json else _TableReport(console, pricing, explicit)
     status = 0
     with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
         auditor = Auditor(
@@ -186,7 +225,7 @@ def audit_items(
             return 2
         auditor.finish()
         spool.seek(0)
-        report.finish(auditor.summary(prices), (json.loads(line) for line in spool), prices, counter.source)
+        report.finish(auditor.summary(pricing), (json.loads(line) for line in spool), pricing, counter.source)
     return status
 
 
@@ -216,7 +255,11 @@ class _Report:
         raise NotImplementedError
 
     def finish(
-        self, s: AuditSummary, conversations: Iterable[dict[str, Any]], prices: Prices | None, token_source: str
+        self,
+        s: AuditSummary,
+        conversations: Iterable[dict[str, Any]],
+        prices: Prices | Pricing | None,
+        token_source: str,
     ) -> None:
         raise NotImplementedError
 
@@ -229,16 +272,24 @@ class _JsonReport(_Report):
     conversations from the spool, then the summary. ASCII-escaped, so no byte of the log
     (a lone surrogate included) can make stdout fail."""
 
-    def __init__(self, out: IO[str]) -> None:
+    def __init__(self, out: IO[str], pricing: Pricing) -> None:
         self.out = out
+        self.pricing = pricing
         self.started = False
 
     def row(self, r: AuditRow) -> None:
-        self.out.write((", " if self.started else '{"requests": [') + json.dumps(r.to_json()))
+        rec = r.to_json()
+        c = row_cost(r, self.pricing)
+        rec["cost"], rec["cost_if_held"] = (round(c.cost, 8), round(c.if_held, 8)) if c else (None, None)
+        self.out.write((", " if self.started else '{"requests": [') + json.dumps(rec))
         self.started = True
 
     def finish(
-        self, s: AuditSummary, conversations: Iterable[dict[str, Any]], prices: Prices | None, token_source: str
+        self,
+        s: AuditSummary,
+        conversations: Iterable[dict[str, Any]],
+        prices: Prices | Pricing | None,
+        token_source: str,
     ) -> None:
         self.out.write('], "conversations": [')
         for i, c in enumerate(conversations):
@@ -284,6 +335,12 @@ def context(d: Divergence) -> Text:
 
 
 _HEADER = f"{'#':>7} {'conv':>5} {'cause':<15} {'prompt tok':>10} {'reusable':>10} {'cached':>10}"
+_COST_HEADER = f" {'cost $':>10} {'if held $':>10}"
+
+
+def _usd(v: float | None) -> str:
+    """A cost in USD to the hundred-thousandth of a dollar (``-``: no price for the model)."""
+    return "-" if v is None else f"{v:,.5f}"
 
 
 class _TableReport(_Report):
@@ -296,8 +353,11 @@ class _TableReport(_Report):
     cost more than the audit itself on a log of millions of requests.
     """
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, pricing: Pricing, explicit: bool = False) -> None:
         self.console = console
+        self.pricing = pricing
+        #: cost columns: when prices were given, or the first request has a price in the table
+        self.costs = explicit
         self.width = console.width
         self.wide = self.width >= _WIDE
         self.styled = console.is_terminal
@@ -313,16 +373,21 @@ class _TableReport(_Report):
             self.console.file.write(_fit("".join(p for p, _ in parts), self.width) + "\n")
 
     def row(self, r: AuditRow) -> None:
+        cost = row_cost(r, self.pricing)
         if not self.started:
             self.started = True
+            self.costs = self.costs or cost is not None
             self._emit([("prefix-cache audit: one row per request", "bold")])
-            head = _HEADER + ("  first divergence        context (before | after)" if self.wide else "")
+            head = _HEADER + (_COST_HEADER if self.costs else "")
+            head += "  first divergence        context (before | after)" if self.wide else ""
             self._emit([(head, "bold")])
         line = [
             (f"{r.index:>7} {r.conversation:>5} ", ""),
             (f"{r.cause:<15}", _CAUSE_STYLE.get(r.cause, "bold red")),
             (f" {_n(r.prompt_tokens):>10} {_n(r.reusable_prefix_tokens):>10} {_n(r.cached_tokens):>10}", ""),
         ]
+        if self.costs:
+            line.append((f" {_usd(cost.cost if cost else None):>10} {_usd(cost.if_held if cost else None):>10}", ""))
         d = r.first_divergence
         if d is None:
             self._emit(line)
@@ -335,7 +400,11 @@ class _TableReport(_Report):
         self._emit([(" " * 8 + label + "  ", ""), *context_parts(d)])
 
     def finish(
-        self, s: AuditSummary, conversations: Iterable[dict[str, Any]], prices: Prices | None, token_source: str
+        self,
+        s: AuditSummary,
+        conversations: Iterable[dict[str, Any]],
+        prices: Prices | Pricing | None,
+        token_source: str,
     ) -> None:
         self.console.file.flush()
         print_summary(self.console, s, prices, token_source)
@@ -371,7 +440,7 @@ def cached_text(s: AuditSummary) -> str:
     return f"{s.cached_tokens:,}{known}"
 
 
-def print_summary(console: Console, s: AuditSummary, prices: Prices | None, token_source: str) -> None:
+def print_summary(console: Console, s: AuditSummary, prices: Prices | Pricing | None, token_source: str) -> None:
     """Totals, ratios, cause counts, cost estimates and one line of advice per problem cause."""
     reusable_share = f" ({s.reusable_tokens / s.prompt_tokens:.1%} of prompt)" if s.prompt_tokens else ""
     conversations = f" in {s.conversations:,} conversations" if s.conversations > 1 else ""
@@ -398,16 +467,17 @@ def print_summary(console: Console, s: AuditSummary, prices: Prices | None, toke
             f"request(s), {s.skills_catalog_tokens // s.skills_catalog_requests:,} per request that had one",
             highlight=False,
         )
-    if prices is not None and s.est_cost is not None and s.est_cost_if_stable is not None:
+    if s.est_cost is not None and s.est_cost_if_stable is not None and s.est_cost_if_held is not None:
         saving = s.est_cost - s.est_cost_if_stable
         share = f", {saving / s.est_cost:.1%}" if s.est_cost else ""
+        priced = "" if s.priced_requests == s.requests else f" over the {s.priced_requests:,} priced request(s)"
         console.print(
-            f"estimated cost {s.est_cost:,.4f} · with a stable prefix {s.est_cost_if_stable:,.4f} "
-            f"(difference {saving:,.4f}{share}) at {prices.input:g} / "
-            f"{prices.cached if prices.cached is not None else prices.input:g} cached / "
-            f"{prices.output:g} output per million tokens",
+            f"estimated cost {s.est_cost:,.4f} · if the cache had held {s.est_cost_if_held:,.4f} · with a stable "
+            f"prefix {s.est_cost_if_stable:,.4f} (difference {saving:,.4f}{share}){priced}",
             highlight=False,
         )
+        for line in s.prices_used:
+            console.print(Text("  at " + line, style="dim"), highlight=False, soft_wrap=True)
     advice = [(c, n) for c, n in s.causes.items() if c in ADVICE]
     if advice:
         console.print("[bold]advice[/]")

@@ -24,6 +24,7 @@ from ctxwright.errors import CtxwrightError
 
 if TYPE_CHECKING:
     from ctxwright.agent.loop import Agent, RunResult
+    from ctxwright.cache.prices import Pricing
 
 # Rich falls back to 80 columns when stdout is not a terminal (CI logs, `make demo | tee`),
 # which folds the per-call table; give it room.
@@ -122,6 +123,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ctxwright.recipe import given_from_args
 
     options = given_from_args(args, approver=approver)  # only the flags given: on --resume the rest is the session's
+    from ctxwright.cache.prices import load_prices
+
+    prices = load_prices(args.prices) if args.prices is not None else None  # refused before a model loads
     printer = RunPrinter(console, err_console)
     with Harness(
         system,
@@ -130,6 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         resume=args.resume,
         take_over=args.take_over,
         on_event=printer,
+        prices=prices,
         **options,
     ) as h:
         s, b = h.session, h.backend
@@ -142,7 +147,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             result = h.run(args.prompt or (None if args.resume else DEFAULT_PROMPT))
         finally:
             printer.close()
-        _print_summary(h.agent, result, wide=args.wide)
+        _print_summary(h.agent, result, wide=args.wide, pricing=h.pricing)
         if args.report is not None:
             written = h.report(args.report)
             console.print(Text(f"report written to {written} (opens offline)", style="dim"), soft_wrap=True)
@@ -174,15 +179,22 @@ def _latest_session(db: str | Path) -> str:
     return sid
 
 
-def _print_summary(agent: Agent, result: RunResult, *, wide: bool = False) -> None:
-    """The per-call table, the session's cache reuse, and why the run stopped."""
+def _print_summary(agent: Agent, result: RunResult, *, wide: bool = False, pricing: Pricing | None = None) -> None:
+    """The per-call table, the session's cache reuse and cost, and why the run stopped."""
     console.print(calls_table(result.calls, wide=wide))
-    summ = agent.auditor.summary()
+    summ = agent.auditor.summary(pricing)
     if summ.hit_ratio is not None:
         console.print(
             f"cache: hit ratio {summ.hit_ratio:.1%} (Σcached ÷ Σprompt) · efficiency "
             f"{summ.efficiency if summ.efficiency is None else format(summ.efficiency, '.1%')} "
             f"(Σcached ÷ Σreusable) over {summ.requests} call(s) of this session"
+        )
+    if summ.est_cost is not None and summ.est_cost_if_held is not None:
+        priced = "" if summ.priced_requests == summ.requests else f" ({summ.priced_requests} priced)"
+        console.print(
+            f"cost: {summ.est_cost:,.5f} USD · if the cache had held {summ.est_cost_if_held:,.5f} over "
+            f"{summ.requests} call(s){priced}",
+            highlight=False,
         )
     comp = [r for r in result.calls if r.cause == "compaction"]
     if comp:
@@ -233,17 +245,19 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from ctxwright.cli.audit import pricing_from_args
     from ctxwright.cli.show import render_session
 
+    pricing = pricing_from_args(args)  # a bad --prices file is refused before anything is read
     store = _store(args)
-    render_session(store, args.id, console, as_json=args.json, wide=args.wide)
+    render_session(store, args.id, console, as_json=args.json, wide=args.wide, pricing=pricing)
     return 0
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from ctxwright.cli.audit import audit_items, prices_from_args, run_audit
+    from ctxwright.cli.audit import audit_items, given_pricing, run_audit
 
-    prices = prices_from_args(args)
+    prices = given_pricing(args)
     if args.proxy_session:
         from ctxwright.cli.proxy import audit_proxy_session
 
@@ -300,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("id", help="session ID (a unique start of it is enough)")
     sh.add_argument("--json", action="store_true")
     sh.add_argument("--wide", action="store_true", help="the calls table with all its columns (wider than 80)")
+    from ctxwright.cli.audit import add_price_options as _add_prices
+
+    _add_prices(sh)
     sh.set_defaults(func=cmd_show)
 
     au = sub.add_parser("audit", help="audit a request log's prompt-cache reuse, offline")

@@ -32,10 +32,10 @@ def add_report_parser(sub: Any) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ctxwright.cli.audit import prices_from_args
+    from ctxwright.cli.audit import pricing_from_args
     from ctxwright.cli.main import console
 
-    prices = prices_from_args(args)
+    prices = pricing_from_args(args)
     if (args.target is None) == (args.proxy_session is None):
         raise CtxwrightError(
             "name what to report: a session ID, a log FILE, or --proxy-session ID (one of them), "

@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ctxwright.audit.compare import cache_ratios
+from ctxwright.audit.compare import RowCost, cache_ratios, paid_as_cached, priced
+from ctxwright.cache.prices import Pricing
 from ctxwright.core.events import (
     AssistantEvent,
     CompactionEvent,
@@ -30,6 +31,7 @@ from ctxwright.core.messages import Message
 from ctxwright.core.records import CallRecord
 from ctxwright.core.render import Renderer, RenderSettings
 from ctxwright.core.tokens import Ledger
+from ctxwright.core.usage import counts_usage, raw_cache_usage
 from ctxwright.errors import EventFormatError
 from ctxwright.store.export import session_export
 from ctxwright.store.sessions import Store
@@ -42,13 +44,39 @@ def _n(v: Any) -> str:
 
 
 def render_session(
-    store: Store, session_id: str, console: Console, *, as_json: bool = False, wide: bool = False
+    store: Store,
+    session_id: str,
+    console: Console,
+    *,
+    as_json: bool = False,
+    wide: bool = False,
+    pricing: Pricing | None = None,
 ) -> None:
     data = session_export(store, session_id)
     if as_json:
         print(json.dumps(data, ensure_ascii=False, indent=1))
     else:
-        _render(data, console, "", wide=wide)
+        _render(data, console, "", wide=wide, pricing=pricing or Pricing())
+
+
+def call_cost_of(call: CallRecord, pricing: Pricing, session_model: str | None = None) -> RowCost | None:
+    """What a recorded call cost, and would have had the cache held its reusable prefix: from
+    the provider's own usage split in ``Usage.raw`` when recorded, else from the counts (the
+    reusable prefix taken as cached where no cached count was reported); ``None`` when its
+    model has no price."""
+    found = raw_cache_usage(call.usage.get("raw"))
+    reusable = call.audit.reusable_prefix_tokens or 0
+    if found is not None:
+        provider, u = found
+    else:
+        prompt = call.prompt_tokens or 0
+        provider = None
+        u = counts_usage(prompt, paid_as_cached(prompt, call.cached_tokens, reusable), call.completion_tokens)
+    return priced(u, reusable, provider, call.model or session_model, pricing)
+
+
+def _usd(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.5f}"
 
 
 def _parse_events(raw: list[Any]) -> tuple[list[Event], list[tuple[Any, str]]]:
@@ -120,7 +148,10 @@ def _say_long(console: Console, label: Text, text: str, note: Text) -> None:
     console.print(note, soft_wrap=True)
 
 
-def _render(data: dict[str, Any], console: Console, indent: str, *, wide: bool = False) -> None:
+def _render(
+    data: dict[str, Any], console: Console, indent: str, *, wide: bool = False, pricing: Pricing | None = None
+) -> None:
+    pricing = pricing or Pricing()
     """One exported session, then its children (already in the export) indented below it.
     Messages are printed whole (``run`` echoes a long one only in part and points here), with
     ``soft_wrap`` so that rich does not lay out a 30 MB answer word by word."""
@@ -210,7 +241,8 @@ def _render(data: dict[str, Any], console: Console, indent: str, *, wide: bool =
             say(_line(indent, ev.seq, ev.kind, "blue", " ", summary, note))
     calls = [CallRecord.from_dict(c) for c in data["calls"]]
     if calls:
-        console.print(_calls_table(calls, indent, wide=wide))
+        costs = [call_cost_of(c, pricing, data.get("model")) for c in calls]
+        console.print(_calls_table(calls, indent, wide=wide, costs=costs))
         _print_parts(console, calls, indent, wide=wide)
         for call in calls:
             if call.audit.context and call.audit.cause not in ("append", "first"):
@@ -230,8 +262,21 @@ def _render(data: dict[str, Any], console: Console, indent: str, *, wide: bool =
             )
             eff_text = f"{eff:.1%}" if eff is not None else "n/a (nothing reusable)"
             say(Text(f"{indent}hit ratio {hit:.1%} (Σcached ÷ Σprompt) · efficiency {eff_text} (Σcached ÷ Σreusable)"))
+        found = [r for r in costs if r is not None]
+        if found:
+            share = (
+                "" if len(found) == len(calls) else f" over {len(found)} of {len(calls)} calls (no price for the rest)"
+            )
+            say(
+                Text(
+                    f"{indent}cost {_usd(sum(r.cost for r in found))} USD · if the cache had held "
+                    f"{_usd(sum(r.if_held for r in found))}{share}"
+                )
+            )
+            for used in dict.fromkeys(pricing.describe(r.price) for r in found):
+                say(Text(f"{indent}  at {used}", style="dim"))
     for child in data["children"]:
-        _render(child, console, indent + "    ", wide=wide)
+        _render(child, console, indent + "    ", wide=wide, pricing=pricing)
 
 
 def _part(ledger: Mapping[str, Any], part: str) -> str:
@@ -266,14 +311,19 @@ def _print_parts(console: Console, calls: list[CallRecord], indent: str, *, wide
     )
 
 
-def _calls_table(calls: list[CallRecord], indent: str, *, wide: bool) -> Table:
+def _calls_table(
+    calls: list[CallRecord], indent: str, *, wide: bool, costs: list[RowCost | None] | None = None
+) -> Table:
     """The stored calls: compact by default (fits 80 columns; a failed call's error is
-    printed under the table), every column with ``wide``."""
+    printed under the table), every column with ``wide``. A cost column (USD; with ``wide``
+    also "if the cache had held") when some call has a price."""
     t = Table(title=f"{indent}calls")
+    costs = costs or [None] * len(calls)
+    priced = any(r is not None for r in costs)
     if not wide:
-        for col in ("call", "prompt", "cached/reusable", "wall ms", "cause", "out"):
+        for col in ("call", "prompt", "cached/reusable", "wall ms", "cause", "out", *(("cost $",) if priced else ())):
             t.add_column(col, justify="left" if col == "cause" else "right", no_wrap=True)
-        for c in calls:
+        for c, r in zip(calls, costs, strict=True):
             t.add_row(
                 str(c.call_index),
                 _n(c.prompt_tokens),
@@ -281,6 +331,7 @@ def _calls_table(calls: list[CallRecord], indent: str, *, wide: bool) -> Table:
                 _n(c.elapsed_ms),  # the stored wall time (store m003); prefill + decode before it
                 Text(c.audit.cause or ("error" if c.error else "")),
                 _n(c.completion_tokens),
+                *((_usd(r.cost if r else None),) if priced else ()),
             )
         return t
     for col in (
@@ -296,9 +347,10 @@ def _calls_table(calls: list[CallRecord], indent: str, *, wide: bool) -> Table:
         "decode ms",
         "request sha256",
         "error",
+        *(("cost $", "if held $") if priced else ()),
     ):
         t.add_column(col, justify="right")
-    for c in calls:
+    for c, r in zip(calls, costs, strict=True):
         t.add_row(
             str(c.call_index),
             _n(c.prompt_tokens),
@@ -312,5 +364,6 @@ def _calls_table(calls: list[CallRecord], indent: str, *, wide: bool) -> Table:
             _n(c.decode_ms),
             c.request_sha256[:12],
             Text((c.error or "")[:60]),
+            *((_usd(r.cost if r else None), _usd(r.if_held if r else None)) if priced else ()),
         )
     return t

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxwright.backends.base import Backend
+from ctxwright.cache.prices import PriceTable
 from ctxwright.compaction import CompactionConfig
 from ctxwright.compaction.strategies import STRATEGIES
 from ctxwright.core.reasoning import REASONING_MODES, ReasoningPolicy
@@ -886,6 +887,24 @@ class RuntimeOptions:
         stored prefix has them. The harness appends the file tools (with ``workspace``), the TODO tools,
         ``read_result`` and ``delegate`` when those options are on. On resume the resulting list must equal
         the stored prefix's tools (names, order and schema bytes), else ``PrefixMismatch``.""",
+    )
+    prices: str | Path | PriceTable | None = opt(
+        keyword="prices",
+        flag="--prices",
+        metavar="FILE",
+        cli_help="a TOML file of prices per model (input, cached_read, cache_write_5m, cache_write_1h, output; "
+        "USD per million tokens) over the built-in table, for each call's cost and 'if the cache had held' "
+        "(docs/prefix-cache.md); also for show, report and audit",
+        accepts="str | Path | PriceTable | None",
+        record="never",
+        default_text="the built-in table",
+        help="""prices per model for the cost of each call and of the session, and what they would have cost
+        had the cache held (``cache/prices.py``): a TOML file of ``[models."NAME"]`` tables (``provider``,
+        ``input``, ``cached_read``, ``cache_write_5m``, ``cache_write_1h``, ``output``, USD per million
+        tokens) or a ``PriceTable``, laid over the built-in table (Anthropic, OpenAI, DeepSeek; sources and
+        dates in ``docs/prefix-cache.md``). A file that is not TOML, over 1 MB, with an unknown key or a
+        negative or non-numeric price is refused (``PricesFileError``). Not recorded. (CLI: ``--prices FILE``
+        on ``run``, ``show``, ``report`` and ``audit``.)""",
     )
     db: str | Path | Store | None = opt(
         keyword="db",

@@ -181,6 +181,7 @@ def resolve(given: Mapping[str, Any], recorded: Mapping[str, Any] | None, defaul
             resume=src.g("resume"),
             take_over=bool(src.g("take_over")),
             on_event=src.g("on_event"),
+            prices=src.g("prices"),
         ),
     )
     from ctxwright.recipe.values import check_values

@@ -23,9 +23,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxwright.audit.compare import Auditor, AuditRequest, AuditRow, Prices, cache_ratios, paid_as_cached
+from ctxwright.audit.compare import (
+    Auditor,
+    AuditRequest,
+    AuditRow,
+    Prices,
+    RowCost,
+    as_pricing,
+    cache_ratios,
+    paid_as_cached,
+    priced,
+)
 from ctxwright.audit.live import audit_record
 from ctxwright.audit.logs import ParseProblem, read_log
+from ctxwright.cache.prices import Pricing
 from ctxwright.core.events import (
     AssistantEvent,
     CompactionEvent,
@@ -38,6 +49,7 @@ from ctxwright.core.messages import canonical_json
 from ctxwright.core.records import CallRecord
 from ctxwright.core.render import Renderer, RenderSettings
 from ctxwright.core.tokens import PER_MESSAGE_OVERHEAD, Ledger, TokenCounter
+from ctxwright.core.usage import CacheUsage, counts_usage, raw_cache_usage
 from ctxwright.proxy.log import proxy_session_requests
 from ctxwright.proxy.session_audit import session_items
 from ctxwright.proxy.store import ProxyLog
@@ -88,6 +100,11 @@ class CallData:
     error: str | None = None
     #: the compaction layers recorded just before this call
     compactions: tuple[str, ...] = ()
+    #: the provider's own split of the prompt, its usage shape and the model, when recorded
+    #: (``core/usage.py``): what the cost is priced on
+    usage_split: CacheUsage | None = None
+    provider: str | None = None
+    model: str | None = None
 
     @property
     def is_break(self) -> bool:
@@ -110,8 +127,22 @@ class CallData:
         reported no cached count -- shown as unknown, never as the estimate."""
         return None if self.cached_tokens is None else self.prefilled
 
-    def cost(self, prices: Prices) -> float:
-        return prices.cost(self.prefilled, self.cached_paid, self.completion_tokens or 0)
+    @property
+    def cache_usage(self) -> CacheUsage:
+        """The provider's split when recorded, else the counts (the reusable prefix taken as
+        cached where no cached count was reported)."""
+        if self.usage_split is not None:
+            return self.usage_split
+        return counts_usage(self.prompt_tokens, self.cached_paid, self.completion_tokens)
+
+    def priced(self, prices: Prices | Pricing) -> RowCost | None:
+        """Its cost and its cost had the cache held (``audit/compare.py`` :func:`priced`)."""
+        return priced(self.cache_usage, self.reusable_tokens or 0, self.provider, self.model, prices)
+
+    def cost(self, prices: Prices | Pricing) -> float | None:
+        """USD; ``None`` when its model has no price."""
+        r = self.priced(prices)
+        return None if r is None else r.cost
 
 
 @dataclass(frozen=True)
@@ -195,8 +226,28 @@ class SessionData:
     def breaks(self) -> list[CallData]:
         return [c for c in self.calls if c.is_break]
 
-    def cost(self, prices: Prices) -> float:
-        return sum(c.cost(prices) for c in self.calls)
+    def compaction_cost(self, k: Compaction, prices: Prices | Pricing) -> float | None:
+        """USD a compaction cost the cache: its tokens prefilled again at the input price
+        instead of the cached one, priced as the call after it (``None`` without a price)."""
+        call = next((c for c in self.calls if c.index == k.before_call), None)
+        pr = as_pricing(prices)
+        p = pr.price(call.provider if call else None, call.model if call else None) if pr is not None else None
+        if p is None or k.cache_cost_tokens is None:
+            return None
+        return k.cache_cost_tokens * (p.input - p.cached_read) / 1e6
+
+    def costs(self, prices: Prices | Pricing) -> tuple[float, float, int] | None:
+        """(cost, cost had the cache held, calls priced) over the calls that have a price;
+        ``None`` when none has."""
+        found = [r for r in (c.priced(prices) for c in self.calls) if r is not None]
+        if not found:
+            return None
+        return sum(r.cost for r in found), sum(r.if_held for r in found), len(found)
+
+    def cost(self, prices: Prices | Pricing) -> float | None:
+        """USD over the priced calls; ``None`` when no call has a price."""
+        c = self.costs(prices)
+        return None if c is None else c[0]
 
 
 @dataclass
@@ -267,6 +318,7 @@ def _stored_session(store: Store, session_id: str, counter: TokenCounter) -> Ses
         moved = extra.get(c.call_index)
         if moved:
             _carve(parts, moved)
+        found = raw_cache_usage(c.usage.get("raw"))
         call = CallData(
             index=c.call_index,
             parts=parts,
@@ -283,6 +335,9 @@ def _stored_session(store: Store, session_id: str, counter: TokenCounter) -> Ses
             wall_ms=c.elapsed_ms,
             error=c.error,
             compactions=tuple(layers.get(c.call_index, ())),
+            usage_split=found[1] if found else None,
+            provider=found[0] if found else None,
+            model=c.model or row.model,
         )
         s.calls.append(call)
         by_index[call.index] = call
@@ -510,6 +565,9 @@ def _logged_call(counter: TokenCounter, req: AuditRequest, row: AuditRow, index:
         before=str(ctx.get("before") or ""),
         after=str(ctx.get("after") or ""),
         options_changed=row.options_changed,
+        usage_split=row.usage_split,
+        provider=row.provider,
+        model=row.model,
     )
 
 

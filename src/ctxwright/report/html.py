@@ -32,7 +32,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from ctxwright.audit.compare import Prices
+from ctxwright.audit.compare import Prices, as_pricing
+from ctxwright.cache.prices import Pricing
 from ctxwright.errors import CtxwrightError
 from ctxwright.report.data import LABELS, PARTS, CallData, ReportData, SessionData
 from ctxwright.store.private import open_private
@@ -155,15 +156,22 @@ def _cache_chart(s: SessionData, runs: list[tuple[int, int]], labels: list[str])
     return fig
 
 
-def _cost_chart(s: SessionData, runs: list[tuple[int, int]], labels: list[str], prices: Prices) -> go.Figure:
-    total = 0.0
-    ys = []
+def _cost_chart(s: SessionData, runs: list[tuple[int, int]], labels: list[str], prices: Pricing) -> go.Figure:
+    """Cumulative cost as billed, and had the cache held every reusable prefix token."""
+    total = held = 0.0
+    ys, hs = [], []
     for a, b in runs:
-        total += sum(s.calls[i].cost(prices) for i in range(a, b))
+        for i in range(a, b):
+            r = s.calls[i].priced(prices)
+            if r is not None:
+                total, held = total + r.cost, held + r.if_held
         ys.append(round(total, 6))
+        hs.append(round(held, 6))
     fig = go.Figure(layout=_layout("cumulative cost", runs, len(s.calls), "cost"))
-    fig.update_layout(barmode="group", showlegend=False, yaxis={"rangemode": "tozero"})
-    fig.add_scatter(x=labels, y=ys, mode="lines+markers" if len(runs) < 60 else "lines", name="cost")
+    fig.update_layout(barmode="group", showlegend=True, yaxis={"rangemode": "tozero"})
+    mode = "lines+markers" if len(runs) < 60 else "lines"
+    fig.add_scatter(x=labels, y=ys, mode=mode, name="cost")
+    fig.add_scatter(x=labels, y=hs, mode=mode, name="if the cache had held", line={"dash": "dot"})
     return fig
 
 
@@ -227,6 +235,10 @@ class SessionView:
     breaks_left_out: int
     tools: list[ToolStats]
     cost: float | None
+    #: what the priced calls would have cost had the cache held every reusable prefix token
+    cost_if_held: float | None
+    #: calls with a price (a model missing from the price table has none)
+    priced_calls: int
     charted: bool
     #: the parts any call of the session has (the table's columns)
     parts: list[str]
@@ -237,7 +249,7 @@ class SessionView:
     cost_estimated: bool
 
 
-def _view(i: int, s: SessionData, prices: Prices | None, chart: bool) -> SessionView:
+def _view(i: int, s: SessionData, prices: Pricing | None, chart: bool) -> SessionView:
     charts: list[Chart] = []
     stats = tool_stats(s)
     if chart and s.calls:
@@ -250,6 +262,7 @@ def _view(i: int, s: SessionData, prices: Prices | None, chart: bool) -> Session
     if chart and stats:
         charts.append(Chart(f"c{i}-tools", "tool timings", _script_json(_tools_chart(stats))))
     breaks = s.breaks
+    costs = s.costs(prices) if prices is not None else None
     return SessionView(
         anchor=f"s{i}",
         data=s,
@@ -259,7 +272,9 @@ def _view(i: int, s: SessionData, prices: Prices | None, chart: bool) -> Session
         breaks=breaks[:MAX_BREAKS],
         breaks_left_out=max(0, len(breaks) - MAX_BREAKS),
         tools=stats,
-        cost=s.cost(prices) if prices is not None else None,
+        cost=costs[0] if costs else None,
+        cost_if_held=costs[1] if costs else None,
+        priced_calls=costs[2] if costs else 0,
         charted=chart,
         parts=[p for p in PARTS if any(c.parts.get(p) for c in s.calls)],
         cached_text=cached_text(s),
@@ -328,14 +343,28 @@ _ENV = jinja2.Environment(
 _ENV.filters.update(n=_fmt, money=_money, pct=_pct, when=_when, short=_short, visible=_visible)
 
 
-def render_html(data: ReportData, prices: Prices | None = None) -> str:
-    """The report as one HTML document (plotly.js included)."""
+def render_html(data: ReportData, prices: Prices | Pricing | None = None) -> str:
+    """The report as one HTML document (plotly.js included). ``prices``: the flat
+    ``--price-*`` prices or a :class:`~ctxwright.cache.prices.Pricing` (the price table);
+    the cost columns appear when some call has a price."""
+    pricing = as_pricing(prices)
+    if pricing is not None and not any(c.priced(pricing) for s in data.sessions for c in s.calls):
+        pricing = None
+    prices = pricing
+    used: dict[str, None] = {}
+    if pricing is not None:
+        for s in data.sessions:
+            for c in s.calls:
+                r = c.priced(pricing)
+                if r is not None:
+                    used[pricing.describe(r.price)] = None
     views = [_view(i, s, prices, i < MAX_CHARTED_SESSIONS) for i, s in enumerate(data.sessions)]
     template = _ENV.get_template("report.html.j2")
     return template.render(
         data=data,
         views=views,
         prices=prices,
+        prices_used=list(used),
         labels=LABELS,
         parts=PARTS,
         colors=COLORS,
@@ -347,7 +376,7 @@ def render_html(data: ReportData, prices: Prices | None = None) -> str:
     )
 
 
-def write_report(data: ReportData, path: str | Path, prices: Prices | None = None) -> Path:
+def write_report(data: ReportData, path: str | Path, prices: Prices | Pricing | None = None) -> Path:
     """Write the report to ``path`` (its folder must exist); returns the path written.
 
     The file is ``0600``, as the database is (``store/private.py``): the page holds every
