@@ -52,6 +52,9 @@ LOOKBACK_BLOCKS = 20
 #: A read short of the expected prefix by at most this many tokens is still a hit (OpenAI
 #: caches in 128-token steps; Anthropic reads up to the last breakpoint it finds).
 TOLERANCE_TOKENS = 128
+#: ... or by this share of it: ctxwright counts tokens with its own tokenizer, the provider
+#: with the model's, and the two differ by a few percent.
+TOLERANCE_SHARE = 0.05
 #: The audit's causes that keep the bytes of the previous request (``audit/compare.py``).
 UNCHANGED = frozenset({"first", "append"})
 #: The provider's reasons that say nothing of what changed.
@@ -130,6 +133,8 @@ class Facts:
         breakpoint of the previous call inside it (Anthropic caches only up to breakpoints)."""
         reusable = self.byte.reusable_prefix_tokens
         if self.prev is not None and self.prev.breakpoints:
+            if not self.byte.changed:  # an append keeps every earlier breakpoint's prefix
+                return min(reusable, max(t for _, t in self.prev.breakpoints))
             inside = [t for _, t in self.prev.breakpoints if t <= reusable]
             return max(inside) if inside else 0
         return reusable
@@ -143,7 +148,9 @@ class Facts:
         """The provider read less than it could have, or said it missed."""
         if self.now.miss_reason is not None and self.now.miss_reason not in NEUTRAL_REASONS:
             return True
-        return self.read is not None and self.read + TOLERANCE_TOKENS < self.expected
+        expected = self.expected
+        slack = max(TOLERANCE_TOKENS, expected * TOLERANCE_SHARE)
+        return self.read is not None and self.read + slack < expected
 
     @property
     def gap(self) -> float | None:
