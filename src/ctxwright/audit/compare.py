@@ -132,6 +132,9 @@ class AuditRequest:
     conversation: str | None = None
     #: a name for that conversation in reports (the session id of an export)
     session: str | None = None
+    #: what the provider reported about its cache, in ``Usage.raw``'s layout (``cache/reported.py``):
+    #: read from a logged Anthropic or Responses exchange (``audit/provider_log.py``); ``None``: nothing
+    provider: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,7 @@ def byte_evidence(row: AuditRow) -> ByteEvidence:
         offset=d.byte_offset if d is not None else None,
         message_index=d.message_index if d is not None else None,
         field=d.field if d is not None else None,
+        options=row.options_changed,
     )
 
 

@@ -89,11 +89,14 @@ class CacheState:
 
 
 def touched(r: Reported) -> bool:
-    """The call wrote or read the cache (each renews the entry's TTL), or did not say."""
+    """The call wrote or read the cache (each renews the entry's TTL). OpenAI reports no
+    writes: every prompt it caches is written, so an unknown write counts as one."""
     t = r.tokens
-    if t.cache_read is None and t.cache_write is None:
+    if (t.cache_read or 0) > 0:
+        return True
+    if t.cache_write is None:
         return r.known
-    return (t.cache_read or 0) > 0 or (t.cache_write or 0) > 0
+    return t.cache_write > 0
 
 
 def cache_state(history: Sequence[Reported], now: float) -> CacheState | None:

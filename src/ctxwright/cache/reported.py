@@ -86,8 +86,9 @@ class Reported:
     sent_at: float | None = None
     minimum_tokens: int | None = None
     prefix_tokens: int | None = None
-    #: (block index, tokens of the prefix ending there) of each breakpoint, in prompt order
-    breakpoints: tuple[tuple[int, int], ...] = ()
+    #: (block index, tokens of the prefix ending there) of each breakpoint, in prompt order;
+    #: the tokens are ``None`` where nobody counted them (a breakpoint read from a log)
+    breakpoints: tuple[tuple[int, int | None], ...] = ()
     routing_key: str | None = None
     #: a keep-warm refresh (``cache/expiry.py``), not a trajectory request
     keep_warm: bool = False
@@ -122,12 +123,12 @@ def reported(raw: Mapping[str, Any] | None) -> Reported:
     if missed is None:
         missed = first_int(diag.get("cache_missed_input_tokens"), diag.get("missed_tokens"))
     cache = as_object(raw.get("cache"))
-    bps: list[tuple[int, int]] = []
+    bps: list[tuple[int, int | None]] = []
     for bp in cache.get("breakpoints") or ():
         if isinstance(bp, dict):
             block, tokens = first_int(bp.get("block")), first_int(bp.get("tokens"))
             if block is not None:
-                bps.append((block, tokens or 0))
+                bps.append((block, tokens))
     key = cache.get("routing_key")
     ttl = cache.get("ttl")
     return Reported(

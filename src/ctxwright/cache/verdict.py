@@ -57,6 +57,28 @@ TOLERANCE_TOKENS = 128
 TOLERANCE_SHARE = 0.05
 #: The audit's causes that keep the bytes of the previous request (``audit/compare.py``).
 UNCHANGED = frozenset({"first", "append"})
+#: Request options that are not part of the cached prompt: the sampling and length fields
+#: (Anthropic and OpenAI cache the prompt, not the generation settings) and the routing key
+#: (judged by its own rule, ``routing_key_changed``).
+PROMPT_NEUTRAL_OPTIONS = frozenset(
+    {
+        "max_tokens",
+        "max_completion_tokens",
+        "max_output_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stop",
+        "stop_sequences",
+        "seed",
+        "stream",
+        "metadata",
+        "user",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "service_tier",
+    }
+)
 #: The provider's reasons that say nothing of what changed.
 NEUTRAL_REASONS = frozenset({"previous_message_not_found", "unavailable"})
 #: The audit cause -> the segment of the request it names.
@@ -92,8 +114,15 @@ class ByteEvidence:
     message_index: int | None = None
     field: str | None = None
 
+    #: the request options that changed (the audit's ``options_changed``)
+    options: tuple[str, ...] = ()
+
     @property
     def changed(self) -> bool:
+        """The bytes the provider caches changed: an options change counts only when one of
+        the options is part of the cached prompt (the model, ``tool_choice``, thinking ...)."""
+        if self.cause == "options_changed" and self.options and set(self.options) <= PROMPT_NEUTRAL_OPTIONS:
+            return False
         return self.cause not in UNCHANGED
 
     @property
@@ -132,10 +161,11 @@ class Facts:
         """Tokens the provider could have read: the reusable prefix, cut back to the last
         breakpoint of the previous call inside it (Anthropic caches only up to breakpoints)."""
         reusable = self.byte.reusable_prefix_tokens
-        if self.prev is not None and self.prev.breakpoints:
+        counted = [t for _, t in self.prev.breakpoints if t is not None] if self.prev is not None else []
+        if counted:
             if not self.byte.changed:  # an append keeps every earlier breakpoint's prefix
-                return min(reusable, max(t for _, t in self.prev.breakpoints))
-            inside = [t for _, t in self.prev.breakpoints if t <= reusable]
+                return min(reusable, max(counted))
+            inside = [t for t in counted if t <= reusable]
             return max(inside) if inside else 0
         return reusable
 
@@ -200,8 +230,9 @@ def _below_minimum(f: Facts) -> Verdict | None:
     if not f.missed or minimum is None:
         return None
     cacheable = f.byte.reusable_prefix_tokens
-    if f.prev is not None and f.prev.breakpoints:
-        cacheable = max(t for _, t in f.prev.breakpoints)
+    counted = [t for _, t in f.prev.breakpoints if t is not None] if f.prev is not None else []
+    if counted:
+        cacheable = max(counted)
     if cacheable >= minimum:
         return None
     return Verdict(
