@@ -175,3 +175,32 @@ def test_a_backend_without_the_provider_layout_records_no_verdict(tmp_path: Path
         sid = h.session_id
     (call,) = _calls(db, sid)
     assert "cache" not in call.audit.raw
+
+
+def test_show_prints_age_ttl_the_fused_cause_and_the_expiry(tmp_path: Path, capsys: Any) -> None:
+    from ctxwright.cli.main import main
+
+    clock = Clock()
+    backend = CachingBackend(clock)
+    db = tmp_path / "s.db"
+    with Harness(backend=backend, db=db, system="You help.", status=False) as h:
+        h.run("first question")
+        clock.t += 270
+        h.keep_warm()
+        clock.t += 60
+        h.run("second question")
+        clock.t += 400
+        h.run("third question")
+        sid = h.session_id
+    capsys.readouterr()
+    assert main(["--db", str(db), "show", sid]) == 0
+    out = capsys.readouterr().out
+    assert "age/TTL" in out
+    assert "append · ttl_expired" in out
+    assert "6m40s/5m00s" in out
+    assert "call 3 provider cache: ttl_expired: bytes identical; idle 6m40s" in out
+    assert "keep-warm refreshes: 1" in out
+    assert "expiries: 1 (" in out
+    assert main(["--db", str(db), "show", sid, "--wide"]) == 0
+    wide = capsys.readouterr().out
+    assert "provider" in wide and "ttl_expired" in wide and "keep_warm" in wide

@@ -25,14 +25,11 @@ from typing import Any
 from ctxwright.audit.compare import AuditRow
 from ctxwright.audit.live import cache_history, cache_record
 from ctxwright.backends.base import Backend
-from ctxwright.cache.expiry import KeepWarm, KeepWarmTimer, cache_state, choose_ttl, price_of
+from ctxwright.cache.expiry import KEEP_WARM, KeepWarm, KeepWarmTimer, cache_state, choose_ttl, price_of
 from ctxwright.cache.reported import Reported, reported
 from ctxwright.core.messages import Usage
 from ctxwright.core.request import ChatRequest
 from ctxwright.core.session import Session
-
-#: ``audit.cause`` (and ``audit.cache.cause``) of a keep-warm refresh.
-KEEP_WARM = "keep_warm"
 
 
 def is_keep_warm(usage: Any) -> bool:

@@ -33,6 +33,8 @@ from typing import Protocol
 
 from ctxwright.cache.reported import Reported
 
+#: ``audit.cause`` (and ``audit.cache.cause``) of a keep-warm refresh's call record.
+KEEP_WARM = "keep_warm"
 #: TTL names -> seconds (Anthropic's two; OpenAI's retention names).
 TTL_SECONDS: dict[str, float] = {"5m": 300.0, "1h": 3600.0, "in_memory": 300.0, "30m": 1800.0, "24h": 86400.0}
 
@@ -286,6 +288,7 @@ class KeepWarmTimer:
 
 
 __all__ = [
+    "KEEP_WARM",
     "TTL_SECONDS",
     "CacheState",
     "ExpiryCost",
