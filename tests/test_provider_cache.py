@@ -204,3 +204,34 @@ def test_show_prints_age_ttl_the_fused_cause_and_the_expiry(tmp_path: Path, caps
     assert main(["--db", str(db), "show", sid, "--wide"]) == 0
     wide = capsys.readouterr().out
     assert "provider" in wide and "ttl_expired" in wide and "keep_warm" in wide
+
+
+def test_the_report_shows_the_provider_cache_and_counts_refreshes_as_cost(tmp_path: Path) -> None:
+    from ctxwright.audit.compare import Prices
+    from ctxwright.report import from_store, write_report
+
+    clock = Clock()
+    backend = CachingBackend(clock)
+    db = tmp_path / "s.db"
+    with Harness(backend=backend, db=db, system="You help.", status=False) as h:
+        h.run("first question")
+        clock.t += 270
+        h.keep_warm()
+        clock.t += 500
+        h.run("second question")
+        sid = h.session_id
+    store = Store(db)
+    try:
+        data = from_store(store, sid)
+    finally:
+        store.close()
+    (s,) = data.sessions
+    assert [c.cache_cause for c in s.calls] == ["first", "ttl_expired"]  # the refresh is not a call
+    assert len(s.refreshes) == 1 and s.refresh_tokens > 0
+    prices = Prices(input=3.0, cached=0.3, output=15.0)
+    assert s.cost(prices) == sum(c.cost(prices) for c in s.calls) + s.refreshes[0].cost(prices)
+    assert s.refreshes[0].cost(prices) > 0
+    page = write_report(data, tmp_path / "r.html", prices).read_text()
+    assert "Provider cache" in page and "cache age / TTL" in page
+    assert "Expiries: 1" in page and "Keep-warm refreshes: 1" in page
+    assert "8m20s/5m00s" in page

@@ -26,6 +26,8 @@ from typing import Any
 from ctxwright.audit.compare import Auditor, AuditRequest, AuditRow, Prices, cache_ratios, paid_as_cached
 from ctxwright.audit.live import audit_record
 from ctxwright.audit.logs import ParseProblem, read_log
+from ctxwright.audit.provider_log import LogVerdicts, age_ttl, describe, expiry_total
+from ctxwright.cache.expiry import KEEP_WARM
 from ctxwright.core.events import (
     AssistantEvent,
     CompactionEvent,
@@ -88,6 +90,26 @@ class CallData:
     error: str | None = None
     #: the compaction layers recorded just before this call
     compactions: tuple[str, ...] = ()
+    #: the provider's cache verdict (``audit/live.py: cache_record``), on a provider-caching
+    #: backend or a logged Anthropic/Responses exchange
+    cache: Mapping[str, Any] | None = None
+
+    @property
+    def cache_cause(self) -> str:
+        return str((self.cache or {}).get("cause") or "")
+
+    @property
+    def cache_evidence(self) -> str:
+        return describe(self.cache) if self.cache else ""
+
+    @property
+    def age_ttl(self) -> str:
+        """The cache's age when the call was sent and its TTL (``4m30s/5m00s``)."""
+        return age_ttl(self.cache)
+
+    @property
+    def expired(self) -> bool:
+        return self.cache_cause == "ttl_expired"
 
     @property
     def is_break(self) -> bool:
@@ -150,6 +172,32 @@ class SessionData:
     tools: list[ToolRun] = field(default_factory=list)
     compactions: list[Compaction] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: keep-warm refreshes (``cache/expiry.py``): calls that cost, not requests of the session
+    refreshes: list[CallData] = field(default_factory=list)
+
+    @property
+    def provider_cache(self) -> bool:
+        """Some call carries the provider's own cache verdict."""
+        return any(c.cache is not None for c in self.calls)
+
+    @property
+    def expiries(self) -> list[CallData]:
+        """The calls the provider missed because the cache had expired."""
+        return [c for c in self.calls if c.expired]
+
+    @property
+    def refresh_tokens(self) -> int:
+        """Tokens the keep-warm refreshes read from the cache."""
+        return sum(c.cached_tokens or 0 for c in self.refreshes)
+
+    @property
+    def expiry_tokens(self) -> int:
+        return expiry_total([dict(c.cache or {}) for c in self.expiries])[0]
+
+    @property
+    def expiry_usd(self) -> float | None:
+        """What the expiries cost beyond reads, by the price table; ``None`` when unpriced."""
+        return expiry_total([dict(c.cache or {}) for c in self.expiries])[1]
 
     @property
     def prompt_tokens(self) -> int:
@@ -196,7 +244,8 @@ class SessionData:
         return [c for c in self.calls if c.is_break]
 
     def cost(self, prices: Prices) -> float:
-        return sum(c.cost(prices) for c in self.calls)
+        """Every call's cost, keep-warm refreshes included (they are paid for)."""
+        return sum(c.cost(prices) for c in self.calls) + sum(c.cost(prices) for c in self.refreshes)
 
 
 @dataclass
@@ -283,7 +332,11 @@ def _stored_session(store: Store, session_id: str, counter: TokenCounter) -> Ses
             wall_ms=c.elapsed_ms,
             error=c.error,
             compactions=tuple(layers.get(c.call_index, ())),
+            cache=a.cache,
         )
+        if a.cause == KEEP_WARM:  # paid for, never a request of the trajectory
+            s.refreshes.append(call)
+            continue
         s.calls.append(call)
         by_index[call.index] = call
     grouped: dict[int | None, list[CompactionEvent]] = {}
@@ -398,6 +451,7 @@ def from_requests(
     conversation the audit finds (a session export's session, a proxy session) is a page."""
     counter = counter or TokenCounter()
     auditor = Auditor(counter, keep_rows=False)
+    verdicts = LogVerdicts()
     sessions: dict[int, SessionData] = {}
     data = ReportData(
         title=title, sessions=[], token_source=f"tokens the log does not report counted with {counter.source}"
@@ -422,6 +476,7 @@ def from_requests(
                 source=f"from request #{row.index}",
             )
         s.calls.append(_logged_call(counter, item, row, len(s.calls)))
+        s.calls[-1].cache = verdicts.add(item, row)
         if item.marker == "compaction" or row.cause == "compaction":
             call = s.calls[-1]
             s.compactions.append(
