@@ -129,3 +129,40 @@ def test_responses_routing_key_change(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["audit", str(log), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["cache"]["cause"] for r in doc["requests"]] == ["first", "hit", "routing_key_changed"]
+
+
+def test_a_proxy_session_shows_the_same_causes_live(tmp_path: Path) -> None:
+    """The live proxy's per-session audits (``proxy/session_audit.py``) fuse each Anthropic
+    exchange's report as ``ctxwright audit`` does, and its printed line says the cause."""
+    from ctxwright.audit.compare import AuditRequest
+    from ctxwright.audit.logs import RecordReader
+    from ctxwright.core.tokens import TokenCounter
+    from ctxwright.proxy.recorder import format_line
+    from ctxwright.proxy.server import Exchange
+    from ctxwright.proxy.session_audit import LiveAudits
+    from ctxwright.store.sessions import Store
+
+    store = Store(tmp_path / "p.db")
+    try:
+        audits = LiveAudits(store, TokenCounter())
+        reader = RecordReader()
+        causes = []
+        for i, line in enumerate(
+            [
+                anthropic_line(1, 1000.0, read=0, write=1900),
+                anthropic_line(2, 1060.0, read=1900, write=20),
+                anthropic_line(3, 1460.0, read=0, write=1950),
+            ]
+        ):
+            (req,) = list(reader.read_record(line, i + 1))
+            assert isinstance(req, AuditRequest)
+            row = audits.add("sess", req, new=i == 0)
+            assert audits.cache is not None
+            causes.append(audits.cache["cause"])
+        assert causes == ["first", "hit", "ttl_expired"]
+        fields = {f: None for f in Exchange.__dataclass_fields__}
+        ex = Exchange(**{**fields, "status": 200, "total_ms": 12.0, "outcome": "complete"})  # type: ignore[arg-type]
+        printed = format_line("sess", 2, ex, row, None, audits.cache)
+        assert "provider cache: ttl_expired: bytes identical; idle 6m40s" in printed
+    finally:
+        store.close()
