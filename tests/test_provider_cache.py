@@ -235,3 +235,38 @@ def test_the_report_shows_the_provider_cache_and_counts_refreshes_as_cost(tmp_pa
     assert "Provider cache" in page and "cache age / TTL" in page
     assert "Expiries: 1" in page and "Keep-warm refreshes: 1" in page
     assert "8m20s/5m00s" in page
+
+
+class AutoTtlBackend(CachingBackend):
+    """A stand-in with the Anthropic backend's ``--cache-ttl auto`` hook."""
+
+    cache_ttl = "auto"
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock)
+        self.ttl_for_call: Any = None
+
+
+def test_cache_ttl_auto_picks_1h_once_pauses_of_minutes_are_seen(tmp_path: Path) -> None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Price:
+        input: float = 3.0
+        cached_read: float = 0.3
+        cache_write_5m: float = 3.75
+        cache_write_1h: float = 6.0
+
+    clock = Clock()
+    backend = AutoTtlBackend(clock)
+    with Harness(backend=backend, db=tmp_path / "s.db", system="You help.", status=False) as h:
+        assert backend.ttl_for_call is not None  # the context installed its choice
+        h.context.provider_cache.price = Price()
+        assert backend.ttl_for_call() == "5m"  # nothing seen yet: the provider's default
+        h.run("one")
+        clock.t += 30
+        h.run("two")
+        assert backend.ttl_for_call() == "5m"  # gaps within 5 minutes
+        clock.t += 900
+        h.run("three")
+        assert backend.ttl_for_call() == "1h"  # a 15-minute pause: the 1-hour write pays off

@@ -25,7 +25,7 @@ from typing import Any
 from ctxwright.audit.compare import AuditRow
 from ctxwright.audit.live import cache_history, cache_record
 from ctxwright.backends.base import Backend
-from ctxwright.cache.expiry import KEEP_WARM, KeepWarm, KeepWarmTimer, cache_state, choose_ttl, price_of
+from ctxwright.cache.expiry import KEEP_WARM, KeepWarm, KeepWarmTimer, Price, cache_state, choose_ttl, price_of
 from ctxwright.cache.reported import Reported, reported
 from ctxwright.core.messages import Usage
 from ctxwright.core.request import ChatRequest
@@ -53,6 +53,8 @@ class ProviderCache:
         self.timer: KeepWarmTimer | None = None
         #: held by a run and by a refresh: one request to the backend at a time
         self.lock = threading.RLock()
+        #: the model's price for ``--cache-ttl auto``; ``None``: the price table's (``cache/prices.py``)
+        self.price: Price | None = None
 
     # -- each call -------------------------------------------------------------------------
     def after_call(self, request: ChatRequest, row: AuditRow, usage: Usage) -> dict[str, Any] | None:
@@ -74,7 +76,8 @@ class ProviderCache:
     def choose_ttl(self) -> str:
         """``--cache-ttl auto``: 5m or 1h for the next call, from the gaps seen so far."""
         provider = next((r.provider for r in reversed(self.history) if r.provider), None)
-        return choose_ttl(self.gaps(), price_of(provider, self.backend.model))
+        price = self.price if self.price is not None else price_of(provider, self.backend.model)
+        return choose_ttl(self.gaps(), price)
 
     # -- keep-warm ---------------------------------------------------------------------------
     def refresh(self) -> float | None:
