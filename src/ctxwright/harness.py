@@ -204,7 +204,23 @@ class Harness:
         if self._closed:
             raise CtxwrightError("this Harness is closed; resume the session in a new one: Harness.resume(session_id)")
         self.agent.config.tool_choice_first = self._first_choice()
-        return self.agent.run(prompt)
+        cache = self.context.provider_cache
+        with cache.lock:  # a keep-warm refresh waits for the run, and the run for a refresh
+            result = self.agent.run(prompt)
+        cache.start_timer()  # keep_warm on: refresh the provider's cache until the next run
+        return result
+
+    def keep_warm(self) -> float | None:
+        """Refresh the provider's prompt cache now: re-send the last request unchanged with
+        ``max_tokens=1`` (identical bytes: a full cache read, which renews the entry's TTL).
+        The reply is discarded; the call is recorded and counted as cost, not as a request
+        of the trajectory. Returns when it was sent (the backend's clock), ``None`` when
+        there is nothing to refresh (no call yet, or a backend that does not report the
+        provider's cache) or the backend failed. With ``keep_warm=True`` a background timer
+        does this before each expiry while the harness stays open (``cache/expiry.py``)."""
+        if self._closed:
+            raise CtxwrightError("this Harness is closed; resume the session in a new one: Harness.resume(session_id)")
+        return self.context.provider_cache.refresh()
 
     def report(self, path: str | Path, prices: Prices | Pricing | None = None) -> Path:
         """Write the HTML report of this session and its sub-agents' sessions to ``path``

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ctxwright.agent.assemble import Assembly
 from ctxwright.agent.progress import AssistantReply, Compacted, GateDecided
+from ctxwright.agent.provider_cache import ProviderCache
 from ctxwright.agent.results import drafts_of, result_steps
 from ctxwright.audit.compare import Auditor, AuditSummary
 from ctxwright.audit.live import LiveRequests, audit_record, past_requests
@@ -110,6 +111,8 @@ class ContextConfig:
     temperature: float | None = 0.0
     #: side-channel timestamps: "[YYYY-MM-DD HH:MM:SS] " before user and tool contents
     timestamps: bool = cast(bool, default("timestamps"))
+    #: refresh the provider's cache before it expires between runs (``cache/expiry.py``)
+    keep_warm: bool = cast(bool, default("keep_warm"))
     #: the compaction layers (budget, noise, clearing, trim); ``None`` or ``enabled=False``
     #: sends the trajectory as recorded, with only the plain ``max_result_chars`` cap
     compaction: CompactionConfig | None = field(default_factory=CompactionConfig)
@@ -141,6 +144,8 @@ class CallReport:
     wall_ms: float | None = None
     #: what probably happened when the server's prompt tokens are far from the ledger's
     mismatch: str | None = None
+    #: the provider's cache verdict (``audit/live.py: cache_record``) on a provider-caching backend
+    cache: dict[str, Any] | None = None
 
 
 @dataclass
@@ -326,6 +331,10 @@ class Context:
         # per-turn work kept incremental (core/incremental.py): only what is new since the last call
         self._ledger = LedgerBuilder()
         self._live = LiveRequests()
+        #: the provider's cache as this session saw it: verdicts, --cache-ttl auto, keep-warm
+        self.provider_cache = ProviderCache(session, backend, keep_warm=self.config.keep_warm)
+        if getattr(backend, "cache_ttl", None) == "auto" and getattr(backend, "ttl_for_call", False) is None:
+            backend.ttl_for_call = self.provider_cache.choose_ttl  # type: ignore[attr-defined]
         self._repeat_tracker = RepeatTracker()
         self._pending: Pending | None = None
         self._last: Step | None = None  # the last reply recorded: its tool calls must be answered next
@@ -454,6 +463,9 @@ class Context:
             self._live.audit_request(request, u, marker=s.marker_since_last_call(), model=self.backend.model)
         )
         audit = audit_record(row)
+        cache = self.provider_cache.after_call(request, row, u)
+        if cache is not None:
+            audit["cache"] = cache
         mismatch = check_reported(ledger, u.prompt_tokens, self.counter.source, request.tool_choice)
         ledger_rec: dict[str, Any] = dict(ledger.to_dict())
         if mismatch is not None:
@@ -474,6 +486,7 @@ class Context:
             compactions=pending.compactions,
             wall_ms=wall_ms,
             mismatch=mismatch.message if mismatch is not None else None,
+            cache=cache,
         )
         if mismatch is not None and mismatch.kind not in self._warned:
             self._warned.add(mismatch.kind)
@@ -678,6 +691,7 @@ class Context:
         if self._closed:
             return
         self._closed = True
+        self.provider_cache.stop_timer()
         if self.wired is not None:
             self.wired.close()
 

@@ -264,6 +264,7 @@ def context_config(recipe: Recipe, d: BackendDefaults) -> ContextConfig:
         max_tool_rounds=lim.max_tool_rounds,
         max_tokens=lim.max_tokens,
         timestamps=recipe.timestamps,
+        keep_warm=recipe.keep_warm,
         compaction=recipe.compaction.config,
         defence=recipe.defence.features,
     )

@@ -141,6 +141,9 @@ class AuditRequest:
     #: model the request named: what picks the price (``cache/prices.py``)
     provider: str | None = None
     model: str | None = None
+    #: what the provider reported about its cache, in ``Usage.raw``'s layout (``cache/reported.py``):
+    #: read from a logged Anthropic or Responses exchange (``audit/provider_log.py``); ``None``: nothing
+    provider_cache: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,14 @@ knows ctxwright's own request, usage and event types.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ctxwright.audit.compare import AuditRequest, AuditRow, segment_hash
 from ctxwright.audit.logs import WireCache
+from ctxwright.cache.expiry import Price, cache_state, expiry_cost, price_of
+from ctxwright.cache.reported import Reported, reported
+from ctxwright.cache.verdict import ByteEvidence, Facts, fuse
 from ctxwright.core.incremental import common_prefix_len
 from ctxwright.core.messages import Message, Usage
 from ctxwright.core.render import replay_calls
@@ -110,6 +113,67 @@ def audit_record(row: AuditRow) -> dict[str, Any]:
         rec["where"] = f"{idx} {d.field} @{d.byte_offset}"
         rec["context"] = {"before": d.before, "after": d.after}
     return rec
+
+
+def byte_evidence(row: AuditRow) -> ByteEvidence:
+    """The byte audit's part of the cache verdict (``cache/verdict.py``)."""
+    d = row.first_divergence
+    where = ""
+    if d is not None:
+        idx = "tools" if d.message_index is None else f"msg#{d.message_index}"
+        where = f"{idx} {d.field} @{d.byte_offset}"
+    return ByteEvidence(
+        cause=row.cause,
+        reusable_prefix_tokens=row.reusable_prefix_tokens,
+        where=where,
+        offset=d.byte_offset if d is not None else None,
+        message_index=d.message_index if d is not None else None,
+        field=d.field if d is not None else None,
+        options=row.options_changed,
+    )
+
+
+def cache_record(
+    row: AuditRow,
+    raw: Mapping[str, Any] | None,
+    history: Sequence[Reported],
+    *,
+    model: str | None = None,
+    price: Price | None = None,
+) -> dict[str, Any] | None:
+    """The fused cache verdict stored with a call (``audit["cache"]``): ``cause``,
+    ``evidence``, ``agree``, the cache's ``age_s`` and ``ttl_s`` when the call was sent, and
+    for an expiry its ``expiry_cost`` (the re-write against the read it replaced, priced by
+    ``price`` or the price table; ``None`` when the model has no price).
+
+    ``history`` is the earlier calls' reports, oldest first, keep-warm refreshes included (a
+    refresh renews the entry). ``None`` for a call whose backend does not report the
+    provider's cache layout (chat completions, llama.cpp): the byte audit is all there is."""
+    now = reported(raw)
+    if not now.known:
+        return None
+    prev = next((r for r in reversed(history) if r.known), None)
+    byte = byte_evidence(row)
+    verdict = fuse(byte, now, prev)
+    rec = verdict.to_json()
+    state = cache_state(history, now.sent_at) if now.sent_at is not None else None
+    rec["age_s"] = round(state.age_s, 3) if state is not None else None
+    rec["ttl_s"] = now.ttl_s
+    rec["expiry_cost"] = None
+    if verdict.cause == "ttl_expired":
+        expected = Facts(byte, now, prev).expected
+        written = now.tokens.cache_write
+        tokens = min(expected, written) if written else expected
+        p = price if price is not None else price_of(now.provider, model)
+        ttl = prev.ttl if prev is not None else now.ttl
+        rec["expiry_cost"] = expiry_cost(tokens, ttl, p).to_json() if p is not None else {"tokens": tokens}
+    return rec
+
+
+def cache_history(records: Sequence[Mapping[str, Any]]) -> list[Reported]:
+    """The reports of stored calls (their ``usage`` objects), oldest first: the history a
+    resumed session's next verdict reads."""
+    return [reported(u.get("raw") if isinstance(u, Mapping) else None) for u in records]
 
 
 def past_requests(session: Session) -> Iterator[AuditRequest]:

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ctxwright.audit.compare import AuditRequest, segment_hash, utf8
+from ctxwright.audit.provider_log import provider_raw
 from ctxwright.core.events import CompactionEvent, Event, MessageEvent, event_from_dict
 from ctxwright.core.messages import Message, canonical_json
 from ctxwright.core.render import RenderSettings, replay_calls
@@ -443,6 +444,7 @@ class RecordReader:
             usage_split=usage.split,
             provider=usage.provider,
             model=usage.model,
+            provider_cache=provider_raw(record, body),
         )
         return call.applied_to(request) if call is not None else request
 
@@ -682,10 +684,22 @@ def split_body(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
         if not isinstance(m, dict):
             raise LogRecordRejected(f"message {i} is a JSON {_json_type(m)}, not an object")
     if is_anthropic(body):
-        return text_of(body.get("system")), messages
+        return text_of(body.get("system")), [_unmarked(m) for m in messages]
     if messages[0].get("role") in _SYSTEM_ROLES:
         return text_of(messages[0].get("content")), messages[1:]
     return "", messages
+
+
+def _unmarked(m: dict[str, Any]) -> dict[str, Any]:
+    """An Anthropic message without its blocks' ``cache_control`` markers (the object itself
+    when it has none). A marker says where to cache, not what: the cached prefix is the
+    blocks' content, and moving the last breakpoint to the newest block on every call is
+    the documented pattern, never a change of the earlier messages."""
+    content = m.get("content")
+    if not isinstance(content, list) or not any(isinstance(b, dict) and "cache_control" in b for b in content):
+        return m
+    blocks = [{k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, dict) else b for b in content]
+    return {**m, "content": blocks}
 
 
 def _split_responses(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:

@@ -44,6 +44,7 @@ from ctxwright.audit.compare import (
     row_cost,
 )
 from ctxwright.audit.logs import MAX_RECORD_BYTES, ParseProblem, open_log, read_stream
+from ctxwright.audit.provider_log import QUIET, LogVerdicts, describe, expiry_total
 from ctxwright.cache.prices import Pricing, pricing_of
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.errors import CtxwrightError, LogUnreadable
@@ -191,6 +192,7 @@ def audit_items(
     pricing = as_pricing(prices) or Pricing()  # the built-in table when nothing was given
     report: _Report = _JsonReport(console.file, pricing) if as_json else _TableReport(console, pricing, explicit)
     status = 0
+    verdicts = LogVerdicts()
     with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
         auditor = Auditor(
             counter,
@@ -203,7 +205,8 @@ def audit_items(
                 if isinstance(item, ParseProblem):
                     problems.report(item)
                 else:
-                    report.row(auditor.add(item))
+                    row = auditor.add(item)
+                    report.row(row, verdicts.add(item, row))
         except BrokenPipeError:  # our stdout, not the log: the CLI's entry point ends quietly
             raise
         except (OSError, LogUnreadable) as exc:  # the file went away, the disk failed, a record over the cap
@@ -225,6 +228,7 @@ def audit_items(
             return 2
         auditor.finish()
         spool.seek(0)
+        report.expiries = verdicts.expiries
         report.finish(auditor.summary(pricing), (json.loads(line) for line in spool), pricing, counter.source)
     return status
 
@@ -251,7 +255,10 @@ def _safe(s: str) -> str:
 
 
 class _Report:
-    def row(self, r: AuditRow) -> None:
+    #: the logged calls the provider missed after an idle gap longer than the TTL
+    expiries: list[dict[str, Any]] = []  # noqa: RUF012 -- replaced per audit, never mutated
+
+    def row(self, r: AuditRow, cache: dict[str, Any] | None = None) -> None:
         raise NotImplementedError
 
     def finish(
@@ -276,11 +283,15 @@ class _JsonReport(_Report):
         self.out = out
         self.pricing = pricing
         self.started = False
+        self.provider_cache = False
 
-    def row(self, r: AuditRow) -> None:
+    def row(self, r: AuditRow, cache: dict[str, Any] | None = None) -> None:
         rec = r.to_json()
         c = row_cost(r, self.pricing)
         rec["cost"], rec["cost_if_held"] = (round(c.cost, 8), round(c.if_held, 8)) if c else (None, None)
+        if cache is not None:
+            rec["cache"] = cache
+            self.provider_cache = True
         self.out.write((", " if self.started else '{"requests": [') + json.dumps(rec))
         self.started = True
 
@@ -294,7 +305,12 @@ class _JsonReport(_Report):
         self.out.write('], "conversations": [')
         for i, c in enumerate(conversations):
             self.out.write((", " if i else "") + json.dumps(c))
-        self.out.write('], "summary": ' + json.dumps(s.to_json()) + "}\n")
+        self.out.write("]")
+        if self.provider_cache:  # a log of Anthropic or Responses exchanges: the expiries too
+            tokens, usd = expiry_total(self.expiries)
+            expiries = {"calls": self.expiries, "tokens": tokens, "extra_usd": usd}
+            self.out.write(', "expiries": ' + json.dumps(expiries))
+        self.out.write(', "summary": ' + json.dumps(s.to_json()) + "}\n")
         self.out.flush()
 
 
@@ -372,7 +388,12 @@ class _TableReport(_Report):
         else:
             self.console.file.write(_fit("".join(p for p, _ in parts), self.width) + "\n")
 
-    def row(self, r: AuditRow) -> None:
+    def row(self, r: AuditRow, cache: dict[str, Any] | None = None) -> None:
+        self._row(r)
+        if cache is not None and cache.get("cause") not in QUIET:
+            self._emit([(" " * 8 + "provider cache: ", "dim"), (_safe(describe(cache)), "")])
+
+    def _row(self, r: AuditRow) -> None:
         cost = row_cost(r, self.pricing)
         if not self.started:
             self.started = True
@@ -408,6 +429,7 @@ class _TableReport(_Report):
     ) -> None:
         self.console.file.flush()
         print_summary(self.console, s, prices, token_source)
+        print_expiries(self.console, self.expiries)
         if s.conversations > 1:
             print_conversations(self.console, conversations)
 
@@ -484,6 +506,17 @@ def print_summary(console: Console, s: AuditSummary, prices: Prices | Pricing | 
         for cause, n in advice:
             console.print(f"  {cause} ({n:,}): {ADVICE[cause]}", highlight=False)
     console.print(f"[dim]tokens not reported by the log are counted with: {token_source}[/]")
+
+
+def print_expiries(console: Console, expiries: list[dict[str, Any]]) -> None:
+    """Each call the provider missed because its cache had expired, and what that cost."""
+    if not expiries:
+        return
+    tokens, usd = expiry_total(expiries)
+    cost = f", ${usd:.4f} more than reads" if usd is not None else ""
+    console.print(Text(f"expiries: {len(expiries):,} ({tokens:,} tokens re-written{cost})"), highlight=False)
+    for e in expiries:
+        console.print(Text(f"  request {e['index']}: {describe(e)}"), highlight=False, soft_wrap=True)
 
 
 def print_conversations(console: Console, conversations: Iterable[dict[str, Any]]) -> None:

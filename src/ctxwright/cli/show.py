@@ -16,6 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ctxwright.audit.compare import RowCost, cache_ratios, paid_as_cached, priced
+from ctxwright.audit.provider_log import QUIET, age_ttl, describe, expiry_total
+from ctxwright.cache.expiry import KEEP_WARM
 from ctxwright.cache.prices import Pricing
 from ctxwright.core.events import (
     AssistantEvent,
@@ -251,8 +253,20 @@ def _render(
                 line.append("|", style="red")
                 line.append(f"{ctx_after}…")
                 say(line)
+            cache = call.audit.cache
+            if cache is not None and cache.get("cause") not in QUIET:
+                say(Text(f"{indent}  call {call.call_index} provider cache: {describe(cache)}"))
             if call.error and not wide:
                 say(Text(f"{indent}  call {call.call_index} failed: {call.error}"))
+        refreshes = [call for call in calls if call.audit.cause == KEEP_WARM]
+        if refreshes:
+            read = sum(call.cached_tokens or 0 for call in refreshes)
+            say(Text(f"{indent}keep-warm refreshes: {len(refreshes)} ({read:,} tokens read; cost, not requests)"))
+        expired = [c for c in calls if (c.audit.cache or {}).get("cause") == "ttl_expired"]
+        if expired:
+            tokens, usd = expiry_total([dict(c.audit.cache or {}) for c in expired])
+            cost = f", ${usd:.4f} more than reads" if usd is not None else ""
+            say(Text(f"{indent}expiries: {len(expired)} ({tokens:,} tokens re-written{cost})"))
         known = [call for call in calls if call.cached_tokens is not None and call.prompt_tokens]
         if known:
             hit, eff = cache_ratios(
@@ -320,16 +334,28 @@ def _calls_table(
     t = Table(title=f"{indent}calls")
     costs = costs or [None] * len(calls)
     priced = any(r is not None for r in costs)
+    provider = any(c.audit.cache is not None for c in calls)  # the provider's cache verdicts
     if not wide:
-        for col in ("call", "prompt", "cached/reusable", "wall ms", "cause", "out", *(("cost $",) if priced else ())):
-            t.add_column(col, justify="left" if col == "cause" else "right", no_wrap=True)
+        cols = (
+            "call",
+            "prompt",
+            "cached/reusable",
+            "wall ms",
+            "cause",
+            *(("age/TTL",) if provider else ()),
+            "out",
+            *(("cost $",) if priced else ()),
+        )
+        for col in cols:
+            t.add_column(col, justify="left" if col in ("cause", "age/TTL") else "right", no_wrap=True)
         for c, r in zip(calls, costs, strict=True):
             t.add_row(
                 str(c.call_index),
                 _n(c.prompt_tokens),
                 f"{_n(c.cached_tokens)}/{_n(c.audit.reusable_prefix_tokens)}",
                 _n(c.elapsed_ms),  # the stored wall time (store m003); prefill + decode before it
-                Text(c.audit.cause or ("error" if c.error else "")),
+                Text(_cause(c)),
+                *((Text(age_ttl(c.audit.cache)),) if provider else ()),
                 _n(c.completion_tokens),
                 *((_usd(r.cost if r else None),) if priced else ()),
             )
@@ -341,6 +367,7 @@ def _calls_table(
         "reusable tok",
         "wall ms",
         "cause",
+        *(("provider cause", "age/TTL") if provider else ()),
         "first divergence",
         "out tok",
         "prefill ms",
@@ -358,6 +385,7 @@ def _calls_table(
             _n(c.audit.reusable_prefix_tokens),
             _n(c.wall_ms),
             Text(c.audit.cause),
+            *((Text(str((c.audit.cache or {}).get("cause") or "")), Text(age_ttl(c.audit.cache))) if provider else ()),
             Text(c.audit.where),
             _n(c.completion_tokens),
             _n(c.prefill_ms),
@@ -367,3 +395,11 @@ def _calls_table(
             *((_usd(r.cost if r else None), _usd(r.if_held if r else None)) if priced else ()),
         )
     return t
+
+
+def _cause(c: CallRecord) -> str:
+    """The compact table's cause: the byte audit's, with the provider's verdict when it differs
+    from a plain hit (``append · ttl_expired``)."""
+    cause = c.audit.cause or ("error" if c.error else "")
+    v = (c.audit.cache or {}).get("cause")
+    return f"{cause} · {v}" if v and v not in QUIET and v != cause else cause

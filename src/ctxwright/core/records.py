@@ -75,6 +75,14 @@ class CallAudit:
             options_changed=tuple(raw.get("options_changed") or ()),
         )
 
+    @property
+    def cache(self) -> Mapping[str, Any] | None:
+        """The provider's cache verdict (``audit/live.py: cache_record``): ``cause``,
+        ``evidence``, ``agree``, ``age_s``, ``ttl_s``, ``expiry_cost``; ``None`` for a call of a
+        backend that does not report the provider's cache."""
+        v = self.raw.get("cache")
+        return v if isinstance(v, Mapping) else None
+
     def to_dict(self) -> dict[str, Any]:
         return dict(self.raw)
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 import json
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ctxwright.audit.compare import TOKEN_MEMO, AuditRequest, AuditRow
 from ctxwright.audit.live import audit_record
 from ctxwright.audit.logs import ParseProblem, RecordReader
+from ctxwright.audit.provider_log import QUIET, describe
 from ctxwright.core.redact import redact_query
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.proxy.decode import decode_body
@@ -69,9 +70,17 @@ def _plain(which: str, capture: Capture, encoding: str | None) -> tuple[bytes | 
     return decoded.data, None
 
 
-def format_line(session_id: str, call_index: int, ex: Exchange, row: AuditRow | None, problem: str | None) -> str:
+def format_line(
+    session_id: str,
+    call_index: int,
+    ex: Exchange,
+    row: AuditRow | None,
+    problem: str | None,
+    cache: Mapping[str, Any] | None = None,
+) -> str:
     """The one printed line of a model call: session, call, status, cause, cached ÷ reusable
-    tokens, the first divergence. No header, no body text beyond the divergence snippet."""
+    tokens, the first divergence, and the provider's cache verdict when it is a miss. No
+    header, no body text beyond the divergence snippet."""
     head = f"{session_id} #{call_index:<3} {ex.status or '---'} {ex.total_ms or 0:7.0f} ms"
     if ex.outcome != "complete":
         head += f" [{ex.outcome}]"
@@ -84,6 +93,8 @@ def format_line(session_id: str, call_index: int, ex: Exchange, row: AuditRow | 
         where = "tools" if d.message_index is None else f"msg#{d.message_index}"
         snippet = f"{d.before[-20:]}|{d.after[:20]}".replace("\n", "⏎")
         line += f"  at {where} {d.field} @{d.byte_offset}: …{snippet}…"
+    if cache is not None and cache.get("cause") not in QUIET:
+        line += f"  provider cache: {describe(cache)}"
     return line
 
 
@@ -198,7 +209,7 @@ class Recorder:
             if api is not None:
                 row["error"] = row["error"] or "request body is not a JSON object"
             return self.log.record_exchange(row)
-        req, problem = self._read(body, response)
+        req, problem = self._read(body, response, ex.started_at)
         placement = self.placer.place(ex.session_header, body, api, req)
         sid = placement.session_id
         k = self._calls.get(sid)
@@ -209,7 +220,10 @@ class Recorder:
         try:
             if req is not None:
                 audit_row = self.audits.add(sid, req, new=placement.new)
-            audit = audit_record(audit_row) if audit_row is not None else {"problem": problem}
+            audit: dict[str, Any] = audit_record(audit_row) if audit_row is not None else {"problem": problem}
+            cache = self.audits.cache if audit_row is not None else None
+            if cache is not None:
+                audit["cache"] = cache
             audit["grouped_by"] = placement.grouped_by
             row.update(session_id=sid, call_index=k, audit_json=json.dumps(audit, ensure_ascii=False))
             rid = self.log.record_exchange(row)
@@ -220,15 +234,19 @@ class Recorder:
             raise
         self._calls[sid] = k + 1
         if self.printer is not None:
-            self.printer(format_line(sid, k, ex, audit_row, problem))
+            self.printer(format_line(sid, k, ex, audit_row, problem, cache if audit_row is not None else None))
         return rid
 
     def _next_index(self, sid: str) -> int:
         return self.log.call_count(sid)
 
-    def _read(self, body: dict[str, Any], response: Any) -> tuple[AuditRequest | None, str | None]:
-        """The call as ``ctxwright audit`` reads a logged ``{"request", "response"}`` record."""
-        items = list(self.reader.read_record({"request": body, "response": response}, 1))
+    def _read(
+        self, body: dict[str, Any], response: Any, started_at: float | None = None
+    ) -> tuple[AuditRequest | None, str | None]:
+        """The call as ``ctxwright audit`` reads a logged ``{"request", "response", "proxy"}``
+        record (``started_at``: when the provider's cache age is measured from)."""
+        record = {"request": body, "response": response, "proxy": {"started_at": started_at}}
+        items = list(self.reader.read_record(record, 1))
         req = next((i for i in items if isinstance(i, AuditRequest)), None)
         if req is None:
             return None, "; ".join(i.message for i in items if isinstance(i, ParseProblem)) or "unreadable request"

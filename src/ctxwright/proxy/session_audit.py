@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxwright.audit.compare import Auditor, AuditRequest, AuditRow
 from ctxwright.audit.logs import LogItem, read_records
+from ctxwright.audit.provider_log import LogVerdicts
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.proxy.log import proxy_session_requests
 
@@ -65,6 +66,11 @@ class LiveAudits:
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
         self._auditors: OrderedDict[str, Auditor] = OrderedDict()  # least recently used first
+        #: each session's history of the provider's cache reports, kept with its auditor
+        self._verdicts: dict[str, LogVerdicts] = {}
+        #: the provider's cache verdict of the call :meth:`add` audited last (``None``: its
+        #: exchange carries no Anthropic/Responses cache report)
+        self.cache: dict[str, Any] | None = None
         #: how many auditors were rebuilt from the store (tests)
         self.rebuilt = 0
 
@@ -73,10 +79,13 @@ class LiveAudits:
         auditor = self._auditors.pop(session_id, None)
         if auditor is None:
             auditor = Auditor(self.counter, keep_rows=False)
+            self._verdicts[session_id] = LogVerdicts()
             if not new:
                 self._rebuild(auditor, session_id)
         self._auditors[session_id] = auditor
-        row = auditor.add(in_session(req, session_id))
+        item = in_session(req, session_id)
+        row = auditor.add(item)
+        self.cache = self._verdicts.setdefault(session_id, LogVerdicts()).add(item, row)
         self._evict()
         return row
 
@@ -84,19 +93,21 @@ class LiveAudits:
         """Drop a session's auditor: its last call was audited but not stored (a failed write),
         and the stored calls are what the audit of the session is made of."""
         self._auditors.pop(session_id, None)
+        self._verdicts.pop(session_id, None)
 
     def _rebuild(self, auditor: Auditor, session_id: str) -> None:
         self.rebuilt += 1
         for item in session_items(proxy_session_requests(self.store, session_id), session_id):
             if isinstance(item, AuditRequest):
-                auditor.add(item)
+                self._verdicts[session_id].add(item, auditor.add(item))
 
     def _evict(self) -> None:
         while len(self._auditors) > 1 and (
             len(self._auditors) > self.max_sessions
             or sum(a.held_bytes for a in self._auditors.values()) > self.max_bytes
         ):
-            self._auditors.popitem(last=False)
+            old, _ = self._auditors.popitem(last=False)
+            self._verdicts.pop(old, None)
 
 
 __all__ = ["LIVE_AUDIT_BYTES", "LIVE_SESSIONS", "LiveAudits", "in_session", "session_items"]

@@ -975,6 +975,20 @@ class Recipe:
         accepts="bool | None",
         help="prefix user and tool contents with ``[YYYY-MM-DD HH:MM:SS]`` (default off).",
     )
+    keep_warm: bool = opt(
+        False,
+        keyword="keep_warm",
+        flag="--keep-warm",
+        action="true",
+        cli_help="refresh the provider's prompt cache before it expires while the harness is open between runs",
+        accepts="bool | None",
+        help="""on a provider-caching backend (``anthropic``, ``openai-responses``), re-send the last request
+        with ``max_tokens=1`` shortly before the cache entry's TTL runs out while the harness stays open
+        between runs (``cache/expiry.py: KeepWarm``: at most 3 refreshes per idle period, none past 30
+        minutes idle): a cache read at 0.1x that renews the entry, instead of the next call re-writing the
+        prefix at 1.25x/2x. Each refresh is recorded as a call whose usage says ``"keep_warm": true`` and
+        counted as cost, never as a request of the trajectory (default off).""",
+    )
     workspace: Path | None = opt(
         keyword="workspace",
         flag="--workspace",

@@ -173,6 +173,7 @@ def resolve(given: Mapping[str, Any], recorded: Mapping[str, Any] | None, defaul
         defence=_defence(src),
         reasoning=ReasoningOptions(mode=_reasoning(src)),
         timestamps=bool(src.pick("timestamps", "", "timestamps", False)),
+        keep_warm=bool(src.pick("keep_warm", "", "keep_warm", False)),
         workspace=_workspace(src.pick("workspace", "", "workspace", None)),
         runtime=RuntimeOptions(
             system=src.g("system"),

@@ -36,6 +36,8 @@ from ctxwright.audit.compare import (
 )
 from ctxwright.audit.live import audit_record
 from ctxwright.audit.logs import ParseProblem, read_log
+from ctxwright.audit.provider_log import LogVerdicts, age_ttl, describe, expiry_total
+from ctxwright.cache.expiry import KEEP_WARM
 from ctxwright.cache.prices import Pricing
 from ctxwright.core.events import (
     AssistantEvent,
@@ -105,6 +107,26 @@ class CallData:
     usage_split: CacheUsage | None = None
     provider: str | None = None
     model: str | None = None
+    #: the provider's cache verdict (``audit/live.py: cache_record``), on a provider-caching
+    #: backend or a logged Anthropic/Responses exchange
+    cache: Mapping[str, Any] | None = None
+
+    @property
+    def cache_cause(self) -> str:
+        return str((self.cache or {}).get("cause") or "")
+
+    @property
+    def cache_evidence(self) -> str:
+        return describe(self.cache) if self.cache else ""
+
+    @property
+    def age_ttl(self) -> str:
+        """The cache's age when the call was sent and its TTL (``4m30s/5m00s``)."""
+        return age_ttl(self.cache)
+
+    @property
+    def expired(self) -> bool:
+        return self.cache_cause == "ttl_expired"
 
     @property
     def is_break(self) -> bool:
@@ -181,6 +203,32 @@ class SessionData:
     tools: list[ToolRun] = field(default_factory=list)
     compactions: list[Compaction] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: keep-warm refreshes (``cache/expiry.py``): calls that cost, not requests of the session
+    refreshes: list[CallData] = field(default_factory=list)
+
+    @property
+    def provider_cache(self) -> bool:
+        """Some call carries the provider's own cache verdict."""
+        return any(c.cache is not None for c in self.calls)
+
+    @property
+    def expiries(self) -> list[CallData]:
+        """The calls the provider missed because the cache had expired."""
+        return [c for c in self.calls if c.expired]
+
+    @property
+    def refresh_tokens(self) -> int:
+        """Tokens the keep-warm refreshes read from the cache."""
+        return sum(c.cached_tokens or 0 for c in self.refreshes)
+
+    @property
+    def expiry_tokens(self) -> int:
+        return expiry_total([dict(c.cache or {}) for c in self.expiries])[0]
+
+    @property
+    def expiry_usd(self) -> float | None:
+        """What the expiries cost beyond reads, by the price table; ``None`` when unpriced."""
+        return expiry_total([dict(c.cache or {}) for c in self.expiries])[1]
 
     @property
     def prompt_tokens(self) -> int:
@@ -239,7 +287,8 @@ class SessionData:
     def costs(self, prices: Prices | Pricing) -> tuple[float, float, int] | None:
         """(cost, cost had the cache held, calls priced) over the calls that have a price;
         ``None`` when none has."""
-        found = [r for r in (c.priced(prices) for c in self.calls) if r is not None]
+        # keep-warm refreshes are paid for, so they count in the cost, never as calls
+        found = [r for r in (c.priced(prices) for c in [*self.calls, *self.refreshes]) if r is not None]
         if not found:
             return None
         return sum(r.cost for r in found), sum(r.if_held for r in found), len(found)
@@ -338,7 +387,11 @@ def _stored_session(store: Store, session_id: str, counter: TokenCounter) -> Ses
             usage_split=found[1] if found else None,
             provider=found[0] if found else None,
             model=c.model or row.model,
+            cache=a.cache,
         )
+        if a.cause == KEEP_WARM:  # paid for, never a request of the trajectory
+            s.refreshes.append(call)
+            continue
         s.calls.append(call)
         by_index[call.index] = call
     grouped: dict[int | None, list[CompactionEvent]] = {}
@@ -453,6 +506,7 @@ def from_requests(
     conversation the audit finds (a session export's session, a proxy session) is a page."""
     counter = counter or TokenCounter()
     auditor = Auditor(counter, keep_rows=False)
+    verdicts = LogVerdicts()
     sessions: dict[int, SessionData] = {}
     data = ReportData(
         title=title, sessions=[], token_source=f"tokens the log does not report counted with {counter.source}"
@@ -477,6 +531,7 @@ def from_requests(
                 source=f"from request #{row.index}",
             )
         s.calls.append(_logged_call(counter, item, row, len(s.calls)))
+        s.calls[-1].cache = verdicts.add(item, row)
         if item.marker == "compaction" or row.cause == "compaction":
             call = s.calls[-1]
             s.compactions.append(
