@@ -469,3 +469,22 @@ def test_an_error_event_mid_stream_is_retried(sim: AnthropicSim) -> None:
     sim.fail_next_stream("overloaded_error", "Overloaded")
     with pytest.raises(BackendError, match="failed mid-stream \\(overloaded_error\\): Overloaded"):
         b.complete(request())
+
+
+def test_cache_ttl_auto_on_the_harness_switches_to_1h_after_a_pause_of_minutes() -> None:
+    """``--cache-ttl auto`` on the real backend reaches the context's TTL planner: after a
+    6-minute pause has been seen (which a 5m entry does not survive), later calls ask for 1h."""
+    with AnthropicSim() as sim:
+        b = AnthropicBackend(MODEL, base_url=sim.url, api_key="test", ttl="auto", clock=sim.clock.now)
+        with Harness(backend=b, system=SYSTEM, db=None) as h:
+            h.run("First.")
+            sim.clock.advance(360)
+            h.run("Second, after a pause.")
+            h.run("Third.")
+    ttls = [
+        b.body["cache_control"].get("ttl", "5m")
+        for r in sim.requests
+        for b in sim.blocks(r)
+        if "cache_control" in b.body
+    ]
+    assert ttls[0] == "5m" and ttls[-1] == "1h", ttls

@@ -190,6 +190,12 @@ class AnthropicBackend(Backend):
 
     # -- the request ------------------------------------------------------------------------
 
+    @property
+    def cache_ttl(self) -> str:
+        """The session's TTL as asked (``5m``, ``1h`` or ``auto``): the context reads it to give
+        ``--cache-ttl auto`` its planner (``ttl_for_call``) -- without one, auto stays 5m."""
+        return self.ttl
+
     def call_ttl(self) -> str:
         """The TTL of the next call's breakpoints: the planner's when it chose, else the
         session's (``auto`` without a planner is 5m)."""
