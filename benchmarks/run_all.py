@@ -39,6 +39,7 @@ def main() -> None:
         ["hostile.py", *(["--quick"] if args.quick else [])],
         ["skills.py", *(["--quick"] if args.quick else [])],
         ["injection.py", *(["--quick"] if args.quick else [])],
+        ["provider_cache.py", *(["--quick"] if args.quick else [])],
     ]
     # offline: no backend arguments (tool_search's e2e part is the one that runs a model)
     no_model = {
@@ -49,6 +50,7 @@ def main() -> None:
         "tool_search.py",
         "proxy_overhead.py",
         "hostile.py",
+        "provider_cache.py",  # the loopback provider simulators, no model
     }
     failed = []
     for script, *extra in runs:
