@@ -308,8 +308,12 @@ class Measured:
     expiries: int = 0
     expiry_extra_usd: float = 0.0
     expired_at_calls: list[int] = field(default_factory=list)
+    #: tokens each expiry re-wrote (the audit's ``expiry_cost.tokens``)
+    expiry_tokens: list[int] = field(default_factory=list)
     keep_warm_refreshes: int = 0
     keep_warm_usd: float = 0.0
+    #: each refresh's cost, in order
+    refresh_usd: list[float] = field(default_factory=list)
     causes: dict[str, int] = field(default_factory=dict)
     ttls_sent: list[str] = field(default_factory=list)
     max_breakpoints: int = 0
@@ -385,6 +389,7 @@ def run_arm(arm: Arm, turns: list[list[Step]], call_s: float, db_dir: Path) -> M
         if is_keep_warm(rec.usage):
             m.keep_warm_refreshes += 1
             m.keep_warm_usd += cost
+            m.refresh_usd.append(round(cost, 6))
             continue
         m.calls += 1
         total = total + u
@@ -395,6 +400,7 @@ def run_arm(arm: Arm, turns: list[list[Step]], call_s: float, db_dir: Path) -> M
             m.expiries += 1
             m.expired_at_calls.append(m.calls)
             priced = cache.get("expiry_cost") or {}
+            m.expiry_tokens.append(int(priced.get("tokens") or 0))
             if "extra_usd" in priced:
                 m.expiry_extra_usd += float(priced["extra_usd"])
             else:  # the audit had no price for the model: its re-written tokens at this arm's price

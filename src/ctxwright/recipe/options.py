@@ -206,14 +206,14 @@ class ModelOptions:
         keyword="cache_ttl",
         flag="--cache-ttl",
         choices=("5m", "1h", "auto"),
-        cli_help="lifetime of the provider's cache entries (backend anthropic): 5m, 1h, or auto (for now: 5m)",
+        cli_help="lifetime of the provider's cache entries (backend anthropic): 5m, 1h, or auto (chosen from the idle gaps)",
         accepts="str | None",
         record="when_given",
         default_text="5m",
         help="""how long the provider keeps each cache entry ctxwright writes (``backend="anthropic"``):
         ``"5m"`` (Anthropic's default; a write costs 1.25x the input price) or ``"1h"`` (a write costs
-        2x, and an idle gap of up to an hour still reads the cache). ``"auto"`` is accepted and for now
-        behaves as ``"5m"``. ``None``: 5m.""",
+        2x, and an idle gap of up to an hour still reads the cache). ``"auto"`` picks 5m or 1h before each
+        call from the idle gaps seen so far, by expected cost (``cache/expiry.py``). ``None``: 5m.""",
     )
     routing_header: str | None = opt(
         keyword="routing_header",
