@@ -375,7 +375,7 @@ def run_arm(arm: Arm, turns: list[list[Step]], call_s: float, db_dir: Path) -> M
             h.context.provider_cache.stop_timer()
             assert h.store is not None
             records = h.store.calls(h.session_id)
-        refused = len(getattr(sim, "refused", [])) + (len(sim.requests) - len(sim.responses))
+        refused = len(sim.requests) - len(sim.responses)  # each simulator answers a refusal with no response body
         bodies = list(sim.requests)
     m = Measured(arm.provider, arm.name, arm.model, row, refused=refused)
     total = CacheUsage()
