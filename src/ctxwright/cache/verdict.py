@@ -13,7 +13,10 @@ of *where*. The rules, first match wins (:data:`RULES`):
     nothing earlier to reuse: the call writes the cache.
 ``byte_change``
     the bytes changed (segment ``system``/``tools``/``messages``/``options`` and offset):
-    everything after the change is re-written, whatever the provider's state.
+    everything after the change is re-written. A change explains what follows it, not a miss
+    of the unchanged prefix before it: when the provider did not read even that, and one of
+    the rules below (routing, minimum, lookback, TTL) explains it, that rule decides -- with
+    the status bar rewriting the last block on every call, an idle gap is still an expiry.
 ``routing_key_changed``
     bytes identical, but the routing key differs from the previous call's: OpenAI routes on
     a hash of the prefix plus ``prompt_cache_key``, so another key lands on a cold machine.
