@@ -516,4 +516,16 @@ def test_the_proxy_sees_the_expiry_and_ctxwright_audit_prices_it(tmp_path: Path,
     assert main(["audit", "--proxy-session", sid, "--db", str(store.path)]) == 0
     table = capsys.readouterr().out
     assert "expiries: 1 (" in table and "ttl_expired" in table
+    # a --prices file prices the expiry in ctxwright audit and in the report, not the built-in table
+    from ctxwright.report import from_proxy
+
+    prices = tmp_path / "prices.toml"
+    prices.write_text(
+        f'[models."{CLAUDE}"]\nprovider = "anthropic"\ninput = 10.0\ncached_read = 1.0\ncache_write_5m = 20.0\n'
+    )
+    assert main(["audit", "--proxy-session", sid, "--json", "--db", str(store.path), "--prices", str(prices)]) == 0
+    theirs = json.loads(capsys.readouterr().out)["expiries"]
+    assert theirs["tokens"] == tokens and theirs["extra_usd"] == pytest.approx(tokens * 19.0 / 1e6, abs=1e-6)
+    (page,) = from_proxy(store, sid, pricing=pricing_of(prices)).sessions
+    assert page.expiry_usd == pytest.approx(tokens * 19.0 / 1e6, abs=1e-6)
     store.close()
