@@ -27,8 +27,16 @@ from providers.anthropic_sim import AnthropicSim, block_tokens
 MODEL = "claude-sonnet-4-5"
 SYSTEM = "You are a careful research agent. Look every item up before you answer. " * 80
 CALLS = 30
-#: USD per million tokens, for the hand computation (the shared table is another module's)
-PRICE = {"input": 3.0, "read": 0.30, "write_5m": 3.75, "write_1h": 6.0, "output": 15.0}
+#: the one price source (cache/prices.py), as a user's --prices file gives it: USD per million
+#: tokens; the hand computation below writes the same numbers out
+PRICES_TOML = f"""[models."{MODEL}"]
+provider = "anthropic"
+input = 3.0
+cached_read = 0.30
+cache_write_5m = 3.75
+cache_write_1h = 6.0
+output = 15.0
+"""
 
 
 @tool
@@ -75,18 +83,11 @@ def reusable(sim: AnthropicSim, before: dict[str, Any], after: dict[str, Any]) -
     return prefix_sums(sim, after)[n - 1] if n else 0
 
 
-def cost(usage: dict[str, Any]) -> float:
-    created = usage.get("cache_creation") or {}
-    return (
-        usage["input_tokens"] * PRICE["input"]
-        + usage["cache_read_input_tokens"] * PRICE["read"]
-        + created.get("ephemeral_5m_input_tokens", 0) * PRICE["write_5m"]
-        + created.get("ephemeral_1h_input_tokens", 0) * PRICE["write_1h"]
-        + usage["output_tokens"] * PRICE["output"]
-    ) / 1e6
-
-
 def test_a_thirty_call_tool_loop_is_valid_stable_and_read_from_the_cache(tmp_path: Any) -> None:
+    from ctxwright.cli.show import call_cost_of
+
+    prices = tmp_path / "prices.toml"
+    prices.write_text(PRICES_TOML)
     ref: list[AnthropicSim] = []
     with AnthropicSim(respond=tool_loop(ref)) as sim:
         ref.append(sim)
@@ -98,10 +99,12 @@ def test_a_thirty_call_tool_loop_is_valid_stable_and_read_from_the_cache(tmp_pat
             tools=[lookup],
             max_iterations=CALLS + 5,
             db=tmp_path / "ctx.db",
+            prices=str(prices),
         ) as h:
             result = h.run("Look up the items one by one, then say you are done.")
             assert h.store is not None
             calls = h.store.calls(h.session_id)
+            pricing = h.pricing
         assert (result.stop_reason, result.final_answer) == ("final_answer", "All items looked up.")
         # every request valid: the simulator answers 400 to any broken rule, and it answered all
         assert len(sim.requests) == len(sim.responses) == CALLS
@@ -135,14 +138,16 @@ def test_a_thirty_call_tool_loop_is_valid_stable_and_read_from_the_cache(tmp_pat
             cache = got["raw"]["cache"]
             assert [b["block"] for b in cache["breakpoints"]] == points
             assert cache["ttl"] == "5m" and cache["ttl_s"] == 300.0 and cache["minimum_tokens"] == 1024
-            # the cost from ctxwright's record equals the hand computation from the provider's fields
+            # the cost ctxwright prices from its record equals the hand computation from the
+            # provider's fields (every write here is a 5-minute one)
             by_hand = (
                 (sums[-1] - usage["cache_read_input_tokens"] - usage["cache_creation_input_tokens"]) * 3.0
                 + usage["cache_read_input_tokens"] * 0.30
                 + usage["cache_creation_input_tokens"] * 3.75
                 + usage["output_tokens"] * 15.0
             ) / 1e6
-            assert math.isclose(cost(got["raw"]["usage"]), by_hand, rel_tol=1e-12)
+            priced = call_cost_of(calls[k], pricing)
+            assert priced is not None and math.isclose(priced.cost, by_hand, rel_tol=1e-12)
         assert min(ratios) >= 0.9, ratios
         assert sim.responses[0]["usage"]["cache_read_input_tokens"] == 0  # the first call writes
 

@@ -64,7 +64,7 @@ def _resume(rec: dict[str, Any], given: dict[str, Any] | None = None, d=SERVED, 
 def test_every_option_is_declared_once_and_the_defaults_are_a_served_new_session():
     specs = list(options(Recipe))
     keywords = [s.keyword for s in specs if s.keyword]
-    assert len(keywords) == len(set(keywords)) == 55
+    assert len(keywords) == len(set(keywords)) == 56
     flags = flag_names()
     assert len(flags) == len(set(flags))
     assert Recipe.resolve({}, None, SERVED) == Recipe()
@@ -191,6 +191,7 @@ def _legacy_options(args: argparse.Namespace) -> dict[str, Any]:
         max_retries=args.max_retries,
         stream=args.stream,
         cache_ttl=args.cache_ttl,
+        cache_diagnostics=args.cache_diagnostics,
         timestamps=args.timestamps or None,
         keep_warm=args.keep_warm or None,
         max_repeats=args.max_repeats,

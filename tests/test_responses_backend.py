@@ -28,8 +28,23 @@ from fakeserver import FakeOpenAIServer
 from providers.responses_sim import JSONDict, ResponsesSim, call, reasoning, text
 
 SYSTEM = "You follow the house rules, every one of them, in order. " * 90  # ~5,000 bytes
-#: a local price table for the hand computation (USD per million tokens); the shared table is not ours
-PRICE = {"input": 1.25, "cached": 0.125, "output": 10.0}
+#: the one price source (cache/prices.py), as a user's --prices file gives it (USD per million
+#: tokens; gpt-5.6 is not in the built-in table): a cache write costs 1.25x the input price
+#: from gpt-5.6 on; the hand computation below writes the same numbers out
+PRICES_TOML = """[models."gpt-5.5"]
+provider = "openai"
+input = 1.25
+cached_read = 0.125
+cache_write_5m = 1.25
+output = 10.0
+
+[models."gpt-5.6"]
+provider = "openai"
+input = 1.25
+cached_read = 0.125
+cache_write_5m = 1.5625
+output = 10.0
+"""
 
 
 def lookup(i: int) -> str:
@@ -61,12 +76,18 @@ def _shared_tokens(sim: ResponsesSim, a: JSONDict, b: JSONDict) -> int:
     return shared
 
 
-def _cost(prompt: int, cached: int, output: int) -> float:
-    return ((prompt - cached) * PRICE["input"] + cached * PRICE["cached"] + output * PRICE["output"]) / 1e6
+def _cost(prompt: int, cached: int, written: int, output: int, write_price: float) -> float:
+    """By hand: OpenAI's input count includes the cached and the written tokens."""
+    return ((prompt - cached - written) * 1.25 + cached * 0.125 + written * write_price + output * 10.0) / 1e6
 
 
 @pytest.mark.parametrize("model", ["gpt-5.5", "gpt-5.6"])
 def test_a_30_call_tool_loop_is_valid_byte_stable_and_cached(model: str, tmp_path: Path) -> None:
+    from ctxwright.cli.show import call_cost_of
+
+    prices = tmp_path / "prices.toml"
+    prices.write_text(PRICES_TOML)
+    write_price = 1.5625 if model == "gpt-5.6" else 1.25
     with ResponsesSim(respond=_loop(30), seconds_per_request=5.0) as sim:
         h = Harness(
             backend="openai-responses",
@@ -77,6 +98,7 @@ def test_a_30_call_tool_loop_is_valid_byte_stable_and_cached(model: str, tmp_pat
             tools=[lookup],
             max_iterations=40,
             db=tmp_path / "a.db",
+            prices=str(prices),
         )
         r = h.run("Read the entries one by one.")
         assert r.stop_reason == "final_answer" and r.final_answer == "all entries read"
@@ -106,9 +128,11 @@ def test_a_30_call_tool_loop_is_valid_byte_stable_and_cached(model: str, tmp_pat
         assert len(calls) == 30
         for rec, sent in zip(calls, sim.responses, strict=True):
             u = sent["usage"]
-            hand = _cost(u["input_tokens"], u["input_tokens_details"]["cached_tokens"], u["output_tokens"])
-            assert rec.prompt_tokens is not None and rec.cached_tokens is not None and rec.completion_tokens is not None
-            assert _cost(rec.prompt_tokens, rec.cached_tokens, rec.completion_tokens) == pytest.approx(hand, abs=1e-12)
+            details = u["input_tokens_details"]
+            written = details.get("cache_write_tokens", 0)
+            hand = _cost(u["input_tokens"], details["cached_tokens"], written, u["output_tokens"], write_price)
+            priced = call_cost_of(rec, h.pricing)
+            assert priced is not None and priced.cost == pytest.approx(hand, abs=1e-12)
             cache = rec.usage["raw"]["cache"]
             assert rec.usage["raw"]["provider"] == "openai-responses" and rec.usage["raw"]["usage"] == u
             assert cache["routing_key"] == reqs[0]["prompt_cache_key"] and cache["minimum_tokens"] == 1024

@@ -80,6 +80,8 @@ class Harness:
             default_backend="embedded",
         )
         self._wired = wired
+        # one pricing object: the calls' cost, each expiry's and the --cache-ttl auto choice
+        wired.config.pricing = self.pricing
         try:
             self.context = Context.of(wired)
             self.agent = Agent.on(self.context)

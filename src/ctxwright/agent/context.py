@@ -46,11 +46,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ctxwright.agent.assemble import Assembly
 from ctxwright.agent.progress import AssistantReply, Compacted, GateDecided
-from ctxwright.agent.provider_cache import ProviderCache
+from ctxwright.agent.provider_cache import ProviderCache, wants_auto_ttl
 from ctxwright.agent.results import drafts_of, result_steps
 from ctxwright.audit.compare import Auditor, AuditSummary
 from ctxwright.audit.live import LiveRequests, audit_record, past_requests
 from ctxwright.backends.base import Backend
+from ctxwright.cache.prices import Pricing
 from ctxwright.compaction import CompactionConfig, CompactionReport, ContextManager
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.core.events import AssistantEvent, ToolEvent
@@ -113,6 +114,9 @@ class ContextConfig:
     timestamps: bool = cast(bool, default("timestamps"))
     #: refresh the provider's cache before it expires between runs (``cache/expiry.py``)
     keep_warm: bool = cast(bool, default("keep_warm"))
+    #: how calls, expiries and the ``--cache-ttl auto`` choice are priced (``cache/prices.py``:
+    #: the built-in table, a ``--prices`` file over it); ``None``: the built-in table
+    pricing: Pricing | None = None
     #: the compaction layers (budget, noise, clearing, trim); ``None`` or ``enabled=False``
     #: sends the trajectory as recorded, with only the plain ``max_result_chars`` cap
     compaction: CompactionConfig | None = field(default_factory=CompactionConfig)
@@ -332,8 +336,10 @@ class Context:
         self._ledger = LedgerBuilder()
         self._live = LiveRequests()
         #: the provider's cache as this session saw it: verdicts, --cache-ttl auto, keep-warm
-        self.provider_cache = ProviderCache(session, backend, keep_warm=self.config.keep_warm)
-        if getattr(backend, "cache_ttl", None) == "auto" and getattr(backend, "ttl_for_call", False) is None:
+        self.provider_cache = ProviderCache(
+            session, backend, keep_warm=self.config.keep_warm, pricing=self.config.pricing
+        )
+        if wants_auto_ttl(backend):  # --cache-ttl auto: 5m or 1h per call, from the gaps seen
             backend.ttl_for_call = self.provider_cache.choose_ttl  # type: ignore[attr-defined]
         self._repeat_tracker = RepeatTracker()
         self._pending: Pending | None = None

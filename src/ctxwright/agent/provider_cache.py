@@ -26,10 +26,19 @@ from ctxwright.audit.compare import AuditRow
 from ctxwright.audit.live import cache_history, cache_record
 from ctxwright.backends.base import Backend
 from ctxwright.cache.expiry import KEEP_WARM, KeepWarm, KeepWarmTimer, Price, cache_state, choose_ttl, price_of
+from ctxwright.cache.prices import Pricing
 from ctxwright.cache.reported import Reported, reported
 from ctxwright.core.messages import Usage
 from ctxwright.core.request import ChatRequest
 from ctxwright.core.session import Session
+
+
+def wants_auto_ttl(backend: Backend) -> bool:
+    """The backend was asked for ``--cache-ttl auto`` and takes a per-call TTL choice: the
+    Anthropic backend's ``ttl="auto"`` with its ``ttl_for_call`` hook still free (a
+    ``cache_ttl`` attribute names the same request on another backend)."""
+    asked = getattr(backend, "ttl", None) == "auto" or getattr(backend, "cache_ttl", None) == "auto"
+    return asked and hasattr(backend, "ttl_for_call") and getattr(backend, "ttl_for_call", False) is None
 
 
 def is_keep_warm(usage: Any) -> bool:
@@ -41,9 +50,14 @@ def is_keep_warm(usage: Any) -> bool:
 class ProviderCache:
     """The cache history of one live session and what it decides from it."""
 
-    def __init__(self, session: Session, backend: Backend, *, keep_warm: bool = False) -> None:
+    def __init__(
+        self, session: Session, backend: Backend, *, keep_warm: bool = False, pricing: Pricing | None = None
+    ) -> None:
         self.session = session
         self.backend = backend
+        #: the session's prices (built-in table, ``--prices`` file, ``--price-*`` flags): the
+        #: same object that prices each call prices its expiry and the TTL choice
+        self.pricing = pricing if pricing is not None else Pricing()
         stored = session.store.calls(session.id) if session.store is not None and session.events else []
         self.history: list[Reported] = cache_history([dict(c.usage) for c in stored])
         self.last_request: ChatRequest | None = None
@@ -53,14 +67,16 @@ class ProviderCache:
         self.timer: KeepWarmTimer | None = None
         #: held by a run and by a refresh: one request to the backend at a time
         self.lock = threading.RLock()
-        #: the model's price for ``--cache-ttl auto``; ``None``: the price table's (``cache/prices.py``)
+        #: a fixed price for ``--cache-ttl auto`` and expiries; ``None``: :attr:`pricing`'s for the model
         self.price: Price | None = None
 
     # -- each call -------------------------------------------------------------------------
     def after_call(self, request: ChatRequest, row: AuditRow, usage: Usage) -> dict[str, Any] | None:
         """The fused verdict of a call just answered (``audit["cache"]``), and what the next
         refresh and TTL choice learn from it."""
-        rec = cache_record(row, usage.raw, self.history, model=self.backend.model)
+        rec = cache_record(
+            row, usage.raw, self.history, model=self.backend.model, price=self.price, pricing=self.pricing
+        )
         now = reported(usage.raw)
         self.history.append(now)
         self.last_request = request
@@ -74,9 +90,10 @@ class ProviderCache:
         return [b - a for a, b in pairwise(at)]
 
     def choose_ttl(self) -> str:
-        """``--cache-ttl auto``: 5m or 1h for the next call, from the gaps seen so far."""
-        provider = next((r.provider for r in reversed(self.history) if r.provider), None)
-        price = self.price if self.price is not None else price_of(provider, self.backend.model)
+        """``--cache-ttl auto``: 5m or 1h for the next call, from the gaps seen so far, priced
+        by the session's :attr:`pricing` (before any call: the backend's own provider name)."""
+        provider = next((r.provider for r in reversed(self.history) if r.provider), None) or self.backend.name
+        price = self.price if self.price is not None else price_of(provider, self.backend.model, self.pricing)
         return choose_ttl(self.gaps(), price)
 
     # -- keep-warm ---------------------------------------------------------------------------
@@ -142,4 +159,4 @@ class ProviderCache:
             self.timer = None
 
 
-__all__ = ["KEEP_WARM", "ProviderCache", "is_keep_warm"]
+__all__ = ["KEEP_WARM", "ProviderCache", "is_keep_warm", "wants_auto_ttl"]

@@ -433,6 +433,7 @@ def _backend(
             "prompt_cache_key",
             "prompt_cache_retention",
             "cache_ttl",
+            "cache_diagnostics",
         ):
             if given.get(opt) is not None and not (opt == "model" and backend.name == EXTERNAL):
                 raise ConfigError(f"{opt}= is for the backends the harness creates; configure the object instead")
@@ -476,7 +477,9 @@ def _backend(
             if name == "openai-responses":
                 from ctxwright.backends.openai_responses import ResponsesBackend
 
-                made = ResponsesBackend(**common, retention=m.prompt_cache_retention)
+                made = ResponsesBackend(
+                    **common, retention=m.prompt_cache_retention, diagnostics=m.cache_diagnostics is not False
+                )
             else:
                 if m.prompt_cache_retention is not None:
                     raise ConfigError(
@@ -549,6 +552,7 @@ def _anthropic(
             max_retries=DEFAULT_MAX_RETRIES if m.max_retries is None else m.max_retries,
             stream=bool(m.stream),
             ttl=m.cache_ttl or "5m",
+            diagnostics=m.cache_diagnostics is not False,
         )
     except ValueError as exc:
         raise ConfigError(f"{exc} (CLI: --timeout, --max-retries)") from None

@@ -13,6 +13,7 @@ from typing import Any
 from ctxwright.audit.compare import AuditRequest, AuditRow, segment_hash
 from ctxwright.audit.logs import WireCache
 from ctxwright.cache.expiry import Price, cache_state, expiry_cost, price_of
+from ctxwright.cache.prices import Pricing
 from ctxwright.cache.reported import Reported, reported
 from ctxwright.cache.verdict import ByteEvidence, Facts, fuse
 from ctxwright.core.incremental import common_prefix_len
@@ -140,11 +141,13 @@ def cache_record(
     *,
     model: str | None = None,
     price: Price | None = None,
+    pricing: Pricing | None = None,
 ) -> dict[str, Any] | None:
     """The fused cache verdict stored with a call (``audit["cache"]``): ``cause``,
     ``evidence``, ``agree``, the cache's ``age_s`` and ``ttl_s`` when the call was sent, and
     for an expiry its ``expiry_cost`` (the re-write against the read it replaced, priced by
-    ``price`` or the price table; ``None`` when the model has no price).
+    ``price``, else by ``pricing`` -- the session's, a ``--prices`` file included -- else the
+    built-in table; only its ``tokens`` when the model has no price).
 
     ``history`` is the earlier calls' reports, oldest first, keep-warm refreshes included (a
     refresh renews the entry). ``None`` for a call whose backend does not report the
@@ -164,7 +167,7 @@ def cache_record(
         expected = Facts(byte, now, prev).expected
         written = now.tokens.cache_write
         tokens = min(expected, written) if written else expected
-        p = price if price is not None else price_of(now.provider, model)
+        p = price if price is not None else price_of(now.provider, model, pricing)
         ttl = prev.ttl if prev is not None else now.ttl
         rec["expiry_cost"] = expiry_cost(tokens, ttl, p).to_json() if p is not None else {"tokens": tokens}
     return rec

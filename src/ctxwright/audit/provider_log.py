@@ -30,6 +30,7 @@ from typing import Any
 
 from ctxwright.audit.compare import AuditRequest, AuditRow
 from ctxwright.cache.expiry import TTL_SECONDS
+from ctxwright.cache.prices import Pricing
 from ctxwright.cache.reported import Reported, reported
 from ctxwright.core.usage import as_object
 
@@ -136,10 +137,13 @@ def provider_raw(record: Mapping[str, Any], body: Mapping[str, Any]) -> dict[str
 
 @dataclass
 class LogVerdicts:
-    """The fused verdict of each logged call, one cache history per conversation."""
+    """The fused verdict of each logged call, one cache history per conversation; an
+    expiry priced by ``pricing`` (the command's ``--prices``/``--price-*``; the built-in table
+    when ``None``)."""
 
     history: dict[int, list[Reported]] = field(default_factory=dict)
     expiries: list[dict[str, Any]] = field(default_factory=list)
+    pricing: Pricing | None = None
 
     def add(self, req: AuditRequest, row: AuditRow, *, model: str | None = None) -> dict[str, Any] | None:
         from ctxwright.audit.live import cache_record
@@ -150,7 +154,7 @@ class LogVerdicts:
         if model is None and req.options is not None:
             m = req.options.get("model")
             model = m if isinstance(m, str) else None
-        rec = cache_record(row, req.provider_cache, past, model=model)
+        rec = cache_record(row, req.provider_cache, past, model=model, pricing=self.pricing)
         past.append(reported(req.provider_cache))
         if rec is not None and rec["cause"] == "ttl_expired":
             self.expiries.append({"index": row.index, "conversation": row.conversation, **rec})

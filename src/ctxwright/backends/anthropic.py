@@ -53,7 +53,8 @@ DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_MAX_RETRIES = 2
 #: ``max_tokens`` is required by the Messages API; used when the request sets none.
 DEFAULT_MAX_TOKENS = 4096
-#: The beta header of cache diagnostics, sent with ``diagnostics=True``.
+#: The beta header of cache diagnostics, sent with ``diagnostics=True`` (the default: the audit
+#: shows the provider's miss reason beside the byte diff; dropped if the server refuses it).
 DIAGNOSTICS_BETA = "cache-diagnosis-2026-04-07"
 #: The TTLs a session may choose; ``auto`` is resolved per call by ``ttl_for_call`` (else 5m).
 TTLS: dict[str, float] = {"5m": 300.0, "1h": 3600.0}
@@ -115,7 +116,7 @@ class AnthropicBackend(Backend):
         ttl_for_call: Callable[[], str] | None = None,
         breakpoints: str = "ctxwright",
         minimum: int | None = None,
-        diagnostics: bool = False,
+        diagnostics: bool = True,
         thinking: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -297,6 +298,22 @@ class AnthropicBackend(Backend):
                 if isinstance(rid, str):
                     self.last_message_id = rid
                 return Completion(result.message, usage, result.finish_reason, result.model)
+            if self.diagnostics and _refuses_diagnostics(result):
+                # a server without the cache-diagnosis beta (a gateway, an older deployment):
+                # the diagnostics are an explanation, never worth the call -- drop them for the
+                # session and send again at once (not one of the retries)
+                self.diagnostics = False
+                rendered.body.pop("diagnostics", None)
+                sink(
+                    Retry(
+                        attempt=attempt + 1,
+                        max_retries=self.max_retries,
+                        reason="the server refused cache diagnostics; sent without them from now on",
+                        wait_s=0.0,
+                        url=self.shown_url,
+                    )
+                )
+                continue
             if not result.retryable or attempt >= self.max_retries:
                 raise result.error from result.cause
             attempt += 1
@@ -607,6 +624,13 @@ def _volatile_tail(previous: list[str] | None, current: list[str], frozen_end: i
     if common <= frozen_end + 1 or not 0 < dropped <= _MAX_VOLATILE_TAIL:
         return 0
     return dropped
+
+
+def _refuses_diagnostics(failure: _Failure) -> bool:
+    """An HTTP 400 whose message names the diagnostics field or the beta header: the server
+    does not take cache diagnostics (Anthropic answers an unknown field or beta with 400)."""
+    text = str(failure.error).lower()
+    return failure.reason == "HTTP 400" and ("diagnostics" in text or "anthropic-beta" in text)
 
 
 def _tool_choice(choice: str) -> dict[str, Any]:

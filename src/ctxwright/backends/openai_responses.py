@@ -32,7 +32,7 @@ How the request is shaped for the cache (developers.openai.com, "Prompt caching"
   its bytes do not change when the marker moves on. Older models get
   ``prompt_cache_retention`` when a retention was asked for (``in_memory`` or ``24h``); the two
   are never sent together (OpenAI refuses it).
-* ``diagnostics=True`` (breakpoint models only) names the previous response as
+* ``diagnostics=True`` (the default; breakpoint models only) names the previous response as
   ``prompt_cache_options.comparison_response_id``; the ``prompt_cache_diagnostics`` that comes
   back is recorded verbatim in ``Usage.raw["diagnostics"]``.
 
@@ -116,7 +116,7 @@ class ResponsesBackend(OpenAIBackend):
         prompt_cache_key: str | None = None,
         retention: str | None = None,
         breakpoints: bool | None = None,
-        diagnostics: bool = False,
+        diagnostics: bool = True,
         include_reasoning: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:

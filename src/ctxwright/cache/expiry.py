@@ -19,8 +19,11 @@ retention, 24 hours; its writes cost the input price.
   identical bytes: a full cache read that renews the TTL) before the entry expires, bounded by
   a number of refreshes and a longest idle time, so an abandoned session stops paying.
 
-Prices are read through one function, :func:`price_of` (``cache/prices.py``); every other
-function takes the price as an argument.
+Prices are read through one function, :func:`price_of`, from the session's
+:class:`~ctxwright.cache.prices.Pricing` (the built-in table, a ``--prices`` file laid over it,
+or the ``--price-*`` flags): the same object that prices each call, so an expiry and a TTL
+choice are priced exactly as the call's cost is. Every other function takes the price as an
+argument.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ctxwright.cache.prices import price_for
+from ctxwright.cache.prices import Pricing
 from ctxwright.cache.reported import Reported
 
 #: ``audit.cause`` (and ``audit.cache.cause``) of a keep-warm refresh's call record.
@@ -53,12 +56,10 @@ class Price(Protocol):
     def cache_write_1h(self) -> float: ...
 
 
-def price_of(provider: str | None, model: str | None) -> Price | None:
-    """The model's price from the built-in table (``cache/prices.py``), ``None`` when not known:
-    the one place this module reads prices."""
-    if not provider or not model:
-        return None
-    return price_for(provider, model)
+def price_of(provider: str | None, model: str | None, pricing: Pricing | None = None) -> Price | None:
+    """The model's price by ``pricing`` (the session's; the built-in table when ``None``),
+    ``None`` when it has none: the one place this module reads prices."""
+    return (pricing if pricing is not None else Pricing()).price(provider, model)
 
 
 @dataclass(frozen=True)

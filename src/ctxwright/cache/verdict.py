@@ -13,7 +13,10 @@ of *where*. The rules, first match wins (:data:`RULES`):
     nothing earlier to reuse: the call writes the cache.
 ``byte_change``
     the bytes changed (segment ``system``/``tools``/``messages``/``options`` and offset):
-    everything after the change is re-written, whatever the provider's state.
+    everything after the change is re-written. A change explains what follows it, not a miss
+    of the unchanged prefix before it: when the provider did not read even that, and one of
+    the rules below (routing, minimum, lookback, TTL) explains it, that rule decides -- with
+    the status bar rewriting the last block on every call, an idle gap is still an expiry.
 ``routing_key_changed``
     bytes identical, but the routing key differs from the previous call's: OpenAI routes on
     a hash of the prefix plus ``prompt_cache_key``, so another key lands on a cold machine.
@@ -180,13 +183,41 @@ class Facts:
         return self.now.tokens.cache_read
 
     @property
-    def missed(self) -> bool:
-        """The provider read less than it could have, or said it missed."""
-        if self.now.miss_reason is not None and self.now.miss_reason not in NEUTRAL_REASONS:
-            return True
+    def short(self) -> bool:
+        """The provider read less than the reusable prefix allowed (beyond the tolerance)."""
         expected = self.expected
         slack = max(TOLERANCE_TOKENS, expected * TOLERANCE_SHARE)
         return self.read is not None and self.read + slack < expected
+
+    @property
+    def explained(self) -> bool:
+        """The provider's miss reason names the segment the byte diff found changed: it is
+        that change (Anthropic's diagnostics compare the request's structure with the named
+        previous one, so a rewritten tail -- the status bar in ``replace`` mode -- is its
+        ``messages_changed``), not a miss of the prefix before it."""
+        said = self.now.miss_reason
+        return said is not None and self.byte.changed and REASON_SEGMENT.get(said) == self.byte.segment
+
+    @property
+    def missed(self) -> bool:
+        """The provider read less than it could have, or gave a miss reason the bytes do not
+        explain."""
+        said = self.now.miss_reason
+        if said is not None and said not in NEUTRAL_REASONS and not self.explained:
+            return True
+        return self.short
+
+    @property
+    def same(self) -> str:
+        """How the bytes stood, for a rule judging a miss of the reusable prefix: identical,
+        or identical up to the change the byte diff found (a changed tail)."""
+        if not self.byte.changed:
+            return "bytes identical"
+        return (
+            f"bytes identical up to the change at {self.byte.where}"
+            if self.byte.where
+            else "bytes identical before the change"
+        )
 
     @property
     def gap(self) -> float | None:
@@ -204,6 +235,11 @@ def _first(f: Facts) -> Verdict | None:
 def _byte_change(f: Facts) -> Verdict | None:
     b = f.byte
     if not b.changed or b.cause in TAIL_REWRITES:
+        return None
+    if f.short and f.expected > 0 and any(rule(f) is not None for rule in _UNCHANGED_CAUSES):
+        # the provider did not even read the prefix before the change, and an expiry, a cold
+        # machine, a short prefix or the lookback explains that: the change (a rewritten
+        # tail, say) is not why this call paid for its whole prefix
         return None
     seg = b.segment or "messages"
     at = f" at {b.where}" if b.where else ""
@@ -225,7 +261,7 @@ def _routing(f: Facts) -> Verdict | None:
         return None
     return Verdict(
         "routing_key_changed",
-        f"bytes identical; routing key {p.routing_key!r} -> {f.now.routing_key!r} (another machine, a cold cache)",
+        f"{f.same}; routing key {p.routing_key!r} -> {f.now.routing_key!r} (another machine, a cold cache)",
         _agree_unchanged(f),
         {"previous_key": p.routing_key, "key": f.now.routing_key},
     )
@@ -243,7 +279,7 @@ def _below_minimum(f: Facts) -> Verdict | None:
         return None
     return Verdict(
         "below_minimum",
-        f"bytes identical; the cacheable prefix is {cacheable} tokens, below the model's minimum of {minimum}",
+        f"{f.same}; the cacheable prefix is {cacheable} tokens, below the model's minimum of {minimum}",
         _agree_unchanged(f),
         {"prefix_tokens": cacheable, "minimum_tokens": minimum},
     )
@@ -259,7 +295,7 @@ def _lookback(f: Facts) -> Verdict | None:
         return None
     return Verdict(
         "lookback_exceeded",
-        f"bytes identical; the previous breakpoint (block {last}) is {min(ahead)} blocks before the nearest "
+        f"{f.same}; the previous breakpoint (block {last}) is {min(ahead)} blocks before the nearest "
         f"breakpoint of this call, past the {LOOKBACK_BLOCKS}-block lookback",
         _agree_unchanged(f),
         {"previous_block": last, "blocks": min(ahead)},
@@ -272,7 +308,7 @@ def _ttl(f: Facts) -> Verdict | None:
         return None
     return Verdict(
         "ttl_expired",
-        f"bytes identical; idle {_dur(gap)} since the cache was last used, longer than its TTL of {_dur(ttl)}",
+        f"{f.same}; idle {_dur(gap)} since the cache was last used, longer than its TTL of {_dur(ttl)}",
         _agree_unchanged(f),
         {"gap_s": round(gap, 3), "ttl_s": ttl},
     )
@@ -286,7 +322,9 @@ def _provider(f: Facts) -> Verdict | None:
     why = f"provider says {said}" if said else f"provider read {read} of {f.expected} reusable tokens"
     return Verdict(
         "provider_reported",
-        f"bytes identical (ctxwright sees no change); {why}",
+        f"{f.same} (ctxwright sees no change there); {why}"
+        if f.byte.changed
+        else f"bytes identical (ctxwright sees no change); {why}",
         _agree_unchanged(f),
         {"reason": said, "read": read, "expected": f.expected, "missed_tokens": f.now.missed_tokens},
     )
@@ -299,10 +337,16 @@ def _hit(f: Facts) -> Verdict | None:
 
 
 def _agree_unchanged(f: Facts) -> bool | None:
-    """With identical bytes, a provider reason that names a changed segment disagrees."""
+    """With identical bytes, a provider reason that names a changed segment disagrees; one
+    that names the changed tail the byte diff found says nothing of this cause (``None``)."""
     said = f.now.miss_reason
-    return False if said in REASON_SEGMENT else None
+    if said not in REASON_SEGMENT or f.explained:
+        return None
+    return False
 
+
+#: The rules that explain a miss of a prefix whose bytes did not change.
+_UNCHANGED_CAUSES: tuple[Callable[[Facts], Verdict | None], ...] = (_routing, _below_minimum, _lookback, _ttl)
 
 #: The rules in order; the first that speaks decides.
 RULES: tuple[Callable[[Facts], Verdict | None], ...] = (

@@ -192,7 +192,7 @@ def audit_items(
     pricing = as_pricing(prices) or Pricing()  # the built-in table when nothing was given
     report: _Report = _JsonReport(console.file, pricing) if as_json else _TableReport(console, pricing, explicit)
     status = 0
-    verdicts = LogVerdicts()
+    verdicts = LogVerdicts(pricing=pricing)
     with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
         auditor = Auditor(
             counter,

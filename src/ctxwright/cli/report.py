@@ -61,6 +61,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _gather(args: argparse.Namespace) -> Any:
+    from ctxwright.cli.audit import pricing_from_args
     from ctxwright.store.sessions import Store
 
     if args.proxy_session is not None:
@@ -70,7 +71,7 @@ def _gather(args: argparse.Namespace) -> Any:
         from ctxwright.report import from_log
 
         try:
-            data = from_log(target)
+            data = from_log(target, pricing=pricing_from_args(args))
         except OSError as exc:
             raise CtxwrightError(f"cannot read {args.target}: {exc.strerror or exc}") from None
         if not data.sessions and data.problems_total:
@@ -100,11 +101,12 @@ def _gather(args: argparse.Namespace) -> Any:
 
 def _proxy(args: argparse.Namespace) -> Any:
     """A proxy session; an unknown id is the store's one line (it says how to list them)."""
+    from ctxwright.cli.audit import pricing_from_args
     from ctxwright.report import from_proxy
     from ctxwright.store.sessions import Store
 
     store = Store(args.db) if args.db else Store()
     try:
-        return from_proxy(store, args.proxy_session)
+        return from_proxy(store, args.proxy_session, pricing=pricing_from_args(args))
     finally:
         store.close()

@@ -83,7 +83,9 @@ class ProxyConfig:
     ``read_timeout`` is the longest silence between two pieces of an upstream answer (a
     reasoning model may think for minutes before its first byte: the default is generous);
     ``connect_timeout`` how long to wait for a connection; ``clients`` how long to wait for
-    the proxy's own clients and how many to serve at once (``proxy/limits.py``).
+    the proxy's own clients and how many to serve at once (``proxy/limits.py``). ``clock``
+    stamps when each exchange started and ended (epoch seconds): the provider cache's age is
+    measured from it, so a test or benchmark passes its provider simulator's clock.
     """
 
     upstream: str
@@ -91,6 +93,7 @@ class ProxyConfig:
     read_timeout: float = 600.0
     record_cap: int = DEFAULT_RECORD_CAP
     clients: ClientLimits = field(default_factory=ClientLimits)
+    clock: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
         url = httpx.URL(self.upstream)
@@ -265,7 +268,7 @@ class _Relay(Response):
             with contextlib.suppress(Exception):
                 await asyncio.shield(_close(self.upstream, clean=ex.outcome == "complete"))
             ex.total_ms = (time.perf_counter() - ex.t0) * 1000
-            ex.ended_at = time.time()
+            ex.ended_at = ex.started_at + ex.total_ms / 1000  # on the config's clock
             self.done(ex)
 
 
@@ -340,7 +343,7 @@ def build_app(config: ProxyConfig, done: Callable[[Exchange], None]) -> Starlett
         ex = Exchange(
             method=request.method,
             path=(raw_path + (b"?" + query if query else b"")).decode("latin-1"),
-            started_at=time.time(),
+            started_at=config.clock(),
             t0=time.perf_counter(),
             request=Capture(config.record_cap),
             request_content_type=seen.get(b"content-type"),
@@ -427,7 +430,7 @@ def _failed(
 ) -> Response:
     ex.outcome, ex.error = code, message
     ex.total_ms = (time.perf_counter() - ex.t0) * 1000
-    ex.ended_at = time.time()
+    ex.ended_at = ex.started_at + ex.total_ms / 1000  # on the config's clock
     done(ex)
     return _error_response(status, code, message, close=close)
 

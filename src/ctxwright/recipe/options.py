@@ -206,14 +206,34 @@ class ModelOptions:
         keyword="cache_ttl",
         flag="--cache-ttl",
         choices=("5m", "1h", "auto"),
-        cli_help="lifetime of the provider's cache entries (backend anthropic): 5m, 1h, or auto (chosen from the idle gaps)",
+        cli_help="lifetime of the provider's cache entries (backend anthropic): 5m, 1h, or auto (chosen per "
+        "call from the idle gaps seen, by the session's prices)",
         accepts="str | None",
         record="when_given",
         default_text="5m",
         help="""how long the provider keeps each cache entry ctxwright writes (``backend="anthropic"``):
         ``"5m"`` (Anthropic's default; a write costs 1.25x the input price) or ``"1h"`` (a write costs
-        2x, and an idle gap of up to an hour still reads the cache). ``"auto"`` picks 5m or 1h before each
-        call from the idle gaps seen so far, by expected cost (``cache/expiry.py``). ``None``: 5m.""",
+        2x, and an idle gap of up to an hour still reads the cache). ``"auto"``: chosen before each call
+        from the idle gaps the session has seen so far (``cache/expiry.py: choose_ttl``): the TTL whose
+        expected cost over those gaps is lower, priced by the session's prices (the built-in table, the
+        ``prices`` file over it); 5m until a gap is seen or when the model has no price. ``None``: 5m.""",
+    )
+    cache_diagnostics: bool | None = opt(
+        keyword="cache_diagnostics",
+        flag="--cache-diagnostics",
+        action="switch",
+        cli_help="ask the provider why each call missed its cache (backends anthropic, openai-responses; default on)",
+        accepts="bool | None",
+        record="when_given",
+        default_text="on",
+        help="""ask the provider why a call missed its cache, so the audit shows the provider's reason beside
+        ctxwright's byte diff: on ``backend="anthropic"`` each request names the previous reply
+        (``diagnostics.previous_message_id``, with the cache-diagnosis beta header) and the reply says
+        which part changed (``cache_miss_reason``); on ``"openai-responses"`` (models with explicit
+        breakpoints, gpt-5.6 and later) ``prompt_cache_options.comparison_response_id``. It costs nothing
+        and changes no cached bytes. When a server refuses the diagnostics (a gateway without the beta),
+        the Anthropic backend drops them for the rest of the session and says so with a ``retry`` event.
+        ``None``: on.""",
     )
     routing_header: str | None = opt(
         keyword="routing_header",

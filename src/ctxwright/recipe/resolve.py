@@ -137,6 +137,7 @@ def resolve(given: Mapping[str, Any], recorded: Mapping[str, Any] | None, defaul
         max_retries=src.pick("max_retries", "model", "max_retries", None),
         stream=src.pick("stream", "model", "stream", None),
         cache_ttl=src.pick("cache_ttl", "model", "cache_ttl", None),
+        cache_diagnostics=src.pick("cache_diagnostics", "model", "cache_diagnostics", None),
         routing_header=src.pick("routing_header", "model", "routing_header", None),
         prompt_cache_key=src.pick("prompt_cache_key", "model", "prompt_cache_key", None),
         prompt_cache_retention=src.pick("prompt_cache_retention", "model", "prompt_cache_retention", None),

@@ -492,21 +492,26 @@ def _carve(parts: dict[str, int], moved: Mapping[str, tuple[int, str]]) -> None:
 MAX_PROBLEMS = 50
 
 
-def from_log(path: str | Path, counter: TokenCounter | None = None) -> ReportData:
-    """Every conversation of the log at ``path`` (anything ``ctxwright audit`` reads).
+def from_log(path: str | Path, counter: TokenCounter | None = None, pricing: Pricing | None = None) -> ReportData:
+    """Every conversation of the log at ``path`` (anything ``ctxwright audit`` reads); each
+    expiry priced by ``pricing`` (the command's prices; the built-in table when ``None``).
 
     Raises ``OSError`` when the file cannot be read; what is wrong inside it is listed."""
-    return from_requests(read_log(path), title=Path(path).name, counter=counter)
+    return from_requests(read_log(path), title=Path(path).name, counter=counter, pricing=pricing)
 
 
 def from_requests(
-    items: Iterable[AuditRequest | ParseProblem], *, title: str, counter: TokenCounter | None = None
+    items: Iterable[AuditRequest | ParseProblem],
+    *,
+    title: str,
+    counter: TokenCounter | None = None,
+    pricing: Pricing | None = None,
 ) -> ReportData:
     """The requests (and problems) of a log or of recorded traffic, audited in order; each
     conversation the audit finds (a session export's session, a proxy session) is a page."""
     counter = counter or TokenCounter()
     auditor = Auditor(counter, keep_rows=False)
-    verdicts = LogVerdicts()
+    verdicts = LogVerdicts(pricing=pricing)
     sessions: dict[int, SessionData] = {}
     data = ReportData(
         title=title, sessions=[], token_source=f"tokens the log does not report counted with {counter.source}"
@@ -541,7 +546,9 @@ def from_requests(
     return data
 
 
-def from_proxy(store: Store, session_id: str, counter: TokenCounter | None = None) -> ReportData:
+def from_proxy(
+    store: Store, session_id: str, counter: TokenCounter | None = None, pricing: Pricing | None = None
+) -> ReportData:
     """The proxy session ``session_id`` (or a unique prefix of it): one page, its calls audited
     as one conversation, each with the wall time the proxy measured and its outcome when the
     exchange did not complete. Raises :class:`~ctxwright.errors.SessionNotFound` for an
@@ -550,7 +557,7 @@ def from_proxy(store: Store, session_id: str, counter: TokenCounter | None = Non
     sid = str(row["id"])
     records = proxy_session_requests(store, sid)
     items = list(session_items(records, sid))  # audited as the proxy audited them live
-    data = from_requests(items, title=f"proxy session {sid}", counter=counter)
+    data = from_requests(items, title=f"proxy session {sid}", counter=counter, pricing=pricing)
     # one item per record (proxy/log.py): the proxy's own figures of each call
     metas = [r.get("proxy") or {} for r, item in zip(records, items, strict=True) if isinstance(item, AuditRequest)]
     for s in data.sessions:
