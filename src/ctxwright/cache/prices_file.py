@@ -34,6 +34,10 @@ MAX_PRICES_FILE_BYTES = 1_000_000
 """A prices file larger than this is refused: a price table is a few kilobytes, and tomllib
 reads the whole file into memory."""
 
+MAX_PRICE = 1_000_000.0
+"""The highest price per million tokens accepted: above any model's, and low enough that no
+session's cost overflows to ``inf`` (``1e308`` is a finite TOML float)."""
+
 PRICE_KEYS = ("provider", "input", "cached_read", "cache_write_5m", "cache_write_1h", "output")
 
 
@@ -41,8 +45,10 @@ def _price(path: Path, model: str, key: str, value: Any) -> float:
     """A price from the file: a finite number, not negative, or one clear line."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise PricesFileError(f"{path}: models.{model}.{key} = {value!r} is not a number; give USD per million tokens")
-    if not math.isfinite(value) or value < 0:
-        raise PricesFileError(f"{path}: models.{model}.{key} = {value!r}; a price must be a number >= 0")
+    if not math.isfinite(value) or value < 0 or value > MAX_PRICE:
+        raise PricesFileError(
+            f"{path}: models.{model}.{key} = {value!r}; a price must be a number >= 0 and <= {MAX_PRICE:g}"
+        )
     return float(value)
 
 
@@ -114,4 +120,4 @@ def read_prices_file(path: str | Path) -> PriceTable:
     return PriceTable(tuple(_row(p, str(m), spec) for m, spec in models.items()), source=str(p))
 
 
-__all__ = ["MAX_PRICES_FILE_BYTES", "PRICE_KEYS", "read_prices_file"]
+__all__ = ["MAX_PRICE", "MAX_PRICES_FILE_BYTES", "PRICE_KEYS", "read_prices_file"]
