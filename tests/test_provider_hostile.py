@@ -349,12 +349,13 @@ def test_redirect_is_not_followed(hostile: Hostile, kind: str, status: int) -> N
     def reply(r: Request) -> Response:
         if r.url.path == "/elsewhere":
             return json_reply(message_json() if kind == "anthropic" else response_json())(r)
-        return Response(status_code=status, headers={"location": target})
+        return Response(status_code=status, headers={"location": target + "?key=" + SECRET})
 
     hostile.reply = reply
     with pytest.raises(BackendError) as info:
         BACKENDS[kind](hostile).complete(request())
-    assert f"HTTP {status}" in one_line_error(info.value)
+    text = one_line_error(info.value)
+    assert f"HTTP {status}" in text and "redirects to" in text and "/elsewhere?key=***" in text
     assert "/elsewhere" not in hostile.hits
 
 

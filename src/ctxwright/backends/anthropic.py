@@ -37,7 +37,7 @@ from typing import Any
 import anthropic
 
 from ctxwright.backends.base import Backend
-from ctxwright.backends.bounded_http import bounded_client
+from ctxwright.backends.bounded_http import bounded_client, redirect_hint
 from ctxwright.backends.openai_compat import _cause, _chain, _error_fields, _is_context_error, _sse_events
 from ctxwright.cache.breakpoints import MODES, PromptBlock, place_breakpoints
 from ctxwright.cache.minimums import minimum_tokens
@@ -577,6 +577,8 @@ class AnthropicBackend(Backend):
                 hint = " The service failed on this request: retry later."
             elif status == 400:
                 hint = " The request was refused as invalid: the message says which field."
+            else:
+                hint = redirect_hint(status, exc.response.headers)
             retryable, wait = _should_retry(status, exc.response.headers)
             return _Failure(
                 BackendError(redact(f"{url} returned HTTP {status}{kind}: {message}.{hint}")),

@@ -30,7 +30,7 @@ from typing import Any
 from ctxwright.core.redact import redact
 from ctxwright.errors import ReplyTooLarge
 
-__all__ = ["MAX_REPLY_BYTES", "bounded_client"]
+__all__ = ["MAX_REPLY_BYTES", "bounded_client", "redirect_hint"]
 
 #: The largest reply body (decoded) a backend accepts: a Messages or Responses reply of the
 #: longest output a model gives (128k tokens, with its reasoning and JSON escaping) is a few
@@ -139,3 +139,15 @@ def bounded_client(base_client: type[Any], *, cap: int = MAX_REPLY_BYTES) -> Any
 def _shown(request: Any) -> str:
     url = request.url
     return redact(f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}")
+
+
+def redirect_hint(status: int, headers: Any) -> str:
+    """The hint of an HTTP 3xx reply: where it pointed (credentials masked), and why it is not
+    followed; empty for any other status."""
+    if not 300 <= status < 400:
+        return ""
+    where = " ".join(str(headers.get("location") or "elsewhere").split())[:300]
+    return (
+        f" The server redirects to {redact(where)}; ctxwright does not follow redirects (they would carry "
+        "the API key and the prompt to another host): give the final address as --base-url."
+    )

@@ -51,7 +51,7 @@ from typing import Any
 import openai
 
 from ctxwright.backends.base import Backend
-from ctxwright.backends.bounded_http import bounded_client
+from ctxwright.backends.bounded_http import bounded_client, redirect_hint
 from ctxwright.cache.routing import header_name, prefix_sha256, routing_key
 from ctxwright.core.messages import Message, Usage, canonical_json
 from ctxwright.core.progress import EventSink, Retry, StreamFallback, Token, ignore
@@ -572,6 +572,8 @@ class OpenAIBackend(Backend):
             hint = " The server failed on this request: check its log, or retry later."
         elif status == 400:
             hint = " The server rejected the request as invalid: its message above says which field."
+        else:
+            hint = redirect_hint(status, exc.response.headers)
         return BackendError(redact(f"{self.shown_url} returned HTTP {status}: {message}.{hint}"))
 
     def _parse(self, text: str, latency_ms: float) -> Completion:
