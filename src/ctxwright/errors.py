@@ -38,6 +38,7 @@ __all__ = [
     "PricesFileError",
     "ReasoningMissing",
     "ReasoningPolicyConflict",
+    "ReplyTooLarge",
     "ResponseTruncated",
     "SchemaTooNew",
     "SessionInUse",
@@ -207,6 +208,14 @@ class MalformedResponse(BackendError):
 
     def __init__(self, message: str) -> None:
         super().__init__(f"{message} -- {self.HINT}")
+
+
+class ReplyTooLarge(MalformedResponse):
+    """A reply that ctxwright stopped reading: larger than the cap once decoded (a
+    compression bomb, an endless stream), or in an encoding it did not ask for
+    (``backends/bounded_http.py``). Never retried: the same server sends the same reply."""
+
+    HINT = "Check the server at the base URL, and any proxy in between, then retry."
 
 
 # -- tools ---------------------------------------------------------------------------------

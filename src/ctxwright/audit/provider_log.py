@@ -35,20 +35,26 @@ from ctxwright.cache.reported import Reported, reported
 from ctxwright.core.usage import as_object
 
 _TIME_KEYS = ("sent_at", "timestamp", "ts", "created_at", "time")
+#: Send times from 1970 up to the year 10000 are times; a log's ``1e400`` (read as infinity),
+#: NaN or ``1e300`` is none: an idle gap computed from it would be infinite or absurd.
+LATEST_TIME = 253402300800.0
 
 
 def sent_at(record: Mapping[str, Any]) -> float | None:
-    """When the logged request was sent, in epoch seconds; ``None`` when the log does not say."""
+    """When the logged request was sent, in epoch seconds; ``None`` when the log does not say
+    (or says something that is no time: not finite, not after 1970, after the year 9999)."""
     for holder in (as_object(record.get("proxy")), record, as_object(record.get("ctxwright"))):
         for key in ("started_at", *_TIME_KEYS):
             v = holder.get(key)
-            if isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
+            if isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < LATEST_TIME:
                 return float(v)
             if isinstance(v, str):
                 try:
-                    return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
-                except ValueError:
+                    t = datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
+                except (ValueError, OverflowError, OSError):
                     continue
+                if 0 < t < LATEST_TIME:
+                    return t
     return None
 
 

@@ -37,15 +37,23 @@ from typing import Any
 import anthropic
 
 from ctxwright.backends.base import Backend
-from ctxwright.backends.openai_compat import _cause, _error_fields, _is_context_error, _sse_events
+from ctxwright.backends.bounded_http import bounded_client, redirect_hint
+from ctxwright.backends.openai_compat import _cause, _chain, _error_fields, _is_context_error, _sse_events
 from ctxwright.cache.breakpoints import MODES, PromptBlock, place_breakpoints
 from ctxwright.cache.minimums import minimum_tokens
 from ctxwright.core.messages import Message, ToolCall, Usage, canonical_json
 from ctxwright.core.progress import EventSink, Retry, Token, ignore
-from ctxwright.core.redact import redact
+from ctxwright.core.redact import redact, scrub_secret
 from ctxwright.core.request import ChatRequest, Completion
 from ctxwright.core.usage import as_object, read_usage
-from ctxwright.errors import BackendError, BackendUnavailable, ConfigError, ContextWindowExceeded, MalformedResponse
+from ctxwright.errors import (
+    BackendError,
+    BackendUnavailable,
+    ConfigError,
+    ContextWindowExceeded,
+    MalformedResponse,
+    ReplyTooLarge,
+)
 
 __all__ = ["DIAGNOSTICS_BETA", "TTLS", "AnthropicBackend"]
 
@@ -92,8 +100,19 @@ class _Stream:
 
     message: dict[str, Any] = field(default_factory=dict)
     blocks: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: the deltas of each block's ``partial_json``, ``text`` and ``thinking``, joined once at
+    #: the end: a server sending 10^6 tiny deltas must cost linear time, not a copy per delta
     partial: dict[int, list[str]] = field(default_factory=dict)
+    texts: dict[tuple[int, str], list[str]] = field(default_factory=dict)
     done: bool = False
+
+    def joined(self) -> list[dict[str, Any]]:
+        """The content blocks in index order, their text and thinking deltas joined."""
+        for (i, key), parts in self.texts.items():
+            block = self.blocks.setdefault(i, {})
+            block[key] = str(block.get(key) or "") + "".join(parts)
+        self.texts.clear()
+        return [self.blocks[i] for i in sorted(self.blocks)]
 
 
 class AnthropicBackend(Backend):
@@ -152,7 +171,13 @@ class AnthropicBackend(Backend):
         #: the previous request's blocks (role and canonical JSON, without cache_control)
         self._previous: list[str] | None = None
         key = api_key or os.environ.get(api_key_env) or "not-needed"
-        kwargs: dict[str, Any] = {"api_key": key, "max_retries": 0, "timeout": self.timeout}
+        kwargs: dict[str, Any] = {
+            "api_key": key,
+            "max_retries": 0,
+            "timeout": self.timeout,
+            # replies bounded once decoded, redirects not followed (they would carry x-api-key)
+            "http_client": bounded_client(anthropic.DefaultHttpxClient),
+        }
         if base_url is not None:
             kwargs["base_url"] = base_url
         self._client = anthropic.Anthropic(**kwargs)
@@ -279,6 +304,13 @@ class AnthropicBackend(Backend):
     def complete(self, request: ChatRequest, *, on_event: EventSink | None = None) -> Completion:
         """Send one rendered request and translate the reply, or raise one of our errors;
         ``on_event`` gets a ``Retry`` before each retry and a ``Token`` per streamed text delta."""
+        try:
+            return self._complete(request, on_event)
+        except BackendError as exc:
+            scrub_secret(exc, self._client.api_key or "")
+            raise
+
+    def _complete(self, request: ChatRequest, on_event: EventSink | None) -> Completion:
         sink = on_event or ignore
         rendered = self.render(request)
         attempt = 0
@@ -381,15 +413,29 @@ class AnthropicBackend(Backend):
                 reason="the stream ended early",
             )
         message = dict(got.message)
-        message["content"] = [got.blocks[i] for i in sorted(got.blocks)]
+        message["content"] = got.joined()
         return self._completion(message, (time.perf_counter() - started) * 1000.0)
 
     def _take_event(self, got: _Stream, data: str, sink: EventSink) -> _Failure | None:
-        """One server-sent event folded into the reply; an ``error`` event is a failure."""
+        """One server-sent event folded into the reply; an ``error`` event is a failure.
+
+        An event of the wrong shape (not an object, an index that is no number) is the
+        server's fault, said so in one line: left to fail inside the stream loop it would read
+        as a network failure ("the stream broke off") and be retried against the same server."""
         try:
             event = json.loads(data)
         except json.JSONDecodeError as exc:
             raise MalformedResponse(f"{self.shown_url} sent a stream event that is not JSON: {data[:200]!r}") from exc
+        try:
+            return self._fold(got, event, sink)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise MalformedResponse(
+                f"{self.shown_url} sent a stream event of the wrong shape ({type(exc).__name__}: {exc}): {data[:200]!r}"
+            ) from exc
+
+    def _fold(self, got: _Stream, event: Any, sink: EventSink) -> _Failure | None:
+        if not isinstance(event, dict):
+            raise TypeError(f"a JSON {type(event).__name__}, not an object")
         etype = event.get("type")
         if etype == "message_start":
             got.message = dict(as_object(event.get("message")))
@@ -401,12 +447,12 @@ class AnthropicBackend(Backend):
             delta = as_object(event.get("delta"))
             dtype = delta.get("type")
             if dtype == "text_delta":
-                block["text"] = block.get("text", "") + str(delta.get("text", ""))
+                got.texts.setdefault((i, "text"), []).append(str(delta.get("text", "")))
                 sink(Token(text=str(delta.get("text", ""))))
             elif dtype == "input_json_delta":
                 got.partial.setdefault(i, []).append(str(delta.get("partial_json", "")))
             elif dtype == "thinking_delta":
-                block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
+                got.texts.setdefault((i, "thinking"), []).append(str(delta.get("thinking", "")))
             elif dtype == "signature_delta":
                 block["signature"] = str(delta.get("signature", ""))
         elif etype == "content_block_stop":
@@ -414,7 +460,7 @@ class AnthropicBackend(Backend):
             if i in got.partial:
                 raw = "".join(got.partial.pop(i))
                 try:
-                    got.blocks[i]["input"] = json.loads(raw) if raw.strip() else {}
+                    got.blocks.setdefault(i, {})["input"] = json.loads(raw) if raw.strip() else {}
                 except json.JSONDecodeError as exc:
                     raise MalformedResponse(
                         f"{self.shown_url} streamed tool input that is not JSON: {raw[:200]!r}"
@@ -430,7 +476,7 @@ class AnthropicBackend(Backend):
             got.done = True
         elif etype == "error":
             err = as_object(event.get("error"))
-            message = _one_line(str(err.get("message") or "an error event"))
+            message = _one_line(str(err.get("message") or event.get("error") or "an error event"))
             overloaded = err.get("type") == "overloaded_error"
             return _Failure(
                 BackendError(f"{self.shown_url} failed mid-stream ({err.get('type')}): {message}"),
@@ -481,7 +527,7 @@ class AnthropicBackend(Backend):
             "response_id": data.get("id"),
             "latency_ms": latency_ms,
         }
-        if data.get("diagnostics") is not None:
+        if isinstance(data.get("diagnostics"), dict):  # an object, as documented; anything else is dropped
             raw["diagnostics"] = data["diagnostics"]
         usage = Usage(
             prompt_tokens=counts["prompt_tokens"],
@@ -502,6 +548,9 @@ class AnthropicBackend(Backend):
 
     def _failure(self, exc: anthropic.AnthropicError) -> _Failure:
         url = self.shown_url
+        too_large = next((e for e in _chain(exc) if isinstance(e, ReplyTooLarge)), None)
+        if too_large is not None:  # the SDK wraps what the bounded client raised as a connection error
+            return _Failure(too_large, retryable=False, reason="the reply is too large", cause=exc)
         if isinstance(exc, anthropic.APITimeoutError):
             return _Failure(
                 BackendUnavailable(
@@ -551,6 +600,8 @@ class AnthropicBackend(Backend):
                 hint = " The service failed on this request: retry later."
             elif status == 400:
                 hint = " The request was refused as invalid: the message says which field."
+            else:
+                hint = redirect_hint(status, exc.response.headers)
             retryable, wait = _should_retry(status, exc.response.headers)
             return _Failure(
                 BackendError(redact(f"{url} returned HTTP {status}{kind}: {message}.{hint}")),

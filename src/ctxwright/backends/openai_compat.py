@@ -51,10 +51,11 @@ from typing import Any
 import openai
 
 from ctxwright.backends.base import Backend
+from ctxwright.backends.bounded_http import bounded_client, redirect_hint
 from ctxwright.cache.routing import header_name, prefix_sha256, routing_key
 from ctxwright.core.messages import Message, Usage, canonical_json
 from ctxwright.core.progress import EventSink, Retry, StreamFallback, Token, ignore
-from ctxwright.core.redact import redact
+from ctxwright.core.redact import redact, scrub_secret
 from ctxwright.core.request import ChatRequest, Completion
 from ctxwright.core.usage import as_object, read_usage
 from ctxwright.errors import (
@@ -62,6 +63,7 @@ from ctxwright.errors import (
     BackendUnavailable,
     ContextWindowExceeded,
     MalformedResponse,
+    ReplyTooLarge,
     ResponseTruncated,
 )
 
@@ -188,7 +190,13 @@ class OpenAIBackend(Backend):
         # Local servers (vLLM, Ollama, llama.cpp) accept any key, but the SDK refuses to
         # start without one, so a missing key becomes a harmless placeholder.
         key = api_key or os.environ.get(api_key_env) or _PLACEHOLDER_KEY
-        kwargs: dict[str, Any] = {"api_key": key, "max_retries": 0, "timeout": self.timeout}
+        kwargs: dict[str, Any] = {
+            "api_key": key,
+            "max_retries": 0,
+            "timeout": self.timeout,
+            # replies bounded once decoded, redirects not followed (backends/bounded_http.py)
+            "http_client": bounded_client(openai.DefaultHttpxClient),
+        }
         if base_url is not None:
             kwargs["base_url"] = base_url
         self._client = openai.OpenAI(**kwargs)
@@ -263,7 +271,15 @@ class OpenAIBackend(Backend):
         return replace(completion, usage=replace(completion.usage, raw=raw))
 
     def _with_retries(self, body: dict[str, Any], sink: EventSink, headers: Mapping[str, str]) -> Completion:
-        """Tries until one answers or no retry is left; each retry announced before its wait."""
+        """Tries until one answers or no retry is left; each retry announced before its wait.
+        The API key is masked in whatever is raised (a server may echo it in its error)."""
+        try:
+            return self._retrying(body, sink, headers)
+        except BackendError as exc:
+            scrub_secret(exc, self._client.api_key or "")
+            raise
+
+    def _retrying(self, body: dict[str, Any], sink: EventSink, headers: Mapping[str, str]) -> Completion:
         attempt = 0
         while True:
             result = self._try(body, sink, headers)
@@ -448,6 +464,9 @@ class OpenAIBackend(Backend):
 
     def _failure(self, exc: openai.OpenAIError) -> _Failure:
         """What one failed try means, in our terms, and whether a retry may help."""
+        too_large = next((e for e in _chain(exc) if isinstance(e, ReplyTooLarge)), None)
+        if too_large is not None:  # the SDK wraps what the bounded client raised as a connection error
+            return _Failure(too_large, retryable=False, reason="the reply is too large", cause=exc)
         url = self.shown_url
         if isinstance(exc, openai.APITimeoutError):
             tries = self.max_retries + 1
@@ -553,6 +572,8 @@ class OpenAIBackend(Backend):
             hint = " The server failed on this request: check its log, or retry later."
         elif status == 400:
             hint = " The server rejected the request as invalid: its message above says which field."
+        else:
+            hint = redirect_hint(status, exc.response.headers)
         return BackendError(redact(f"{self.shown_url} returned HTTP {status}: {message}.{hint}"))
 
     def _parse(self, text: str, latency_ms: float) -> Completion:

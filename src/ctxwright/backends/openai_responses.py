@@ -298,7 +298,9 @@ class ResponsesBackend(OpenAIBackend):
             return resp if isinstance(resp, dict) else None
         elif kind == "error":
             message = event.get("message") or as_object(event.get("error")).get("message") or data[:200]
-            raise BackendError(redact(f"{self.shown_url} reported an error mid-stream: {message}"))
+            raise BackendError(
+                redact(f"{self.shown_url} reported an error mid-stream: {' '.join(str(message).split())}")
+            )
         return None
 
     def _from_response(self, data: Any, latency_ms: float) -> Completion:
@@ -308,7 +310,8 @@ class ResponsesBackend(OpenAIBackend):
             raise MalformedResponse(f"{url} answered HTTP 200 with a JSON {type(data).__name__}, not an object")
         if data.get("status") == "failed":
             err = as_object(data.get("error"))
-            raise BackendError(redact(f"{url}: the response failed: {err.get('message') or err or 'no reason given'}"))
+            reason = " ".join(str(err.get("message") or err or "no reason given").split())
+            raise BackendError(redact(f"{url}: the response failed: {reason}"))
         output = data.get("output")
         if not isinstance(output, list):
             raise MalformedResponse(
@@ -331,7 +334,7 @@ class ResponsesBackend(OpenAIBackend):
                     ToolCall(
                         id=str(item.get("call_id") or ""),
                         name=str(item.get("name") or ""),
-                        arguments=str(item.get("arguments") or ""),
+                        arguments=_arguments(item.get("arguments")),
                     )
                 )
             elif kind == "reasoning":
@@ -376,6 +379,15 @@ class ResponsesBackend(OpenAIBackend):
                 "--backend openai (chat completions) for it."
             )
         return failure
+
+
+def _arguments(value: Any) -> str:
+    """A ``function_call``'s arguments as the JSON text the tool layer parses: the string the
+    API documents, else (a non-conforming server sent an object) its canonical JSON -- never
+    Python's repr of it, which no tool could read."""
+    if isinstance(value, str):
+        return value
+    return canonical_json(value) if value is not None else ""
 
 
 def _with_raw(usage: Usage, raw: dict[str, Any]) -> Usage:

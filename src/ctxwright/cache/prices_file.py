@@ -3,7 +3,9 @@
 Why strict: a price read wrong misstates every cost ctxwright prints, silently. So a file that
 is not TOML, is too large, names a key ctxwright does not know (``cached`` for
 ``cached_read`` would otherwise leave reads at the input price), or gives a price that is
-negative or not a number is refused with one line naming the file, the key and the fix.
+negative or not a number is refused with one line naming the file, the key and the fix. Only
+a regular file is read, and at most :data:`MAX_PRICES_FILE_BYTES` of it: a FIFO, a device
+(``/dev/zero``) or a file that grows while read cannot stall or exhaust ctxwright.
 
 ```toml
 [models."my-model"]        # a model name, or a prefix of the names it prices
@@ -19,6 +21,7 @@ output = 4.0               # default: 0
 from __future__ import annotations
 
 import math
+import stat
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,6 +34,10 @@ MAX_PRICES_FILE_BYTES = 1_000_000
 """A prices file larger than this is refused: a price table is a few kilobytes, and tomllib
 reads the whole file into memory."""
 
+MAX_PRICE = 1_000_000.0
+"""The highest price per million tokens accepted: above any model's, and low enough that no
+session's cost overflows to ``inf`` (``1e308`` is a finite TOML float)."""
+
 PRICE_KEYS = ("provider", "input", "cached_read", "cache_write_5m", "cache_write_1h", "output")
 
 
@@ -38,8 +45,10 @@ def _price(path: Path, model: str, key: str, value: Any) -> float:
     """A price from the file: a finite number, not negative, or one clear line."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise PricesFileError(f"{path}: models.{model}.{key} = {value!r} is not a number; give USD per million tokens")
-    if not math.isfinite(value) or value < 0:
-        raise PricesFileError(f"{path}: models.{model}.{key} = {value!r}; a price must be a number >= 0")
+    if not math.isfinite(value) or value < 0 or value > MAX_PRICE:
+        raise PricesFileError(
+            f"{path}: models.{model}.{key} = {value!r}; a price must be a number >= 0 and <= {MAX_PRICE:g}"
+        )
     return float(value)
 
 
@@ -78,19 +87,30 @@ def read_prices_file(path: str | Path) -> PriceTable:
     """
     p = Path(path)
     try:
-        size = p.stat().st_size
+        st = p.stat()
     except OSError as e:
         raise PricesFileError(f"{p}: cannot read the prices file ({e.strerror or e})") from None
-    if size > MAX_PRICES_FILE_BYTES:
-        raise PricesFileError(f"{p}: the prices file is {size} bytes; more than {MAX_PRICES_FILE_BYTES} is refused")
+    if not stat.S_ISREG(st.st_mode):
+        # a FIFO would block the read forever, /dev/zero never ends: only a regular file is read
+        raise PricesFileError(f"{p}: not a regular file; give the path of a TOML file of prices")
+    too_large = f"{p}: the prices file is too large (more than {MAX_PRICES_FILE_BYTES} is refused; a table is a few KB)"
+    if st.st_size > MAX_PRICES_FILE_BYTES:
+        raise PricesFileError(too_large)
     try:
-        data = tomllib.loads(p.read_bytes().decode("utf-8"))
+        with p.open("rb") as f:
+            raw = f.read(MAX_PRICES_FILE_BYTES + 1)  # bounded even if the file grows after the check
+    except OSError as e:
+        raise PricesFileError(f"{p}: cannot read the prices file ({e.strerror or e})") from None
+    if len(raw) > MAX_PRICES_FILE_BYTES:
+        raise PricesFileError(too_large)
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise PricesFileError(f"{p}: the prices file is not UTF-8 text; write it as TOML") from None
     except tomllib.TOMLDecodeError as e:
         raise PricesFileError(f"{p}: not a TOML file ({e}); see docs/prefix-cache.md for the format") from None
-    except OSError as e:
-        raise PricesFileError(f"{p}: cannot read the prices file ({e.strerror or e})") from None
+    except RecursionError:
+        raise PricesFileError(f"{p}: the prices file nests too deep to be a price table") from None
     extra = sorted(set(data) - {"models"})
     if extra:
         raise PricesFileError(f'{p}: unknown top-level key(s) {", ".join(extra)}; put each model under [models."NAME"]')
@@ -100,4 +120,4 @@ def read_prices_file(path: str | Path) -> PriceTable:
     return PriceTable(tuple(_row(p, str(m), spec) for m, spec in models.items()), source=str(p))
 
 
-__all__ = ["MAX_PRICES_FILE_BYTES", "PRICE_KEYS", "read_prices_file"]
+__all__ = ["MAX_PRICE", "MAX_PRICES_FILE_BYTES", "PRICE_KEYS", "read_prices_file"]

@@ -19,6 +19,7 @@ Provider behaviour read here:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -93,7 +94,12 @@ class Reported:
 
 
 def _number(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+    """A finite number, not negative (a TTL, a send time); anything else is unknown. A stored
+    ``inf`` or NaN would make every age computed from it infinite, and its print fail."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not -1e15 < v < 1e15:
+        return None  # NaN fails the range test too; an int of 400 digits never reaches float()
+    f = float(v)
+    return f if math.isfinite(f) and 0 <= f < 1e15 else None
 
 
 def reported(raw: Mapping[str, Any] | None) -> Reported:

@@ -49,6 +49,25 @@ def redact(text: str) -> str:
     )
 
 
+def scrub_secret(exc: BaseException, secret: str) -> BaseException:
+    """``exc`` and every exception it was raised from with ``secret`` masked in their messages.
+
+    Why: a server may echo the API key it was sent in its error body ("invalid key sk-...");
+    the backend quotes the provider's words, and ``--debug`` prints the whole chain. Keys
+    shorter than 8 characters (placeholders) are left alone."""
+    if len(secret) < 8:
+        return exc
+    seen: list[BaseException] = []
+    inner: BaseException | None = exc
+    while inner is not None and inner not in seen:
+        seen.append(inner)
+        inner.args = tuple(a.replace(secret, MASK) if isinstance(a, str) else a for a in inner.args)
+        if hasattr(inner, "message") and isinstance(inner.message, str):
+            inner.message = inner.message.replace(secret, MASK)
+        inner = inner.__cause__ or inner.__context__
+    return exc
+
+
 def is_secret_name(name: str) -> bool:
     """True when a query parameter called ``name`` carries a credential (judged percent-decoded)."""
     return _SECRET_NAME.search(unquote_plus(name)) is not None
@@ -86,4 +105,4 @@ def is_redacted(url: str) -> bool:
     return f"{MASK}@" in url or f"={MASK}" in url
 
 
-__all__ = ["MASK", "has_credentials", "is_redacted", "is_secret_name", "redact", "redact_query"]
+__all__ = ["MASK", "has_credentials", "is_redacted", "is_secret_name", "redact", "redact_query", "scrub_secret"]

@@ -35,15 +35,22 @@ def as_object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+#: The largest number read as a count: more tokens than any model has seen. A server may send
+#: any JSON number; one past this (``1e30``, ``10**400``) is no count, and would otherwise
+#: overflow SQLite's 64-bit integers when the call is stored, or every sum priced from it.
+MAX_COUNT = 2**53
+
+
 def first_int(*values: Any) -> int | None:
-    """The first value that is a whole number (bools and nulls are not counts)."""
+    """The first value that is a whole number from 0 to :data:`MAX_COUNT` (bools, nulls,
+    negative and absurd numbers are not counts, whatever a server sends)."""
     for v in values:
         if isinstance(v, bool):
             continue
-        if isinstance(v, int):
-            return v
         if isinstance(v, float) and v.is_integer():
-            return int(v)
+            v = int(v)
+        if isinstance(v, int) and 0 <= v <= MAX_COUNT:
+            return v
     return None
 
 
@@ -233,6 +240,8 @@ def read_usage(body: dict[str, Any]) -> dict[str, int | None]:
     else:
         cached = first_int(details.get("cached_tokens"), usage.get("cache_read_input_tokens"))
         prompt = first_int(usage.get("prompt_tokens"), usage.get("input_tokens"))
+    if cached is not None and prompt is not None and cached > prompt:
+        cached = prompt  # a server reporting more cached tokens than its prompt: never a hit ratio above 1
     return {"prompt_tokens": prompt, "completion_tokens": completion, "cached_tokens": cached}
 
 
