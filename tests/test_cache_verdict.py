@@ -220,17 +220,3 @@ def test_agreement_is_segment_equality(seg: str, said: str) -> None:
     v = fuse(byte, reported(anthropic_raw(read=0, write=100, reason=f"{said}_changed")), PREV)
     assert v.cause == "byte_change"
     assert v.agree is (seg == said)
-
-
-def test_a_replaced_status_message_is_judged_on_the_prefix_before_it() -> None:
-    """ctxwright's status message replaced in place rewrites only the tail, behind the last
-    breakpoint: a full read of the prefix before it is a hit, and a read of nothing after an
-    idle gap longer than the TTL is an expiry -- not a byte change of the messages."""
-    status = ByteEvidence("status_replaced", 3000, where="msg#11 role @0", offset=0, message_index=11, field="role")
-    prev = reported(anthropic_raw(read=0, write=3000, sent_at=1000.0, breakpoints=[(1, 2000), (5, 3000)]))
-    warm = fuse(status, reported(anthropic_raw(read=3000, sent_at=1060.0)), prev)
-    assert warm.cause == "hit", warm
-    cold = fuse(status, reported(anthropic_raw(read=0, write=3000, sent_at=1000.0 + 360)), prev)
-    assert cold.cause == "ttl_expired", cold
-    edited = ByteEvidence("messages_changed", 3000, where="msg#3 content @5", message_index=3)
-    assert fuse(edited, reported(anthropic_raw(read=0, write=3000, sent_at=1060.0)), prev).cause == "byte_change"

@@ -60,12 +60,6 @@ TOLERANCE_TOKENS = 128
 TOLERANCE_SHARE = 0.05
 #: The audit's causes that keep the bytes of the previous request (``audit/compare.py``).
 UNCHANGED = frozenset({"first", "append"})
-#: The audit's causes that rewrite only the request's tail by design: ctxwright's status
-#: message replaced in place. The breakpoints go before it (``cache/breakpoints.py``,
-#: ``volatile_tail``; the Responses backend marks the item before the final message), so it
-#: explains no miss of the prefix before it: the call is judged on that prefix by the rules
-#: after ``byte_change`` (an expiry behind a replaced status is still ``ttl_expired``).
-TAIL_REWRITES = frozenset({"status_replaced"})
 #: Request options that are not part of the cached prompt: the sampling and length fields
 #: (Anthropic and OpenAI cache the prompt, not the generation settings) and the routing key
 #: (judged by its own rule, ``routing_key_changed``).
@@ -234,7 +228,7 @@ def _first(f: Facts) -> Verdict | None:
 
 def _byte_change(f: Facts) -> Verdict | None:
     b = f.byte
-    if not b.changed or b.cause in TAIL_REWRITES:
+    if not b.changed:
         return None
     if f.short and f.expected > 0 and any(rule(f) is not None for rule in _UNCHANGED_CAUSES):
         # the provider did not even read the prefix before the change, and an expiry, a cold
@@ -381,4 +375,4 @@ def _dur(seconds: float) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-__all__ = ["CAUSES", "LOOKBACK_BLOCKS", "RULES", "TAIL_REWRITES", "ByteEvidence", "Facts", "Verdict", "fuse"]
+__all__ = ["CAUSES", "LOOKBACK_BLOCKS", "RULES", "ByteEvidence", "Facts", "Verdict", "fuse"]
