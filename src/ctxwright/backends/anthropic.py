@@ -28,9 +28,8 @@ from __future__ import annotations
 import copy
 import json
 import os
-import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +38,7 @@ import anthropic
 from ctxwright.backends.base import Backend
 from ctxwright.backends.bounded_http import bounded_client, redirect_hint
 from ctxwright.backends.openai_compat import _cause, _chain, _error_fields, _is_context_error, _sse_events
+from ctxwright.backends.retry import backoff, should_retry
 from ctxwright.cache.breakpoints import MODES, PromptBlock, place_breakpoints
 from ctxwright.cache.minimums import minimum_tokens
 from ctxwright.core.messages import Message, ToolCall, Usage, canonical_json
@@ -72,9 +72,6 @@ _THINKING_TYPES = ("thinking", "redacted_thinking")
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
 #: The longest tail of blocks treated as rewritten on every call (a status message: 1 or 2).
 _MAX_VOLATILE_TAIL = 3
-_INITIAL_BACKOFF_S = 0.5
-_MAX_BACKOFF_S = 8.0
-_MAX_RETRY_AFTER_S = 60.0
 
 
 @dataclass
@@ -349,7 +346,7 @@ class AnthropicBackend(Backend):
             if not result.retryable or attempt >= self.max_retries:
                 raise result.error from result.cause
             attempt += 1
-            wait = result.wait_s if result.wait_s is not None else _backoff(attempt)
+            wait = result.wait_s if result.wait_s is not None else backoff(attempt)
             sink(
                 Retry(
                     attempt=attempt,
@@ -602,7 +599,7 @@ class AnthropicBackend(Backend):
                 hint = " The request was refused as invalid: the message says which field."
             else:
                 hint = redirect_hint(status, exc.response.headers)
-            retryable, wait = _should_retry(status, exc.response.headers)
+            retryable, wait = should_retry(status, exc.response.headers)
             return _Failure(
                 BackendError(redact(f"{url} returned HTTP {status}{kind}: {message}.{hint}")),
                 retryable,
@@ -703,31 +700,3 @@ def _text(response: Any) -> str:
         return response.text
     except Exception:  # a streamed error body that was never read
         return ""
-
-
-def _backoff(attempt: int) -> float:
-    """0.5 s doubling to at most 8 s, minus up to 25% jitter (the SDK's schedule)."""
-    return min(_INITIAL_BACKOFF_S * 2.0 ** (attempt - 1), _MAX_BACKOFF_S) * (1 - 0.25 * random.random())
-
-
-def _should_retry(status: int, headers: Mapping[str, str]) -> tuple[bool, float | None]:
-    """The SDK's rule (``x-should-retry``, else 408/409/429/5xx, which includes Anthropic's 529
-    "overloaded"), and the server's ``retry-after`` in seconds when it gave one of up to 60 s."""
-    wait: float | None = None
-    for header, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(header)
-        if value is None:
-            continue
-        try:
-            wait = float(value) / divisor
-        except ValueError:
-            continue
-        break
-    if wait is not None and wait > _MAX_RETRY_AFTER_S:
-        return False, None
-    if wait is not None and wait < 0:
-        wait = None
-    flag = headers.get("x-should-retry")
-    if flag in ("true", "false"):
-        return flag == "true", wait
-    return status in (408, 409, 429) or status >= 500, wait

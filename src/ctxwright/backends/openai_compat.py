@@ -12,7 +12,8 @@ screen. Here every retry is announced before its wait, as a ``Retry`` event
 (``core/progress.py``) through the ``on_event`` callback that :meth:`OpenAIBackend.complete`
 takes (the agent passes the Harness's). What is retried follows the SDK's rules (timeouts, connection
 failures, HTTP 408/409/429/5xx, a server's ``x-should-retry``; a ``retry-after`` of up to
-60 s is honoured, else exponential backoff from 0.5 s to 8 s).
+60 s is honoured, else exponential backoff from 0.5 s to 8 s: ``backends/retry.py``, shared with the
+Anthropic backend).
 
 Failures are told apart, because each has its own fix: nothing listens (refused, the host
 name does not resolve), the server closed the connection without answering, the reply was
@@ -41,7 +42,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -52,6 +52,7 @@ import openai
 
 from ctxwright.backends.base import Backend
 from ctxwright.backends.bounded_http import bounded_client, redirect_hint
+from ctxwright.backends.retry import backoff, should_retry
 from ctxwright.cache.routing import header_name, prefix_sha256, routing_key
 from ctxwright.core.messages import Message, Usage, canonical_json
 from ctxwright.core.progress import EventSink, Retry, StreamFallback, Token, ignore
@@ -74,9 +75,6 @@ DEFAULT_TIMEOUT_S = 120.0
 #: Retries after the first try. Each is announced (``Retry`` events), so a dead
 #: server costs at most (1 + 2) × timeout, on screen, instead of 4 × 120 s in silence.
 DEFAULT_MAX_RETRIES = 2
-_INITIAL_BACKOFF_S = 0.5
-_MAX_BACKOFF_S = 8.0
-_MAX_RETRY_AFTER_S = 60.0
 
 _CLOSED_WITHOUT_ANSWER = "the server closed the connection without answering"
 
@@ -288,7 +286,7 @@ class OpenAIBackend(Backend):
             if not result.retryable or attempt >= self.max_retries:
                 raise result.error from result.cause
             attempt += 1
-            wait = result.wait_s if result.wait_s is not None else _backoff(attempt)
+            wait = result.wait_s if result.wait_s is not None else backoff(attempt)
             sink(
                 Retry(
                     attempt=attempt,
@@ -484,7 +482,7 @@ class OpenAIBackend(Backend):
             return self._connection_failure(exc)
         if isinstance(exc, openai.APIStatusError):
             error = self._status_error(exc)
-            retryable, wait = _should_retry(exc)
+            retryable, wait = should_retry(exc.status_code, exc.response.headers)
             ok = retryable and not isinstance(error, ContextWindowExceeded)
             return _Failure(error, ok, f"HTTP {exc.status_code}", wait, cause=exc)
         return _Failure(
@@ -654,36 +652,6 @@ def _sse_events(lines: Iterator[str]) -> Iterator[str]:
             buf.append(value[1:] if value.startswith(" ") else value)
     if buf:
         yield "\n".join(buf)
-
-
-def _backoff(attempt: int) -> float:
-    """The SDK's schedule: 0.5 s doubling to at most 8 s, minus up to 25% jitter."""
-    return min(_INITIAL_BACKOFF_S * 2.0 ** (attempt - 1), _MAX_BACKOFF_S) * (1 - 0.25 * random.random())
-
-
-def _should_retry(exc: openai.APIStatusError) -> tuple[bool, float | None]:
-    """The SDK's rule for an HTTP error (``x-should-retry``, then 408/409/429/5xx), and the
-    server's ``retry-after-ms`` / ``retry-after`` in seconds when it gave one (≤ 60 s)."""
-    headers = exc.response.headers
-    wait: float | None = None
-    for header, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(header)
-        if value is None:
-            continue
-        try:
-            wait = float(value) / divisor
-        except ValueError:
-            continue
-        break
-    if wait is not None and wait > _MAX_RETRY_AFTER_S:
-        return False, None
-    if wait is not None and wait < 0:
-        wait = None
-    flag = headers.get("x-should-retry")
-    if flag in ("true", "false"):
-        return flag == "true", wait
-    status = exc.status_code
-    return status in (408, 409, 429) or status >= 500, wait
 
 
 def _text(exc: openai.APIStatusError) -> str:
