@@ -25,16 +25,15 @@ keep-warm (``keep_warm=True``: a ``max_tokens=1`` re-send before expiry; its ref
 driven on the simulated clock by the project's own ``KeepWarmTimer.tick``), one breakpoint at
 the end of the system prompt (``breakpoints="system"``), and none. OpenAI Responses: on
 ``gpt-5.5`` (no explicit breakpoints) ctxwright's derived ``prompt_cache_key`` with the
-default in-memory retention and with ``24h``, and no key; on ``gpt-5.6`` (explicit breakpoints)
+default in-memory retention and with ``24h``, and no key; on ``gpt-5.6-sol`` (explicit breakpoints)
 ctxwright's key and breakpoints with TTL ``30m`` and ``12h``, and no key nor breakpoints.
 "None" cannot mean "no cache" on OpenAI -- every prompt of 1,024+ tokens is cached
 automatically -- so there it is what a caller gets who sends nothing cache-related.
 
 Cost: each recorded call (the session's ``CallRecord``s, keep-warm refreshes included) priced
 by ``cache/prices.py: call_cost`` on ``core/usage.py``'s split of the provider's own usage
-fields, at the built-in table's row for the model. ``gpt-5.6`` has no row (its price was not
-found): it is priced at gpt-5.5's row with writes at 1.25x input (the rule the table states
-for GPT-5.6), said so in the output. Expiries are the calls whose fused verdict
+fields, at the built-in table's row for the model (a model without a row would be priced at
+gpt-5.5's row with writes at 1.25x input, said so in the output). Expiries are the calls whose fused verdict
 (``CallRecord.audit["cache"]``) is ``ttl_expired``, with its ``expiry_cost``.
 
     python benchmarks/provider_cache.py [--quick] [--json PATH]
@@ -263,13 +262,13 @@ def arms() -> list[Arm]:
         Arm(r, "ctxwright key, retention 24h", "gpt-5.5", _responses("gpt-5.5", "24h"), ctxwright=True),
         Arm(r, "ctxwright key, in-memory", "gpt-5.5", _responses("gpt-5.5", None)),
         Arm(r, "none: no key, in-memory", "gpt-5.5", _responses("gpt-5.5", None, key=False), none=True),
-        Arm(r, "ctxwright key + bp, 12h", "gpt-5.6", _responses("gpt-5.6", "12h"), ctxwright=True),
-        Arm(r, "ctxwright key + bp, 30m", "gpt-5.6", _responses("gpt-5.6", "30m")),
+        Arm(r, "ctxwright key + bp, 12h", "gpt-5.6-sol", _responses("gpt-5.6-sol", "12h"), ctxwright=True),
+        Arm(r, "ctxwright key + bp, 30m", "gpt-5.6-sol", _responses("gpt-5.6-sol", "30m")),
         Arm(
             r,
             "none: no key, no bp",
-            "gpt-5.6",
-            _responses("gpt-5.6", None, key=False, breakpoints=False),
+            "gpt-5.6-sol",
+            _responses("gpt-5.6-sol", None, key=False, breakpoints=False),
             none=True,
         ),
     ]

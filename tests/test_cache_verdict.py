@@ -37,7 +37,7 @@ def anthropic_raw(
         "cache": {
             "ttl": "5m",
             "ttl_s": ttl_s,
-            "breakpoints": [{"block": b, "tokens": t} for b, t in (breakpoints or [(1, 2000), (5, 3000)])],
+            "breakpoints": [{"block": b, "tokens": t} for b, t in ([(1, 2000), (5, 3000)] if breakpoints is None else breakpoints)],
             "minimum_tokens": minimum,
             "routing_key": None,
             "prefix_tokens": 2000,
@@ -128,6 +128,14 @@ CASES: list[tuple[str, ByteEvidence, dict[str, Any], dict[str, Any] | None, str,
         anthropic_raw(read=0, write=3000, sent_at=1010.0, breakpoints=[(1, 100), (5 + LOOKBACK_BLOCKS + 1, 4000)]),
         anthropic_raw(read=0, write=3000, breakpoints=[(1, 100), (5, 3000)]),
         "lookback_exceeded",
+        None,
+    ),
+    (
+        "no breakpoint",
+        APPEND,
+        anthropic_raw(read=0, write=0, uncached=3010, sent_at=1010.0, breakpoints=[]),
+        anthropic_raw(read=0, write=0, uncached=3000, breakpoints=[]),
+        "no_breakpoint",
         None,
     ),
     (

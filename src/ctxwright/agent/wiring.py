@@ -447,6 +447,7 @@ def _backend(
         )
     if name == EXTERNAL:
         return ExternalBackend(model, context_window=m.window), None
+    _refuse_cache_options(name, given)
     if name in ("openai", "openai-responses"):
         if given.get("gguf") is not None:
             raise ConfigError(f"gguf= (--gguf) is for the embedded backend; drop it or drop backend={name!r}")
@@ -521,6 +522,30 @@ def _backend(
     raise ConfigError(
         f"unknown backend {name!r}: use 'embedded', 'openai', 'anthropic', 'openai-responses', or pass a backend object"
     )
+
+
+#: The provider-cache options and the backends that send them: a flag another backend would
+#: drop silently is refused, so nobody believes a cache setting is in force that is not.
+_CACHE_OPTION_BACKENDS: dict[str, tuple[str, ...]] = {
+    "cache_ttl": ("anthropic",),
+    "cache_diagnostics": ("anthropic", "openai-responses"),
+}
+
+
+def _refuse_cache_options(name: str, given: Mapping[str, Any]) -> None:
+    """A ConfigError for a provider-cache option given to a backend that does not send it.
+
+    Why: chat completions and the embedded llama.cpp have no TTL to choose and no miss reason
+    to ask for (OpenAI's TTL on Responses is ``prompt_cache_retention``); ignoring the flag would
+    leave a user reading an audit that lacks the provider's reasons they asked for."""
+    for opt, backends in _CACHE_OPTION_BACKENDS.items():
+        if given.get(opt) is not None and name not in backends:
+            flag = "--" + opt.replace("_", "-")
+            where = " or ".join(f"backend={b!r}" for b in backends)
+            extra = "; on 'openai-responses' the TTL is prompt_cache_retention=" if opt == "cache_ttl" else ""
+            raise ConfigError(
+                f"{opt}= ({flag}) is for {where}: the {name!r} backend has no such setting; drop it{extra}"
+            )
 
 
 def _anthropic(

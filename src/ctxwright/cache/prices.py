@@ -147,7 +147,14 @@ BUILTIN_PRICES = PriceTable(
         ModelPrice("anthropic", "claude-3-haiku", 0.25, 0.03, 0.30, 0.50, 1.25, _ANTHROPIC_OLD),
         # OpenAI: Standard tier, short context. The official page itself was not in the
         # searchable index; each row is the page's figures as quoted, consistently, by the
-        # named secondary pages. GPT-5.6 is left out: its input price was not found.
+        # named secondary pages. GPT-5.6 comes in three named models (there is no plain
+        # "gpt-5.6" row): writes at 1.25x input (coder/mux#3705, a live call's
+        # cache_write_tokens), the same rate for the 30m and 12h TTLs (no separate 12h rate
+        # was found). Sol at its launch list price (2026-07-09); a promotional $4.00 input from
+        # 2026-08-21 is not reflected. Terra and Luna at the reduced prices of 2026-07-30.
+        _gpt("gpt-5.6-sol", 5.0, 0.50, 30.0, "PromptFuel v1.0.17 release notes", write=6.25),
+        _gpt("gpt-5.6-terra", 2.0, 0.20, 12.0, "PromptFuel v1.0.19 release notes", write=2.50),
+        _gpt("gpt-5.6-luna", 0.20, 0.02, 1.20, "PromptFuel v1.0.19 release notes", write=0.25),
         _gpt("gpt-5.5", 5.0, 0.50, 30.0, "tokenmix.ai, morphllm.com"),
         _gpt("gpt-5.4", 2.50, 0.25, 15.0, "tokenmix.ai, benchlm.ai"),
         _gpt("gpt-5.4-mini", 0.75, 0.075, 4.50, "tokenmix.ai, benchlm.ai"),

@@ -27,6 +27,10 @@ of *where*. The rules, first match wins (:data:`RULES`):
     Anthropic only: the lookup walks back at most 20 blocks from each breakpoint; the
     previous call's last breakpoint is more than 20 blocks before every breakpoint of this
     one, so the entry it wrote is never found.
+``no_breakpoint``
+    Anthropic only: the previous call placed no ``cache_control`` breakpoint (``breakpoints=
+    "none"``, or a client that never marks one), so it wrote no entry to read: Anthropic
+    caches only up to explicit breakpoints.
 ``ttl_expired``
     bytes identical, idle longer than the TTL since the cache was last written or read
     (Anthropic: 5 minutes or 1 hour; each read renews it).
@@ -97,6 +101,7 @@ CAUSES = (
     "routing_key_changed",
     "below_minimum",
     "lookback_exceeded",
+    "no_breakpoint",
     "ttl_expired",
     "provider_reported",
     "hit",
@@ -296,6 +301,19 @@ def _lookback(f: Facts) -> Verdict | None:
     )
 
 
+def _no_breakpoint(f: Facts) -> Verdict | None:
+    p = f.prev
+    if not f.missed or p is None or p.provider != "anthropic" or p.breakpoints or p.tokens.cache_write:
+        return None
+    return Verdict(
+        "no_breakpoint",
+        f"{f.same}; the previous call placed no cache_control breakpoint, so it wrote nothing to read "
+        "(Anthropic caches only up to explicit breakpoints)",
+        _agree_unchanged(f),
+        {},
+    )
+
+
 def _ttl(f: Facts) -> Verdict | None:
     gap, ttl = f.gap, (f.prev.ttl_s if f.prev is not None and f.prev.ttl_s is not None else f.now.ttl_s)
     if not f.missed or gap is None or ttl is None or gap <= ttl:
@@ -340,7 +358,13 @@ def _agree_unchanged(f: Facts) -> bool | None:
 
 
 #: The rules that explain a miss of a prefix whose bytes did not change.
-_UNCHANGED_CAUSES: tuple[Callable[[Facts], Verdict | None], ...] = (_routing, _below_minimum, _lookback, _ttl)
+_UNCHANGED_CAUSES: tuple[Callable[[Facts], Verdict | None], ...] = (
+    _routing,
+    _below_minimum,
+    _lookback,
+    _no_breakpoint,
+    _ttl,
+)
 
 #: The rules in order; the first that speaks decides.
 RULES: tuple[Callable[[Facts], Verdict | None], ...] = (
@@ -349,6 +373,7 @@ RULES: tuple[Callable[[Facts], Verdict | None], ...] = (
     _routing,
     _below_minimum,
     _lookback,
+    _no_breakpoint,
     _ttl,
     _provider,
     _hit,

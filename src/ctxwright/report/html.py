@@ -34,6 +34,7 @@ from plotly.offline import get_plotlyjs
 
 from ctxwright.audit.compare import Prices, as_pricing
 from ctxwright.cache.prices import Pricing
+from ctxwright.cache.verdict import CAUSES
 from ctxwright.errors import CtxwrightError
 from ctxwright.report.data import LABELS, PARTS, CallData, ReportData, SessionData
 from ctxwright.store.private import open_private
@@ -46,6 +47,9 @@ MAX_ROWS = 300
 MAX_BREAKS = 200
 #: sessions whose charts are drawn (each session is still listed in the index)
 MAX_CHARTED_SESSIONS = 200
+#: The provider-cache causes the report lists as misses: every cause of the verdict but a
+#: first write and a hit (one list, ``cache/verdict.py``).
+MISS_CAUSES = [c for c in CAUSES if c not in ("first", "hit")]
 
 #: one colour per part, the same in every chart
 COLORS: dict[str, str] = {
@@ -372,6 +376,7 @@ def render_html(data: ReportData, prices: Prices | Pricing | None = None) -> str
         charts=sum(len(v.charts) for v in views),
         generated=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime()),
         max_charted=MAX_CHARTED_SESSIONS,
+        miss_causes=MISS_CAUSES,
         json=json,
     )
 
