@@ -76,7 +76,7 @@ CASES: list[tuple[str, ByteEvidence, dict[str, Any], dict[str, Any] | None, str,
     ("hit", APPEND, anthropic_raw(read=3000, sent_at=1060.0), anthropic_raw(read=0, write=3000), "hit", None),
     (
         "tools changed, provider agrees",
-        ByteEvidence("tools_changed", 3000, where="tools tools @42", offset=42),
+        ByteEvidence("tools_changed", 3000, where="tools @42", offset=42),
         anthropic_raw(read=0, write=3000, reason="tools_changed", sent_at=1060.0),
         anthropic_raw(read=0, write=3000),
         "byte_change",
@@ -188,7 +188,7 @@ def test_evidence_names_the_gap_and_the_ttl_and_the_segment() -> None:
     v = fuse(APPEND, reported(anthropic_raw(read=0, write=3000, sent_at=1360.0)), PREV)
     assert v.details["gap_s"] == 360.0 and v.details["ttl_s"] == 300.0
     assert "6m00s" in v.evidence and "5m00s" in v.evidence
-    b = ByteEvidence("tools_changed", 3000, where="tools tools @42", offset=42)
+    b = ByteEvidence("tools_changed", 3000, where="tools @42", offset=42)
     v = fuse(b, reported(anthropic_raw(read=0, write=3000, reason="tools_changed")), PREV)
     assert v.details["segment"] == "tools" and v.details["offset"] == 42
     assert "tools @42" in v.evidence and "(agrees)" in v.evidence

@@ -158,6 +158,17 @@ class Divergence:
     def to_json(self) -> dict[str, Any]:
         return {"message_index": self.message_index, "field": self.field, "byte_offset": self.byte_offset}
 
+    @property
+    def where(self) -> str:
+        """Where it is, in one place for every reader (the audit table, the stored record, the
+        cache verdict, the CI gate): ``msg#i field @byte`` (the system prompt is msg#0),
+        ``tools @byte``, or ``options``."""
+        if self.field == "options" and self.message_index is None:
+            return "options"
+        if self.message_index is None:
+            return f"{self.field} @{self.byte_offset}"
+        return f"msg#{self.message_index} {self.field} @{self.byte_offset}"
+
 
 @dataclass(frozen=True)
 class AuditRow:

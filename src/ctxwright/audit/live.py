@@ -109,9 +109,8 @@ def audit_record(row: AuditRow) -> dict[str, Any]:
     rec = row.to_json()
     d = row.first_divergence
     if d is not None:
-        idx = "tools" if d.message_index is None else f"msg#{d.message_index}"
         rec["role"] = d.role
-        rec["where"] = f"{idx} {d.field} @{d.byte_offset}"
+        rec["where"] = d.where
         rec["context"] = {"before": d.before, "after": d.after}
     return rec
 
@@ -119,14 +118,10 @@ def audit_record(row: AuditRow) -> dict[str, Any]:
 def byte_evidence(row: AuditRow) -> ByteEvidence:
     """The byte audit's part of the cache verdict (``cache/verdict.py``)."""
     d = row.first_divergence
-    where = ""
-    if d is not None:
-        idx = "tools" if d.message_index is None else f"msg#{d.message_index}"
-        where = f"{idx} {d.field} @{d.byte_offset}"
     return ByteEvidence(
         cause=row.cause,
         reusable_prefix_tokens=row.reusable_prefix_tokens,
-        where=where,
+        where=d.where if d is not None else "",
         offset=d.byte_offset if d is not None else None,
         message_index=d.message_index if d is not None else None,
         field=d.field if d is not None else None,

@@ -323,11 +323,7 @@ def _n(v: int | None) -> str:
 
 def where(d: Divergence) -> str:
     """``msg#i field @byte`` (the system prompt is msg#0), ``tools @byte``, or the options."""
-    if d.field == "options" and d.message_index is None:
-        return "options"
-    if d.message_index is None:
-        return f"{d.field} @{d.byte_offset}"
-    return _safe(f"msg#{d.message_index} {d.field} @{d.byte_offset}")
+    return _safe(d.where)
 
 
 def _visible(s: str) -> str:
