@@ -187,8 +187,16 @@ def test_every_builtin_row_has_its_source_and_anthropic_multipliers():
             assert (p.cached_read, p.cache_write_5m, p.cache_write_1h) == pytest.approx(
                 (p.input * 0.1, p.input * 1.25, p.input * 2)
             )
-        if p.provider == "openai":  # writes cost no more than input before GPT-5.6
+        if p.provider == "openai" and not p.model.startswith("gpt-5.6"):  # no write premium before GPT-5.6
             assert p.cache_write_5m == p.cache_write_1h == p.input
+        if p.model.startswith("gpt-5.6"):  # from GPT-5.6 on, a cache write costs 1.25x the input
+            assert p.cache_write_5m == p.cache_write_1h == pytest.approx(p.input * 1.25)
+
+
+def test_gpt_5_6_has_rows_per_named_model_and_none_for_the_bare_family_name():
+    assert price_for("openai-responses", "gpt-5.6-sol") is not None
+    assert price_for("openai", "gpt-5.6-terra-2026-07-30") is not None  # a snapshot falls to its row
+    assert price_for("openai", "gpt-5.6") is None  # three models at three prices: no guess
 
 
 # -- costs by hand --------------------------------------------------------------------------

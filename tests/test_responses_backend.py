@@ -339,3 +339,54 @@ def test_diagnostics_name_the_previous_response_and_are_recorded_verbatim() -> N
         assert c2.usage.raw["diagnostics"]["reason"] == "prompt_cache_key_changed"
         assert c2.usage.raw["cache"]["routing_key"] == "k2" != c1.usage.raw["cache"]["routing_key"]
         b.close()
+
+
+@pytest.mark.parametrize(
+    ("backend", "option", "value", "names"),
+    [
+        ("openai", "cache_diagnostics", True, "backend='anthropic' or backend='openai-responses'"),
+        ("openai", "cache_ttl", "1h", "backend='anthropic'"),
+        ("openai-responses", "cache_ttl", "1h", "prompt_cache_retention="),
+        ("embedded", "cache_diagnostics", False, "backend='anthropic'"),
+        ("embedded", "cache_ttl", "5m", "backend='anthropic'"),
+    ],
+)
+def test_a_cache_option_a_backend_does_not_send_is_refused_not_ignored(
+    backend: str, option: str, value: object, names: str, tmp_path: Path
+) -> None:
+    """A flag the backend would drop silently leaves a user believing a cache setting is in
+    force: each is one clear line instead."""
+    served = {"model": "m", "base_url": "http://127.0.0.1:9/v1"} if backend != "embedded" else {}
+    with pytest.raises(ConfigError) as e:
+        Harness(backend=backend, db=tmp_path / "c.db", **served, **{option: value})  # type: ignore[arg-type]
+    msg = str(e.value)
+    assert "\n" not in msg and f"{option}=" in msg and names in msg and backend in msg
+
+
+def test_the_cli_refuses_cache_diagnostics_on_the_chat_backend(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ctxwright",
+            "--db",
+            str(tmp_path / "c.db"),
+            "run",
+            "hi",
+            "--backend",
+            "openai",
+            "--model",
+            "m",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--cache-diagnostics",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2, out.stderr
+    assert "cache_diagnostics= (--cache-diagnostics) is for" in out.stderr and "Traceback" not in out.stderr
