@@ -18,13 +18,12 @@ import openai
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from replay_agents import AGENTS, FINAL, GOLDENS, QUESTION, RECORDED_IDS, chat_agent, chat_golden, write_jsonl
-
 from ctxwright.audit.logs import AuditRequest, read_log
 from ctxwright.cli.main import main
 from ctxwright.replay.golden import load_golden
 from ctxwright.replay.matching import said
 from ctxwright.replay.server import ReplayServer
+from replay_agents import AGENTS, FINAL, GOLDENS, QUESTION, RECORDED_IDS, chat_agent, chat_golden, write_jsonl
 
 APIS = list(AGENTS)
 
@@ -109,9 +108,9 @@ def test_repeat_last_answers_the_conversations_last_reply(tmp_path: Path, stream
 
 
 def test_a_tool_renamed_in_the_history_diverges_naming_both_tools(tmp_path: Path) -> None:
-    with ReplayServer.start(load_golden(_golden(tmp_path, "openai_chat"))) as srv:
-        with pytest.raises(openai.BadRequestError):
-            chat_agent(srv.url, stream=False, rename="grep")
+    golden = load_golden(_golden(tmp_path, "openai_chat"))
+    with ReplayServer.start(golden) as srv, pytest.raises(openai.BadRequestError):
+        chat_agent(srv.url, stream=False, rename="grep")
     assert srv.divergences == [
         "call 2 of conversation c1: the agent called tool 'grep' where the recording called 'read_file'"
     ]
