@@ -22,8 +22,10 @@ summarised by a compaction); else starts the next conversation not started yet.
 **Divergence** ("the conversation left the recording"): the request is past the recording's
 last call of its conversation, or a conversation the recording does not have; or its new
 messages -- those after the most recent recorded reply it contains -- differ from the golden
-request's at that position in role, count, the tool calls they answer, or a user message's
-text; or the reply it sent back names other tools than the recording's. A tool *result*
+request's at that position in role, count, the tool calls they answer, or the text of the
+user's question (:func:`compare_new` says which user message that is: a harness's status block
+next to the tool results changes every run, like a tool result); or the reply it sent back
+names other tools than the recording's. A tool *result*
 whose content differs is not a divergence (the gate judges it), nor is a changed prefix.
 """
 
@@ -248,7 +250,8 @@ class Matcher:
         if reason is None:
             golden = self._said[ci][pos]
             g_newest = max((i for i, m in enumerate(golden) if m.role == "assistant"), default=-1) if pos else -1
-            reason = compare_new(s[newest + 1 :], golden[g_newest + 1 :])
+            opens_turn = newest < 0 or not conv.calls[pos - 1].turn.tool_calls
+            reason = compare_new(s[newest + 1 :], golden[g_newest + 1 :], opens_turn=opens_turn)
         return Placement(conv, pos, call, f"{where}: {reason}" if reason else None)
 
 
@@ -272,15 +275,25 @@ _WHAT = {
 }
 
 
-def compare_new(got: Sequence[Said], want: Sequence[Said]) -> str | None:
-    """Why the new messages ``got`` differ from the recording's ``want``, or ``None``."""
+def compare_new(got: Sequence[Said], want: Sequence[Said], *, opens_turn: bool = True) -> str | None:
+    """Why the new messages ``got`` differ from the recording's ``want``, or ``None``.
+
+    The text compared is the user's question: the first user message of a batch that opens a
+    turn (``opens_turn``: the conversation's first request, or one after a reply that ended
+    its turn without a tool call). The other user messages of a batch -- a status block, a
+    reminder or the environment a harness writes next to the tool results, with its clock and
+    working folder in it -- are compared by role and count only: they change from run to run
+    as tool results do, and the gate judges them, not the replay."""
+    asked = not opens_turn
     for k, (a, b) in enumerate(zip(got, want, strict=False)):
         if a.role != b.role:
             return f"new message {k + 1} is {_WHAT.get(a.role, a.role)} where the recording has {_WHAT.get(b.role, b.role)}"
         if a.role == "tool" and a.answers != b.answers:
             return f"the agent answered tool call {a.answers!r} where the recording answered {b.answers!r}"
-        if a.role == "user" and a.text != b.text:
-            return f"the user message differs from the recording's: {_diff(a.text, b.text)}"
+        if a.role == "user" and not asked:
+            asked = True
+            if a.text != b.text:
+                return f"the user message differs from the recording's: {_diff(a.text, b.text)}"
         if a.role == "assistant" and a.signature() != b.signature():
             return "an assistant message differs from the recording's"
     if len(got) != len(want):
