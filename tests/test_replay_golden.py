@@ -12,9 +12,6 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fakeserver import FakeOpenAIServer as F
-from replay_agents import FINAL, GOLDENS, RECORDED_IDS, chat_agent, chat_golden, responses_agent, write_jsonl
-
 from ctxwright.cli.main import main
 from ctxwright.errors import GoldenUnusable
 from ctxwright.proxy.log import proxy_sessions
@@ -23,6 +20,8 @@ from ctxwright.proxy.server import ProxyConfig
 from ctxwright.replay.golden import load_golden
 from ctxwright.replay.server import ReplayServer
 from ctxwright.store.sessions import Store
+from fakeserver import FakeOpenAIServer as F
+from replay_agents import FINAL, GOLDENS, RECORDED_IDS, chat_agent, chat_golden, responses_agent, write_jsonl
 
 
 def test_a_call_without_a_response_gets_the_reply_the_next_request_appended(tmp_path: Path) -> None:
