@@ -57,6 +57,9 @@ RANKS: dict[str, int] = {
     "agent": 7,
     "proxy": 7,
     "report": 7,
+    # answering an agent from a recording: it reads proxy sessions (proxy/log.py), stored
+    # sessions (store/export.py) and the audit's reader and conversations; the CI gate builds on it
+    "replay": 7,
     "harness": 8,
     "cli": 9,
     "__main__": 9,

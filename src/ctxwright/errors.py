@@ -26,6 +26,7 @@ __all__ = [
     "EventFormatError",
     "FrontMatterRefused",
     "GateRuleError",
+    "GoldenUnusable",
     "LogRecordRejected",
     "LogUnreadable",
     "MalformedResponse",
@@ -39,6 +40,7 @@ __all__ = [
     "ReasoningMissing",
     "ReasoningPolicyConflict",
     "ReplyTooLarge",
+    "RequestRefused",
     "ResponseTruncated",
     "SchemaTooNew",
     "SessionInUse",
@@ -292,6 +294,11 @@ class LogRecordRejected(CtxwrightError, ValueError):
     """
 
 
+class GoldenUnusable(CtxwrightError):
+    """A golden recording cannot be replayed (``replay/golden.py``): not a regular file, too
+    large, not a request log, no model call in it, or a session that is not in the store."""
+
+
 class LogUnreadable(CtxwrightError):
     """A request log that cannot be read as one, as a whole: not a regular file nor a pipe (a
     device never ends, a folder is not a log), or a record (a line) longer than the cap, which
@@ -353,6 +360,16 @@ class SkillLinkLeavesFolder(SkillPathError):
 class ClientStalled(CtxwrightError):
     """A proxy client sent nothing of its request body for the body timeout; the proxy answers
     408 and closes the connection, so a stalled client cannot hold a connection slot."""
+
+
+class RequestRefused(CtxwrightError):
+    """The replay server refuses a request before placing it in the recording (a body over
+    the cap, stalled, not JSON): ``status`` is the HTTP status it answers; the message is the
+    error's text. Raised and caught inside ``replay/server.py``."""
+
+    def __init__(self, status: int, message: str, *, close: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.message, self.close = status, message, close
 
 
 class UndecodableBody(CtxwrightError):
