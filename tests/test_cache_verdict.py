@@ -37,7 +37,9 @@ def anthropic_raw(
         "cache": {
             "ttl": "5m",
             "ttl_s": ttl_s,
-            "breakpoints": [{"block": b, "tokens": t} for b, t in ([(1, 2000), (5, 3000)] if breakpoints is None else breakpoints)],
+            "breakpoints": [
+                {"block": b, "tokens": t} for b, t in ([(1, 2000), (5, 3000)] if breakpoints is None else breakpoints)
+            ],
             "minimum_tokens": minimum,
             "routing_key": None,
             "prefix_tokens": 2000,

@@ -349,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ctxwright.cli.proxy import add_proxy_parser
 
     add_proxy_parser(sub)
+    from ctxwright.cli.lock import add_lock_parser
+
+    add_lock_parser(sub)
     for command in sub.choices.values():  # `ctxwright show ID --db x.db` as well as `ctxwright --db x.db show ID`
         _add_global_options(command, argparse.SUPPRESS)
     return p
