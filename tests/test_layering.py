@@ -61,6 +61,10 @@ RANKS: dict[str, int] = {
     # sessions (store/export.py) and the audit's reader and conversations; the CI gate builds on it
     "replay": 7,
     "harness": 8,
+    # judging a run against a recording, for CI (segments of the prefix, the lock, the gate): it
+    # reads proxy sessions (proxy/log.py) and stored sessions, and the gate drives the replay
+    # server, so it sits above them, beside the harness it can run as the agent under test
+    "ci": 8,
     "cli": 9,
     "__main__": 9,
 }

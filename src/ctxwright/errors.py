@@ -27,6 +27,7 @@ __all__ = [
     "FrontMatterRefused",
     "GateRuleError",
     "GoldenUnusable",
+    "LockFileError",
     "LogRecordRejected",
     "LogUnreadable",
     "MalformedResponse",
@@ -147,6 +148,12 @@ class PricesFileError(ConfigError):
     """A ``--prices`` file that cannot be used (``cache/prices.py``): not TOML, larger than
     1 MB, an unknown key, a price that is negative or not a number. Refused before any call is
     priced: a price read wrong would misstate every cost."""
+
+
+class LockFileError(ConfigError):
+    """A ``ctxwright.lock`` that cannot be used (``ci/lock.py``): missing, not TOML, too large,
+    not a regular file, edited by hand into a shape ``ctxwright lock`` never writes. The check
+    cannot judge the prefix against it, so it says how to regenerate it instead of guessing."""
 
 
 class GateRuleError(ConfigError, ValueError):

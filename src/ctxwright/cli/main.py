@@ -352,6 +352,12 @@ def build_parser() -> argparse.ArgumentParser:
     from ctxwright.cli.replay import add_replay_parser
 
     add_replay_parser(sub)
+    from ctxwright.cli.lock import add_lock_parser
+
+    add_lock_parser(sub)
+    from ctxwright.cli.gate import add_gate_parser
+
+    add_gate_parser(sub)
     for command in sub.choices.values():  # `ctxwright show ID --db x.db` as well as `ctxwright --db x.db show ID`
         _add_global_options(command, argparse.SUPPRESS)
     return p
