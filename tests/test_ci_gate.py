@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llamaserver import LlamaServer
-from providers.anthropic_sim import AnthropicSim
-from providers.responses_sim import ResponsesSim, call, text
 
 from ctxwright.proxy.log import proxy_session_requests, proxy_sessions
 from ctxwright.proxy.serve import RecordingProxy
 from ctxwright.proxy.server import ProxyConfig
 from ctxwright.store.sessions import Store
+from llamaserver import LlamaServer
+from providers.anthropic_sim import AnthropicSim
+from providers.responses_sim import ResponsesSim, call, text
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "ci"
@@ -90,15 +90,20 @@ def record(tmp: Path, upstream: str, argv: list[str], model: str, clock: Callabl
         store.close()
 
 
-def gate(golden: Path, argv: list[str], *extra: str, model: str = "m", cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def gate(
+    golden: Path, argv: list[str], *extra: str, model: str | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """``ctxwright gate GOLDEN --json -- argv``, as CI runs it."""
-    env = agent_env("http://127.0.0.1:9", model)  # overridden by the gate's own
+    if model is None:  # the model the golden's first request names: the agent's AGENT_MODEL
+        model = json.loads(golden.read_text().splitlines()[0])["request"]["model"]
+    env = agent_env("http://127.0.0.1:9", model)  # the base URLs are overridden by the gate's own
     cmd = [sys.executable, "-m", "ctxwright", "gate", str(golden), "--json", *extra, "--", *argv]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=AGENT_TIMEOUT, cwd=cwd)
 
 
 def verdict(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     assert "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.strip(), done.stderr
     out: dict[str, Any] = json.loads(done.stdout)
     assert out["exit_code"] == done.returncode, out
     return out
@@ -123,7 +128,10 @@ def anthropic_script(body: dict[str, Any]) -> list[dict[str, Any]]:
     if results == 0:
         return [{"type": "tool_use", "name": "add", "input": {"a": 17, "b": 25}}]
     if results == 1:
-        return [{"type": "text", "text": "17 + 25 = 42."}, {"type": "tool_use", "name": "lookup", "input": {"word": "prefix"}}]
+        return [
+            {"type": "text", "text": "17 + 25 = 42."},
+            {"type": "tool_use", "name": "lookup", "input": {"word": "prefix"}},
+        ]
     return [{"type": "text", "text": "42 (add); a prefix is the part that stays the same (lookup)."}]
 
 
@@ -140,7 +148,9 @@ def responses_script(body: dict[str, Any]) -> list[dict[str, Any]]:
 def anthropic_golden(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     agent = copy_agent(tmp_path)
     with AnthropicSim(respond=anthropic_script) as sim:
-        golden = record(tmp_path, sim.url, [sys.executable, str(agent / "anthropic_agent.py"), TASK], "claude-sonnet-4-5")
+        golden = record(
+            tmp_path, sim.url, [sys.executable, str(agent / "anthropic_agent.py"), TASK], "claude-sonnet-4-5"
+        )
     yield golden, agent
 
 
@@ -185,8 +195,19 @@ def test_the_openai_chat_agent_and_ctxwright_run_pass_against_goldens_recorded_o
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     ctx_run = [
-        sys.executable, "-m", "ctxwright", "--db", str(tmp_path / "agent.db"), "run", "What is 2 + 3?",
-        "--backend", "openai", "--model", LlamaServer.model, "--max-tokens", "48",
+        sys.executable,
+        "-m",
+        "ctxwright",
+        "--db",
+        str(tmp_path / "agent.db"),
+        "run",
+        "What is 2 + 3?",
+        "--backend",
+        "openai",
+        "--model",
+        LlamaServer.model,
+        "--max-tokens",
+        "48",
     ]
     with LlamaServer(tmp_path / "server.log") as srv:
         origin = srv.url.removesuffix("/v1")
@@ -201,7 +222,11 @@ def test_the_openai_chat_agent_and_ctxwright_run_pass_against_goldens_recorded_o
     out = verdict(gate(ctx_golden, ctx_run, model=LlamaServer.model))
     assert out["exit_code"] == 0, out
 
-    edit(agent / "openai_chat_agent.py", '.read_text(encoding="utf-8")', '.read_text(encoding="utf-8") + f"\\nNow: {__import__(\'time\').time()}"')
+    edit(
+        agent / "openai_chat_agent.py",
+        '.read_text(encoding="utf-8")',
+        '.read_text(encoding="utf-8") + f"\\nNow: {__import__(\'time\').time()}"',
+    )
     out = verdict(gate(chat_golden, chat, model=LlamaServer.model))
     assert out["exit_code"] == 1 and "system" in lines(out) and "Now: " in lines(out), out
 
@@ -215,7 +240,11 @@ REGRESSIONS = {
         '.read_text(encoding="utf-8") + f"\\nCurrent time: {__import__(\'time\').time()}"',
         ["prefix: system", "Current time: "],
     ),
-    "two tools swapped": ('TOOL_NAMES = ["add", "lookup"]', 'TOOL_NAMES = ["lookup", "add"]', ["moved", "'add'", "'lookup'"]),
+    "two tools swapped": (
+        'TOOL_NAMES = ["add", "lookup"]',
+        'TOOL_NAMES = ["lookup", "add"]',
+        ["moved", "'add'", "'lookup'"],
+    ),
     "a tool description changed": (
         "from tools import",
         "import tools as _t\n_t.TOOLS['lookup'] = ('Look up a word in the glossary (session 7f3a).', _t.TOOLS['lookup'][1])\nfrom tools import",
@@ -243,7 +272,7 @@ def test_each_prefix_regression_fails_the_gate_naming_its_segment(
 
 def test_a_sliding_window_fails_the_gate_as_history_removed(responses_golden: tuple[Path, Path]) -> None:
     golden, agent = responses_golden
-    edit(agent / "openai_responses_agent.py", "input=items,", "input=[items[0], *items[-2:]],")
+    edit(agent / "openai_responses_agent.py", "input=items,", "input=items[:1] + items[1:][-2:],")
     out = verdict(gate(golden, [sys.executable, str(agent / "openai_responses_agent.py"), TASK]))
     assert out["exit_code"] == 1, out
     assert "append-only: call 2" in lines(out) and "history_" in lines(out)
@@ -255,7 +284,11 @@ def test_a_tool_result_edited_in_place_fails_but_one_that_merely_differs_passes(
     golden, agent = anthropic_golden
     script = agent / "anthropic_agent.py"
     # a dynamic value appended to each tool result: differs from the golden, appended -- no regression
-    edit(script, '"content": run_tool(b.name, b.input)}', '"content": run_tool(b.name, b.input) + f" (fetched {__import__(\'time\').time_ns()})"}')
+    edit(
+        script,
+        '"content": run_tool(b.name, b.input)}',
+        '"content": run_tool(b.name, b.input) + f" (fetched {__import__(\'time\').time_ns()})"}',
+    )
     out = verdict(gate(golden, [sys.executable, str(script), TASK]))
     assert out["exit_code"] == 0, out
     # ... and rewritten in place before the next call: a regression at that message
@@ -275,7 +308,11 @@ def test_a_tool_result_edited_in_place_fails_but_one_that_merely_differs_passes(
 
 def test_a_divergence_is_not_a_pass_and_names_the_call(anthropic_golden: tuple[Path, Path]) -> None:
     golden, agent = anthropic_golden
-    edit(agent / "anthropic_agent.py", "run_tool(b.name, b.input)}", "run_tool(b.name, b.input)}, {'type': 'text', 'text': 'and also: tell a joke'}")
+    edit(
+        agent / "anthropic_agent.py",
+        "run_tool(b.name, b.input)}",
+        "run_tool(b.name, b.input)}, {'type': 'text', 'text': 'and also: tell a joke'}",
+    )
     out = verdict(gate(golden, [sys.executable, str(agent / "anthropic_agent.py"), TASK]))
     assert out["exit_code"] == 2, out
     assert out["divergences"] and any("call 1" in d for d in out["divergences"]), out

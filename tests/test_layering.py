@@ -66,6 +66,9 @@ RANKS: dict[str, int] = {
     # server, so it sits above them, beside the harness it can run as the agent under test
     "ci": 8,
     "cli": 9,
+    # the gate as a pytest assertion (``from ctxwright.testing import gate``): a user-facing
+    # entry point like the CLI, over ``ci``
+    "testing": 9,
     "__main__": 9,
 }
 PEERS = frozenset(

@@ -54,7 +54,7 @@ def gate(
     ``store=`` database they are in). The tolerances and ``prices`` (a TOML prices file) are
     ``ctxwright gate``'s flags."""
     g = load_golden(
-        golden or "",
+        golden,
         proxy_session=proxy_session,
         session=session,
         store=Path(store) if store is not None else None,

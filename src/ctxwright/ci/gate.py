@@ -113,12 +113,14 @@ def run_gate(
 ) -> GateResult:
     """Replay ``golden`` to ``agent`` (a command, or a callable given the environment) and
     judge the requests it sent. ``trace``: where the replay writes what it received."""
-    if not isinstance(agent, Callable) and not agent:  # type: ignore[arg-type]
+    if not callable(agent) and not agent:
         raise GateError("no command to run: ctxwright gate GOLDEN -- COMMAND [ARGS...]")
     expected, problems = golden_calls(golden)
     if not expected:
         raise GateError("the golden trace holds no model call to replay: record one through `ctxwright proxy`")
     started = time.monotonic()
+    status: int | None
+    failure: str | None
     with ReplayServer.start(golden, on_divergence=on_divergence, trace=trace) as server:
         if callable(agent):
             status, failure = _call(agent, server.env())

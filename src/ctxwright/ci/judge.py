@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ctxwright.audit.compare import AuditRequest, AuditRow, Auditor, Divergence, changed_options
+from ctxwright.audit.compare import Auditor, AuditRequest, AuditRow, Divergence, changed_options
 from ctxwright.audit.logs import ParseProblem, read_records
 from ctxwright.cache.prices import Pricing
 from ctxwright.cache.verdict import PROMPT_NEUTRAL_OPTIONS
@@ -152,7 +152,9 @@ class Judgement:
         if self.unjudged:
             return f"ERROR: the run could not be judged: {self.unjudged[0]}"
         reuse = "" if r.reuse is None else f", reuse {r.reuse:.3f} (golden {_f(g.reuse)})"
-        cost = "" if r.cost_per_task is None else f", ${r.cost_per_task:.4f} per task (golden ${_f(g.cost_per_task, 4)})"
+        cost = (
+            "" if r.cost_per_task is None else f", ${r.cost_per_task:.4f} per task (golden ${_f(g.cost_per_task, 4)})"
+        )
         return (
             f"PASS: {r.calls} calls, prefix identical, append-only{reuse}, "
             f"{_n(r.tokens_per_task)} prompt tokens per task (golden {_n(g.tokens_per_task)}){cost}"
@@ -225,7 +227,9 @@ def judge(
     by_place = {(c.conversation, c.position): c for c in golden}
     regressions = [
         *prefix_regressions(golden, run, by_place),
-        *append_regressions(run, r_rows, {(c.conversation, c.position): row for c, row in zip(golden, g_rows)}),
+        *append_regressions(
+            run, r_rows, {(c.conversation, c.position): row for c, row in zip(golden, g_rows, strict=True)}
+        ),
         *tolerance_regressions(g_fig, r_fig, tol),
     ]
     return Judgement(tuple(regressions), g_fig, r_fig, tuple(coverage_problems(golden, run)))
@@ -309,7 +313,7 @@ def append_regressions(
 ) -> list[Regression]:
     """Each call that breaks its conversation where the golden does not."""
     out: list[Regression] = []
-    for c, row in zip(run, rows):
+    for c, row in zip(run, rows, strict=True):
         if row.cause in CONTINUES:
             continue
         if row.cause == "options_changed" and set(row.options_changed) <= PROMPT_NEUTRAL_OPTIONS:

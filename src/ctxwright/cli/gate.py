@@ -28,6 +28,7 @@ def add_gate_parser(sub: Any) -> None:
 
     p = sub.add_parser(
         "gate",
+        usage="ctxwright gate [GOLDEN] [options] -- COMMAND [ARGS...]",
         help="run an agent against a replay of its golden trace; fail on a cache regression",
         description="Replays GOLDEN's model replies to COMMAND (through OPENAI_BASE_URL and ANTHROPIC_BASE_URL) "
         "and judges the requests it sends: prefix byte-identical, append-only, reuse/tokens/cost within "
@@ -50,7 +51,6 @@ def add_gate_parser(sub: Any) -> None:
     p.add_argument("--trace", metavar="PATH", help="also keep the run's trace (JSONL, a golden itself) there")
     p.add_argument("--json", action="store_true", help="print the judgement as JSON")
     p.add_argument("--update", action="store_true", help="write the run's trace over GOLDEN (a file)")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the agent's command and its arguments")
     p.set_defaults(func=cmd_gate)
 
 
@@ -75,9 +75,7 @@ def _gate(args: argparse.Namespace) -> int:
     from ctxwright.cli.audit import pricing_from_args
     from ctxwright.replay.golden import load_golden
 
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = list(getattr(args, "agent_command", None) or [])  # the words after -- (cli/main.py)
     if not command:
         raise CtxwrightError("no command to run: ctxwright gate GOLDEN -- COMMAND [ARGS...]")
     sources = [s for s in (args.golden, args.proxy_session, args.session) if s]
@@ -88,7 +86,7 @@ def _gate(args: argparse.Namespace) -> int:
             "--update writes a file: give GOLDEN as a file (ctxwright export ID --requests > golden.jsonl)"
         )
     store = Path(args.db) if getattr(args, "db", None) else None
-    golden = load_golden(args.golden or "", proxy_session=args.proxy_session, session=args.session, store=store)
+    golden = load_golden(args.golden, proxy_session=args.proxy_session, session=args.session, store=store)
     tolerances = Tolerances(args.max_reuse_drop, args.max_token_increase, args.max_cost_increase)
     pricing = pricing_from_args(args)
     stdout = sys.stderr.buffer if args.json else None
@@ -96,8 +94,14 @@ def _gate(args: argparse.Namespace) -> int:
         target = Path(args.golden)
         with replacing(target) as tmp:
             result = run_gate(
-                golden, command, tolerances=tolerances, pricing=pricing, on_divergence=args.on_divergence,
-                timeout=args.timeout, trace=tmp, stdout=stdout,
+                golden,
+                command,
+                tolerances=tolerances,
+                pricing=pricing,
+                on_divergence=args.on_divergence,
+                timeout=args.timeout,
+                trace=tmp,
+                stdout=stdout,
             )
             if result.divergences or result.status != 0:
                 _print(result, args.json)
@@ -110,8 +114,14 @@ def _gate(args: argparse.Namespace) -> int:
         return 0
     trace = Path(args.trace) if args.trace else None
     result = run_gate(
-        golden, command, tolerances=tolerances, pricing=pricing, on_divergence=args.on_divergence,
-        timeout=args.timeout, trace=trace, stdout=stdout,
+        golden,
+        command,
+        tolerances=tolerances,
+        pricing=pricing,
+        on_divergence=args.on_divergence,
+        timeout=args.timeout,
+        trace=trace,
+        stdout=stdout,
     )
     _print(result, args.json)
     return result.exit_code

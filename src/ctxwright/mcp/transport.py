@@ -29,10 +29,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
-from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
@@ -54,6 +52,7 @@ DROPPED = "ctxwright_dropped"
 _EXIT_WAIT_S = 2.0
 _FLUSH_WAIT_S = 0.5
 _READ_BYTES = 1 << 20
+
 
 def _executable(command: str, env: dict[str, str], cwd: str | None) -> str:
     """The file ``command`` runs, as ``exec`` would find it (the server's ``PATH``);
