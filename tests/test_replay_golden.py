@@ -164,3 +164,18 @@ def test_an_empty_golden_is_one_line(tmp_path: Path) -> None:
     empty.write_text("\n")
     with pytest.raises(GoldenUnusable, match="holds no model call to replay"):
         load_golden(empty)
+
+
+def test_a_status_block_next_to_tool_results_is_not_the_question() -> None:
+    """A harness's status message (its clock changes every run) is compared by role; the
+    user's question is compared by text."""
+    from ctxwright.replay.matching import Said, compare_new
+
+    got = [Said("tool", answers="c1"), Said("user", "<status>time: 10:01</status>")]
+    want = [Said("tool", answers="c1"), Said("user", "<status>time: 10:00</status>")]
+    assert compare_new(got, want, opens_turn=False) is None
+    first = [Said("user", "6*7?"), Said("user", "<status>time: 10:01</status>")]
+    assert compare_new(first, [Said("user", "6*7?"), Said("user", "<status>time: 10:00</status>")]) is None
+    asked = compare_new([Said("user", "6*8?")], [Said("user", "6*7?")])
+    assert asked is not None and asked.startswith("the user message differs") and "at character 2" in asked
+    assert compare_new(got, want[:1], opens_turn=False) == "the agent sent 2 new message(s) where the recording sent 1"
