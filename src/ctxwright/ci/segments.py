@@ -223,7 +223,7 @@ def _sections(system: str) -> list[_Section]:
         first_heading = min(headings)
         preamble = any(line.strip() for line in lines[:first_heading])
         # blank lines before the first heading belong to it, not to a section of their own
-        starts = sorted({0, *headings} - (set() if preamble else {first_heading}))
+        starts = sorted({0} | (headings if preamble else headings - {first_heading}))
     else:  # no heading: blank-line paragraphs, a paragraph starting at a line after a blank one
         blank_before = True
         for i, line in enumerate(lines):
