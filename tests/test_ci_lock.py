@@ -360,7 +360,10 @@ HOSTILE_LOCKS = {
         "not the sum",
     ),
     "bool tokens": (lambda p: p.write_text("version = 1\ntokens = true\nsegments = []\n"), "not the sum"),
-    "segment not a table": (lambda p: p.write_text("version = 1\ntokens = 0\nsegments = [1]\n"), r"segments\[0\] is not"),
+    "segment not a table": (
+        lambda p: p.write_text("version = 1\ntokens = 0\nsegments = [1]\n"),
+        r"segments\[0\] is not",
+    ),
 }
 
 
