@@ -3,7 +3,7 @@
 Layers, low to high (docs/architecture.md explains each)::
 
     errors < core < {backends, cache, store} < tools < defence < {audit, status, compaction, skills, mcp} < recipe
-        < {agent, proxy, report} < harness < cli
+        < {agent, proxy, report} < {harness, ci} < cli
 
 ``audit``, ``status``, ``compaction``, ``skills`` and ``mcp`` share a layer and must not import each other.
 

@@ -223,7 +223,7 @@ def _sections(system: str) -> list[_Section]:
         first_heading = min(headings)
         preamble = any(line.strip() for line in lines[:first_heading])
         # blank lines before the first heading belong to it, not to a section of their own
-        starts = sorted({0, *headings} - (set() if preamble else {first_heading}))
+        starts = sorted({0} | (headings if preamble else headings - {first_heading}))
     else:  # no heading: blank-line paragraphs, a paragraph starting at a line after a blank one
         blank_before = True
         for i, line in enumerate(lines):
@@ -370,14 +370,21 @@ def _match_system(before: Sequence[SegmentLike], after: Sequence[SegmentLike]) -
     for op, b1, b2, a1, a2 in sm.get_opcodes():
         if op == "equal":
             continue
-        bs, as_ = list(ib[b1:b2]), list(ia[a1:a2])
+        by_name: dict[str, list[int]] = {}
+        for a in reversed(ia[a1:a2]):
+            by_name.setdefault(after[a].name, []).append(a)
         pairs: list[tuple[int, int]] = []
-        for b in list(bs):  # the same heading on both sides is that section, edited
-            a = next((a for a in as_ if after[a].name == before[b].name), None)
-            if a is not None:
+        paired: set[int] = set()
+        bs = []
+        for b in ib[b1:b2]:  # the same heading on both sides is that section, edited
+            same = by_name.get(before[b].name)
+            if same:
+                a = same.pop()
                 pairs.append((b, a))
-                bs.remove(b)
-                as_.remove(a)
+                paired.add(a)
+            else:
+                bs.append(b)
+        as_ = [a for a in ia[a1:a2] if a not in paired]
         pairs.extend(zip(bs, as_, strict=False))  # the rest in order
         n = min(len(bs), len(as_))
         for b, a in pairs:
