@@ -101,8 +101,18 @@ def gate(
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=AGENT_TIMEOUT, cwd=cwd)
 
 
-def verdict(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    assert "Traceback" not in done.stderr, done.stderr
+def ctxwright(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ctxwright", *args], capture_output=True, text=True, timeout=AGENT_TIMEOUT
+    )
+
+
+def verdict(done: subprocess.CompletedProcess[str], *, agent_fails: bool = False) -> dict[str, Any]:
+    """The gate's JSON; no traceback on stderr (but the agent's own, when it is expected to fail)."""
+    if agent_fails:
+        assert "src/ctxwright/" not in done.stderr, done.stderr
+    else:
+        assert "Traceback" not in done.stderr, done.stderr
     assert done.stdout.strip(), done.stderr
     out: dict[str, Any] = json.loads(done.stdout)
     assert out["exit_code"] == done.returncode, out
@@ -187,21 +197,70 @@ def test_the_responses_agent_passes_against_its_own_golden(responses_golden: tup
 def test_the_openai_chat_agent_and_ctxwright_run_pass_against_goldens_recorded_on_llama_cpp_server(
     tmp_path: Path,
 ) -> None:
-    """The real counterpart: llama-cpp-python's server, recorded through the proxy; then the
-    prefix regressions on the chat agent (the tiny model may answer without a tool call, so the
-    history regressions are the scripted agents' below)."""
+    """The real counterpart: llama-cpp-python's server. The chat agent's golden is recorded
+    through the proxy; ``ctxwright run``'s is its own stored session (``--session ID``). Then a
+    prefix regression of each (the tiny model may answer without a tool call, so the history
+    regressions are the scripted agents' below)."""
     agent = copy_agent(tmp_path)
     chat = [sys.executable, str(agent / "openai_chat_agent.py"), "What is 2 + 3? Use the add tool."]
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    ctx_run = [
+    recorded_db = tmp_path / "recorded-run.db"
+    task = "What is 2 + 3?"
+    with LlamaServer(tmp_path / "server.log") as srv:
+        (tmp_path / "chat").mkdir()
+        chat_golden = record(tmp_path / "chat", srv.url.removesuffix("/v1"), chat, LlamaServer.model)
+        first = subprocess.run(
+            [*ctx_run(recorded_db, task), "--base-url", srv.url],
+            env=agent_env("http://127.0.0.1:9", LlamaServer.model),
+            capture_output=True,
+            text=True,
+            timeout=AGENT_TIMEOUT,
+        )
+        assert first.returncode == 0, first.stderr
+    store = Store(recorded_db)
+    sid = str(store.list_sessions()[0]["id"])
+    store.close()
+    # the server is gone: the gate needs no model
+    out = verdict(gate(chat_golden, chat))
+    assert out["exit_code"] == 0, out
+    ours = [sys.executable, "-m", "ctxwright", "gate", "--session", sid, "--db", str(recorded_db), "--json", "--"]
+    done = subprocess.run(
+        [*ours, *ctx_run(tmp_path / "replayed-run.db", task)],
+        env=agent_env("http://127.0.0.1:9", LlamaServer.model),
+        capture_output=True,
+        text=True,
+        timeout=AGENT_TIMEOUT,
+    )
+    out = verdict(done)
+    assert out["exit_code"] == 0 and out["run"]["calls"] == out["golden"]["calls"] >= 1, out
+
+    edit(
+        agent / "openai_chat_agent.py",
+        '.read_text(encoding="utf-8")',
+        '.read_text(encoding="utf-8") + f"\\nNow: {__import__(\'time\').time()}"',
+    )
+    out = verdict(gate(chat_golden, chat))
+    assert out["exit_code"] == 1 and "system" in lines(out) and "Now: " in lines(out), out
+    done = subprocess.run(
+        [*ours, *ctx_run(tmp_path / "replayed-2.db", task), "--system", "You add numbers. Today is a Tuesday."],
+        env=agent_env("http://127.0.0.1:9", LlamaServer.model),
+        capture_output=True,
+        text=True,
+        timeout=AGENT_TIMEOUT,
+    )
+    out = verdict(done)
+    assert out["exit_code"] == 1 and "prefix: system" in lines(out), out
+
+
+def ctx_run(db: Path, task: str) -> list[str]:
+    """``ctxwright run`` on the openai backend; without --base-url it reads OPENAI_BASE_URL."""
+    return [
         sys.executable,
         "-m",
         "ctxwright",
         "--db",
-        str(tmp_path / "agent.db"),
+        str(db),
         "run",
-        "What is 2 + 3?",
+        task,
         "--backend",
         "openai",
         "--model",
@@ -209,26 +268,6 @@ def test_the_openai_chat_agent_and_ctxwright_run_pass_against_goldens_recorded_o
         "--max-tokens",
         "48",
     ]
-    with LlamaServer(tmp_path / "server.log") as srv:
-        origin = srv.url.removesuffix("/v1")
-        (tmp_path / "chat").mkdir()
-        chat_golden = record(tmp_path / "chat", origin, chat, LlamaServer.model)
-        (tmp_path / "ctx").mkdir()
-        ctx_golden = record(tmp_path / "ctx", origin, ctx_run, LlamaServer.model)
-    # the server is gone: the gate needs no model
-    out = verdict(gate(chat_golden, chat, model=LlamaServer.model))
-    assert out["exit_code"] == 0, out
-    (tmp_path / "agent.db").unlink()
-    out = verdict(gate(ctx_golden, ctx_run, model=LlamaServer.model))
-    assert out["exit_code"] == 0, out
-
-    edit(
-        agent / "openai_chat_agent.py",
-        '.read_text(encoding="utf-8")',
-        '.read_text(encoding="utf-8") + f"\\nNow: {__import__(\'time\').time()}"',
-    )
-    out = verdict(gate(chat_golden, chat, model=LlamaServer.model))
-    assert out["exit_code"] == 1 and "system" in lines(out) and "Now: " in lines(out), out
 
 
 # -- each regression fails the gate, naming the segment --------------------------------------
@@ -259,9 +298,17 @@ def test_each_prefix_regression_fails_the_gate_naming_its_segment(
 ) -> None:
     golden, agent = anthropic_golden
     old, new, said = REGRESSIONS[name]
+    lock = golden.parent / "ctxwright.lock"
+    assert ctxwright("lock", str(golden), "--file", str(lock)).returncode == 0
     edit(agent / "anthropic_agent.py", old, new)
-    done = gate(golden, [sys.executable, str(agent / "anthropic_agent.py"), TASK])
+    trace = golden.parent / "run.jsonl"
+    done = gate(golden, [sys.executable, str(agent / "anthropic_agent.py"), TASK], "--trace", str(trace))
     out = verdict(done)
+    # the lock file sees the same change in the run's trace, and passes once regenerated
+    checked = ctxwright("lock", str(trace), "--file", str(lock), "--check")
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stdout + checked.stderr
+    assert ctxwright("lock", str(trace), "--file", str(lock)).returncode == 0
+    assert ctxwright("lock", str(trace), "--file", str(lock), "--check").returncode == 0
     assert done.returncode == 1, out
     assert out["headline"].startswith("FAIL:")
     text_ = lines(out)
@@ -275,7 +322,7 @@ def test_a_sliding_window_fails_the_gate_as_history_removed(responses_golden: tu
     edit(agent / "openai_responses_agent.py", "input=items,", "input=items[:1] + items[1:][-2:],")
     out = verdict(gate(golden, [sys.executable, str(agent / "openai_responses_agent.py"), TASK]))
     assert out["exit_code"] == 1, out
-    assert "append-only: call 2" in lines(out) and "history_" in lines(out)
+    assert "append-only: call 3 of conversation" in lines(out) and "history_" in lines(out)
 
 
 def test_a_tool_result_edited_in_place_fails_but_one_that_merely_differs_passes(
@@ -307,15 +354,16 @@ def test_a_tool_result_edited_in_place_fails_but_one_that_merely_differs_passes(
 
 
 def test_a_divergence_is_not_a_pass_and_names_the_call(anthropic_golden: tuple[Path, Path]) -> None:
+    """The agent asks something else than the recording: the replay says so (stop: a 400 the
+    agent fails on), and the gate cannot judge the run -- exit 2, not a pass."""
     golden, agent = anthropic_golden
-    edit(
-        agent / "anthropic_agent.py",
-        "run_tool(b.name, b.input)}",
-        "run_tool(b.name, b.input)}, {'type': 'text', 'text': 'and also: tell a joke'}",
-    )
-    out = verdict(gate(golden, [sys.executable, str(agent / "anthropic_agent.py"), TASK]))
-    assert out["exit_code"] == 2, out
-    assert out["divergences"] and any("call 1" in d for d in out["divergences"]), out
+    argv = [sys.executable, str(agent / "anthropic_agent.py"), "What is 2 + 2?"]
+    out = verdict(gate(golden, argv), agent_fails=True)
+    assert out["exit_code"] == 2 and out["headline"].startswith("ERROR: the run could not be judged"), out
+    assert any("call 1 of conversation" in d and "2 + 2" in d for d in out["divergences"]), out
+    # repeat-last answers the recording's last reply, so the agent finishes: still not judged
+    out = verdict(gate(golden, argv, "--on-divergence", "repeat-last"))
+    assert out["exit_code"] == 2 and out["agent_status"] == 0, out
 
 
 def test_update_writes_the_new_trace_as_the_golden(anthropic_golden: tuple[Path, Path]) -> None:
@@ -354,3 +402,89 @@ def test_the_pytest_helper_with_an_agent_in_process(anthropic_golden: tuple[Path
     assert result.exit_code == 0 and result.judgement.run.calls == 3
     with pytest.raises(AssertionError, match="ctxwright gate: ERROR"):
         gate_helper(golden, lambda env: None)  # makes no call: not judged, not a pass
+
+
+# -- the gate probed as an attacker would -------------------------------------------------------
+
+
+def test_an_agent_that_hangs_is_stopped_with_everything_it_started(anthropic_golden: tuple[Path, Path]) -> None:
+    """--timeout ends the agent's whole process group (the supervisor), children included."""
+    golden, agent = anthropic_golden
+    pids = golden.parent / "pids"
+    script = agent / "hang.py"
+    script.write_text(
+        "import subprocess, sys, time, os\n"
+        f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+        "time.sleep(600)\n"
+    )
+    done = gate(golden, [sys.executable, str(script)], "--timeout", "3")
+    out = verdict(done)
+    assert out["exit_code"] == 2 and "did not finish within 3 s" in out["headline"], out
+    for pid in map(int, pids.read_text().split()):
+        assert not _alive(pid), f"process {pid} outlived the gate"
+
+
+def test_the_gate_killed_takes_its_agent_with_it(anthropic_golden: tuple[Path, Path]) -> None:
+    import signal
+    import time
+
+    golden, agent = anthropic_golden
+    pids = golden.parent / "pids"
+    script = agent / "hang.py"
+    script.write_text(f"import os, time\nopen({str(pids)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n")
+    cmd = [sys.executable, "-m", "ctxwright", "gate", str(golden), "--", sys.executable, str(script)]
+    proc = subprocess.Popen(cmd, env=agent_env("http://127.0.0.1:9", "m"), stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (pids.exists() and pids.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    agent_pid = int(pids.read_text())
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while _alive(agent_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(agent_pid), "the agent outlived the gate killed with SIGKILL"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--", "no-such-agent-command"], "command not found"),
+        ([], "no command to run"),
+        (["--max-reuse-drop", "-1", "--", "true"], "not a share"),
+    ],
+)
+def test_bad_gate_input_is_one_line_and_exit_2(anthropic_golden: tuple[Path, Path], args: list[str], said: str) -> None:
+    golden, _agent = anthropic_golden
+    done = ctxwright("gate", str(golden), *args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr
+    assert len([ln for ln in done.stderr.splitlines() if ln.strip()]) <= 2  # argparse adds its usage line
+
+
+def test_a_golden_that_is_not_a_trace_is_one_line(tmp_path: Path) -> None:
+    for content in (b"\x00\xff" * 1000, b"not json\n", b'{"request": 7}\n'):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_bytes(content)
+        done = ctxwright("gate", str(bad), "--", "true")
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_json_stays_parseable_when_the_agent_prints(anthropic_golden: tuple[Path, Path]) -> None:
+    golden, agent = anthropic_golden
+    done = gate(golden, [sys.executable, str(agent / "anthropic_agent.py"), TASK])
+    assert done.stdout.count("\n") == 1 and "42 (add)" in done.stderr  # the agent's answer went to stderr
+    assert verdict(done)["exit_code"] == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False

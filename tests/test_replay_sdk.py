@@ -248,3 +248,20 @@ def test_env_points_the_sdks_at_the_server(tmp_path: Path, monkeypatch: pytest.M
             model="claude-test", max_tokens=10, messages=[{"role": "user", "content": QUESTION}]
         )
         assert msg.id == "msg_rec_1"
+
+
+def test_an_agent_that_loops_is_refused_past_the_call_cap_in_bounded_memory(tmp_path: Path) -> None:
+    """A client retrying a refused call forever (or an agent in a loop) stops growing the
+    replay's records at the cap; every later call is one 400 and nothing is kept."""
+    with ReplayServer.start(load_golden(_golden(tmp_path, "openai_chat")), max_calls=5) as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0)
+        refused = 0
+        for _ in range(25):
+            try:
+                client.chat.completions.create(model="m", messages=[{"role": "user", "content": "loop"}])
+            except openai.BadRequestError as exc:
+                refused += 1
+                last = str(exc)
+        assert len(srv.calls) == 5 and refused == 25
+        assert "more than 5 calls" in last and "the agent loops" in srv.divergences[-1]
+        assert sum("the agent loops" in d for d in srv.divergences) == 1

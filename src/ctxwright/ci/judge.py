@@ -262,7 +262,7 @@ def prefix_regressions(
         g = by_place.get((c.conversation, c.position)) or first_of.get(c.conversation)
         if g is None:
             continue
-        here = f"{c.conversation}#{c.position}"
+        here = f"call {c.position + 1} of {c.conversation}"  # 1-based, as the replay names calls
         for reg in _prefix_changes(g.request, c.request):
             if reg.line in found:
                 found[reg.line][1].append(here)
@@ -270,7 +270,7 @@ def prefix_regressions(
                 found[reg.line] = (reg, [here])
     out = []
     for reg, where in found.values():
-        calls = where[0] if len(where) == 1 else f"{len(where)} calls from {where[0]}"
+        calls = where[0] if len(where) == 1 else f"{len(where)} calls, the first {where[0]}"
         out.append(replace(reg, line=f"{reg.line} (on {calls})", details={**reg.details, "calls": where}))
     return out
 
@@ -327,7 +327,7 @@ def append_regressions(
         out.append(
             Regression(
                 "append_only",
-                f"append-only: call {c.position} of conversation {c.conversation} is {row.cause}{at}{text}",
+                f"append-only: call {c.position + 1} of conversation {c.conversation} is {row.cause}{at}{text}",
                 {
                     "conversation": c.conversation,
                     "position": c.position,

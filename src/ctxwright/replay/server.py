@@ -140,6 +140,8 @@ class _State:
     on_call: Callable[[TraceRecord], None] | None
     calls: list[TraceRecord] = field(default_factory=list)
     divergences: list[str] = field(default_factory=list)
+    #: the calls answered at most (see :func:`call_cap`); past it every request is refused
+    max_calls: int = 1000
 
 
 def _json(status: int, body: Any, *, close: bool = False) -> Response:
@@ -247,9 +249,21 @@ def build_app(state: _State) -> Starlette:
     return Starlette(routes=[Route("/{path:path}", handle, methods=methods)])
 
 
+def call_cap(golden: Golden) -> int:
+    """How many calls a replay answers: 20 times the recording's, at least 1,000. An agent
+    that loops (on a refused call, say) would otherwise grow :attr:`ReplayServer.calls` and
+    the trace without bound until the gate's timeout."""
+    return max(1000, 20 * len(golden.calls()))
+
+
 def answer(state: _State, api: str, body: dict[str, Any], raw: bytes | None) -> Response:
     """Refuse, place and answer one parsed request; record it."""
     stream = body.get("stream") is True
+    if len(state.calls) >= state.max_calls:
+        why = f"more than {state.max_calls} calls against a recording of {len(state.golden.calls())}: the agent loops"
+        if not state.divergences or state.divergences[-1] != why:
+            state.divergences.append(why)  # once: what is refused past the cap is not kept
+        return _json(400, error_body(api, f"ctxwright replay: {why}"))
     why = refusal(api, body)
     if why is not None:
         err = error_body(api, why)
@@ -317,6 +331,7 @@ class ReplayServer:
         limits: ClientLimits | None = None,
         max_body: int = DEFAULT_MAX_BODY,
         on_call: Callable[[TraceRecord], None] | None = None,
+        max_calls: int | None = None,
     ) -> ReplayServer:
         if on_divergence not in DIVERGENCE_MODES:
             raise CtxwrightError(f"--on-divergence {on_divergence}: give stop or repeat-last")
@@ -325,6 +340,7 @@ class ReplayServer:
         limits = limits or ClientLimits()
         writer = TraceWriter(Path(trace)) if trace is not None else None
         state = _State(golden, Matcher(golden), on_divergence, max_body, limits, writer, on_call)
+        state.max_calls = call_cap(golden) if max_calls is None else max_calls
         try:
             thread = ProxyThread(build_app(state), host, port, limits)
         except OSError as exc:
