@@ -29,14 +29,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import console, machine, save, table
-
 import openai
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from common import console, machine, save, table
 from ctxwright.ci.gate import golden_calls, run_calls
 from ctxwright.ci.judge import judge
 from ctxwright.proxy.server import ProxyThread
@@ -123,7 +122,11 @@ def agent(base_url: str, calls: int) -> list[float]:
         turn: dict[str, Any] = {"role": "assistant", "content": msg.content}
         if msg.tool_calls:
             turn["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.function.name, "arguments": c.function.arguments},
+                }
                 for c in msg.tool_calls
                 if c.type == "function"
             ]
@@ -203,7 +206,11 @@ def main(argv: list[str] | None = None) -> int:
                 ["plain fake", f"{f_med:.2f}", f"{result['fake_ms_p90']:.2f}"],
                 ["replay (trace on)", f"{g_med:.2f}", f"{result['gate_ms_p90']:.2f}"],
                 ["judge, per call", f"{judge_per_call:.2f}", ""],
-                ["added by the gate", f"{added:.2f}", f"target < {TARGET_MS:g}: {'PASS' if result['pass'] else 'FAIL'}"],
+                [
+                    "added by the gate",
+                    f"{added:.2f}",
+                    f"target < {TARGET_MS:g}: {'PASS' if result['pass'] else 'FAIL'}",
+                ],
             ],
         )
     )

@@ -260,10 +260,10 @@ def answer(state: _State, api: str, body: dict[str, Any], raw: bytes | None) -> 
     """Refuse, place and answer one parsed request; record it."""
     stream = body.get("stream") is True
     if len(state.calls) >= state.max_calls:
-        why = f"more than {state.max_calls} calls against a recording of {len(state.golden.calls())}: the agent loops"
-        if not state.divergences or state.divergences[-1] != why:
-            state.divergences.append(why)  # once: what is refused past the cap is not kept
-        return _json(400, error_body(api, f"ctxwright replay: {why}"))
+        loops = f"more than {state.max_calls} calls against a recording of {len(state.golden.calls())}: the agent loops"
+        if not state.divergences or state.divergences[-1] != loops:
+            state.divergences.append(loops)  # once: what is refused past the cap is not kept
+        return _json(400, error_body(api, f"ctxwright replay: {loops}"))
     why = refusal(api, body)
     if why is not None:
         err = error_body(api, why)
