@@ -25,6 +25,7 @@ __all__ = [
     "DynamicSectionInPrefix",
     "EventFormatError",
     "FrontMatterRefused",
+    "GateError",
     "GateRuleError",
     "GoldenUnusable",
     "LockFileError",
@@ -299,6 +300,11 @@ class LogRecordRejected(CtxwrightError, ValueError):
     Raised and caught inside ``audit/logs.py``: its message becomes a ``ParseProblem`` for
     that line, and the rest of the log is still read.
     """
+
+
+class GateError(CtxwrightError):
+    """The CI gate cannot run at all (``ci/gate.py``): no command after ``--``, a command that
+    does not exist, a golden with no model call. Exit 2, never 1 (1 is a regression)."""
 
 
 class GoldenUnusable(CtxwrightError):

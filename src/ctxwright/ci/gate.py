@@ -32,7 +32,7 @@ from typing import IO, Any
 
 from ctxwright.cache.prices import Pricing
 from ctxwright.ci.judge import Call, Judgement, Tolerances, calls_of, judge
-from ctxwright.errors import CtxwrightError
+from ctxwright.errors import GateError
 from ctxwright.mcp.supervise import launch_argv
 from ctxwright.replay.golden import Golden
 from ctxwright.replay.server import ReplayServer
@@ -43,10 +43,6 @@ DEFAULT_TIMEOUT_S = 600.0
 STOP_GRACE_S = 5.0
 
 Agent = Sequence[str] | Callable[[Mapping[str, str]], object]
-
-
-class GateError(CtxwrightError):
-    """The gate could not run at all (no command, a command that does not exist)."""
 
 
 @dataclass(frozen=True)
