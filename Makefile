@@ -56,8 +56,8 @@ chromium:
 
 # Lint and types first (CI runs `make test`, so it enforces them), then the whole suite.
 test: $(STAMP_DEV) chromium
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 

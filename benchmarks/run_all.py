@@ -40,6 +40,7 @@ def main() -> None:
         ["skills.py", *(["--quick"] if args.quick else [])],
         ["injection.py", *(["--quick"] if args.quick else [])],
         ["provider_cache.py", *(["--quick"] if args.quick else [])],
+        ["gate_overhead.py", *(["--quick"] if args.quick else [])],
     ]
     # offline: no backend arguments (tool_search's e2e part is the one that runs a model)
     no_model = {
@@ -51,6 +52,7 @@ def main() -> None:
         "proxy_overhead.py",
         "hostile.py",
         "provider_cache.py",  # the loopback provider simulators, no model
+        "gate_overhead.py",  # the replay of a recording, no model
     }
     failed = []
     for script, *extra in runs:

@@ -3,7 +3,7 @@
 Layers, low to high (docs/architecture.md explains each)::
 
     errors < core < {backends, cache, store} < tools < defence < {audit, status, compaction, skills, mcp} < recipe
-        < {agent, proxy, report} < harness < cli
+        < {agent, proxy, report} < {harness, ci} < cli
 
 ``audit``, ``status``, ``compaction``, ``skills`` and ``mcp`` share a layer and must not import each other.
 
@@ -57,8 +57,18 @@ RANKS: dict[str, int] = {
     "agent": 7,
     "proxy": 7,
     "report": 7,
+    # answering an agent from a recording: it reads proxy sessions (proxy/log.py), stored
+    # sessions (store/export.py) and the audit's reader and conversations; the CI gate builds on it
+    "replay": 7,
     "harness": 8,
+    # judging a run against a recording, for CI (segments of the prefix, the lock, the gate): it
+    # reads proxy sessions (proxy/log.py) and stored sessions, and the gate drives the replay
+    # server, so it sits above them, beside the harness it can run as the agent under test
+    "ci": 8,
     "cli": 9,
+    # the gate as a pytest assertion (``from ctxwright.testing import gate``): a user-facing
+    # entry point like the CLI, over ``ci``
+    "testing": 9,
     "__main__": 9,
 }
 PEERS = frozenset(

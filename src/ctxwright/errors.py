@@ -25,7 +25,10 @@ __all__ = [
     "DynamicSectionInPrefix",
     "EventFormatError",
     "FrontMatterRefused",
+    "GateError",
     "GateRuleError",
+    "GoldenUnusable",
+    "LockFileError",
     "LogRecordRejected",
     "LogUnreadable",
     "MalformedResponse",
@@ -39,6 +42,7 @@ __all__ = [
     "ReasoningMissing",
     "ReasoningPolicyConflict",
     "ReplyTooLarge",
+    "RequestRefused",
     "ResponseTruncated",
     "SchemaTooNew",
     "SessionInUse",
@@ -145,6 +149,12 @@ class PricesFileError(ConfigError):
     """A ``--prices`` file that cannot be used (``cache/prices.py``): not TOML, larger than
     1 MB, an unknown key, a price that is negative or not a number. Refused before any call is
     priced: a price read wrong would misstate every cost."""
+
+
+class LockFileError(ConfigError):
+    """A ``ctxwright.lock`` that cannot be used (``ci/lock.py``): missing, not TOML, too large,
+    not a regular file, edited by hand into a shape ``ctxwright lock`` never writes. The check
+    cannot judge the prefix against it, so it says how to regenerate it instead of guessing."""
 
 
 class GateRuleError(ConfigError, ValueError):
@@ -292,6 +302,16 @@ class LogRecordRejected(CtxwrightError, ValueError):
     """
 
 
+class GateError(CtxwrightError):
+    """The CI gate cannot run at all (``ci/gate.py``): no command after ``--``, a command that
+    does not exist, a golden with no model call. Exit 2, never 1 (1 is a regression)."""
+
+
+class GoldenUnusable(CtxwrightError):
+    """A golden recording cannot be replayed (``replay/golden.py``): not a regular file, too
+    large, not a request log, no model call in it, or a session that is not in the store."""
+
+
 class LogUnreadable(CtxwrightError):
     """A request log that cannot be read as one, as a whole: not a regular file nor a pipe (a
     device never ends, a folder is not a log), or a record (a line) longer than the cap, which
@@ -353,6 +373,16 @@ class SkillLinkLeavesFolder(SkillPathError):
 class ClientStalled(CtxwrightError):
     """A proxy client sent nothing of its request body for the body timeout; the proxy answers
     408 and closes the connection, so a stalled client cannot hold a connection slot."""
+
+
+class RequestRefused(CtxwrightError):
+    """The replay server refuses a request before placing it in the recording (a body over
+    the cap, stalled, not JSON): ``status`` is the HTTP status it answers; the message is the
+    error's text. Raised and caught inside ``replay/server.py``."""
+
+    def __init__(self, status: int, message: str, *, close: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.message, self.close = status, message, close
 
 
 class UndecodableBody(CtxwrightError):

@@ -4,8 +4,8 @@ Why strict: a price read wrong misstates every cost ctxwright prints, silently. 
 is not TOML, is too large, names a key ctxwright does not know (``cached`` for
 ``cached_read`` would otherwise leave reads at the input price), or gives a price that is
 negative or not a number is refused with one line naming the file, the key and the fix. Only
-a regular file is read, and at most :data:`MAX_PRICES_FILE_BYTES` of it: a FIFO, a device
-(``/dev/zero``) or a file that grows while read cannot stall or exhaust ctxwright.
+a regular file is read, and at most :data:`MAX_PRICES_FILE_BYTES` of it (``core/toml_file.py``):
+a FIFO, a device (``/dev/zero``) or a file that grows while read cannot stall or exhaust ctxwright.
 
 ```toml
 [models."my-model"]        # a model name, or a prefix of the names it prices
@@ -21,13 +21,12 @@ output = 4.0               # default: 0
 from __future__ import annotations
 
 import math
-import stat
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ctxwright.cache.prices import ModelPrice, PriceTable
+from ctxwright.core.toml_file import TomlRefusal, read_bounded_toml
 from ctxwright.errors import PricesFileError
 
 MAX_PRICES_FILE_BYTES = 1_000_000
@@ -86,31 +85,22 @@ def read_prices_file(path: str | Path) -> PriceTable:
     one line naming the file, the key and the fix: a wrong price must never be read as zero.
     """
     p = Path(path)
-    try:
-        st = p.stat()
-    except OSError as e:
-        raise PricesFileError(f"{p}: cannot read the prices file ({e.strerror or e})") from None
-    if not stat.S_ISREG(st.st_mode):
-        # a FIFO would block the read forever, /dev/zero never ends: only a regular file is read
-        raise PricesFileError(f"{p}: not a regular file; give the path of a TOML file of prices")
     too_large = f"{p}: the prices file is too large (more than {MAX_PRICES_FILE_BYTES} is refused; a table is a few KB)"
-    if st.st_size > MAX_PRICES_FILE_BYTES:
-        raise PricesFileError(too_large)
-    try:
-        with p.open("rb") as f:
-            raw = f.read(MAX_PRICES_FILE_BYTES + 1)  # bounded even if the file grows after the check
-    except OSError as e:
-        raise PricesFileError(f"{p}: cannot read the prices file ({e.strerror or e})") from None
-    if len(raw) > MAX_PRICES_FILE_BYTES:
-        raise PricesFileError(too_large)
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise PricesFileError(f"{p}: the prices file is not UTF-8 text; write it as TOML") from None
-    except tomllib.TOMLDecodeError as e:
-        raise PricesFileError(f"{p}: not a TOML file ({e}); see docs/prefix-cache.md for the format") from None
-    except RecursionError:
-        raise PricesFileError(f"{p}: the prices file nests too deep to be a price table") from None
+
+    def refuse(kind: TomlRefusal, detail: str) -> NoReturn:
+        raise PricesFileError(
+            {
+                "unreadable": f"{p}: cannot read the prices file ({detail})",
+                # a FIFO would block the read forever, /dev/zero never ends: only a regular file is read
+                "not_regular": f"{p}: not a regular file; give the path of a TOML file of prices",
+                "too_large": too_large,
+                "not_utf8": f"{p}: the prices file is not UTF-8 text; write it as TOML",
+                "not_toml": f"{p}: not a TOML file ({detail}); see docs/prefix-cache.md for the format",
+                "too_deep": f"{p}: the prices file nests too deep to be a price table",
+            }[kind]
+        ) from None
+
+    data = read_bounded_toml(p, MAX_PRICES_FILE_BYTES, refuse)
     extra = sorted(set(data) - {"models"})
     if extra:
         raise PricesFileError(f'{p}: unknown top-level key(s) {", ".join(extra)}; put each model under [models."NAME"]')

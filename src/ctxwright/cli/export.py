@@ -27,7 +27,13 @@ def add_export_parser(sub: Any) -> None:
         "export",
         help="print a stored session as JSON, or with --requests each model call's request body (JSONL)",
     )
-    ex.add_argument("id", help="session ID (a unique prefix is enough)")
+    ex.add_argument("id", nargs="?", help="session ID (a unique prefix is enough)")
+    ex.add_argument(
+        "--proxy-session",
+        metavar="ID",
+        help="instead, a session recorded by `ctxwright proxy`: one {request, response} line per model call, "
+        "as it went over the wire (a golden trace for `ctxwright gate`)",
+    )
     ex.add_argument(
         "--requests",
         action="store_true",
@@ -52,7 +58,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ctxwright.store.export import request_bodies, session_export
     from ctxwright.store.sessions import Store
 
+    if bool(args.id) == bool(args.proxy_session):
+        raise CtxwrightError("give a session ID, or --proxy-session ID for a session `ctxwright proxy` recorded")
     store = Store(args.db) if args.db else Store()
+    if args.proxy_session:
+        try:
+            return _export_proxy_session(store, args.proxy_session)
+        finally:
+            store.close()
     try:
         if not args.requests:
             print(json.dumps(session_export(store, args.id), ensure_ascii=False, indent=1))
@@ -89,4 +102,21 @@ def cmd_export(args: argparse.Namespace) -> int:
             "they were rendered from); left out",
             file=sys.stderr,
         )
+    return 0
+
+
+def _export_proxy_session(store: Any, ref: str) -> int:
+    """The proxy session's model calls as the records ``ctxwright audit`` and ``ctxwright
+    gate`` read (``proxy/log.py``, the one reader of a proxy session)."""
+    from ctxwright.proxy.log import proxy_session_requests
+    from ctxwright.proxy.store import ProxyLog
+
+    sid = str(ProxyLog(store).session_row(ref)["id"])
+    records = proxy_session_requests(store, sid)
+    if not records:
+        raise CtxwrightError(f"proxy session {sid} has no model calls: there is nothing to export")
+    out = sys.stdout
+    for record in records:
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    out.flush()
     return 0

@@ -349,6 +349,15 @@ def build_parser() -> argparse.ArgumentParser:
     from ctxwright.cli.proxy import add_proxy_parser
 
     add_proxy_parser(sub)
+    from ctxwright.cli.replay import add_replay_parser
+
+    add_replay_parser(sub)
+    from ctxwright.cli.lock import add_lock_parser
+
+    add_lock_parser(sub)
+    from ctxwright.cli.gate import add_gate_parser
+
+    add_gate_parser(sub)
     for command in sub.choices.values():  # `ctxwright show ID --db x.db` as well as `ctxwright --db x.db show ID`
         _add_global_options(command, argparse.SUPPRESS)
     return p
@@ -390,7 +399,11 @@ def main(argv: list[str] | None = None) -> int:
     the status of a Unix tool killed by ``SIGPIPE`` (``cli/stdio.py``)."""
     from ctxwright.cli.stdio import end_quietly, stdout_gone
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    argv, agent = split_agent_command(argv)
     args = build_parser().parse_args(argv)
+    if agent is not None:
+        args.agent_command = agent
     try:
         status = int(args.func(args) or 0)
         sys.stdout.flush()  # what is still buffered fails here, where it is handled, not at exit
@@ -409,6 +422,21 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:
         return _failed(exc, args)
+
+
+def split_agent_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """``ctxwright gate GOLDEN [OPTIONS] -- COMMAND [ARGS...]``: the agent's command is every
+    word after the first ``--``, cut off before argparse reads the line -- argparse would take
+    the gate's own options after GOLDEN as the command's, or the command's as the gate's."""
+    if "--" not in argv:
+        return argv, None
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
+        i += 2 if argv[i] == "--db" else 1  # the global options before the command
+    if i < len(argv) and argv[i] == "gate":
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1 :]
+    return argv, None
 
 
 def _failed(exc: Exception, args: argparse.Namespace) -> int:

@@ -1,5 +1,6 @@
-"""The process between ctxwright and an MCP server: it makes sure that nothing the server
-started outlives ctxwright, whichever way ctxwright ends.
+"""The process between ctxwright and a program it starts (an MCP server, the agent under the
+CI gate): it makes sure that nothing the program started outlives ctxwright, whichever way
+ctxwright ends. (The docstring says "server" for the program.)
 
 Run as ``python -I -S supervise.py PARENT_PID EXECUTABLE ARGV0 ARGS...`` (only the standard
 library, no ``site``: it starts in a few milliseconds and cannot pick up a stray module), in
@@ -30,6 +31,7 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Sequence
 
 #: Seconds the server's group has between SIGTERM and SIGKILL; well under the 2 s the
 #: transport waits before it signals this process in turn.
@@ -39,6 +41,12 @@ _POLL_S = 1.0
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _STOP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def launch_argv(executable: str, argv: Sequence[str]) -> list[str]:
+    """The command that runs ``argv`` (found at ``executable``) under this supervisor, for
+    the current process as its parent: spawn it with ``start_new_session=True``."""
+    return [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid()), executable, *argv]
 
 
 def _prctl(option: int, value: int) -> None:

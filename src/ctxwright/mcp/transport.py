@@ -29,10 +29,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
-from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
@@ -43,7 +41,7 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
 from ctxwright.mcp.lines import Line, LineSplitter, LineStats, cut_reply_id, reply_id
-from ctxwright.mcp.supervise import GRACE_S
+from ctxwright.mcp.supervise import GRACE_S, launch_argv
 
 __all__ = ["DROPPED", "launch_argv", "stdio_transport"]
 
@@ -54,12 +52,6 @@ DROPPED = "ctxwright_dropped"
 _EXIT_WAIT_S = 2.0
 _FLUSH_WAIT_S = 0.5
 _READ_BYTES = 1 << 20
-_SUPERVISOR = str(Path(__file__).with_name("supervise.py"))
-
-
-def launch_argv(executable: str, argv: Sequence[str]) -> list[str]:
-    """The command that runs ``argv`` (found at ``executable``) under the supervisor."""
-    return [sys.executable, "-I", "-S", _SUPERVISOR, str(os.getpid()), executable, *argv]
 
 
 def _executable(command: str, env: dict[str, str], cwd: str | None) -> str:

@@ -1,0 +1,433 @@
+"""Judging a run of an agent against its golden trace: which cache regressions a change made.
+
+Why a judge of its own, not the audit's summary: the audit explains one log; a CI gate must
+say whether *this* build costs more than the recorded one, for the same conversation, at
+zero API cost. The replay server (``replay/``) answers the agent with the golden's replies,
+so the run's requests are the golden's requests plus exactly what the change under test
+altered. Three rules, each a list of :class:`Regression`:
+
+``prefix``
+    the frozen prefix (system prompt, tools, and the request options that are part of the
+    cached prompt) of every call is byte-identical to the golden's call at the same position.
+    A provider caches the longest identical prefix: a per-session URL in a tool description
+    or a timestamp in the system prompt makes every call of every session re-write it. Each
+    change is named by its segment (``ci/segments.py``), JSON path, byte offset and the text
+    on both sides, once, with the calls it affects.
+``append_only``
+    every call continues the previous call of its conversation in the run (the audit's
+    ``append``), or breaks it where the golden breaks too (a compaction the golden also made,
+    by the audit's cause names). A sliding window, a tool result edited in place, a status
+    line rewritten into the history each turn all re-write what follows them on every call.
+    A tool result that merely *differs* from the golden's (a new timestamp) is appended, not
+    edited, and is no regression.
+``tolerances``
+    reuse (reusable ÷ prompt tokens: what a perfect prefix cache could reuse; the replay has
+    no cache of its own), prompt tokens per task (a task is one conversation) and estimated
+    cost per task (priced as ``ctxwright audit`` prices: the reusable prefix as cache reads)
+    within the given tolerances of the golden's.
+
+Both sides are counted by ctxwright's own tokenizer, with the golden's recorded usage set
+aside: the run has no real usage (its replies are replayed), and comparing a provider's count
+with ctxwright's would report the tokenizer's difference as a regression.
+
+A run that cannot be judged -- it made fewer calls than the golden, left the recording, or the
+agent failed -- is not a pass: :attr:`Judgement.unjudged` says why, and the exit code is 2
+unless a regression was found in the calls it did make (then 1: that regression is real).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ctxwright.audit.compare import Auditor, AuditRequest, AuditRow, Divergence, changed_options
+from ctxwright.audit.logs import ParseProblem, read_records
+from ctxwright.cache.prices import Pricing
+from ctxwright.cache.verdict import PROMPT_NEUTRAL_OPTIONS
+from ctxwright.ci.segments import diff_prefix
+from ctxwright.core.tokens import TokenCounter
+
+#: The audit causes that keep the previous request of a conversation whole.
+CONTINUES = frozenset({"first", "append"})
+#: Characters of text shown on each side of a change.
+CONTEXT = 40
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """How far the run may drift from the golden before the gate fails (``--max-*``)."""
+
+    #: absolute drop of the reuse ratio (0.02: from 0.95 to below 0.93 fails)
+    max_reuse_drop: float = 0.02
+    #: relative increase of prompt tokens per task (0.10: 10% more fails)
+    max_token_increase: float = 0.10
+    #: relative increase of the estimated cost per task (when both sides are priced)
+    max_cost_increase: float = 0.10
+
+
+@dataclass(frozen=True)
+class Call:
+    """One model call of a golden or a run, placed in its conversation."""
+
+    conversation: str
+    position: int
+    request: AuditRequest
+
+
+@dataclass(frozen=True)
+class Regression:
+    """One regression: ``rule`` (``prefix``, ``append_only``, ``reuse``, ``tokens``,
+    ``cost``), one printable line, and its facts for ``--json``."""
+
+    rule: str
+    line: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "line": self.line, **dict(self.details)}
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One side's totals, by ctxwright's count."""
+
+    calls: int
+    conversations: int
+    prompt_tokens: int
+    reusable_tokens: int
+    cost: float | None
+    causes: Mapping[str, int]
+
+    @property
+    def reuse(self) -> float | None:
+        return self.reusable_tokens / self.prompt_tokens if self.prompt_tokens else None
+
+    @property
+    def tokens_per_task(self) -> float | None:
+        return self.prompt_tokens / self.conversations if self.conversations else None
+
+    @property
+    def cost_per_task(self) -> float | None:
+        return self.cost / self.conversations if self.cost is not None and self.conversations else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "calls": self.calls,
+            "conversations": self.conversations,
+            "prompt_tokens": self.prompt_tokens,
+            "reusable_tokens": self.reusable_tokens,
+            "reuse": None if self.reuse is None else round(self.reuse, 6),
+            "tokens_per_task": None if self.tokens_per_task is None else round(self.tokens_per_task, 3),
+            "cost_per_task": None if self.cost_per_task is None else round(self.cost_per_task, 8),
+            "causes": dict(self.causes),
+        }
+
+
+@dataclass(frozen=True)
+class Judgement:
+    regressions: tuple[Regression, ...]
+    golden: Figures
+    run: Figures
+    #: why the run could not be judged in full (one line each); empty when it could
+    unjudged: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        """0: every rule holds; 1: a regression; 2: the run could not be judged."""
+        if self.regressions:
+            return 1
+        return 2 if self.unjudged else 0
+
+    @property
+    def verdict(self) -> str:
+        return {0: "pass", 1: "fail", 2: "error"}[self.exit_code]
+
+    def headline(self) -> str:
+        """The first line the gate prints: the verdict and what it rests on."""
+        g, r = self.golden, self.run
+        if self.regressions:
+            n = len(self.regressions)
+            return f"FAIL: {n} cache regression{'s' * (n != 1)} in {r.calls} calls (golden: {g.calls})"
+        if self.unjudged:
+            return f"ERROR: the run could not be judged: {self.unjudged[0]}"
+        reuse = "" if r.reuse is None else f", reuse {r.reuse:.3f} (golden {_f(g.reuse)})"
+        cost = (
+            "" if r.cost_per_task is None else f", ${r.cost_per_task:.4f} per task (golden ${_f(g.cost_per_task, 4)})"
+        )
+        return (
+            f"PASS: {r.calls} calls, prefix identical, append-only{reuse}, "
+            f"{_n(r.tokens_per_task)} prompt tokens per task (golden {_n(g.tokens_per_task)}){cost}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "headline": self.headline(),
+            "regressions": [x.to_json() for x in self.regressions],
+            "unjudged": list(self.unjudged),
+            "golden": self.golden.to_json(),
+            "run": self.run.to_json(),
+        }
+
+
+# -- reading both sides -----------------------------------------------------------------------
+
+
+def calls_of(conversations: Iterable[tuple[str, Sequence[Mapping[str, Any]]]]) -> tuple[list[Call], list[str]]:
+    """The calls of ``(conversation id, its records in order)`` pairs, read by the audit's own
+    reader (``audit/logs.py``: one reader per conversation, so a Responses request that names
+    its previous response is expanded within its thread), and the problems met, one line each.
+    """
+    calls: list[Call] = []
+    problems: list[str] = []
+    for conv, records in conversations:
+        position = 0
+        for item in read_records(list(records)):
+            if isinstance(item, ParseProblem):
+                problems.append(f"conversation {conv}, call {item.line - 1}: {item.message}")
+                continue
+            calls.append(Call(conv, position, _counted_here(item, conv)))
+            position += 1
+    return calls, problems
+
+
+def _counted_here(req: AuditRequest, conversation: str) -> AuditRequest:
+    """The request without its recorded usage (see the module docstring), in ``conversation``."""
+    return replace(
+        req,
+        cached_tokens=None,
+        prompt_tokens=None,
+        completion_tokens=None,
+        usage_split=None,
+        provider_cache=None,
+        reusable_tokens_hint=None,
+        conversation=conversation,
+    )
+
+
+# -- the rules --------------------------------------------------------------------------------
+
+
+def judge(
+    golden: Sequence[Call],
+    run: Sequence[Call],
+    *,
+    tolerances: Tolerances | None = None,
+    pricing: Pricing | None = None,
+    counter: TokenCounter | None = None,
+) -> Judgement:
+    """The regressions of ``run`` against ``golden`` (see the module docstring)."""
+    tol = tolerances or Tolerances()
+    pricing = pricing or Pricing()
+    counter = counter or TokenCounter()
+    g_rows, g_fig = _audit(golden, pricing, counter)
+    r_rows, r_fig = _audit(run, pricing, counter)
+    by_place = {(c.conversation, c.position): c for c in golden}
+    regressions = [
+        *prefix_regressions(golden, run, by_place),
+        *append_regressions(
+            run, r_rows, {(c.conversation, c.position): row for c, row in zip(golden, g_rows, strict=True)}
+        ),
+        *tolerance_regressions(g_fig, r_fig, tol),
+    ]
+    return Judgement(tuple(regressions), g_fig, r_fig, tuple(coverage_problems(golden, run)))
+
+
+def _audit(calls: Sequence[Call], pricing: Pricing, counter: TokenCounter) -> tuple[list[AuditRow], Figures]:
+    auditor = Auditor(counter)
+    rows = [auditor.add(c.request) for c in calls]
+    s = auditor.summary(pricing)
+    return rows, Figures(
+        calls=len(calls),
+        conversations=len({c.conversation for c in calls}),
+        prompt_tokens=s.prompt_tokens,
+        reusable_tokens=s.reusable_tokens,
+        cost=s.est_cost,
+        causes=dict(s.causes),
+    )
+
+
+def prefix_regressions(
+    golden: Sequence[Call], run: Sequence[Call], by_place: Mapping[tuple[str, int], Call]
+) -> list[Regression]:
+    """Every change of the frozen prefix against the golden's call at the same place, once
+    per distinct change, with the calls it affects."""
+    first_of: dict[str, Call] = {}
+    for c in golden:
+        first_of.setdefault(c.conversation, c)
+    found: dict[str, tuple[Regression, list[str]]] = {}
+    for c in run:
+        g = by_place.get((c.conversation, c.position)) or first_of.get(c.conversation)
+        if g is None:
+            continue
+        here = f"call {c.position + 1} of {c.conversation}"  # 1-based, as the replay names calls
+        for reg in _prefix_changes(g.request, c.request):
+            if reg.line in found:
+                found[reg.line][1].append(here)
+            else:
+                found[reg.line] = (reg, [here])
+    out = []
+    for reg, where in found.values():
+        calls = where[0] if len(where) == 1 else f"{len(where)} calls, the first {where[0]}"
+        out.append(replace(reg, line=f"{reg.line} (on {calls})", details={**reg.details, "calls": where}))
+    return out
+
+
+def _prefix_changes(g: AuditRequest, r: AuditRequest) -> list[Regression]:
+    out: list[Regression] = []
+    if g.system != r.system or g.tools != r.tools:
+        provider = r.provider or g.provider
+        for ch in diff_prefix((g.system, g.tools), (r.system, r.tools), provider=provider):
+            out.append(
+                Regression(
+                    "prefix",
+                    f"prefix: {ch.line}",
+                    {
+                        "segment": ch.segment,
+                        "kind": ch.kind,
+                        "path": ch.path,
+                        "offset": ch.offset,
+                        "before": ch.before,
+                        "after": ch.after,
+                    },
+                )
+            )
+    names = [n for n in changed_options(g.options, r.options) if n not in PROMPT_NEUTRAL_OPTIONS]
+    for name in names:
+        before = (g.options or {}).get(name)
+        after = (r.options or {}).get(name)
+        out.append(
+            Regression(
+                "prefix",
+                f"prefix: option {name!r} changed: {_short(before)} -> {_short(after)}",
+                {"segment": f"option {name}", "kind": "changed", "path": f"$.{name}", "before": before, "after": after},
+            )
+        )
+    return out
+
+
+def append_regressions(
+    run: Sequence[Call], rows: Sequence[AuditRow], golden_rows: Mapping[tuple[str, int], AuditRow]
+) -> list[Regression]:
+    """Each call that breaks its conversation where the golden does not."""
+    out: list[Regression] = []
+    for c, row in zip(run, rows, strict=True):
+        if row.cause in CONTINUES:
+            continue
+        if row.cause == "options_changed" and set(row.options_changed) <= PROMPT_NEUTRAL_OPTIONS:
+            continue  # sampling settings are not part of the cached prompt
+        g = golden_rows.get((c.conversation, c.position))
+        if g is not None and g.cause == row.cause:
+            continue  # the golden breaks here too, for the same cause (a compaction it also made)
+        d = row.first_divergence
+        at = f" at {d.where}" if d is not None else ""
+        text = f": {_change(d)}" if d is not None and (d.before or d.after) else ""
+        out.append(
+            Regression(
+                "append_only",
+                f"append-only: call {c.position + 1} of conversation {c.conversation} is {row.cause}{at}{text}",
+                {
+                    "conversation": c.conversation,
+                    "position": c.position,
+                    "cause": row.cause,
+                    "where": d.where if d is not None else None,
+                    "before": d.before if d is not None else None,
+                    "after": d.after if d is not None else None,
+                    "golden_cause": g.cause if g is not None else None,
+                },
+            )
+        )
+    return out
+
+
+def tolerance_regressions(g: Figures, r: Figures, tol: Tolerances) -> list[Regression]:
+    """Reuse, prompt tokens per task and cost per task against the golden's."""
+    out: list[Regression] = []
+    if g.reuse is not None and r.reuse is not None and g.reuse - r.reuse > tol.max_reuse_drop + 1e-12:
+        out.append(
+            Regression(
+                "reuse",
+                f"reuse dropped from {g.reuse:.3f} to {r.reuse:.3f} (more than {tol.max_reuse_drop:g})",
+                {"golden": g.reuse, "run": r.reuse, "max_drop": tol.max_reuse_drop},
+            )
+        )
+    for rule, name, before, after, limit, fmt in (
+        ("tokens", "prompt tokens per task", g.tokens_per_task, r.tokens_per_task, tol.max_token_increase, _n),
+        ("cost", "estimated cost per task", g.cost_per_task, r.cost_per_task, tol.max_cost_increase, _usd),
+    ):
+        if before is None or after is None or before <= 0:
+            continue
+        grew = after / before - 1.0
+        if grew > limit + 1e-12:
+            out.append(
+                Regression(
+                    rule,
+                    f"{name} rose {grew:+.1%}, from {fmt(before)} to {fmt(after)} (more than {limit:+.0%})",
+                    {"golden": before, "run": after, "increase": round(grew, 6), "max_increase": limit},
+                )
+            )
+    return out
+
+
+def coverage_problems(golden: Sequence[Call], run: Sequence[Call]) -> list[str]:
+    """Why the run does not cover the golden: a conversation it never started, or one it
+    stopped before the golden did."""
+    made: dict[str, int] = {}
+    for c in run:
+        made[c.conversation] = max(made.get(c.conversation, 0), c.position + 1)
+    wanted: dict[str, int] = {}
+    for c in golden:
+        wanted[c.conversation] = max(wanted.get(c.conversation, 0), c.position + 1)
+    out = []
+    if not run:
+        out.append("the agent made no model call (is it reading OPENAI_BASE_URL / ANTHROPIC_BASE_URL?)")
+    else:
+        for conv, n in wanted.items():
+            got = made.get(conv, 0)
+            if got < n:
+                out.append(f"conversation {conv}: the run made {got} of its {n} recorded calls")
+    return out
+
+
+# -- text -------------------------------------------------------------------------------------
+
+
+def _change(d: Divergence) -> str:
+    return f"{_short(d.before, tail=True)} | {_short(d.after)}"
+
+
+def _short(value: Any, *, tail: bool = False) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    text = text.replace("\n", "⏎").replace("\t", "⇥")
+    if len(text) > CONTEXT:
+        text = ("…" + text[-CONTEXT:]) if tail else (text[:CONTEXT] + "…")
+    return repr(text)
+
+
+def _n(v: float | None) -> str:
+    return "?" if v is None else f"{round(v):,}"
+
+
+def _usd(v: float | None) -> str:
+    return "?" if v is None else f"${v:.4f}"
+
+
+def _f(v: float | None, digits: int = 3) -> str:
+    return "?" if v is None else f"{v:.{digits}f}"
+
+
+__all__ = [
+    "Call",
+    "Figures",
+    "Judgement",
+    "Regression",
+    "Tolerances",
+    "append_regressions",
+    "calls_of",
+    "coverage_problems",
+    "judge",
+    "prefix_regressions",
+    "tolerance_regressions",
+]

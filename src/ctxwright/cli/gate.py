@@ -1,0 +1,156 @@
+"""``ctxwright gate GOLDEN -- COMMAND [ARGS...]``: fail a build that breaks the prompt cache.
+
+Runs COMMAND against a replay of GOLDEN (``replay/``) and judges the requests it sent
+(``ci/judge.py``). Exit 0 when every rule holds, 1 with a regression (the verdict on the first
+line, then one line each), 2 when the run could not be judged. ``--json`` prints the same as
+one JSON object on stdout (the agent's own stdout then goes to stderr, so the JSON stays
+parseable); ``--update`` writes the run's trace over GOLDEN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from ctxwright.errors import CtxwrightError
+
+#: Exit status when the run could not be judged (also every error of the gate itself: 1 is
+#: reserved for a regression, so a CI step can tell them apart).
+UNJUDGED = 2
+
+
+def add_gate_parser(sub: Any) -> None:
+    from ctxwright.cli.audit import add_price_options
+
+    p = sub.add_parser(
+        "gate",
+        usage="ctxwright gate [GOLDEN] [options] -- COMMAND [ARGS...]",
+        help="run an agent against a replay of its golden trace; fail on a cache regression",
+        description="Replays GOLDEN's model replies to COMMAND (through OPENAI_BASE_URL and ANTHROPIC_BASE_URL) "
+        "and judges the requests it sends: prefix byte-identical, append-only, reuse/tokens/cost within "
+        "tolerances. Exit 0: pass; 1: a regression; 2: the run could not be judged.",
+    )
+    p.add_argument("golden", nargs="?", help="the golden trace: a request log or replay trace (JSONL)")
+    p.add_argument("--proxy-session", metavar="ID", help="use a session recorded by `ctxwright proxy` as the golden")
+    p.add_argument("--session", metavar="ID", help="use a stored ctxwright session as the golden")
+    p.add_argument("--max-reuse-drop", type=_share, default=0.02, metavar="F", help="default 0.02")
+    p.add_argument("--max-token-increase", type=_share, default=0.10, metavar="F", help="default 0.10 (10%%)")
+    p.add_argument("--max-cost-increase", type=_share, default=0.10, metavar="F", help="default 0.10 (10%%)")
+    add_price_options(p)
+    p.add_argument(
+        "--on-divergence",
+        choices=("stop", "repeat-last"),
+        default="stop",
+        help="when the agent leaves the recording: answer 400 (stop, default) or the last recorded reply",
+    )
+    p.add_argument("--timeout", type=_seconds, default=600.0, metavar="S", help="longest run of COMMAND (600 s)")
+    p.add_argument("--trace", metavar="PATH", help="also keep the run's trace (JSONL, a golden itself) there")
+    p.add_argument("--json", action="store_true", help="print the judgement as JSON")
+    p.add_argument("--update", action="store_true", help="write the run's trace over GOLDEN (a file)")
+    p.set_defaults(func=cmd_gate)
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    """The gate's exit status; every failure of its own is one line and exit 2 (never 1)."""
+    try:
+        return _gate(args)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        if getattr(args, "debug", False):
+            raise
+        from ctxwright.cli.main import explain
+
+        print(f"ctxwright gate: {explain(exc)}", file=sys.stderr)
+        return UNJUDGED
+
+
+def _gate(args: argparse.Namespace) -> int:
+    from ctxwright.ci.gate import replacing, run_gate
+    from ctxwright.ci.judge import Tolerances
+    from ctxwright.cli.audit import pricing_from_args
+    from ctxwright.replay.golden import load_golden
+
+    command = list(getattr(args, "agent_command", None) or [])  # the words after -- (cli/main.py)
+    if not command:
+        raise CtxwrightError("no command to run: ctxwright gate GOLDEN -- COMMAND [ARGS...]")
+    sources = [s for s in (args.golden, args.proxy_session, args.session) if s]
+    if len(sources) != 1:
+        raise CtxwrightError("give one golden: a trace FILE, --proxy-session ID or --session ID")
+    if args.update and not args.golden:
+        raise CtxwrightError(
+            "--update writes a file: give GOLDEN as a file (ctxwright export ID --requests > golden.jsonl)"
+        )
+    store = Path(args.db) if getattr(args, "db", None) else None
+    golden = load_golden(args.golden, proxy_session=args.proxy_session, session=args.session, store=store)
+    tolerances = Tolerances(args.max_reuse_drop, args.max_token_increase, args.max_cost_increase)
+    pricing = pricing_from_args(args)
+    stdout = sys.stderr.buffer if args.json else None
+    if args.update:
+        target = Path(args.golden)
+        with replacing(target) as tmp:
+            result = run_gate(
+                golden,
+                command,
+                tolerances=tolerances,
+                pricing=pricing,
+                on_divergence=args.on_divergence,
+                timeout=args.timeout,
+                trace=tmp,
+                stdout=stdout,
+            )
+            if result.divergences or result.status != 0:
+                _print(result, args.json)
+                raise CtxwrightError(
+                    "not updated: the run did not replay the whole recording; record a new golden through "
+                    "`ctxwright proxy` instead"
+                )
+        _print(result, args.json)
+        print(f"ctxwright gate: golden updated: {target} ({result.judgement.run.calls} calls)", file=sys.stderr)
+        return 0
+    trace = Path(args.trace) if args.trace else None
+    result = run_gate(
+        golden,
+        command,
+        tolerances=tolerances,
+        pricing=pricing,
+        on_divergence=args.on_divergence,
+        timeout=args.timeout,
+        trace=trace,
+        stdout=stdout,
+    )
+    _print(result, args.json)
+    return result.exit_code
+
+
+def _print(result: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result.to_json(), ensure_ascii=False))
+    else:
+        for line in result.lines():
+            print(line)
+    sys.stdout.flush()
+
+
+def _share(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a share such as 0.05") from None
+    if not (math.isfinite(v) and v >= 0):
+        raise argparse.ArgumentTypeError(f"{text} is not a share of 0 or more; give e.g. 0.05")
+    return v
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds above 0")
+    return v
