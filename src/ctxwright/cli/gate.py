@@ -70,7 +70,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    from ctxwright.ci.gate import replacing, run_gate
+    from ctxwright.ci.gate import GateResult, replacing, run_gate
     from ctxwright.ci.judge import Tolerances
     from ctxwright.cli.audit import pricing_from_args
     from ctxwright.replay.golden import load_golden
@@ -90,41 +90,35 @@ def _gate(args: argparse.Namespace) -> int:
     tolerances = Tolerances(args.max_reuse_drop, args.max_token_increase, args.max_cost_increase)
     pricing = pricing_from_args(args)
     stdout = sys.stderr.buffer if args.json else None
-    if args.update:
-        target = Path(args.golden)
-        with replacing(target) as tmp:
-            result = run_gate(
-                golden,
-                command,
-                tolerances=tolerances,
-                pricing=pricing,
-                on_divergence=args.on_divergence,
-                timeout=args.timeout,
-                trace=tmp,
-                stdout=stdout,
-            )
-            if result.divergences or result.status != 0:
-                _print(result, args.json)
-                raise CtxwrightError(
-                    "not updated: the run did not replay the whole recording; record a new golden through "
-                    "`ctxwright proxy` instead"
-                )
+
+    def run(trace: Path | None) -> GateResult:
+        return run_gate(
+            golden,
+            command,
+            tolerances=tolerances,
+            pricing=pricing,
+            on_divergence=args.on_divergence,
+            timeout=args.timeout,
+            trace=trace,
+            stdout=stdout,
+        )
+
+    if not args.update:
+        result = run(Path(args.trace) if args.trace else None)
         _print(result, args.json)
-        print(f"ctxwright gate: golden updated: {target} ({result.judgement.run.calls} calls)", file=sys.stderr)
-        return 0
-    trace = Path(args.trace) if args.trace else None
-    result = run_gate(
-        golden,
-        command,
-        tolerances=tolerances,
-        pricing=pricing,
-        on_divergence=args.on_divergence,
-        timeout=args.timeout,
-        trace=trace,
-        stdout=stdout,
-    )
+        return result.exit_code
+    target = Path(args.golden)
+    with replacing(target) as tmp:  # the golden is replaced only when the block ends without error
+        result = run(tmp)
+        if result.divergences or result.status != 0:
+            _print(result, args.json)
+            raise CtxwrightError(
+                "not updated: the run did not replay the whole recording; record a new golden through "
+                "`ctxwright proxy` instead"
+            )
     _print(result, args.json)
-    return result.exit_code
+    print(f"ctxwright gate: golden updated: {target} ({result.judgement.run.calls} calls)", file=sys.stderr)
+    return 0
 
 
 def _print(result: Any, as_json: bool) -> None:
