@@ -143,7 +143,7 @@ def test_check_json_names_both_swapped_tools_and_prices_the_break(tmp_path: Path
         ("tool 'read_file'", "moved"),
     ]
     lock = read_lock(tmp_path / "ctxwright.lock")
-    tool_tokens = sum(s.tokens for s in lock.segments if s.kind == "tool")
+    tool_tokens = sum(s.tokens for s in lock.segments if s.part == "tool")
     assert data["broken_at"] == "tool 'write_file'" and data["invalidated_tokens"] == tool_tokens
     # gpt-4.1: input (= write) 2.0, cached 0.5 USD per million tokens
     assert data["extra_cost_per_call_usd"] == pytest.approx(tool_tokens * 1.5 / 1e6)
@@ -187,7 +187,7 @@ def test_anthropic_caches_tools_first_so_a_system_change_costs_only_the_system(t
 
     golden = read_prefix(_log(tmp_path / "a.jsonl", rec(SYSTEM)))
     lock, segs = lock_of(golden)
-    assert lock.order == "tools, system" and segs[0].kind == "tool"
+    assert lock.order == "tools, system" and segs[0].part == "tool"
     changed = read_prefix(_log(tmp_path / "b.jsonl", rec(SYSTEM.replace("Short", "Terse"))))
     from ctxwright.cache.prices import Pricing
 

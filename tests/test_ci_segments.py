@@ -76,7 +76,7 @@ def test_tools_serialized_as_the_audit_does_in_all_three_shapes_with_tokens_and_
     anthropic = [{"name": "search", "description": "Search", "input_schema": {"type": "object"}}]
     counter = TokenCounter()
     for tools, provider in ((TOOLS, "openai"), (responses, "openai-responses"), (anthropic, "anthropic")):
-        segs = [s for s in prefix_segments(SYSTEM, tools, provider=provider, counter=counter) if s.kind == "tool"]
+        segs = [s for s in prefix_segments(SYSTEM, tools, provider=provider, counter=counter) if s.part == "tool"]
         joined = b"[" + b",".join(utf8(s.text) for s in segs) + b"]"
         assert joined == _tools_bytes(tools)  # the audit's bytes of the tool list, exactly
         for s, t in zip(segs, tools, strict=True):
@@ -87,8 +87,8 @@ def test_tools_serialized_as_the_audit_does_in_all_three_shapes_with_tokens_and_
 
 def test_cache_order_anthropic_tools_first_openai_system_first() -> None:
     anthropic = [{"name": "search", "description": "Search", "input_schema": {"type": "object"}}]
-    assert [s.kind for s in prefix_segments("# A\nx\n", anthropic)] == ["tool", "system"]  # inferred from the shape
-    assert [s.kind for s in prefix_segments("# A\nx\n", TOOLS[:1])] == ["system", "tool"]
+    assert [s.part for s in prefix_segments("# A\nx\n", anthropic)] == ["tool", "system"]  # inferred from the shape
+    assert [s.part for s in prefix_segments("# A\nx\n", TOOLS[:1])] == ["system", "tool"]
     assert prefix_segments("# A\nx\n", anthropic)[1].path == "$.system"
     assert prefix_segments("# A\nx\n", [], provider="openai-responses")[0].path == "$.instructions"
 
@@ -100,7 +100,7 @@ def test_identical_prefixes_have_no_changes() -> None:
 def test_a_timestamp_added_to_the_system_prompt_is_named_with_its_section_and_offset() -> None:
     run = SYSTEM.replace("Be brief.", "Be brief. Current time: 2025-06-01T10:00:00Z.")
     [c] = diff_prefix((SYSTEM, TOOLS), (run, TOOLS))
-    assert (c.segment, c.kind, c.path) == ("system § '# Rules'", "changed", "$.messages[0].content")
+    assert (c.segment, c.change, c.path) == ("system § '# Rules'", "changed", "$.messages[0].content")
     assert c.offset == len("# Rules\nBe brief. ")  # the space after it is the same on both sides
     assert c.before.endswith("Be brief. ") and c.after.startswith("Current time: 2025")
     assert c.was.startswith("Never guess")
@@ -109,13 +109,13 @@ def test_a_timestamp_added_to_the_system_prompt_is_named_with_its_section_and_of
 
 def test_a_timestamp_as_a_first_line_is_a_change_of_the_first_section() -> None:
     [c] = diff_prefix((SYSTEM, TOOLS), ("Today is 2025-06-01.\n" + SYSTEM, TOOLS))
-    assert c.kind == "changed" and c.segment.startswith("system line 1 'Today is") and c.offset == 0
+    assert c.change == "changed" and c.segment.startswith("system line 1 'Today is") and c.offset == 0
 
 
 def test_two_tools_swapped_are_both_named_as_moved() -> None:
     run = [TOOLS[1], TOOLS[0], TOOLS[2]]
     changes = diff_prefix((SYSTEM, TOOLS), (SYSTEM, run))
-    assert [(c.segment, c.kind, c.path) for c in changes] == [
+    assert [(c.segment, c.change, c.path) for c in changes] == [
         ("tool 'write_file'", "moved", "$.tools[0]"),
         ("tool 'read_file'", "moved", "$.tools[1]"),
     ]
@@ -124,7 +124,7 @@ def test_two_tools_swapped_are_both_named_as_moved() -> None:
 
 def test_one_tool_moved_to_the_front_is_the_only_one_named() -> None:
     changes = diff_prefix((SYSTEM, TOOLS), (SYSTEM, [TOOLS[2], TOOLS[0], TOOLS[1]]))
-    assert [(c.segment, c.kind) for c in changes] == [("tool 'list_dir'", "moved")]
+    assert [(c.segment, c.change) for c in changes] == [("tool 'list_dir'", "moved")]
     assert "swapped" not in changes[0].line
 
 
@@ -132,7 +132,7 @@ def test_a_tool_description_changed_gives_its_json_path_and_byte_offset() -> Non
     run = copy.deepcopy(TOOLS)
     run[1]["function"]["description"] = "write_file a file (session 7f3a, https://x.test/s/7f3a)"
     [c] = diff_prefix((SYSTEM, TOOLS), (SYSTEM, run))
-    assert (c.segment, c.kind, c.path) == ("tool 'write_file'", "changed", "$.tools[1].function.description")
+    assert (c.segment, c.change, c.path) == ("tool 'write_file'", "changed", "$.tools[1].function.description")
     assert c.offset == len('{"function":{"description":"write_file a file')
     assert c.after.startswith(" (session 7f3a") and c.was.startswith('","name"')
 
@@ -153,16 +153,16 @@ def test_responses_and_anthropic_paths() -> None:
 def test_a_tool_added_and_one_removed() -> None:
     extra = chat_tool("delete_file", path="string")
     [added] = diff_prefix((SYSTEM, TOOLS), (SYSTEM, [*TOOLS, extra]))
-    assert (added.segment, added.kind, added.path) == ("tool 'delete_file'", "added", "$.tools[3]")
+    assert (added.segment, added.change, added.path) == ("tool 'delete_file'", "added", "$.tools[3]")
     [removed] = diff_prefix((SYSTEM, TOOLS), (SYSTEM, TOOLS[:1] + TOOLS[2:]))
-    assert (removed.segment, removed.kind, removed.path) == ("tool 'write_file'", "removed", "$.tools[1]")
+    assert (removed.segment, removed.change, removed.path) == ("tool 'write_file'", "removed", "$.tools[1]")
 
 
 def test_a_section_edited_in_the_middle_of_a_long_prompt_is_the_one_change() -> None:
     long = "".join(f"## Section {i}\n" + f"Rule {i}: be careful with item {i}.\n" * 20 + "\n" for i in range(200))
     run = long.replace("Rule 117: be careful with item 117.\n", "Rule 117: be VERY careful with item 117.\n", 1)
     [c] = diff_prefix((long, TOOLS), (run, TOOLS))
-    assert (c.segment, c.kind) == ("system § '## Section 117'", "changed")
+    assert (c.segment, c.change) == ("system § '## Section 117'", "changed")
     assert c.offset == len("## Section 117\nRule 117: be ")
     assert c.after.startswith("VERY careful")
     start = long.index("## Section 117")
@@ -172,7 +172,7 @@ def test_a_section_edited_in_the_middle_of_a_long_prompt_is_the_one_change() -> 
 def test_a_section_inserted_does_not_rename_the_others() -> None:
     run = SYSTEM.replace("## Tools\n", "## Today\nIt is Monday.\n\n## Tools\n")
     [c] = diff_prefix((SYSTEM, TOOLS), (run, TOOLS))
-    assert (c.segment, c.kind) == ("system § '## Today'", "added")
+    assert (c.segment, c.change) == ("system § '## Today'", "added")
 
 
 def test_first_difference_path() -> None:
@@ -228,7 +228,7 @@ def test_property_a_changed_character_of_the_system_prompt_is_found_at_its_byte(
     assert len(changes) == 1
     [c] = changes
     seg = next(s for s in prefix_segments(run, tools) if s.name == c.segment)
-    assert c.kind == "changed" and seg.kind == "system"
+    assert c.change == "changed" and seg.part == "system"
     assert seg.start + c.offset == len(utf8(system[:i]))  # the changed character's first byte
     assert seg.start <= len(utf8(system[:i])) < seg.start + len(utf8(seg.text))
 

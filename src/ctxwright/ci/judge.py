@@ -286,7 +286,7 @@ def _prefix_changes(g: AuditRequest, r: AuditRequest) -> list[Regression]:
                     f"prefix: {ch.line}",
                     {
                         "segment": ch.segment,
-                        "kind": ch.kind,
+                        "kind": ch.change,
                         "path": ch.path,
                         "offset": ch.offset,
                         "before": ch.before,

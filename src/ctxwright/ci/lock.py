@@ -92,7 +92,7 @@ class LockedSegment:
     """One line of a lock: a segment's name, kind, tokens and the sha256 of its bytes."""
 
     name: str
-    kind: str
+    part: str
     tokens: int
     sha256: str
 
@@ -253,7 +253,7 @@ def lock_of(prefix: PrefixSource, counter: TokenCounter | None = None) -> tuple[
     counter = counter or TokenCounter()
     segs = prefix.segments(counter)
     order = "tools, system" if tools_first(prefix.provider) else "system, tools"
-    locked = tuple(LockedSegment(s.name, s.kind, s.tokens, s.sha256) for s in segs)
+    locked = tuple(LockedSegment(s.name, s.part, s.tokens, s.sha256) for s in segs)
     return Lock(locked, prefix.provider, prefix.model, order, counter.source), segs
 
 
@@ -293,7 +293,7 @@ def render_lock(lock: Lock, *, command: str = "ctxwright lock SOURCE") -> str:
     ]
     for s in lock.segments:
         lines.append(
-            f"  {{ kind = {_toml_str(s.kind)}, name = {_toml_str(s.name)}, tokens = {s.tokens}, "
+            f"  {{ kind = {_toml_str(s.part)}, name = {_toml_str(s.name)}, tokens = {s.tokens}, "
             f"sha256 = {_toml_str(s.sha256)} }},"
         )
     lines.append("]")
@@ -441,7 +441,7 @@ class LockCheck:
     def to_json(self) -> dict[str, Any]:
         return {
             "verdict": "match" if self.matches else "changed",
-            "changes": [{"segment": c.segment, "kind": c.kind, "path": c.path, "line": c.line} for c in self.changes],
+            "changes": [{"segment": c.segment, "kind": c.change, "path": c.path, "line": c.line} for c in self.changes],
             "order": self.order,
             "broken_at": self.broken_at,
             "invalidated_tokens": self.invalidated_tokens,
@@ -453,8 +453,8 @@ class LockCheck:
 
 def _regroup(segments: Sequence[LockedSegment], tools_before: bool) -> list[LockedSegment]:
     """The lock's segments in the order the current provider's cache reads them."""
-    tools = [s for s in segments if s.kind == "tool"]
-    system = [s for s in segments if s.kind == "system"]
+    tools = [s for s in segments if s.part == "tool"]
+    system = [s for s in segments if s.part == "system"]
     return tools + system if tools_before else system + tools
 
 

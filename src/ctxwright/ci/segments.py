@@ -82,7 +82,7 @@ class Segment:
     """
 
     name: str
-    kind: SegmentKind
+    part: SegmentKind
     text: str
     tokens: int
     sha256: str
@@ -96,7 +96,7 @@ class Segment:
 class SegmentChange:
     """One difference between two prefixes.
 
-    ``segment`` names the segment (the run's name; the golden's for a removed one), ``kind``
+    ``segment`` names the segment (the run's name; the golden's for a removed one), ``change``
     is ``changed``, ``added``, ``removed`` or ``moved``, ``path`` the JSON path inside the
     request of the first differing field (``$.tools[2].function.description``; for a system
     section the system prompt's field), ``offset`` the byte offset of the first difference
@@ -107,7 +107,7 @@ class SegmentChange:
     """
 
     segment: str
-    kind: ChangeKind
+    change: ChangeKind
     path: str
     offset: int
     before: str
@@ -123,7 +123,7 @@ class SegmentLike(Protocol):
     @property
     def name(self) -> str: ...
     @property
-    def kind(self) -> str: ...
+    def part(self) -> str: ...
     @property
     def tokens(self) -> int: ...
     @property
@@ -349,7 +349,7 @@ def first_difference_path(a: Any, b: Any, path: str = "$") -> str:
 
 @dataclass(frozen=True)
 class _Raw:
-    kind: ChangeKind
+    change: ChangeKind
     before: int | None  # index into the golden's segments
     after: int | None  # index into the run's segments
     partner: int | None = None  # a moved tool swapped with this one (index into the run's)
@@ -364,8 +364,8 @@ def _match(before: Sequence[SegmentLike], after: Sequence[SegmentLike]) -> list[
 
 
 def _match_system(before: Sequence[SegmentLike], after: Sequence[SegmentLike]) -> Iterator[_Raw]:
-    ib = [i for i, s in enumerate(before) if s.kind == "system"]
-    ia = [i for i, s in enumerate(after) if s.kind == "system"]
+    ib = [i for i, s in enumerate(before) if s.part == "system"]
+    ia = [i for i, s in enumerate(after) if s.part == "system"]
     sm = difflib.SequenceMatcher(None, [before[i].sha256 for i in ib], [after[i].sha256 for i in ia], autojunk=False)
     for op, b1, b2, a1, a2 in sm.get_opcodes():
         if op == "equal":
@@ -396,8 +396,8 @@ def _match_system(before: Sequence[SegmentLike], after: Sequence[SegmentLike]) -
 
 
 def _match_tools(before: Sequence[SegmentLike], after: Sequence[SegmentLike]) -> Iterator[_Raw]:
-    tb = {s.name: i for i, s in enumerate(before) if s.kind == "tool"}
-    ta = {s.name: i for i, s in enumerate(after) if s.kind == "tool"}
+    tb = {s.name: i for i, s in enumerate(before) if s.part == "tool"}
+    ta = {s.name: i for i, s in enumerate(after) if s.part == "tool"}
     seq_b = [n for n in tb if n in ta]
     seq_a = [n for n in ta if n in tb]
     sm = difflib.SequenceMatcher(None, seq_b, seq_a, autojunk=False)
@@ -430,8 +430,8 @@ def _ordered(raws: list[_Raw], before: Sequence[SegmentLike], after: Sequence[Se
     """In the run's cache order; a removed segment where it stood, before the first
     segment that came after it in the golden."""
     matched = {r.before: r.after for r in raws if r.before is not None and r.after is not None}
-    tb = {s.name: i for i, s in enumerate(before) if s.kind == "tool"}
-    ta = {s.name: i for i, s in enumerate(after) if s.kind == "tool"}
+    tb = {s.name: i for i, s in enumerate(before) if s.part == "tool"}
+    ta = {s.name: i for i, s in enumerate(after) if s.part == "tool"}
     matched.update({tb[n]: ta[n] for n in tb if n in ta})
 
     def key(r: _Raw) -> tuple[int, int]:
@@ -457,21 +457,21 @@ def diff_segments(before: Sequence[SegmentLike], after: Sequence[SegmentLike]) -
         seg = after[r.after] if r.after is not None else before[r.before] if r.before is not None else None
         assert seg is not None
         text = _describe(r, before, after)
-        out.append(SegmentChange(seg.name, r.kind, _place(seg), 0, "", "", text))
+        out.append(SegmentChange(seg.name, r.change, _place(seg), 0, "", "", text))
     return out
 
 
 def _describe(r: _Raw, before: Sequence[SegmentLike], after: Sequence[SegmentLike]) -> str:
-    if r.kind == "moved" and r.before is not None and r.after is not None:
+    if r.change == "moved" and r.before is not None and r.after is not None:
         b, a = before[r.before], after[r.after]
         where = f" from {_place(b)}" if _place(b) else ""
         where += f" to {_place(a)}" if _place(a) else ""
         swap = f" (swapped with {after[r.partner].name})" if r.partner is not None else ""
         return f"{a.name} moved{where}{swap}: same bytes, another place in the prefix"
-    if r.kind == "added" and r.after is not None:
+    if r.change == "added" and r.after is not None:
         a = after[r.after]
         return f"{a.name} added{' at ' + _place(a) if _place(a) else ''} ({a.tokens:,} tokens)"
-    if r.kind == "removed" and r.before is not None:
+    if r.change == "removed" and r.before is not None:
         b = before[r.before]
         return f"{b.name} removed ({b.tokens:,} tokens)"
     assert r.after is not None
@@ -511,14 +511,14 @@ def _detail(
     r: _Raw, before: list[Segment], after: list[Segment], gt: Sequence[Any], rt: Sequence[Any]
 ) -> SegmentChange:
     line = _describe(r, before, after)
-    if r.kind == "removed" and r.before is not None:
+    if r.change == "removed" and r.before is not None:
         b = before[r.before]
         return SegmentChange(b.name, "removed", b.path, 0, "", "", line, was=b.text[:_WINDOW])
     assert r.after is not None
     a = after[r.after]
-    if r.kind == "added":
+    if r.change == "added":
         return SegmentChange(a.name, "added", a.path, 0, "", a.text[:_WINDOW], line)
-    if r.kind == "moved":
+    if r.change == "moved":
         return SegmentChange(a.name, "moved", a.path, 0, "", "", line)
     assert r.before is not None
     b = before[r.before]
@@ -526,9 +526,9 @@ def _detail(
     off, left, right = _bytes_divergence(old, new)
     was = old[off:].decode("utf-8", "ignore")[:_WINDOW]
     path = a.path
-    if a.kind == "tool":
+    if a.part == "tool":
         path = first_difference_path(gt[_tool_index(b)], rt[_tool_index(a)], a.path)
-    if a.kind == "system":
+    if a.part == "system":
         where = f"{a.name} changed at {path}, byte {off:,} of the section ({a.start + off:,} of the system prompt)"
     else:
         where = f"{a.name} changed at {path}, byte {off:,} of the tool"

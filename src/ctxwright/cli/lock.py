@@ -121,7 +121,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
                     "order": lock.order,
                     "tokens": lock.tokens,
                     "segments": [
-                        {"kind": s.kind, "name": s.name, "tokens": s.tokens, "sha256": s.sha256} for s in lock.segments
+                        {"kind": s.part, "name": s.name, "tokens": s.tokens, "sha256": s.sha256} for s in lock.segments
                     ],
                     "other_prefixes": prefix.other_prefixes,
                 },
