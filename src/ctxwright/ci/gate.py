@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -33,7 +32,7 @@ from typing import IO, Any
 from ctxwright.cache.prices import Pricing
 from ctxwright.ci.judge import Call, Judgement, Tolerances, calls_of, judge
 from ctxwright.errors import GateError
-from ctxwright.mcp.supervise import launch_argv
+from ctxwright.mcp.supervise import find_executable, launch_argv
 from ctxwright.replay.golden import Golden
 from ctxwright.replay.server import ReplayServer
 
@@ -174,17 +173,14 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _executable(command: str, env: Mapping[str, str], cwd: str | Path | None) -> str:
-    """The file ``command`` runs, found as ``exec`` would (the agent's ``PATH``), or a
+    """The file ``command`` runs (``mcp/supervise.py``'s lookup, as for an MCP server), or a
     :class:`GateError` saying it is not there -- before anything starts."""
-    if os.sep in command:
-        path = os.path.abspath(os.path.join(str(cwd or os.getcwd()), command))
-        if not os.path.isfile(path) or not os.access(path, os.X_OK):
-            raise GateError(f"{command}: not an executable file; give the agent's command after --")
-        return path
-    found = shutil.which(command, path=env.get("PATH", os.defpath))
-    if found is None:
-        raise GateError(f"{command}: command not found on PATH; give the agent's command after --")
-    return os.path.abspath(found)
+    try:
+        return find_executable(command, env, str(cwd) if cwd is not None else None)
+    except OSError:
+        if os.sep in command:
+            raise GateError(f"{command}: not an executable file; give the agent's command after --") from None
+        raise GateError(f"{command}: command not found on PATH; give the agent's command after --") from None
 
 
 @contextlib.contextmanager

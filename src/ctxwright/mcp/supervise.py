@@ -28,10 +28,11 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import shutil
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 #: Seconds the server's group has between SIGTERM and SIGKILL; well under the 2 s the
 #: transport waits before it signals this process in turn.
@@ -47,6 +48,23 @@ def launch_argv(executable: str, argv: Sequence[str]) -> list[str]:
     """The command that runs ``argv`` (found at ``executable``) under this supervisor, for
     the current process as its parent: spawn it with ``start_new_session=True``."""
     return [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid()), executable, *argv]
+
+
+def find_executable(command: str, env: Mapping[str, str], cwd: str | None) -> str:
+    """The file ``command`` runs, as ``exec`` would find it (the program's ``PATH``);
+    ``FileNotFoundError`` or ``PermissionError`` here, before anything is spawned, since the
+    supervisor's own spawn would succeed either way."""
+    if os.sep in command:
+        path = os.path.abspath(os.path.join(cwd or os.getcwd(), command))
+        if not os.path.exists(path):
+            raise FileNotFoundError(2, "No such file or directory", command)
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise PermissionError(13, "Permission denied", command)
+        return path
+    found = shutil.which(command, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise FileNotFoundError(2, "No such file or directory", command)
+    return os.path.abspath(found)
 
 
 def _prctl(option: int, value: int) -> None:

@@ -27,7 +27,6 @@ Shutdown follows the MCP spec's order, as the SDK's does: close the server's std
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -41,7 +40,7 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
 from ctxwright.mcp.lines import Line, LineSplitter, LineStats, cut_reply_id, reply_id
-from ctxwright.mcp.supervise import GRACE_S, launch_argv
+from ctxwright.mcp.supervise import GRACE_S, find_executable, launch_argv
 
 __all__ = ["DROPPED", "launch_argv", "stdio_transport"]
 
@@ -52,23 +51,6 @@ DROPPED = "ctxwright_dropped"
 _EXIT_WAIT_S = 2.0
 _FLUSH_WAIT_S = 0.5
 _READ_BYTES = 1 << 20
-
-
-def _executable(command: str, env: dict[str, str], cwd: str | None) -> str:
-    """The file ``command`` runs, as ``exec`` would find it (the server's ``PATH``);
-    ``FileNotFoundError`` or ``PermissionError`` here, as the SDK's spawn raised them,
-    since the supervisor's own spawn would succeed either way."""
-    if os.sep in command:
-        path = os.path.abspath(os.path.join(cwd or os.getcwd(), command))
-        if not os.path.exists(path):
-            raise FileNotFoundError(2, "No such file or directory", command)
-        if os.path.isdir(path) or not os.access(path, os.X_OK):
-            raise PermissionError(13, "Permission denied", command)
-        return path
-    found = shutil.which(command, path=env.get("PATH", os.defpath))
-    if found is None:
-        raise FileNotFoundError(2, "No such file or directory", command)
-    return os.path.abspath(found)
 
 
 def _dropped(rid: int | str, kind: str, message: str) -> SessionMessage:
@@ -137,7 +119,7 @@ async def stdio_transport(
     """Start ``argv`` under the supervisor and yield ``(read_stream, write_stream)`` for
     the SDK's ``Client``; on exit, stop it (see the module docstring)."""
     full_env = get_default_environment() | (env or {})
-    executable = _executable(argv[0], full_env, cwd)
+    executable = find_executable(argv[0], full_env, cwd)
     process = await anyio.open_process(
         launch_argv(executable, argv), env=full_env, stderr=errlog, cwd=cwd, start_new_session=True
     )
