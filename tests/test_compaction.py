@@ -386,7 +386,9 @@ def test_clearing_keeps_newest_and_runs_in_batches(store, tmp_path):
     reader = ResultReader()
     reg.register(reader.tool())
     replies = [A(call("fetch", {"page": i}, f"p{i}"), text=f"Fact{i}-0") for i in range(14)] + ["done"]
-    cfg = CompactionConfig(results_dir=tmp_path, window_tokens=4096, keep_recent_results=3, drop_unused=False)
+    cfg = CompactionConfig(
+        results_dir=tmp_path, window_tokens=4096, keep_recent_results=3, drop_unused=False, policy="eager"
+    )
     s = Session.start(Prefix.build("sys", reg.specs()), store=store)
     agent = Agent(
         s,

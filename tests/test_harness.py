@@ -85,7 +85,7 @@ def test_served_defaults_add_the_harness_tools_and_the_status_manual(tmp_path):
     with Harness(system="S.", tools=[add], backend=backend) as h:
         h.run("hello")
     req = backend.requests[0]
-    assert tool_names(req) == ["add", "rewrite_todo_list", "update_todo_status", "read_result", "delegate"]
+    assert tool_names(req) == ["add", "rewrite_todo_list", "update_todo_status", "read_result", "recall", "delegate"]
     # read_result's pages are untrusted: the tags are explained between the prompt and the manual
     assert req.messages[0].content == "S.\n\n" + TAGS_SECTION + "\n\n" + OPERATING_MANUAL
     assert req.messages[-1].content.startswith("<agent_status>")
@@ -144,7 +144,7 @@ def test_summaries_default_by_backend_and_a_given_config_is_not_mutated():
 
 def test_default_tools_and_prompt_are_the_demo(tmp_path):
     backend = ScriptedBackend(["hi"])
-    with Harness(backend=backend, delegate=False, todo=False, read_result=False, status=False) as h:
+    with Harness(backend=backend, delegate=False, todo=False, read_result=False, recall=False, status=False) as h:
         h.run("hello")
     req = backend.requests[0]
     assert tool_names(req) == ["get_current_time", "get_weather", "calculator"]
@@ -158,7 +158,7 @@ def test_workspace_adds_file_tools_after_the_given_ones(tmp_path):
     )
     with Harness(tools=[add], backend=backend, workspace=tmp_path, status=False, todo=False, delegate=False) as h:
         h.run("what is in a.txt?")
-    assert tool_names(backend.requests[0]) == ["add", "read_file", "list_dir", "read_result"]
+    assert tool_names(backend.requests[0]) == ["add", "read_file", "list_dir", "read_result", "recall"]
     assert "hello" in next(m for m in backend.requests[1].messages if m.role == "tool").content
 
 
@@ -185,7 +185,7 @@ def _add_other_doc(a: int, b: int) -> int:
 )
 def test_resume_refuses_a_tool_list_that_differs_from_the_prefix(tmp_path, started, given, expected):
     db = tmp_path / "a.db"
-    opts = dict(db=db, status=False, todo=False, delegate=False, read_result=False)
+    opts = dict(db=db, status=False, todo=False, delegate=False, read_result=False, recall=False)
     with Harness(tools=started, backend=ScriptedBackend(["x"]), **opts) as h:
         sid = h.session_id
     with pytest.raises(PrefixMismatch) as exc:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import itertools
 import random
 
-from ctxwright.backends.scripted import PrefixCache, ScriptedBackend, common_prefix
+import pytest
+
+from ctxwright.backends.scripted import PrefixCache, ScriptedBackend, common_prefix, wire_text
 from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.request import ChatRequest, ToolSpec
 from ctxwright.core.tokens import estimate_tokens
@@ -30,14 +32,17 @@ def test_common_prefix_matches_a_character_loop() -> None:
         assert common_prefix(a, b) == common_prefix(b, a) == want
 
 
-def test_prefix_cache_equals_the_whole_text_comparison() -> None:
+@pytest.mark.parametrize("api", ["chat", "anthropic", "responses"])
+@pytest.mark.parametrize("system", [True, False])
+def test_prefix_cache_equals_the_whole_text_comparison(api: str, system: bool) -> None:
     """Growth, a replaced status, compactions anywhere, CJK text, equal copies of messages,
-    changed tools and tool_choice, requests that part inside a message or in the tail."""
+    changed tools and tool_choice, requests that part inside a message or in the tools, in
+    each API's wire order, with and without a system prompt."""
     rng = random.Random(11)
     tools_a = (ToolSpec.create("weather", "Weather in a city."),)
     tools_b = (*tools_a, ToolSpec.create("clock", "Local time 時間."))
-    msgs: list[Message] = [Message(role="system", content="You help.")]
-    cache, prev = PrefixCache(), ""
+    msgs: list[Message] = [Message(role="system" if system else "user", content="You help.")]
+    cache, prev = PrefixCache(api), ""
     tools, choice = tools_a, "auto"
     for step in range(400):
         r = rng.random()
@@ -61,7 +66,8 @@ def test_prefix_cache_equals_the_whole_text_comparison() -> None:
             call = ToolCall(id=f"c{step}", name="weather", arguments='{"city":"Oslo"}')
             msgs.append(Message(role="assistant", content=None, tool_calls=(call,)))
         request = ChatRequest(messages=tuple(msgs), tools=tools if step % 13 else (), tool_choice=choice)
-        text = request.canonical_bytes().decode("utf-8")
+        text = wire_text(request, api)
+        assert sorted(text) == sorted(request.canonical_bytes().decode("utf-8"))  # the same characters
         assert cache.usage(request) == full_usage(text, prev), step
         prev = text
 
@@ -72,7 +78,7 @@ def test_scripted_backend_reports_the_common_prefix() -> None:
     second = ChatRequest(messages=(*first.messages, Message(role="assistant", content="a")))
     u1 = backend.complete(first).usage
     u2 = backend.complete(second).usage
-    t1, t2 = (r.canonical_bytes().decode("utf-8") for r in (first, second))
+    t1, t2 = (wire_text(r) for r in (first, second))
     assert (u1.prompt_tokens, u1.cached_tokens) == full_usage(t1, "")
     assert (u2.prompt_tokens, u2.cached_tokens) == full_usage(t2, t1)
 

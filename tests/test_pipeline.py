@@ -202,7 +202,9 @@ def _agent(store, tmp_path, window: int, **cfg) -> Agent:
     [
         (dict(strategy="extractive"), {"noise", "trim"}),
         (dict(archival_summaries=True, keep_recent_results=2), {"archival", "clearing", "trim"}),
-        (dict(full_compaction=True, drop_unused=False), {"clearing", "full_stage1"}),
+        (dict(full_compaction=True, drop_unused=False, policy="eager"), {"clearing", "full_stage1"}),
+        # the cost planner goes deep: stage 2 as well, in the same pass
+        (dict(full_compaction=True, drop_unused=False), {"clearing", "full_stage1", "full_stage2"}),
         (dict(strategy="adaptive", adaptive_ratio=0.6), {"adaptive"}),
     ],
 )

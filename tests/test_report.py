@@ -40,9 +40,12 @@ def _long_session(tmp_path: Path, prompt: str = "read the pages") -> tuple[Harne
         tools=[fetch],
         backend=ScriptedBackend([*replies, "done"]),
         db=tmp_path / "agent.db",
-        compaction=CompactionConfig(results_dir=tmp_path, window_tokens=2048, keep_recent_results=2),
+        compaction=CompactionConfig(results_dir=tmp_path, window_tokens=2048, keep_recent_results=2, policy="eager"),
         status=True,
         status_mode="replace",
+        # the 2,048-token window is so small that recall's schema in the prefix would make every
+        # call compact, and this session must also show the status bar's own cache breaks
+        recall=False,
     )
     h.run(prompt)
     return h, h.session_id

@@ -114,7 +114,7 @@ def check_resume(assembly: Assembly, stored: Session, system_given: bool) -> Non
     if diff:
         raise PrefixMismatch(
             f"the tools differ from session {stored.id}'s prefix: {diff}. Pass the same tools in the same "
-            "order (tools=[...] / --tool; the options workspace, todo, read_result, delegate, skills and "
+            "order (tools=[...] / --tool; the options workspace, todo, read_result, recall, delegate, skills and "
             "allow_skill_scripts add their own), or start a new session"
         )
 

@@ -53,6 +53,7 @@ from ctxwright.audit.live import LiveRequests, audit_record, past_requests
 from ctxwright.backends.base import Backend
 from ctxwright.cache.prices import Pricing
 from ctxwright.compaction import CompactionConfig, CompactionReport, ContextManager
+from ctxwright.compaction.recall import RECALL_TOOL, Recall
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.core.events import AssistantEvent, ToolEvent
 from ctxwright.core.interrupted import close_open_rounds
@@ -327,6 +328,10 @@ class Context:
             reader = _reader_in(tools)
             if reader is not None:  # the registry's read_result tool pages this session's results
                 self.compaction.reader = reader
+            self.compaction.on_event = self.on_event  # the notice before a deep compaction
+            recall = _recall_in(tools)
+            if recall is not None:  # the registry's recall tool searches this session's hidden events
+                self.compaction.recall = recall
             self.compaction.bind(session)
         self._carry_ms = 0.0  # overhead spent on tool results, charged to the next call
         self._tools_text = canonical_json([t.to_wire() for t in session.prefix.tools]) if session.prefix.tools else ""
@@ -741,6 +746,13 @@ def completion_of(reply: Completion | Mapping[str, Any] | Any) -> Completion:
     from ctxwright.backends.openai_compat import completion_from_data
 
     return completion_from_data(dict(data))
+
+
+def _recall_in(tools: ToolRegistry) -> Recall | None:
+    if RECALL_TOOL not in tools:
+        return None
+    owner = getattr(tools.get(RECALL_TOOL).func, "__self__", None)
+    return owner if isinstance(owner, Recall) else None
 
 
 def _reader_in(tools: ToolRegistry) -> ResultReader | None:

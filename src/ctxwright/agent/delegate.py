@@ -83,6 +83,7 @@ class Delegator:
         components), the two tools that must differ in a child: ``read_result`` (the child's
         own results) and ``delegate`` (refusing)."""
         from ctxwright.agent.assemble import Assembly
+        from ctxwright.compaction.recall import RECALL_TOOL, RecallComponent
         from ctxwright.compaction.retrieval import ReaderComponent
 
         assert self.parent is not None
@@ -90,6 +91,8 @@ class Delegator:
             return self.parent.ctx.assembly
         tools = self.parent.tools
         comps: list[Component] = [ReaderComponent()] if "read_result" in tools else []
+        if RECALL_TOOL in tools:
+            comps.append(RecallComponent())
         if "delegate" in tools:
             comps.append(DelegateComponent(delegator=self))
         return Assembly(self.parent.session.prefix.system_prompt, tools, comps)

@@ -13,6 +13,7 @@ here.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Mapping
 from contextlib import suppress
@@ -25,6 +26,8 @@ from ctxwright.agent.context import ContextConfig
 from ctxwright.agent.delegate import DelegateComponent
 from ctxwright.backends.base import Backend
 from ctxwright.backends.external import EXTERNAL, ExternalBackend
+from ctxwright.compaction import CompactionConfig
+from ctxwright.compaction.recall import RecallComponent
 from ctxwright.compaction.retrieval import ReaderComponent
 from ctxwright.compaction.skills import shown_in
 from ctxwright.core.progress import EventSink, ignore
@@ -265,9 +268,17 @@ def context_config(recipe: Recipe, d: BackendDefaults) -> ContextConfig:
         max_tokens=lim.max_tokens,
         timestamps=recipe.timestamps,
         keep_warm=recipe.keep_warm,
-        compaction=recipe.compaction.config,
+        compaction=_priced(recipe.compaction.config, recipe.status.cache_price_ratio),
         defence=recipe.defence.features,
     )
+
+
+def _priced(config: CompactionConfig | None, ratio: float) -> CompactionConfig | None:
+    """The compaction planner's α (``compaction/planner.py``) is the backend's cache price ratio,
+    the one the status bar's mode chooser uses, unless the config gives its own."""
+    if config is None or config.cache_price_ratio is not None:
+        return config
+    return dataclasses.replace(config, cache_price_ratio=ratio)
 
 
 def components_for(recipe: Recipe, backend: Backend, stored: Session | None, on_event: EventSink) -> list[Component]:
@@ -293,6 +304,8 @@ def components_for(recipe: Recipe, backend: Backend, stored: Session | None, on_
         comps.append(todo)
     if recipe.compaction.config is not None and recipe.compaction.read_result:
         comps.append(ReaderComponent())  # offloaded and cleared results are paged back
+    if recipe.compaction.config is not None and recipe.compaction.recall:
+        comps.append(RecallComponent())  # what compaction hid, searched and handed back
     if recipe.delegate.enabled:
         comps.append(DelegateComponent(on_event=on_event))
     sk = recipe.skills

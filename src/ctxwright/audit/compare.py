@@ -53,8 +53,13 @@ its summary handed on), and the totals are running sums. A log of any length is 
 memory bounded by those limits, not by its size. Forgetting old requests matches the caches it
 models: providers evict a prefix minutes after its last use.
 
-A request is linearised as segments in prompt order -- system text, tool definitions,
-then each message's canonical JSON. Whole segments are matched through a hash chain (so
+A request is linearised as segments in the order its server renders them
+(``core/wire_order.py``): system text and tool definitions -- tools first for Anthropic, whose
+cache prefix is tools, system, messages; system first for chat completions and Responses, whose
+templates put the tools with the system prompt -- then each message's canonical JSON, so a
+changed system prompt on Anthropic keeps its tools reusable and a changed tool list does not
+keep its system prompt. The API is the request's ``provider`` (chat completions' order when it
+is not known). Whole segments are matched through a hash chain (so
 1,000 requests of 50K tokens take one pass), and only the first differing segment is
 compared byte by byte. Tokens are counted per distinct segment and memoized, so an
 append-only log costs the tokens of its new text only.
@@ -74,6 +79,7 @@ from ctxwright.core.messages import canonical_json
 from ctxwright.core.skills_catalog import is_catalog_message, skills_catalog_tokens
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.core.usage import CacheUsage, counts_usage
+from ctxwright.core.wire_order import arrange, wire_order
 
 _MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content", "reasoning_blocks")
 
@@ -446,12 +452,13 @@ class _Shape:
 
 
 def _divergence(prev: AuditRequest, p: _Shape, cur: AuditRequest, c: _Shape) -> Divergence | None:
-    if p.system != c.system:
-        off, before, after = _text_divergence(p.system, c.system)
-        return Divergence(0, "content", off, role="system", before=before, after=after)
-    if p.tools != c.tools:
-        off, before, after = _bytes_divergence(p.tools, c.tools)
-        return Divergence(None, "tools", off, before=before, after=after)
+    for part in wire_order(cur.provider):  # system and tools, in the order the server renders them
+        if part == "system" and p.system != c.system:
+            off, before, after = _text_divergence(p.system, c.system)
+            return Divergence(0, "content", off, role="system", before=before, after=after)
+        if part == "tools" and p.tools != c.tools:
+            off, before, after = _bytes_divergence(p.tools, c.tools)
+            return Divergence(None, "tools", off, before=before, after=after)
     ph, ch = p.hashes, c.hashes
     i = shared_len(ph, ch)  # the first message that differs (in C: a long history is mostly shared)
     if i < min(len(ph), len(ch)):
@@ -705,9 +712,8 @@ def reusable_tokens(reusable: int, counted: int, reported: int | None, hint: int
 
 
 def segments_of(req: AuditRequest) -> list[bytes]:
-    segs = [utf8(req.system)]
-    if req.tools:
-        segs.append(_tools_bytes(req.tools))
+    tools = [_tools_bytes(req.tools)] if req.tools else []
+    segs = arrange(req.provider, system=[utf8(req.system)], tools=tools, messages=[])
     if req.message_bytes is not None:
         segs.extend(req.message_bytes)
     else:
@@ -1062,7 +1068,9 @@ class Auditor:
             mh = list(req.message_hashes)
         else:
             mh = [_h(m) for m in msgs]
-        head, head_h = ([system, tools], [system_h, tools_h]) if req.tools else ([system], [system_h])
+        has_tools = bool(req.tools)
+        head = arrange(req.provider, system=[system], tools=[tools] if has_tools else [], messages=[])
+        head_h = arrange(req.provider, system=[system_h], tools=[tools_h] if has_tools else [], messages=[])
         segs, hashes = head + msgs, head_h + mh
         shape = _Shape(req.system, tools, mh)
         conv = self.conversations.find(req, mh)

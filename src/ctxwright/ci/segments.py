@@ -52,6 +52,7 @@ from typing import Any, Literal, Protocol
 from ctxwright.audit.compare import _bytes_divergence, utf8
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.tokens import TokenCounter
+from ctxwright.core.wire_order import wire_order
 
 SegmentKind = Literal["system", "tool"]
 ChangeKind = Literal["changed", "added", "removed", "moved"]
@@ -135,8 +136,9 @@ class SegmentLike(Protocol):
 
 def tools_first(provider: str | None) -> bool:
     """Whether ``provider``'s cache reads the tools before the system prompt (Anthropic's
-    order: tools, system, messages); OpenAI-style APIs read the system prompt first."""
-    return bool(provider) and str(provider).lower().startswith("anthropic")
+    order: tools, system, messages); OpenAI-style APIs read the system prompt first
+    (``core/wire_order.py``)."""
+    return wire_order(str(provider) if provider else None)[0] == "tools"
 
 
 def cache_order(provider: str | None) -> str:

@@ -250,6 +250,11 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     pricing = pricing_from_args(args)  # a bad --prices file is refused before anything is read
     store = _store(args)
+    if args.compactions:
+        from ctxwright.cli.show import render_compactions
+
+        render_compactions(store, args.id, console, as_json=args.json)
+        return 0
     render_session(store, args.id, console, as_json=args.json, wide=args.wide, pricing=pricing)
     return 0
 
@@ -314,6 +319,12 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("id", help="session ID (a unique start of it is enough)")
     sh.add_argument("--json", action="store_true")
     sh.add_argument("--wide", action="store_true", help="the calls table with all its columns (wider than 80)")
+    sh.add_argument(
+        "--compactions",
+        action="store_true",
+        help="only the compactions: per compaction the events it hid, the identifiers and numbers lost from "
+        "view and where to read them back (the loss ledger; with --json, as JSON)",
+    )
     from ctxwright.cli.audit import add_price_options as _add_prices
 
     _add_prices(sh)

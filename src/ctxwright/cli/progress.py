@@ -25,7 +25,7 @@ Why each rule:
   bytes are not shown and that ``ctxwright show ID`` has them: the store keeps everything,
   the echo is only a view.
 * **80 columns.** The per-call table's default columns fit an 80-column terminal without
-  folding a number over two lines; ``--wide`` shows all twelve.
+  folding a number over two lines; ``--wide`` shows all of them, with the compaction tiers and the planner's decision before each call.
 * **Each thing said once.** The status bar the model gets before every call holds the
   environment (cwd, OS, shell, Python: over 300 characters, the same on every call), the clock
   and the last tools' timings; echoed whole, it buried the run. The echo shows the environment
@@ -51,6 +51,7 @@ from rich.text import Text
 from ctxwright.agent.progress import AssistantReply, Compacted, GateDecided
 from ctxwright.core.progress import (
     BackendFailed,
+    CompactionAhead,
     LedgerWarning,
     McpToolsChanged,
     McpWarning,
@@ -82,6 +83,16 @@ ECHO_TAIL_CHARS = 16 * 1024
 #: A tool result is echoed as a one-line preview (the model sees what was recorded).
 RESULT_PREVIEW_CHARS = 300
 _SLICE = 1 << 20
+
+
+def ahead_line(event: CompactionAhead) -> str:
+    """The one line printed before a deep compaction: what it hides and what the cache pays."""
+    stage = f" stage {event.stage}" if event.stage else ""
+    return (
+        f"ahead: {event.layer}{stage} will hide {event.events} event(s) ({event.hidden_tokens:,} tokens) of a "
+        f"{event.tokens_before:,}-token request; cache cost ~{event.reprefill_tokens:,} tokens after the cut "
+        "prefilled again"
+    )
 
 
 def utf8_len(text: str) -> int:
@@ -350,6 +361,10 @@ class RunPrinter:
         self.out.print(_literal("repeated", "bold magenta", " ", event.note), soft_wrap=True)
 
     @_on.register
+    def _(self, event: CompactionAhead) -> None:
+        self.out.print(_literal("compaction", "bold yellow", " ", ahead_line(event)), soft_wrap=True)
+
+    @_on.register
     def _(self, event: Compacted) -> None:
         c = event.report
         self.out.print(
@@ -488,8 +503,9 @@ def calls_table(reports: Sequence[CallReport], *, wide: bool = False) -> Table:
         "out tok",
         *Ledger.LABELS.values(),
         "counted",
+        "compaction",
     ):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="left" if col == "compaction" else "right")
     for r in reports:
         sh = r.ledger.shares()
         t.add_row(
@@ -504,5 +520,17 @@ def calls_table(reports: Sequence[CallReport], *, wide: bool = False) -> Table:
             _fmt(r.completion_tokens),
             *[f"{r.ledger.to_dict()[k]:,} ({sh[k]:.0%})" for k in r.ledger.PARTS],
             f"{r.ledger.total:,}",
+            Text(compaction_cell(r)),
         )
     return t
+
+
+def compaction_cell(report: CallReport) -> str:
+    """The tiers that ran before this call and the planner's decision that ran them
+    (``compaction/planner.py``: why, at which trigger point, how deep), for ``--wide``."""
+    if not report.compactions:
+        return ""
+    tiers = "+".join(c.layer for c in report.compactions)
+    decision = next((c.decision for c in report.compactions if c.decision is not None), None)
+    before, after = report.compactions[0].tokens_before, report.compactions[-1].tokens_after
+    return f"{tiers} {before:,}→{after:,}" + (f"; {decision.describe()}" if decision is not None else "")

@@ -61,6 +61,46 @@ def render_session(
         _render(data, console, "", wide=wide, pricing=pricing or Pricing())
 
 
+def render_compactions(store: Store, session_id: str, console: Console, *, as_json: bool = False) -> None:
+    """``show ID --compactions``: the loss ledger of every compaction (``compaction/ledger.py``)."""
+    from ctxwright.compaction.ledger import ledgers
+
+    data = session_export(store, session_id)
+    events, _ = _parse_events(data.get("events") or [])
+    rows = ledgers(events)
+    if as_json:
+        out = [
+            led.to_dict()
+            if led is not None
+            else {"event": ev.seq, "layer": ev.layer, "call_index": ev.call_index, "ledger": None}
+            for ev, led in rows
+        ]
+        print(json.dumps({"session": data["id"], "compactions": out}, ensure_ascii=False, indent=1))
+        return
+    if not rows:
+        console.print(Text("no compactions in this session"))
+        return
+    for ev, led in rows:
+        head = f"compaction #{ev.seq} {ev.layer}" + (
+            f" before call {ev.call_index}" if ev.call_index is not None else ""
+        )
+        if led is None:
+            console.print(Text(head + ": recorded without a ledger (by an older ctxwright)", style="dim"))
+            continue
+        console.print(
+            Text(f"{head}: hid {led.hidden} event(s); {led.lost} item(s) lost from view, {led.kept} still visible")
+        )
+        for h in led.events:
+            what = f"{h.tool} result" if h.tool else h.role
+            lost = ", ".join(f"{i.value} ({i.kind})" for i in h.lost) or "nothing"
+            more = f" (+{h.items_omitted} not listed)" if h.items_omitted else ""
+            line = Text(f"  event {h.seq} {what}: lost {lost}{more}")
+            line.append(f"  · read back: {h.read_back}", style="dim")
+            console.print(line, soft_wrap=True)
+        if led.events_omitted:
+            console.print(Text(f"  … {led.events_omitted} more hidden event(s) not listed", style="dim"))
+
+
 def call_cost_of(call: CallRecord, pricing: Pricing, session_model: str | None = None) -> RowCost | None:
     """What a recorded call cost, and would have had the cache held its reusable prefix: from
     the provider's own usage split in ``Usage.raw`` when recorded, else from the counts (the

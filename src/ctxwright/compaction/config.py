@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+#: ``CompactionConfig.policy`` values (planner.py).
+POLICIES = ("cost", "eager")
+
 
 @dataclass
 class CompactionConfig:
@@ -45,8 +48,20 @@ class CompactionConfig:
     #: A result counts as unused only after this many later assistant turns ignored it.
     unused_after_turns: int = 3
 
+    # -- when to compact (planner.py) ---------------------------------------------------
+    #: ``"cost"``: the planner's rule -- compact when the window needs it (the request would
+    #: not fit one more call's growth) or when the stale tokens have cost more than the
+    #: re-prefill (α·D·N/2 ≥ (1−α)·R), and then deeply, every tier down to
+    #: ``trim_target_ratio``. ``"eager"``: at ``trigger_ratio``, each tier only while over it
+    #: (more, shallower compactions; each re-prefills what follows its cut).
+    policy: str = "cost"
+    #: α, cached ÷ uncached input price, for the cost rule. ``None``: the harness fills it
+    #: with the status bar's ``cache_price_ratio`` (0.1 served, 0 embedded); 0.1 if nothing does.
+    cache_price_ratio: float | None = None
+
     # -- layer 3: clearing ------------------------------------------------------------
-    #: Run the layers when the request passes this share of the effective window (the book: 0.55).
+    #: (policy eager) Run the layers when the request passes this share of the effective
+    #: window (the book: 0.55).
     trigger_ratio: float = 0.55
     #: Clearing keeps the newest K tool results as they are ...
     keep_recent_results: int = 4
@@ -62,6 +77,9 @@ class CompactionConfig:
     #: is under this share of the effective window -- well under the trigger, so that the
     #: next compaction is many turns away.
     trim_target_ratio: float = 0.4
+    #: (policy cost) How deep a compaction goes: every tier runs while the request is over
+    #: this share of the effective window, so the next stretch has the rest of it.
+    target_ratio: float = 0.25
 
     # -- skills (skills.py) ------------------------------------------------------------
     #: Full compaction and trim re-attach the instructions of the skills loaded so far
@@ -91,6 +109,15 @@ class CompactionConfig:
     #: this many model calls.
     breaker_threshold: int = 3
     breaker_cooldown_calls: int = 10
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"compaction policy {self.policy!r} is not one of {', '.join(POLICIES)}")
+
+    @property
+    def alpha(self) -> float:
+        """The cost rule's α: ``cache_price_ratio``, or 0.1 (Anthropic's and GPT-5's) when unset."""
+        return 0.1 if self.cache_price_ratio is None else self.cache_price_ratio
 
     @property
     def uses_llm(self) -> bool:

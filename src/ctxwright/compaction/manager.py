@@ -5,12 +5,14 @@ Order and why:
 1. the tool-result budget and repeat markers apply when a result is *recorded* (never
    sent yet, so free for the cache), and so does a record-time strategy (strategies.py);
 2. before each call, the tiers of :func:`~ctxwright.compaction.pipeline.tiers_for`, in
-   that order: ``adaptive`` past its own threshold; then, when the request passes
-   ``trigger_ratio`` of the effective window (at most once every ``min_calls_between``
-   calls, unless it is over the window itself), noise, archival summaries, clearing,
-   two-stage full compaction and trim (down to ``trim_target_ratio``), each only while the
-   request is still over the trigger -- one ``compaction`` event per tier that changed
-   something, all through the one check-record-measure step of ``pipeline.py``;
+   that order: ``adaptive`` past its own threshold; then, when the planner says so
+   (``planner.py``, policy ``cost``: the window needs it or the cost rule does; policy
+   ``eager``: the request passes ``trigger_ratio`` of the effective window, at most once
+   every ``min_calls_between`` calls, unless it is over the window itself), noise, archival
+   summaries, clearing, two-stage full compaction and trim, each only while the request is
+   still over the depth (cost: ``target_ratio``; eager: the trigger, trim to
+   ``trim_target_ratio``) -- one ``compaction`` event per tier that changed something, all
+   through the one check-record-measure step of ``pipeline.py``;
 3. if it cannot fit at all (the system prompt and first user message alone are too big):
    :class:`~ctxwright.errors.ContextWindowExceeded` with what to do, before any request.
 
@@ -25,19 +27,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctxwright.backends.base import Backend
-from ctxwright.compaction import pipeline
+from ctxwright.compaction import pipeline, planner
 from ctxwright.compaction.breaker import CircuitBreaker
 from ctxwright.compaction.budget import apply_budget, offload_of, sanitize, text_sha256
 from ctxwright.compaction.config import CompactionConfig
 from ctxwright.compaction.noise import repeat_marker
 from ctxwright.compaction.offload import ResultFiles
 from ctxwright.compaction.pipeline import CompactionReport, PassState, tiers_for
+from ctxwright.compaction.planner import Decision
+from ctxwright.compaction.recall import Recall
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.strategies import SCAN_CHARS, NewResult, StrategyContext, compress_batch
 from ctxwright.compaction.summarizer import Summarizer
 from ctxwright.core.events import BudgetRecord, CompactionEvent, SummaryFailedEvent, ToolEvent, UserEvent
 from ctxwright.core.incremental import PrefixScan
 from ctxwright.core.messages import Message
+from ctxwright.core.progress import EventSink, ignore
 from ctxwright.core.results import ResultDraft
 from ctxwright.core.skill_content import body_skill
 from ctxwright.core.tokens import PER_MESSAGE_OVERHEAD, TokenCounter
@@ -57,6 +62,8 @@ class ContextManager:
     counter: TokenCounter
     window_tokens: int
     reader: ResultReader = field(default_factory=ResultReader)
+    #: the ``recall`` tool's searcher (the registry's, when the prefix has the tool)
+    recall: Recall = field(default_factory=Recall)
     files: ResultFiles | None = None
     _seen: dict[str, str] = field(default_factory=dict)  # (tool, sha256) -> result_id
     _ids: set[str] = field(default_factory=set)
@@ -72,6 +79,12 @@ class ContextManager:
     #: compressed results so far: a strategy does not repeat what the model already has
     known: list[str] = field(default_factory=list)
     _call_index: int = 0
+    #: (call index, request tokens) where the current stretch began: the last compaction's
+    #: call and the request it left, for the planner's D and N
+    _stretch: tuple[int, int] | None = None
+    #: receives the notice before a deep compaction (``CompactionAhead``); the agent sets it
+    #: to its ``on_event``
+    on_event: EventSink = ignore
 
     @classmethod
     def for_backend(
@@ -110,6 +123,7 @@ class ContextManager:
         # no store: a fresh private temporary folder, never a fixed /tmp path (compaction/offload.py)
         self.files = ResultFiles(Path(base) / session.id if base is not None else None)
         self.reader.bind(session, self.files)
+        self.recall.bind(session, self.files)
         for ev in session.events:
             if isinstance(ev, ToolEvent):
                 rid = ev.result_id
@@ -250,15 +264,14 @@ class ContextManager:
         if not self.config.enabled:
             return []
         self._call_index = call_index
-        state = PassState(
-            self,
-            session,
-            call_index,
-            tokens=self.request_tokens(session),
-            spaced=call_index - self.last_compaction_call >= self.config.min_calls_between,
-        )
+        tokens = self.request_tokens(session)
+        spaced = call_index - self.last_compaction_call >= self.config.min_calls_between
+        decision = self.plan(session, call_index, tokens, spaced) if self.config.policy == "cost" else None
+        state = PassState(self, session, call_index, tokens=tokens, spaced=spaced, decision=decision)
         reports = pipeline.run(tiers_for(self.config), state)
         tokens = state.tokens
+        if reports or self._stretch is None:  # a new stretch begins after a compaction (or at the start)
+            self._stretch = (call_index, tokens)
         if tokens > self.effective_window:
             raise ContextWindowExceeded(
                 f"the request needs about {tokens:,} tokens but the effective window is {self.effective_window:,} "
@@ -268,6 +281,26 @@ class ContextManager:
                 "Every event so far is saved."
             )
         return reports
+
+    def plan(self, session: Session, call_index: int, tokens: int, spaced: bool) -> Decision:
+        """The cost rule's decision before this call (``planner.py``), on this stretch's numbers:
+        D and N since the last compaction, or since the first call this manager saw (a resumed
+        session starts a new stretch: conservative, the cost reason then waits longer)."""
+        start, base = self._stretch if self._stretch is not None else (call_index, tokens)
+        pinned = self.counter.count(session.prefix.canonical())
+        first = next((m for m in session.trajectory() if m.role == "user"), None)
+        if first is not None:
+            pinned += self.tokens_of(first)
+        return planner.decide(
+            tokens=tokens,
+            window=self.effective_window,
+            target=int(self.config.target_ratio * self.effective_window),
+            grown=tokens - base,
+            calls=call_index - start,
+            pinned=pinned,
+            alpha=self.config.alpha,
+            spaced=spaced,
+        )
 
     def summarize(
         self, session: Session, call_index: int, text: str, instruction: str, max_chars: int, query: str | None = None

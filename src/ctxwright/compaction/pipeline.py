@@ -27,16 +27,18 @@ from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ctxwright.compaction import archival, full, skills
+from ctxwright.compaction import archival, full, ledger, skills
 from ctxwright.compaction.check import violations
 from ctxwright.compaction.clearing import clear_old_results
 from ctxwright.compaction.config import CompactionConfig
 from ctxwright.compaction.noise import unused_results
 from ctxwright.compaction.pinned import catalog_messages
+from ctxwright.compaction.planner import Decision
 from ctxwright.compaction.strategies import COMPRESSED, NewResult, compress_one
 from ctxwright.compaction.trim import note_text, plan_trim
 from ctxwright.core.events import AssistantEvent, CompactionEvent, CompactionNote, ToolEvent, UserEvent
 from ctxwright.core.messages import Message
+from ctxwright.core.progress import CompactionAhead
 from ctxwright.core.render import render
 
 if TYPE_CHECKING:
@@ -53,6 +55,8 @@ class CompactionReport:
     tokens_before: int
     tokens_after: int
     event_seq: int
+    #: policy ``cost``: the planner's decision that ran this tier (``planner.py``)
+    decision: Decision | None = None
 
 
 @dataclass
@@ -93,7 +97,12 @@ class PassState:
     tokens: int
     #: whether the last compaction is at least ``min_calls_between`` calls back (as the pass began)
     spaced: bool
+    #: policy ``cost``: the planner's decision (``planner.py``) -- whether the tiers run and how
+    #: deep; ``None``: policy ``eager``, the trigger below
+    decision: Decision | None = None
     _triggered: bool | None = field(default=None, init=False)
+    #: the plan the last notice was sent for (``notify``): one notice per compaction
+    _noticed: frozenset[int] | None = field(default=None, init=False)
 
     @property
     def config(self) -> CompactionConfig:
@@ -108,6 +117,9 @@ class PassState:
         return self.config.trigger_ratio * self.window
 
     def over_trigger(self) -> bool:
+        """Whether a tier still has work: over the trigger (eager) or over the planner's depth (cost)."""
+        if self.decision is not None:
+            return self.tokens > self.decision.target
         return self.tokens > self.trigger
 
     def triggered(self) -> bool:
@@ -117,7 +129,10 @@ class PassState:
         once, when the first such tier is reached, so a pass that began over the window runs
         on to the trigger even once an early tier has brought it under the window."""
         if self._triggered is None:
-            self._triggered = (self.over_trigger() and self.spaced) or self.tokens > self.window
+            if self.decision is not None:
+                self._triggered = self.decision.compact
+            else:
+                self._triggered = (self.over_trigger() and self.spaced) or self.tokens > self.window
         return self._triggered
 
     def llm_available(self) -> bool:
@@ -293,7 +308,8 @@ class Clearing:
 @dataclass
 class FullCompaction:
     """Layer 5 (full.py): one LLM summary note for the older trajectory; stage 1 the older half,
-    stage 2 (only if still over the trigger) everything before the newest turn."""
+    stage 2 (only if still over the trigger -- the planner's depth under policy cost) everything
+    before the newest turn."""
 
     stage: int
     layer: str = "full"
@@ -313,6 +329,7 @@ class FullCompaction:
         seqs = [seq for i in idx if (seq := entries[i][0]) is not None]
         if not seqs:
             return None
+        notify(state, self.layer, seqs, self.stage)  # before the summary is written
         text = full.render([entries[i][1] for i in idx])
         summary = m.summarize(s, state.call_index, text, full.INSTRUCTION, 2_000)
         if summary is None:
@@ -330,7 +347,7 @@ class FullCompaction:
 @dataclass
 class Trim:
     """Last resort (trim.py): drop the oldest whole turns, down to ``trim_target_ratio`` of the
-    window -- well below the trigger, so the next compaction is many turns away."""
+    window (the planner's depth under policy cost) -- well below the trigger, so the next compaction is many turns away."""
 
     name: str = "trim"
     layer: str = "trim"
@@ -341,7 +358,9 @@ class Trim:
 
     def plan(self, state: PassState) -> Plan | None:
         s = state.session
-        target = int(state.config.trim_target_ratio * state.window)
+        target = (
+            state.decision.target if state.decision is not None else int(state.config.trim_target_ratio * state.window)
+        )
         users = {ev.seq for ev in s.events if isinstance(ev, UserEvent)}
         catalogs = catalog_messages(s.events)
         excess = state.tokens - target
@@ -403,6 +422,36 @@ def preview(session: Session, layer: str, plan: Plan) -> list[Message]:
     return render(session.prefix, events, session.settings())[1:]
 
 
+#: a compaction that hides at least this many events is "deep": a notice goes out before it
+DEEP_EVENTS = 8
+
+
+def notify(state: PassState, layer: str, hidden: list[int], stage: int = 0) -> None:
+    """Tell ``on_event`` (``CompactionAhead``) what a compaction is about to hide and what it
+    will cost the cache: the tokens after its cut that stay and must be prefilled again."""
+    key = frozenset(hidden)
+    if not key or key == state._noticed:
+        return
+    state._noticed = key
+    tokens_of = state.manager.tokens_of
+    entries = state.session.base_entries()
+    first = next((i for i, (seq, _) in enumerate(entries) if seq in key), len(entries))
+    after = entries[first:]
+    hidden_tokens = sum(tokens_of(m) for seq, m in after if seq in key)
+    reprefill = sum(tokens_of(m) for seq, m in after if seq not in key)
+    state.manager.on_event(
+        CompactionAhead(
+            layer=layer,
+            stage=stage,
+            call_index=state.call_index,
+            events=len(key),
+            hidden_tokens=hidden_tokens,
+            tokens_before=state.tokens,
+            reprefill_tokens=reprefill,
+        )
+    )
+
+
 def apply(state: PassState, tier: Tier, plan: Plan) -> CompactionReport:
     """Check, record, measure, report: the end of every tier.
 
@@ -421,6 +470,9 @@ def apply(state: PassState, tier: Tier, plan: Plan) -> CompactionReport:
             f"ctxwright compaction tier {tier.name!r} would produce an invalid context (nothing recorded): "
             + "; ".join(bad)
         )
+    hidden = sorted(set(plan.replace) | set(plan.drop))
+    if len(hidden) >= DEEP_EVENTS or plan.note_replaces_all:
+        notify(state, tier.layer, hidden, int(plan.info.get("stage") or 0))
     ev = s.add_compaction(
         tier.layer,
         replace=plan.replace,
@@ -429,13 +481,25 @@ def apply(state: PassState, tier: Tier, plan: Plan) -> CompactionReport:
         note_replaces_all=plan.note_replaces_all,
         call_index=state.call_index,
         tokens_before=state.tokens,
+        ledger=loss_ledger(state, plan, view),
         **plan.info,
+        **({"planner": state.decision.to_dict()} if state.decision is not None else {}),
     )
     after = state.manager.request_tokens(s)
-    report = CompactionReport(tier.name, plan.changed, state.tokens, after, ev.seq)
+    report = CompactionReport(tier.name, plan.changed, state.tokens, after, ev.seq, state.decision)
     state.manager.last_compaction_call = state.call_index
     state.tokens = after
     return report
+
+
+def loss_ledger(state: PassState, plan: Plan, view: list[Message]) -> dict[str, Any]:
+    """What ``plan`` hides and which of its identifiers ``view`` (and the system prompt) still
+    shows (``ledger.py``); hidden results are read from their offload files."""
+    s = state.session
+    hidden = set(plan.replace) | set(plan.drop)
+    original = {seq: state.manager.original_text(s, seq) for seq in hidden if isinstance(s.events[seq], ToolEvent)}
+    seen = s.prefix.system_prompt + "\n" + ledger.visible_text(view)
+    return ledger.build(s.events, hidden, seen, original)
 
 
 def run(tiers: list[Tier], state: PassState) -> list[CompactionReport]:

@@ -569,7 +569,7 @@ class CompactionEvent(Event):
 
     KIND: ClassVar[str] = "compaction"
     KNOWN: ClassVar[frozenset[str]] = frozenset(
-        {"layer", "replace", "drop", "note", "call_index", "tokens_before", "stage"}
+        {"layer", "replace", "drop", "note", "call_index", "tokens_before", "stage", "ledger"}
     )
 
     layer: str
@@ -579,6 +579,10 @@ class CompactionEvent(Event):
     call_index: int | None = None
     tokens_before: int | None = None
     stage: int | None = None
+    #: what the compaction hid and which of its identifiers are still in view
+    #: (``compaction/ledger.py`` writes and reads it; the renderer never does). JSON as
+    #: written; events recorded before the ledger existed have none.
+    ledger: Mapping[str, Any] | None = None
 
     def _fields_payload(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -594,6 +598,7 @@ class CompactionEvent(Event):
         _put(out, "call_index", self.call_index)
         _put(out, "tokens_before", self.tokens_before)
         _put(out, "stage", self.stage)
+        _put(out, "ledger", self.ledger)
         return out
 
     @classmethod
@@ -616,6 +621,9 @@ class CompactionEvent(Event):
             if before is None:
                 raise EventFormatError(f"{w}: 'note' needs before_seq and text")
             note = CompactionNote(before, raw["text"], raw.get("replaces") == "all")
+        ledger = p.get("ledger")
+        if ledger is not None and not isinstance(ledger, Mapping):
+            raise EventFormatError(f"{w}: 'ledger' is {type(ledger).__name__}, not an object")
         return cls(
             seq=seq,
             created_at=created_at,
@@ -626,6 +634,7 @@ class CompactionEvent(Event):
             call_index=_int(p, "call_index", w),
             tokens_before=_int(p, "tokens_before", w),
             stage=_int(p, "stage", w),
+            ledger=ledger,
             extra=_extra(p, cls.KNOWN),
         )
 

@@ -29,6 +29,7 @@ from ctxwright.core.tokens import LedgerMismatch
 
 __all__ = [
     "BackendFailed",
+    "CompactionAhead",
     "EventSink",
     "LedgerWarning",
     "McpToolsChanged",
@@ -107,6 +108,26 @@ class StatusShown(ProgressEvent):
 
     kind: ClassVar[str] = "status"
     content: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactionAhead(ProgressEvent):
+    """A deep compaction is about to happen (``compaction/pipeline.py``: a full compaction, or
+    any layer about to hide many events), sent *before* it -- before its summary is written
+    and before anything is recorded: ``layer`` (and ``stage`` of a full compaction), the
+    ``events`` it will hide and their ``hidden_tokens``, the request's ``tokens_before``, and
+    ``reprefill_tokens``, the expected cache cost: the tokens after its cut that stay in the
+    request and must be prefilled again on the next call."""
+
+    kind: ClassVar[str] = "compaction_ahead"
+    layer: str
+    #: 1 or 2 for a full compaction's stage, 0 for a layer without stages
+    stage: int
+    call_index: int
+    events: int
+    hidden_tokens: int
+    tokens_before: int
+    reprefill_tokens: int
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -313,6 +313,7 @@ class Session:
                 call_index=info.pop("call_index", None),
                 tokens_before=info.pop("tokens_before", None),
                 stage=info.pop("stage", None),
+                ledger=info.pop("ledger", None),
                 extra=info,
             )
         )

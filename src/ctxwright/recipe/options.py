@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ctxwright.backends.base import Backend
 from ctxwright.cache.prices import PriceTable
 from ctxwright.compaction import CompactionConfig
+from ctxwright.compaction.config import POLICIES
 from ctxwright.compaction.strategies import STRATEGIES
 from ctxwright.core.reasoning import REASONING_MODES, ReasoningPolicy
 from ctxwright.core.repeats import DEFAULT_MAX_REPEATS
@@ -398,7 +399,15 @@ class CompactionOptions:
                 type=float,
                 key="trigger_ratio",
                 group=_COMPACTION_GROUP,
-                help="share of the window at which noise and clearing run (default 0.55)",
+                help="share of the window at which noise and clearing run under --compaction-policy eager (default 0.55)",
+            ),
+            Flag(
+                "--compaction-policy",
+                choices=POLICIES,
+                key="policy",
+                group=_COMPACTION_GROUP,
+                help="when compaction runs and how deep: cost (rarely, deeply, when the cache cost says so "
+                "or the window needs it; the default) or eager (at --clear-at, shallowly)",
             ),
             Flag(
                 "--keep-results",
@@ -452,6 +461,21 @@ class CompactionOptions:
         help="""give the agent ``read_result`` to page back offloaded and cleared results (only with
         compaction on). ``None``: by backend; on resume, as the session was started (the tool is in its
         prefix).""",
+    )
+    recall: bool = opt(
+        True,
+        keyword="recall",
+        flag="--recall",
+        action="switch",
+        group=_COMPACTION_GROUP,
+        cli_help="give the agent recall(query, limit) to search what compaction hid and get the passages back"
+        + _ON_BUT_EMBEDDED,
+        accepts="bool | None",
+        prefix=True,
+        default_text=BY_BACKEND,
+        help="""give the agent ``recall`` to search (BM25) the events compaction hid from its view and get the
+        best passages back with their event ids (only with compaction on). ``None``: by backend, as
+        ``read_result``; on resume, as the session was started (the tool is in its prefix).""",
     )
     window_filled: bool = opt(
         False,

@@ -33,6 +33,7 @@ __all__ = [
     "DELEGATE_TOOL",
     "FILE_TOOLS",
     "READ_RESULT_TOOL",
+    "RECALL_TOOL",
     "RECORD_KEY",
     "TODO_TOOLS",
     "VERSION",
@@ -49,6 +50,7 @@ RECORD_KEY = "harness"
 #: Names of the tools the harness itself adds, by the option that adds them (for resume).
 TODO_TOOLS = ("rewrite_todo_list", "update_todo_status")
 READ_RESULT_TOOL = "read_result"
+RECALL_TOOL = "recall"
 DELEGATE_TOOL = "delegate"
 FILE_TOOLS = ("read_file", "list_dir")
 
@@ -206,6 +208,7 @@ def _from_v1(
     put("status", "enabled", system_prompt.endswith(OPERATING_MANUAL))
     put("todo", "enabled", all(n in names for n in TODO_TOOLS))
     put("compaction", "read_result", READ_RESULT_TOOL in names)
+    put("compaction", "recall", RECALL_TOOL in names)
     put("delegate", "enabled", DELEGATE_TOOL in names)
     put("skills", "allow_scripts", RUN_SKILL_SCRIPT_TOOL in names)
     put("skills", "catalog", rec.get("skills_catalog", "reminder"))

@@ -202,11 +202,14 @@ def _compaction(src: _Sources, d: BackendDefaults) -> CompactionOptions:
     else as the config says, else by backend; ``window_tokens`` from the ``window`` given."""
     given = src.g("compaction")
     stored = src.section("compaction").get("config")
+    if isinstance(stored, Mapping) and "policy" not in stored:
+        # recorded before the cost planner (compaction/planner.py): resumes compacting as it ran
+        stored = {**stored, "policy": "eager"}
     from_record = given is None and stored is not None
     if given is None:
         given = True if stored is None else stored
     if given is False:
-        return CompactionOptions(config=None, summaries=False, read_result=False)
+        return CompactionOptions(config=None, summaries=False, read_result=False, recall=False)
     if isinstance(given, CompactionConfig):
         cfg = replace(given)  # a copy: the caller's stays as given
     elif given is True:
@@ -233,6 +236,7 @@ def _compaction(src: _Sources, d: BackendDefaults) -> CompactionOptions:
         config=cfg,
         summaries=cfg.archival_summaries or cfg.full_compaction,
         read_result=src.on("read_result", "compaction", "read_result", d.features),
+        recall=src.on("recall", "compaction", "recall", d.features),
         window_filled=filled,
     )
 

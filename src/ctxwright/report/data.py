@@ -39,6 +39,8 @@ from ctxwright.audit.logs import ParseProblem, read_log
 from ctxwright.audit.provider_log import LogVerdicts, age_ttl, describe, expiry_total
 from ctxwright.cache.expiry import KEEP_WARM
 from ctxwright.cache.prices import Pricing
+from ctxwright.compaction import ledger
+from ctxwright.compaction.planner import from_record
 from ctxwright.core.events import (
     AssistantEvent,
     CompactionEvent,
@@ -188,6 +190,12 @@ class Compaction:
     messages: int
     tokens_before: int | None
     cache_cost_tokens: int | None
+    #: the planner's decision that ran these layers (``compaction/planner.py``), one line
+    planner: str | None = None
+    #: from the loss ledgers (``compaction/ledger.py``): items lost from view (``None``: the
+    #: events were recorded without a ledger) and the first of them, ``value (event seq)``
+    lost: int | None = None
+    lost_items: tuple[str, ...] = ()
 
 
 @dataclass
@@ -406,9 +414,30 @@ def _stored_session(store: Store, session_id: str, counter: TokenCounter) -> Ses
                 messages=sum(len(ev.replace) + len(ev.drop) for ev in evs),
                 tokens_before=evs[0].tokens_before,
                 cache_cost_tokens=_cache_cost(after),
+                planner=_planner_line(evs),
+                **_lost(evs),
             )
         )
     return s
+
+
+def _planner_line(evs: list[CompactionEvent]) -> str | None:
+    """Why the layers ran and how deep, as the planner recorded it in the events' payload."""
+    decision = next((d for ev in evs if (d := from_record(ev.extra.get("planner"))) is not None), None)
+    return decision.describe() if decision is not None else None
+
+
+#: lost items named per row of the report's compactions table
+LOST_SHOWN = 12
+
+
+def _lost(evs: Sequence[CompactionEvent]) -> dict[str, Any]:
+    """The loss ledgers of one call's compactions, summed; nothing when none has one."""
+    read = [led for ev in evs if (led := ledger.read(ev)) is not None]
+    if not read:
+        return {}
+    names = [f"{i.value} (event {h.seq})" for led in read for h in led.events for i in h.lost]
+    return {"lost": sum(led.lost for led in read), "lost_items": tuple(names[:LOST_SHOWN])}
 
 
 def _cache_cost(call: CallData | None) -> int | None:

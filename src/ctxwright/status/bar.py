@@ -27,7 +27,8 @@ backend's cached-token price ratio (cached price ÷ uncached price):
   been cached: (1−α)·R per update.
 
 So append wins when α·S·N/2 < (1−α)·R (the book's cost model) -- small statuses, fast-growing
-suffixes. ``auto`` measures S and R in the session and decides before each update.
+suffixes. ``auto`` measures S and R in the session and decides before each update. The rule
+itself is ``cache/stale_cost.py``'s (compaction's planner decides when to compact with it too).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from ctxwright.cache.stale_cost import keeping_pays
 from ctxwright.core.events import AssistantEvent, BreakerEvent, Event, MessageEvent, StatusEvent, ToolEvent
 from ctxwright.core.incremental import EventFold
 from ctxwright.core.messages import Message, ToolCall
@@ -72,7 +74,7 @@ The last message before each of your turns is an <agent_status> block written by
 
 def choose_mode(S: float, R: float, N: float, alpha: float) -> Literal["append", "replace"]:
     """The book's rule: append when α·S·N/2 < (1−α)·R, else replace."""
-    return "append" if alpha * S * N / 2 < (1 - alpha) * R else "replace"
+    return "append" if keeping_pays(alpha, S, N, R) else "replace"
 
 
 @dataclass

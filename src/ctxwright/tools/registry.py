@@ -482,10 +482,16 @@ class ToolResult:
     ``skill``: the text is that skill's full instructions (the ``Skill`` tool's activation,
     ``skills/tools.py``). The loop records it on the tool-result event, and compaction keeps
     such a result in the context (``compaction/skills.py``) -- decided by the tool that wrote
-    it, not by reading its text back."""
+    it, not by reading its text back.
+
+    ``external``: the text is (or holds) untrusted content although the tool is declared
+    trusted -- ``recall`` returning passages of an untrusted tool's results
+    (``compaction/recall.py``). It can only add the marking, never remove it: an untrusted
+    tool's text is external whatever it returns."""
 
     content: str
     skill: str | None = None
+    external: bool = False
 
 
 @dataclass(frozen=True)
@@ -624,15 +630,17 @@ class BoundCall:
                 (time.perf_counter() - start) * 1000.0,
             )
         skill = None
+        external = self.tool.trust == "untrusted"
         if isinstance(value, ToolResult):
             skill = value.skill
+            external = external or value.external
             value = value.content
         return ToolOutcome(
             ok=True,
             content=render_result(value),
             error_type=None,
             elapsed_ms=(time.perf_counter() - start) * 1000.0,
-            external=self.tool.trust == "untrusted",
+            external=external,
             source=self._source(),
             skill=skill,
         )

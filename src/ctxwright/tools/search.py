@@ -49,7 +49,7 @@ import itertools
 import json
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -67,6 +67,9 @@ __all__ = [
     "PHRASAL_VERBS",
     "SearchHit",
     "ToolIndex",
+    "best_scored",
+    "bm25_index",
+    "bm25_scores",
     "tokenize",
     "tool_tokens",
 ]
@@ -223,6 +226,33 @@ def tool_tokens(spec: ToolSpec) -> list[str]:
     return [token for field, tokens in fields.items() for _ in range(FIELD_WEIGHTS[field]) for token in tokens]
 
 
+def bm25_index(documents: Sequence[Sequence[str]]) -> bm25s.BM25 | None:
+    """A BM25 index of token lists (:func:`tokenize`); ``None`` for no documents. The one
+    place an index is made: tool search and ``recall`` (``compaction/recall.py``) share it."""
+    if not documents:
+        return None
+    bm25 = bm25s.BM25()
+    bm25.index([list(d) for d in documents], show_progress=False)
+    return bm25
+
+
+def bm25_scores(bm25: bm25s.BM25, tokens: Sequence[str]) -> np.ndarray[Any, np.dtype[np.float32]] | None:
+    """Each document's score for the query ``tokens``; ``None`` when no token is in the index."""
+    known = [token for token in tokens if token in bm25.vocab_dict]
+    return bm25.get_scores(known) if known else None
+
+
+def best_scored(scores: np.ndarray[Any, np.dtype[np.float32]], limit: int) -> list[tuple[int, float]]:
+    """The ``limit`` best ``(position, score)`` pairs that match at all (score above 0), in a
+    stable order: score descending, then the order the documents were indexed."""
+    want = min(limit, len(scores))
+    if want < 1:
+        return []
+    top = np.argpartition(-scores, want - 1)[:want] if want < len(scores) else np.arange(len(scores))
+    ordered = sorted(top.tolist(), key=lambda i: (-float(scores[i]), i))
+    return [(i, float(scores[i])) for i in ordered if float(scores[i]) > 0.0]
+
+
 @dataclass(frozen=True)
 class SearchHit:
     """One ranked result: the tool's name, its score (higher is better) and its full spec."""
@@ -314,12 +344,7 @@ class ToolIndex:
         if self._stale:
             self._order = list(self._specs)
             self._position = {name: i for i, name in enumerate(self._order)}
-            if self._order:
-                bm25 = bm25s.BM25()
-                bm25.index([self._tokens[name] for name in self._order], show_progress=False)
-                self._bm25 = bm25
-            else:
-                self._bm25 = None
+            self._bm25 = bm25_index([self._tokens[name] for name in self._order])
             self._stale = False
         return self._bm25
 
@@ -348,26 +373,17 @@ class ToolIndex:
             return []
         exact = query if query in self._specs else None
         # a query without spaces may be a name: its whole lowercased form is a token too
-        tokens = self._query_tokens(query)
-        scores: np.ndarray[Any, np.dtype[np.float32]] | None = None
-        known = [token for token in tokens if token in bm25.vocab_dict]
-        if known:
-            scores = bm25.get_scores(known)
+        scores = bm25_scores(bm25, self._query_tokens(query))
         hits: list[SearchHit] = []
         if exact is not None:
             position = self._position[exact]
             hits.append(SearchHit(exact, float(scores[position]) if scores is not None else 0.0, self._specs[exact]))
         if scores is None:
             return hits
-        want = min(limit + 1, len(scores))
-        top = np.argpartition(-scores, want - 1)[:want] if want < len(scores) else np.arange(len(scores))
-        # stable order: score descending, then the order tools were added
-        for position in sorted(top.tolist(), key=lambda i: (-float(scores[i]), i)):
-            score = float(scores[position])
+        for position, score in best_scored(scores, limit + 1):
             name = self._order[position]
-            if score <= 0.0 or name == exact:
-                continue
-            hits.append(SearchHit(name, score, self._specs[name]))
+            if name != exact:
+                hits.append(SearchHit(name, score, self._specs[name]))
         return hits[:limit]
 
     def _query_tokens(self, query: str) -> list[str]:
