@@ -20,9 +20,19 @@ accuracy, prompt tokens of the research loop (Σ over its calls, counted with th
 tokenizer), the same relative to ``none`` with an unlimited window and no layers,
 iterations, compressions, LLM calls, failures.
 
+The recall arm: the research runs with ``recall`` in its prefix (as a Harness has it whenever
+compaction is on), and each founder's question is asked twice on the same final context:
+once answered from the context alone, once with the ``recall`` tool. In the recall arm the
+model's first answering turn has ``recall`` as its only tool and ``tool_choice="required"``:
+the model writes the query, the tool searches the events compaction hid, its passages are
+appended as a tool result, then the model answers. It measures whether recall brings a
+dropped fact back and the model uses it, not whether the model chooses to call it (a
+135M-parameter model rarely does). Per strategy: accuracy without and with recall, and the
+share of recalls whose passages held the founder's current company and year.
+
     python benchmarks/compression.py [--quick] [--runs 5] [--founders 3] [--window 8192]
                                      [--strategies none,extractive,...] [--json PATH]
-                                     [--base-url URL --model NAME]
+                                     [--no-recall] [--base-url URL --model NAME]
 """
 
 from __future__ import annotations
@@ -36,10 +46,11 @@ from common import add_backend_args, console, machine, make_backend, median, sav
 from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.backends.scripted import ScriptedBackend, call
 from ctxwright.compaction import CompactionConfig
+from ctxwright.compaction.recall import Recall
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.compaction.strategies import STRATEGIES
 from ctxwright.core.events import CompactionEvent, SummaryFailedEvent, ToolEvent
-from ctxwright.core.messages import Message
+from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.request import ChatRequest
 from ctxwright.core.session import Session
@@ -202,17 +213,52 @@ def retained(corpus: dict, messages: list[Message]) -> float:
     return ok / len(corpus["facts"])
 
 
-def answer(backend, corpus: dict, messages: list[Message], window: int, count) -> tuple[float | None, int]:
-    """Ask the model per founder; None if the context does not fit the window."""
+#: room left in the window for the question, a recall result and the answer
+ANSWER_ROOM = 200
+RECALL_ROOM = 700
+
+
+def ask_recall(backend, messages: tuple[Message, ...], recaller: Recall) -> tuple[tuple[Message, ...], str]:
+    """The recall turn: the model must call ``recall`` (its only tool); the result is appended.
+
+    Returns the messages to answer from and the passages' text ("" when the model's call
+    could not be run: no call, unreadable arguments)."""
+    spec = recaller.tool().spec
+    try:
+        c = backend.complete(
+            ChatRequest(messages=messages, tools=(spec,), tool_choice="required", max_tokens=48, temperature=0.0)
+        )
+        tc = c.message.tool_calls[0]
+        query = json.loads(tc.arguments or "{}").get("query")
+        text = recaller.recall(str(query)).content
+    except (BackendError, IndexError, json.JSONDecodeError, AttributeError, ValueError):
+        return messages, ""
+    asked = Message(role="assistant", tool_calls=(ToolCall(id="r1", name=tc.name, arguments=tc.arguments or "{}"),))
+    return (*messages, asked, Message(role="tool", tool_call_id="r1", name=tc.name, content=text)), text
+
+
+def answer(
+    backend, corpus: dict, messages: list[Message], window: int, count, recaller: Recall | None = None
+) -> tuple[float | None, int, float | None]:
+    """Ask the model per founder; None if the context does not fit the window.
+
+    With ``recaller``: each question goes through :func:`ask_recall` first. The third value is
+    the share of recalls whose passages held the founder's current company and year."""
     tokens = sum(count(m.canonical()) + 4 for m in messages)
-    if tokens + 200 > window:
-        return None, tokens
+    if tokens + ANSWER_ROOM + (RECALL_ROOM if recaller is not None else 0) > window:
+        return None, tokens, None
     right = 0
+    found = 0
     companies = sorted({c for c in COMPANIES})
     for p in corpus["people"]:
         q = Message(role="user", content=f'Where does {p} work now? Reply {{"answer": COMPANY}}.')
+        asked: tuple[Message, ...] = (*messages, q)
+        if recaller is not None:
+            asked, text = ask_recall(backend, asked, recaller)
+            f = corpus["facts"][p]
+            found += f["company"] in text and str(f["year"]) in text
         req = ChatRequest(
-            messages=(*messages, q),
+            messages=asked,
             max_tokens=16,
             temperature=0.0,
             tool_choice="none",
@@ -236,12 +282,16 @@ def answer(backend, corpus: dict, messages: list[Message], window: int, count) -
         except (BackendError, json.JSONDecodeError, AttributeError):
             got = None
         right += got == corpus["facts"][p]["company"]
-    return right / len(corpus["people"]), tokens
+    n = len(corpus["people"])
+    return right / n, tokens, (found / n if recaller is not None else None)
 
 
 def run_one(strategy: str, corpus: dict, backend, args, count, unlimited: bool = False) -> dict:
     reg = tools_for(corpus)
     reg.register(ResultReader().tool())
+    recaller = Recall()
+    if args.recall and not unlimited:
+        reg.register(recaller.tool())  # bound to the session by the agent's context manager
     policy, steps = research_policy(corpus)
     s = Session.start(Prefix.build(SYSTEM, reg.specs()))
     comp = (
@@ -281,8 +331,11 @@ def run_one(strategy: str, corpus: dict, backend, args, count, unlimited: bool =
         "research_s": round(time.perf_counter() - t0, 1),
     }
     if not unlimited:
-        acc, final_tokens = answer(backend, corpus, final, args.window, count.count)
+        acc, final_tokens, _ = answer(backend, corpus, final, args.window, count.count)
         out.update(answer_accuracy=acc, final_context_tokens=final_tokens)
+        if args.recall:
+            racc, _, found = answer(backend, corpus, final, args.window, count.count, recaller)
+            out.update(recall_accuracy=racc, recall_found=found)
     return out
 
 
@@ -297,6 +350,7 @@ def main() -> None:
     p.add_argument("--summary-tokens", type=int, default=128, help="summary length cap in tokens")
     p.add_argument("--summary-timeout", type=float, default=180.0)
     p.add_argument("--quick", action="store_true", help="1 run, 2 founders, pages of 5K-8K characters")
+    p.add_argument("--no-recall", dest="recall", action="store_false", help="leave the recall arm out")
     args = p.parse_args()
     if args.quick:
         args.runs, args.founders = 1, 2
@@ -316,12 +370,14 @@ def main() -> None:
             rows[s].append(res)
             console.print(
                 f"[dim]run {run + 1}/{args.runs} {s}: retention {res['fact_retention']:.2f} · accuracy "
-                f"{res['answer_accuracy']} · prompt {res['prompt_tokens']:,} · llm {res['llm_calls']} · "
+                f"{res['answer_accuracy']} · with recall {res.get('recall_accuracy')} · prompt {res['prompt_tokens']:,} · llm {res['llm_calls']} · "
                 f"{res['research_s']} s[/]"
             )
     out = []
     for s, rs in rows.items():
         accs = [r["answer_accuracy"] for r in rs]
+        raccs = [r.get("recall_accuracy") for r in rs]
+        founds = [r["recall_found"] for r in rs if r.get("recall_found") is not None]
         out.append(
             {
                 "name": s,
@@ -329,6 +385,9 @@ def main() -> None:
                 "fact_retention": round(sum(r["fact_retention"] for r in rs) / len(rs), 3),
                 "answer_accuracy": (round(sum(a or 0 for a in accs) / len(rs), 3)),
                 "overflowed_runs": sum(a is None for a in accs),
+                "recall_accuracy": round(sum(a or 0 for a in raccs) / len(rs), 3) if args.recall else None,
+                "recall_found": round(sum(founds) / len(founds), 3) if founds else None,
+                "recall_overflowed_runs": sum(a is None for a in raccs) if args.recall else None,
                 "prompt_tokens": int(median(r["prompt_tokens"] for r in rs) or 0),
                 "token_ratio_vs_none": round(sum(r["prompt_tokens"] for r in rs) / max(1, sum(base)), 3),
                 "iterations": int(median(r["iterations"] for r in rs) or 0),
@@ -349,6 +408,8 @@ def main() -> None:
                 "runs",
                 "fact retention",
                 "answer accuracy",
+                "+ recall",
+                "recall found",
                 "overflowed",
                 "prompt tok",
                 "÷ none (unlimited)",
@@ -364,6 +425,8 @@ def main() -> None:
                     o["runs"],
                     o["fact_retention"],
                     o["answer_accuracy"],
+                    "-" if o["recall_accuracy"] is None else o["recall_accuracy"],
+                    "-" if o["recall_found"] is None else o["recall_found"],
                     o["overflowed_runs"],
                     o["prompt_tokens"],
                     o["token_ratio_vs_none"],
@@ -385,6 +448,7 @@ def main() -> None:
             "runs": args.runs,
             "founders": args.founders,
             "window": args.window,
+            "recall_arm": args.recall,
             "none_unlimited_prompt_tokens": base,
             "wall_s": round(wall, 1),
             "strategies": out,

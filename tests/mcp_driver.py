@@ -37,6 +37,7 @@ def main(marker: str, db: str) -> None:
         todo=False,
         delegate=False,
         read_result=False,
+        recall=False,
     ) as h:
         h.run("start the family")
         (ev,) = [e for e in h.session.events if isinstance(e, ToolEvent)]

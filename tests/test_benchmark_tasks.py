@@ -105,7 +105,8 @@ def test_compression_corpus_facts_and_a_scripted_run():
     import json as _json
 
     import compression as cb
-    from ctxwright.backends.scripted import ScriptedBackend
+    from ctxwright.backends.scripted import ScriptedBackend, call
+    from ctxwright.core.messages import Message
     from ctxwright.core.tokens import TokenCounter, estimate_tokens
 
     corpus = cb.make_corpus(1, 3, (5_000, 8_000))
@@ -116,17 +117,28 @@ def test_compression_corpus_facts_and_a_scripted_run():
         assert str(f["year"]) in corpus["pages"][news]["text"]
 
     def model(req):
-        q = req.messages[-1].content or ""
+        last = req.messages[-1]
+        q = last.content or ""
+        if [t.name for t in req.tools] == ["recall"]:  # the recall arm's turn: ask for the founder
+            who = q[len("Where does ") : q.index(" work now")]
+            return Message(role="assistant", tool_calls=(call("recall", {"query": who}, "r1"),))
+        if last.role == "tool":  # answer from the passages recall returned, as a reader would
+            asked = req.messages[-3].content or ""
+            who = asked[len("Where does ") : asked.index(" work now")]
+            joined = re.findall(rf"{who} (?:has joined|left .+? and joined) (.+?) as", q)
+            return _json.dumps({"answer": joined[0] if joined else "nowhere"})
         if q.startswith("Where does"):
             who = q[len("Where does ") : q.index(" work now")]
             return _json.dumps({"answer": corpus["facts"][who]["company"]})
         return "summary"
 
-    args = argparse.Namespace(window=8192, summary_input=500, summary_tokens=80, summary_timeout=30)
+    args = argparse.Namespace(window=8192, summary_input=500, summary_tokens=80, summary_timeout=30, recall=True)
     count = TokenCounter(estimate_tokens, "estimate")
     backend = ScriptedBackend([model])
     ext = cb.run_one("extractive", corpus, backend, args, count)
     assert ext["fact_retention"] == 1.0 and ext["answer_accuracy"] == 1.0 and ext["llm_calls"] == 0
+    # the recall arm: each founder's news page was hidden, recall brings its sentence back
+    assert ext["recall_found"] == 1.0 and ext["recall_accuracy"] == 1.0
     assert ext["compressions"] >= 6
     base = cb.run_one("none", corpus, backend, args, count, unlimited=True)
     assert base["prompt_tokens"] > 2 * ext["prompt_tokens"]

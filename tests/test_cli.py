@@ -316,6 +316,7 @@ def test_tool_option_runs_your_function_with_its_hints_as_schema(tmp_path, monke
             "--no-todo",
             "--no-delegate",
             "--no-read-result",
+            "--no-recall",
             "What is 2 + 3?",
         )
         assert rc == 0

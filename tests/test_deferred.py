@@ -62,7 +62,7 @@ def reply(name: str, arguments: object) -> Message:
 def harness(tools: list[Tool], replies: list[Message | str], **kw: object) -> tuple[Harness, ScriptedBackend]:
     be = ScriptedBackend([*replies, "done"])
     kw.setdefault("max_tool_rounds", 50)
-    for option in ("status", "todo", "delegate", "read_result"):  # the user's tools only
+    for option in ("status", "todo", "delegate", "read_result", "recall"):  # the user's tools only
         kw.setdefault(option, False)
     h = Harness("You use tools.", tools, backend=be, **kw)  # type: ignore[arg-type]
     return h, be
@@ -348,7 +348,7 @@ def test_tools_list_shows_prefix_and_deferred_with_tokens(tmp_path, monkeypatch,
     monkeypatch.chdir(tmp_path)
     base = ["tools", "list", "--backend", "openai", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
     tools = ["--tool", "cattools:add", "--tool", "cattools:convert_currency"]
-    assert main([*base, *tools, "--no-todo", "--no-delegate", "--no-read-result", "--json"]) == 0
+    assert main([*base, *tools, "--no-todo", "--no-delegate", "--no-read-result", "--no-recall", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     where = {r["name"]: r["where"] for r in rep["tools"]}
     assert where == {"add": "prefix", "convert_currency": "deferred", SEARCH_TOOL: "prefix", CALL_TOOL: "prefix"}

@@ -19,7 +19,7 @@ from skill_folders import make_skill, no_conventional_skills  # noqa: F401 (an a
 
 SERVERS = Path(__file__).parent / "mcp_servers"
 #: the harness's own optional tools off: what is left is the tool sources' own
-QUIET: dict[str, Any] = {"status": False, "todo": False, "delegate": False, "read_result": False}
+QUIET: dict[str, Any] = {"status": False, "todo": False, "delegate": False, "read_result": False, "recall": False}
 SERVED = ["--backend", "openai", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
 
 
@@ -70,7 +70,22 @@ def test_tools_list_with_skills_or_mcp_shows_no_demo_tools(tmp_path: Path, capsy
     root = skills_root(tmp_path)
     mcp = f"{sys.executable} {SERVERS / 'basic.py'}"
     for flags in (["--skills", str(root)], ["--mcp", mcp], ["--skills", str(root), "--mcp", mcp], []):
-        assert main(["tools", "list", "--json", "--no-todo", "--no-delegate", "--no-read-result", *flags, *SERVED]) == 0
+        assert (
+            main(
+                [
+                    "tools",
+                    "list",
+                    "--json",
+                    "--no-todo",
+                    "--no-delegate",
+                    "--no-read-result",
+                    "--no-recall",
+                    *flags,
+                    *SERVED,
+                ]
+            )
+            == 0
+        )
         names = [r["name"] for r in json.loads(capsys.readouterr().out)["tools"]]
         if flags:
             assert "get_weather" not in names and names, (flags, names)

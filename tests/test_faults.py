@@ -59,6 +59,7 @@ def _served(url: str, db: Path, **kw: Any) -> Harness:
         todo=False,
         delegate=False,
         read_result=False,
+        recall=False,
         **kw,
     )
 

@@ -231,3 +231,33 @@ def test_show_compactions_lists_the_ledger_as_text_and_json(tmp_path):
     )
     assert text.returncode == 0, text.stderr
     assert "lost from view" in text.stdout and sorted(lost)[0] in text.stdout
+
+
+def test_recall_finds_a_fact_past_the_excerpt_of_a_result_offloaded_as_it_was_recorded(store, tmp_path):
+    """A result over the budget is recorded as an excerpt with its full text on disk; no
+    compaction ever hides it, but a fact past the excerpt is out of view all the same."""
+    reg = ToolRegistry()
+    recaller = Recall()
+
+    @tool
+    def dump() -> str:
+        """Dump the log."""
+        return "\n".join([FILLER] * 60 + ["the failing build is BUILD-7731 on host db-west-4"] + [FILLER] * 5)
+
+    reg.register(dump)
+    reg.register(ResultReader().tool())
+    reg.register(recaller.tool())
+    cfg = CompactionConfig(results_dir=tmp_path, window_tokens=8192, result_cap_tokens=300)
+    s = Session.start(Prefix.build("sys", reg.specs()), store=store)
+    agent = Agent(
+        s,
+        ScriptedBackend([A(call("dump", {}, "d1")), "done"]),
+        reg,
+        AgentConfig(compaction=cfg, max_iterations=5),
+        counter=TokenCounter(estimate_tokens, "estimate"),
+    )
+    agent.run("why did the build fail?")
+    assert not [ev for ev in s.events if isinstance(ev, CompactionEvent)]
+    assert "BUILD-7731" not in visible_text(s.messages())  # past the excerpt
+    got = recaller.recall("BUILD-7731").content
+    assert "the failing build is BUILD-7731" in got and 'read_result(result_id="d1")' in got

@@ -253,9 +253,13 @@ def _long_session(n_rounds=10):
 
 
 def test_archival_summaries_one_per_round_in_order(tmp_path):
+    # policy eager: the layers stop as soon as the request fits, so the archival layer's own
+    # work stays in view (the cost policy goes on to clear and trim to its target, test_planner.py)
     s = _long_session()
     m = ContextManager(
-        CompactionConfig(results_dir=tmp_path, archival_summaries=True, keep_recent_results=2, drop_unused=False),
+        CompactionConfig(
+            results_dir=tmp_path, archival_summaries=True, keep_recent_results=2, drop_unused=False, policy="eager"
+        ),
         COUNT,
         4000,
     )

@@ -36,7 +36,7 @@ from fakeserver import FakeOpenAIServer as F
 SERVERS = Path(__file__).parent / "mcp_servers"
 PY = sys.executable
 #: the harness's own optional tools and the status bar off: only the servers' tools remain
-QUIET: dict[str, Any] = {"status": False, "todo": False, "delegate": False, "read_result": False}
+QUIET: dict[str, Any] = {"status": False, "todo": False, "delegate": False, "read_result": False, "recall": False}
 
 
 def server(name: str, *args: str) -> str:

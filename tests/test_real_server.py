@@ -50,6 +50,7 @@ def test_a_tool_loop_runs_against_llama_cpp_server(tmp_path: Path) -> None:
             todo=False,
             delegate=False,
             read_result=False,
+            recall=False,
             compaction=False,
             max_tool_rounds=1,
             max_tokens=48,

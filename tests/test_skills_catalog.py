@@ -29,7 +29,9 @@ def skill_call(name: str, cid: str = "s1") -> Message:
 
 
 def opts(root: Path, db: Path | None = None, **kw):
-    return dict(system="S.", tools=[], skills=[root], db=db, status=False, todo=False, read_result=False, **kw)
+    return dict(
+        system="S.", tools=[], skills=[root], db=db, status=False, todo=False, read_result=False, recall=False, **kw
+    )
 
 
 def spec_of(h: Harness, name: str):

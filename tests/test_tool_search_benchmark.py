@@ -121,6 +121,7 @@ def test_e2e_scoring_is_by_code_against_the_schema() -> None:
             todo=False,
             delegate=False,
             read_result=False,
+            recall=False,
         )
         h.run("task")
         score = tool_search.score_e2e(h, target)

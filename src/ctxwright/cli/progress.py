@@ -501,11 +501,15 @@ def calls_table(reports: Sequence[CallReport], *, wide: bool = False) -> Table:
         "prefill ms",
         "decode ms",
         "out tok",
+        "compaction",
         *Ledger.LABELS.values(),
         "counted",
-        "compaction",
     ):
-        t.add_column(col, justify="left" if col == "compaction" else "right")
+        # numbers stay on one line; the planner's decision is the cell that wraps
+        if col == "compaction":
+            t.add_column(col, justify="left", overflow="fold", min_width=10)
+        else:
+            t.add_column(col, justify="right", no_wrap=True)
     for r in reports:
         sh = r.ledger.shares()
         t.add_row(
@@ -518,9 +522,9 @@ def calls_table(reports: Sequence[CallReport], *, wide: bool = False) -> Table:
             _fmt(r.prefill_ms),
             _fmt(r.decode_ms),
             _fmt(r.completion_tokens),
+            Text(compaction_cell(r)),
             *[f"{r.ledger.to_dict()[k]:,} ({sh[k]:.0%})" for k in r.ledger.PARTS],
             f"{r.ledger.total:,}",
-            Text(compaction_cell(r)),
         )
     return t
 

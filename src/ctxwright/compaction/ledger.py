@@ -23,8 +23,9 @@ an event stored without it (before it existed) loads and resumes byte for byte a
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ctxwright.compaction.identifiers import extract_kinds
@@ -93,17 +94,53 @@ def event_text(ev: Event, original: str | None = None) -> str:
     return ev.message.content or ""
 
 
+#: hidden events whose items an :class:`ItemCache` keeps (it starts over past this)
+CACHE_EVENTS = 4_096
+
+
+@dataclass
+class ItemCache:
+    """The items of hidden events by seq, kept across a session's compactions.
+
+    Why: events never change once recorded (nor does a result's offload file), and later
+    compactions hide many of the same events again (a cleared result then trimmed, an archived
+    round then compacted in full); scanning up to :data:`SCAN_CHARS` characters with every
+    identifier pattern again on each of them was most of a compaction's own time."""
+
+    items: dict[int, list[tuple[str, str]]]
+
+    def __init__(self) -> None:
+        self.items = {}
+
+    def get(self, seq: int, text: Callable[[], str]) -> list[tuple[str, str]]:
+        found = self.items.get(seq)
+        if found is None:
+            if len(self.items) >= CACHE_EVENTS:
+                self.items.clear()
+            found = self.items[seq] = items_of(text())
+        return found
+
+
+def _full_text(ev: Event, read: Callable[[int], str | None], seq: int) -> str:
+    return event_text(ev, read(seq))
+
+
 def build(
     events: Sequence[Event],
     hidden: Iterable[int],
     seen: str,
-    original: Mapping[int, str] | None = None,
+    original: Mapping[int, str] | Callable[[int], str | None] | None = None,
+    cache: ItemCache | None = None,
 ) -> dict[str, Any]:
     """The ledger of one compaction: ``hidden`` the event seqs it hides, ``seen`` all the text
     the model sees after it (:func:`visible_text` of the view and the system prompt),
-    ``original`` the full text of hidden results (their offload files) by seq."""
+    ``original`` the full text of hidden results (their offload files) by seq, or a function
+    that reads it (called only for events ``cache`` has not scanned yet)."""
     seqs = sorted(set(hidden))
-    original = original or {}
+    cache = cache if cache is not None else ItemCache()
+    if original is None:
+        original = {}
+    read: Callable[[int], str | None] = original if callable(original) else original.get
     listed: list[dict[str, Any]] = []
     budget = MAX_ITEMS
     lost_total = kept_total = 0
@@ -111,7 +148,7 @@ def build(
         ev = events[seq] if 0 <= seq < len(events) else None
         if ev is None:
             continue
-        found = items_of(event_text(ev, original.get(seq)))
+        found = cache.get(seq, partial(_full_text, ev, read, seq))
         marked = [(kind, value, appears(value, seen)) for kind, value in found]
         lost_total += sum(1 for m in marked if not m[2])
         kept_total += sum(1 for m in marked if m[2])

@@ -31,6 +31,7 @@ from ctxwright.compaction import pipeline, planner
 from ctxwright.compaction.breaker import CircuitBreaker
 from ctxwright.compaction.budget import apply_budget, offload_of, sanitize, text_sha256
 from ctxwright.compaction.config import CompactionConfig
+from ctxwright.compaction.ledger import ItemCache
 from ctxwright.compaction.noise import repeat_marker
 from ctxwright.compaction.offload import ResultFiles
 from ctxwright.compaction.pipeline import CompactionReport, PassState, tiers_for
@@ -85,6 +86,8 @@ class ContextManager:
     #: receives the notice before a deep compaction (``CompactionAhead``); the agent sets it
     #: to its ``on_event``
     on_event: EventSink = ignore
+    #: the loss ledger's scan of each hidden event, kept across compactions (``ledger.py``)
+    ledger_items: ItemCache = field(default_factory=ItemCache)
 
     @classmethod
     def for_backend(

@@ -497,9 +497,12 @@ def loss_ledger(state: PassState, plan: Plan, view: list[Message]) -> dict[str, 
     shows (``ledger.py``); hidden results are read from their offload files."""
     s = state.session
     hidden = set(plan.replace) | set(plan.drop)
-    original = {seq: state.manager.original_text(s, seq) for seq in hidden if isinstance(s.events[seq], ToolEvent)}
+
+    def original(seq: int) -> str | None:
+        return state.manager.original_text(s, seq) if isinstance(s.events[seq], ToolEvent) else None
+
     seen = s.prefix.system_prompt + "\n" + ledger.visible_text(view)
-    return ledger.build(s.events, hidden, seen, original)
+    return ledger.build(s.events, hidden, seen, original, state.manager.ledger_items)
 
 
 def run(tiers: list[Tier], state: PassState) -> list[CompactionReport]:

@@ -5,7 +5,11 @@ the fact, or run the tool again (if it can). ``read_result`` needs a result id t
 no longer see. ``recall`` searches the text of every event this session's compactions hid
 (replaced or dropped; the originals of offloaded results read from their files) and returns
 the best passages with their event ids and result ids, appended like any tool result: the
-harness never un-compacts anything, so the cached prefix stays as it is.
+harness never un-compacts anything, so the cached prefix stays as it is. Results the budget
+layer shortened as they were recorded (offloaded to a file, or compressed by a strategy) are
+searched too, from their full text on disk: their excerpt is all the model ever saw of them,
+so a fact past the excerpt is as lost from view as one a compaction hid
+(:func:`shortened_seqs`).
 
 Ranking is BM25 with the index code tool search uses (``tools/search.py``: :func:`tokenize`,
 :func:`bm25_index`, :func:`best_scored`), over passages of about :data:`PASSAGE_CHARS`
@@ -29,7 +33,7 @@ from typing import TYPE_CHECKING
 from ctxwright.compaction.identifiers import extract
 from ctxwright.compaction.ledger import event_text, hidden_seqs
 from ctxwright.compaction.offload import ResultFiles
-from ctxwright.core.events import CompactionEvent, MessageEvent, ToolEvent
+from ctxwright.core.events import CompactionEvent, Event, MessageEvent, ToolEvent
 from ctxwright.tools.component import Build, Component, register_core
 from ctxwright.tools.registry import Tool, ToolResult
 from ctxwright.tools.search import MAX_QUERY_CHARS, best_scored, bm25_index, bm25_scores, tokenize
@@ -82,13 +86,23 @@ def tokens_of(text: str) -> list[str]:
     return tokenize(text) + [i.lower() for i in extract(text, limit=50)]
 
 
+def shortened_seqs(events: list[Event]) -> set[int]:
+    """Seqs of tool results recorded shorter than they were (offloaded or compressed at record
+    time): the model saw an excerpt, the whole text is in the offload folder."""
+    return {
+        i
+        for i, ev in enumerate(events)
+        if isinstance(ev, ToolEvent) and ev.result_id and (ev.offload is not None or ev.compressed is not None)
+    }
+
+
 class Recall:
     """Binds the tool to a session and its offload folder (``ContextManager.bind``)."""
 
     def __init__(self) -> None:
         self.session: Session | None = None
         self.files: ResultFiles | None = None
-        self._key: tuple[int, int] | None = None
+        self._key: tuple[int, int, int] | None = None
         self._passages: list[Passage] = []
         self._bm25: bm25s.BM25 | None = None
 
@@ -106,11 +120,13 @@ class Recall:
         assert self.session is not None
         events = self.session.events
         compactions = sum(1 for ev in events if isinstance(ev, CompactionEvent))
-        key = (id(self.session), compactions)
+        shortened = shortened_seqs(events)
+        key = (id(self.session), compactions, len(shortened))
         if key == self._key:
             return
         found: list[Passage] = []
-        for seq in sorted(hidden_seqs(events), reverse=True):  # newest first: they win the cap
+        hidden = hidden_seqs(events)
+        for seq in sorted(hidden | shortened, reverse=True):  # newest first: they win the cap
             ev = events[seq] if 0 <= seq < len(events) else None
             if not isinstance(ev, MessageEvent):
                 continue
@@ -118,6 +134,8 @@ class Recall:
             if tool in _COPIES:
                 continue
             original = self._original(ev) if isinstance(ev, ToolEvent) else None
+            if seq not in hidden and original is None:
+                continue  # shortened, but its full text is not on disk: the excerpt is still in view
             text = event_text(ev, original)[:SCAN_CHARS]
             rid = ev.result_id if isinstance(ev, ToolEvent) else None
             external = isinstance(ev, ToolEvent) and ev.external
@@ -155,7 +173,8 @@ class Recall:
         """
         hits = self.search(query, limit)
         if not hits:
-            if not hidden_seqs(self.session.events if self.session else []):
+            events = self.session.events if self.session else []
+            if not hidden_seqs(events) and not shortened_seqs(events):
                 return ToolResult("[recall: nothing has been hidden by compaction yet; everything is still above]")
             return ToolResult(f"[recall: no hidden passage matches {query!r}; try other words or an identifier]")
         parts = [f"[recall: {len(hits)} passage(s) from events compaction hid, best first]"]
