@@ -35,6 +35,7 @@ def main() -> None:
         ["tool_search.py", "--part", "search", *(["--quick"] if args.quick else [])],
         ["tool_search.py", "--part", "session"],
         ["tool_search.py", "--part", "e2e", *(["--quick"] if args.quick else [])],
+        ["tool_catalogs.py", *(["--quick"] if args.quick else [])],
         ["proxy_overhead.py", *(["--quick"] if args.quick else [])],
         ["hostile.py", *(["--quick"] if args.quick else [])],
         ["skills.py", *(["--quick"] if args.quick else [])],
@@ -49,6 +50,7 @@ def main() -> None:
         "per_turn.py",
         "terminal.py",
         "tool_search.py",
+        "tool_catalogs.py",  # rankers on public tool sets, no model
         "proxy_overhead.py",
         "hostile.py",
         "provider_cache.py",  # the loopback provider simulators, no model

@@ -303,9 +303,11 @@ def _assistant(name: str, arguments: dict[str, Any], k: int) -> Message:
 
 
 def _harness_requests(
-    specs: list[ToolSpec], tasks: list[tuple[str, ToolSpec]], arm: str, calls: int
-) -> list[ChatRequest]:
-    """The requests of one ``calls``-call session of the harness (scripted model)."""
+    specs: list[ToolSpec], tasks: list[tuple[str, ToolSpec]], arm: str, calls: int, ranker: str = "bm25"
+) -> tuple[list[ChatRequest], dict[str, Any] | None]:
+    """The requests of one ``calls``-call session of the harness (scripted model), and for a
+    search arm how often each task's tool was in (and first in) its ``search_tools`` result,
+    ranked by ``ranker``."""
     from ctxwright.backends.scripted import ScriptedBackend
     from ctxwright.harness import Harness
 
@@ -327,6 +329,7 @@ def _harness_requests(
         [executable(s) for s in specs],
         backend=backend,
         defer_tools="none" if arm == "all_in_prefix" else "all",
+        tool_search_ranker=ranker,
         status=False,
         todo=False,
         delegate=False,
@@ -341,7 +344,27 @@ def _harness_requests(
         result = h.run(SESSION_TASK)
         if result.stop_reason != "final_answer":
             raise SystemExit(f"the {arm} session stopped with {result.stop_reason}: {result.error}")
-    return backend.requests[:calls]
+        found = None if arm == "all_in_prefix" else _search_found(h, tasks)
+    return backend.requests[:calls], found
+
+
+def _search_found(h: Any, tasks: list[tuple[str, ToolSpec]]) -> dict[str, Any]:
+    """Of the session's ``search_tools`` results (one per task, in order): how many listed the
+    task's tool at all, and first."""
+    from ctxwright.core.events import ToolEvent
+
+    results = [
+        json.loads(ev.message.content or "{}")
+        for ev in h.session.events
+        if isinstance(ev, ToolEvent) and ev.tool_name == SEARCH_TOOL
+    ]
+    listed = first = 0
+    for result, (_, target) in zip(results, tasks, strict=False):
+        names = [t["function"]["name"] for t in result.get("tools", [])]
+        listed += target.name in names
+        first += bool(names) and names[0] == target.name
+    n = max(1, len(results))
+    return {"searches": len(results), "target_listed": round(listed / n, 4), "target_first": round(first / n, 4)}
 
 
 def _append_requests(specs: list[ToolSpec], tasks: list[tuple[str, ToolSpec]], calls: int) -> list[ChatRequest]:
@@ -421,24 +444,35 @@ def audit_arm(requests: list[ChatRequest], counter: TokenCounter) -> dict[str, A
 
 
 def run_sessions(
-    catalog: list[ToolSpec], queries: list[tuple[str, str]], sizes: tuple[int, ...], calls: int
+    catalog: list[ToolSpec],
+    queries: list[tuple[str, str]],
+    sizes: tuple[int, ...],
+    calls: int,
+    rankers: tuple[str, ...] = ("bm25",),
 ) -> dict[str, Any]:
-    """The three arms for a ``calls``-call session with each catalog size."""
+    """The three arms for a ``calls``-call session with each catalog size; the search arm once
+    per ranker in ``rankers`` (the first one is the arm the targets judge)."""
     counter = TokenCounter()
     out: dict[str, Any] = {"calls": calls, "tokens_counted_by": counter.source, "sizes": {}}
     for n in sizes:
         specs = catalog[:n]
         n_tasks = (calls + 1) // 2  # the search arms spend two calls per task
         tasks = _session_tasks(specs, queries, calls)  # the prefix arm does one task a call
-        arms = {
-            "all_in_prefix": _harness_requests(specs, tasks, "all_in_prefix", calls),
-            "search_call_tool": _harness_requests(specs, tasks[:n_tasks], "search_call_tool", calls),
-            "append_to_tools": _append_requests(specs, tasks[:n_tasks], calls),
+        arms: dict[str, tuple[list[ChatRequest], dict[str, Any] | None]] = {
+            "all_in_prefix": _harness_requests(specs, tasks, "all_in_prefix", calls)
         }
-        res = {arm: audit_arm(reqs, counter) for arm, reqs in arms.items()}
+        for i, ranker in enumerate(rankers):
+            arm = "search_call_tool" if i == 0 else f"search_call_tool ({ranker})"
+            arms[arm] = _harness_requests(specs, tasks[:n_tasks], "search_call_tool", calls, ranker)
+        arms["append_to_tools"] = (_append_requests(specs, tasks[:n_tasks], calls), None)
+        res = {
+            arm: audit_arm(reqs, counter) | ({"search": found} if found else {}) for arm, (reqs, found) in arms.items()
+        }
         base = res["all_in_prefix"]["prompt_tokens_per_call"]
-        for arm in ARMS:
+        for arm in res:
             res[arm]["vs_all_in_prefix"] = round(res[arm]["prompt_tokens_per_call"] / base, 4)
+        if rankers:
+            res["search_call_tool"]["ranker"] = rankers[0]
         out["sizes"][str(n)] = res
     return out
 
@@ -446,8 +480,8 @@ def run_sessions(
 def session_table(res: dict[str, Any]) -> Table:
     rows = []
     for n, arms in res["sizes"].items():
-        for arm in ARMS:
-            a = arms[arm]
+        for arm, a in arms.items():
+            found = a.get("search")
             rows.append(
                 [
                     n,
@@ -457,11 +491,21 @@ def session_table(res: dict[str, Any]) -> Table:
                     f"{a['reuse_efficiency']:.3f}",
                     a["prefix_breaks"],
                     a["uncached_tokens"],
+                    "" if found is None else f"{found['target_listed']:.2f} / {found['target_first']:.2f}",
                 ]
             )
     return table(
         f"{res['calls']}-call session · tokens by {res['tokens_counted_by']}",
-        ["tools", "arm", "prompt tok/call", "vs all-in-prefix", "reuse", "prefix breaks", "uncached tok"],
+        [
+            "tools",
+            "arm",
+            "prompt tok/call",
+            "vs all-in-prefix",
+            "reuse",
+            "prefix breaks",
+            "uncached tok",
+            f"tool in search result / first (top {SEARCH_LIMIT})",
+        ],
         rows,
     )
 
@@ -644,7 +688,7 @@ def spread_catalog(tools: list[ToolDef], queries: list[Any]) -> tuple[list[ToolS
 def part_session(args: argparse.Namespace) -> dict[str, Any]:
     tools = generate_catalog(args.seed)
     specs, queries = spread_catalog(tools, generate_queries(tools, args.queries, args.seed))
-    res = run_sessions(specs, queries, SESSION_SIZES, args.calls)
+    res = run_sessions(specs, queries, SESSION_SIZES, args.calls, tuple(r for r in args.rankers.split(",") if r))
     big = res["sizes"][str(max(SESSION_SIZES))]["search_call_tool"]
     res["pass"] = {
         "search_arm_tokens_share_500": big["vs_all_in_prefix"] <= TARGETS["search_arm_tokens_share_500"],
@@ -708,6 +752,12 @@ def main(argv: list[str] | None = None) -> int:
         "--write-queries", metavar="PATH", help='write the queries as JSONL {"id", "query", "expected"} and stop'
     )
     p.add_argument("--calls", type=int, default=20, help="model calls per session in part session (default 20)")
+    p.add_argument(
+        "--rankers",
+        default="bm25,hybrid",
+        help="search_tools rankers of the session part's search arm, the first one judged (default bm25,hybrid; "
+        "embed and hybrid need the embeddings extra)",
+    )
     p.add_argument(
         "--e2e-tasks", type=int, default=None, help="tasks per configuration in part e2e (default 3; 2 with --quick)"
     )

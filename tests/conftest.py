@@ -31,6 +31,18 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
 
+@pytest.fixture(scope="session")
+def _embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("embeddings") / "vectors.sqlite"
+
+
+@pytest.fixture(autouse=True)
+def _own_embedding_cache(monkeypatch: pytest.MonkeyPatch, _embedding_cache: Path) -> None:
+    """The embedding rankers cache tool vectors in the user's cache folder by default; the
+    suite keeps its own (shared by its tests: vectors are keyed by text, so sharing is safe)."""
+    monkeypatch.setenv("CTXWRIGHT_EMBEDDINGS", str(_embedding_cache))
+
+
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[Upstream]:
     """The loopback provider of ``tests/proxy_upstream.py``, one per test module."""

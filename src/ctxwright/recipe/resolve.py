@@ -306,10 +306,12 @@ def _deferral(src: _Sources) -> DeferralOptions:
     if given is None and src.resumed and not isinstance(rec, Mapping):
         given = "none"  # a session from before deferral: every tool was in its prefix
     try:
-        config = DeferConfig.of(given, src.g("tool_index"), rec if isinstance(rec, Mapping) else None)
+        config = DeferConfig.of(
+            given, src.g("tool_index"), rec if isinstance(rec, Mapping) else None, ranker=src.g("tool_search_ranker")
+        )
     except ValueError as exc:
-        raise ConfigError(f"{exc} (CLI: --defer-tools, --tool-index)") from None
-    return DeferralOptions(defer_tools=config, tool_index=config.index)
+        raise ConfigError(f"{exc} (CLI: --defer-tools, --tool-index, --tool-search-ranker)") from None
+    return DeferralOptions(defer_tools=config, tool_index=config.index, tool_search_ranker=config.ranker)
 
 
 def _defence(src: _Sources) -> DefenceOptions:

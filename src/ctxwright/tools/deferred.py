@@ -27,6 +27,7 @@ and recorded; ``tool_index="prefix"`` also lists the deferred tools, one line ea
 from __future__ import annotations
 
 import difflib
+import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -42,6 +43,7 @@ from ctxwright.core.request import ToolSpec
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.errors import ConfigError
 from ctxwright.tools.component import Build, Component
+from ctxwright.tools.fusion import RANKERS, Ranker
 from ctxwright.tools.registry import (
     ERROR_INVALID_ARGUMENTS,
     ERROR_INVALID_JSON,
@@ -50,6 +52,7 @@ from ctxwright.tools.registry import (
     Tool,
     ToolOutcome,
     ToolRegistry,
+    ToolResult,
     _brief_schema,
     error_outcome,
     valid_function_name,
@@ -93,13 +96,15 @@ class DeferConfig:
     harness's own tools -- builtins, file tools, TODO, ``read_result``, ``delegate``,
     ``Skill``, ``read_skill_file``) are never deferred: the agent's way of working must not
     depend on a search. ``index``: ``"prefix"`` lists the deferred tools as ``[name:
-    summary]`` lines in ``search_tools``' description.
+    summary]`` lines in ``search_tools``' description. ``ranker``: how ``search_tools``
+    ranks (``tools/search.py``: ``bm25``, ``embed``, ``hybrid``).
     """
 
     mode: DeferMode = "auto"
     max_share: float = 0.10
     max_tools: int = 30
     index: IndexMode = "none"
+    ranker: Ranker = "bm25"
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "all", "none"):
@@ -110,12 +115,21 @@ class DeferConfig:
             raise ValueError(f"defer max_tools={self.max_tools!r}: give 0 or more tools")
         if self.index not in ("none", "prefix"):
             raise ValueError(f"tool_index={self.index!r}: use 'none' (search only) or 'prefix' (list them too)")
+        if self.ranker not in RANKERS:
+            raise ValueError(f"tool_search_ranker={self.ranker!r}: use one of {', '.join(RANKERS)}")
 
     @classmethod
-    def of(cls, value: object, index: str | None = None, recorded: Mapping[str, Any] | None = None) -> DeferConfig:
+    def of(
+        cls,
+        value: object,
+        index: str | None = None,
+        recorded: Mapping[str, Any] | None = None,
+        *,
+        ranker: str | None = None,
+    ) -> DeferConfig:
         """A config from ``defer_tools=`` (``"auto"``, ``"all"``, ``"none"``, ``True``,
         ``False``, a :class:`DeferConfig` or a mapping of its fields), over ``recorded``."""
-        known = {"mode", "max_share", "max_tools", "index"}
+        known = {"mode", "max_share", "max_tools", "index", "ranker"}
         fields = {k: v for k, v in (recorded or {}).items() if k in known}  # a newer release's: ignored
         if isinstance(value, DeferConfig):
             fields = asdict(value)
@@ -131,6 +145,8 @@ class DeferConfig:
                 raise ValueError(f"defer_tools={value!r}: use 'auto', 'all' (True) or 'none' (False)") from None
         if index is not None:
             fields["index"] = index
+        if ranker is not None:
+            fields["ranker"] = ranker
         return cls(**fields)
 
     def to_dict(self) -> dict[str, Any]:
@@ -182,9 +198,19 @@ class DeferredTools:
         self.registry = registry
         self.config = config or DeferConfig()
         self._lock = threading.Lock()
-        self._index = ToolIndex([t.spec for t in registry.deferred()])
+        self._index = self._new_index([t.spec for t in registry.deferred()])
         self._validators: dict[str, Any] = {}
         self._tools = (self._search_tool(), self._call_tool())
+
+    def _new_index(self, specs: list[ToolSpec]) -> ToolIndex:
+        """The search index with the configured ranker; an embedding ranker's tool vectors
+        are cached on disk (``tools/embeddings.py``), so a restart does not embed them again."""
+        if self.config.ranker == "bm25":
+            return ToolIndex(specs)
+        from ctxwright.tools.embeddings import VectorCache, default_cache_path
+
+        cache = VectorCache(default_cache_path(), warn=logging.getLogger("ctxwright").warning)
+        return ToolIndex(specs, ranker=self.config.ranker, cache=cache)
 
     # -- the two tools ---------------------------------------------------------------------
     def tools(self) -> tuple[Tool, Tool]:
@@ -201,14 +227,20 @@ class DeferredTools:
             lines = [f"[{t.name}: {_summary(t.description)}]" for t in self.registry.deferred()]
             description += " Tools you can find:\n" + "\n".join(lines)
 
-        def search_tools(query: str, limit: int = 5) -> dict[str, Any]:
+        def search_tools(query: str, limit: int = 5) -> dict[str, Any] | ToolResult:
             """Search the deferred tools.
 
             Args:
                 query: what the tool should do, in a few words (e.g. "convert currency").
                 limit: how many tool definitions to return (1-20).
             """
-            return self.search(query, limit)
+            found = self.search(query, limit)
+            # an MCP server's (or any untrusted source's) descriptions are its text, not ours:
+            # marked as external content like its results, so an injected "ignore your
+            # instructions" in a description reaches the model inside <external_content>
+            if any(self._untrusted(t["function"]["name"]) for t in found["tools"]):
+                return ToolResult(canonical_json(found), external=True)
+            return found
 
         return Tool.from_function(
             search_tools, name=SEARCH_TOOL, description=description, deferred=False, source="ctxwright tool search"
@@ -242,6 +274,9 @@ class DeferredTools:
             source="ctxwright tool search",
             resolver=self.resolve,
         )
+
+    def _untrusted(self, name: str) -> bool:
+        return name in self.registry and self.registry.get(name).trust == "untrusted"
 
     # -- search ------------------------------------------------------------------------------
     def search(self, query: str, limit: int = 5) -> dict[str, Any]:

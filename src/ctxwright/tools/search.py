@@ -32,6 +32,12 @@ documents, is expanded with the verb its words stand for (:data:`ACTION_SYNONYMS
 A query equal to a tool's exact name always ranks that tool first: a model that saw the name
 (in an announcement or an earlier result) and searches for it must get it back.
 
+Rankers (``ToolIndex(ranker=...)``, ``ctxwright tools search --ranker``): ``"bm25"`` (the
+default, above); ``"embed"``, cosine similarity of the query and each tool's text
+(:func:`tool_text`) with a small sentence-embedding model (``tools/embeddings.py``, the
+``embeddings`` extra); ``"hybrid"``, both fused by reciprocal rank (``tools/fusion.py``).
+Measured on public function sets in ``benchmarks/tool_catalogs.py``.
+
 ``mode="regex"`` matches a case-insensitive regular expression against each tool's name and
 description; tools whose name matches rank before those matched only by their description.
 
@@ -49,30 +55,45 @@ import itertools
 import json
 import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import bm25s
 import numpy as np
 from bm25s.stopwords import STOPWORDS_EN_PLUS
 
 from ctxwright.core.request import ToolSpec
-from ctxwright.errors import ToolCatalogError, ToolSearchError
+from ctxwright.errors import ConfigError, ToolCatalogError, ToolSearchError
+from ctxwright.tools.fusion import DEPTH, RANKERS, RRF_K, Ranker, reciprocal_rank
+
+if TYPE_CHECKING:
+    from ctxwright.tools.embeddings import Embedder, VectorCache
 
 __all__ = [
     "ACTION_SYNONYMS",
     "FIELD_WEIGHTS",
     "MAX_QUERY_CHARS",
     "PHRASAL_VERBS",
+    "RANKERS",
+    "Ranker",
     "SearchHit",
     "ToolIndex",
     "best_scored",
     "bm25_index",
     "bm25_scores",
     "tokenize",
+    "tool_text",
     "tool_tokens",
 ]
+
+#: a tool whose text has a cosine below this with the query is not a match for ``embed``: every
+#: text has some similarity with every query, and a search for something the catalog does not
+#: have should come back empty, as BM25's does
+MIN_COSINE = 0.2
+#: characters of a tool's description embedded: the model reads 256 tokens, the first
+#: sentences say what the tool does
+EMBED_DESCRIPTION_CHARS = 1000
 
 #: Longest query accepted, in characters. A real search is a few words; 1,000 characters is
 #: already a paragraph, and a longer "query" is almost always a whole task pasted in by mistake.
@@ -88,6 +109,12 @@ FIELD_WEIGHTS: dict[str, int] = {"name": 3, "description": 2, "parameter_names":
 #: ``list``, ``update``, ``delete``, ``search``...) while people ask to "remove", "show every"
 #: or "look up"; BM25 only matches words, so a query word listed here also searches for the
 #: verb (expansion happens on the query only; the tools' documents are left as written).
+#: The groups were decided by measurement on public function sets (``benchmarks/tool_catalogs.py``,
+#: each group removed in turn; docs/tools.md has the table): ``send`` ("post", "email", "notify",
+#: "tell") lowered recall@5 on two BFCL sets and raised it on none, so it is gone. The others
+#: are kept: most change no public set and lift the user-phrased generated one; ``get`` and
+#: ``search`` lower some public sets and raise another, and removing either would put one
+#: below the ranking before the measurement.
 ACTION_SYNONYMS: dict[str, tuple[str, ...]] = {
     "create": ("make", "add", "new", "register", "generate", "setup"),
     "get": ("fetch", "retrieve", "show", "view", "detail", "display", "lookup", "info", "see", "look"),
@@ -95,7 +122,6 @@ ACTION_SYNONYMS: dict[str, tuple[str, ...]] = {
     "update": ("change", "edit", "modify", "rename", "alter", "patch"),
     "delete": ("remove", "erase", "destroy", "drop", "trash", "rid", "wipe", "purge"),
     "search": ("find", "look", "lookup", "locate", "seek", "query", "match", "mentioning"),
-    "send": ("deliver", "post", "email", "notify", "tell"),
     "cancel": ("abort", "stop", "call", "revoke"),
 }
 
@@ -226,6 +252,17 @@ def tool_tokens(spec: ToolSpec) -> list[str]:
     return [token for field, tokens in fields.items() for _ in range(FIELD_WEIGHTS[field]) for token in tokens]
 
 
+def tool_text(spec: ToolSpec) -> str:
+    """The text of a tool the embedding model reads: its name as words and its description
+    (``get user by id: Get a user.``). Parameter names were measured too and left out: with
+    them the hybrid ranker's recall@5 was lower on 6 of the 9 sets of
+    ``benchmarks/tool_catalogs.py`` and higher on one (LiveMCPBench), and every text is longer
+    to embed. Part of the vector cache's key (``tools/embeddings.py``), so a changed
+    name or description gets a new vector."""
+    words = " ".join(_CAMEL.findall(spec.name.replace(".", " ").replace("_", " ").replace("-", " "))) or spec.name
+    return f"{words}: {' '.join(spec.description.split())[:EMBED_DESCRIPTION_CHARS]}"
+
+
 def bm25_index(documents: Sequence[Sequence[str]]) -> bm25s.BM25 | None:
     """A BM25 index of token lists (:func:`tokenize`); ``None`` for no documents. The one
     place an index is made: tool search and ``recall`` (``compaction/recall.py``) share it."""
@@ -271,12 +308,39 @@ class ToolIndex:
     Thread-safe: an MCP client may add or remove tools from its own thread while the agent
     searches; a lock keeps a search from seeing a half-rebuilt index."""
 
-    def __init__(self, specs: Iterable[ToolSpec] = (), *, expand_actions: bool = True) -> None:
+    def __init__(
+        self,
+        specs: Iterable[ToolSpec] = (),
+        *,
+        expand_actions: bool = True,
+        synonyms: Mapping[str, Sequence[str]] = ACTION_SYNONYMS,
+        ranker: Ranker = "bm25",
+        embedder: Embedder | None = None,
+        cache: VectorCache | None = None,
+    ) -> None:
         """``expand_actions=False`` searches the query's own words only, without
-        :data:`ACTION_SYNONYMS` and :data:`PHRASAL_VERBS` (the benchmark measures both)."""
+        :data:`ACTION_SYNONYMS` and :data:`PHRASAL_VERBS` (the benchmark measures both);
+        ``synonyms`` replaces the table (the benchmark's earlier release).
+
+        ``ranker``: how :meth:`search` ranks by default (``"bm25"``, ``"embed"``, ``"hybrid"``).
+        Any other than ``"bm25"`` needs an ``embedder`` (default: ``tools/embeddings.py``'s
+        MiniLM, loaded once per process; a :class:`ConfigError` that names the extra when it is
+        not installed) and embeds every tool as it is added, reading vectors from ``cache``
+        where it has them."""
+        if ranker not in RANKERS:
+            raise ConfigError(f"unknown tool search ranker {ranker!r}: use one of {', '.join(RANKERS)}")
+        self.ranker: Ranker = ranker
+        if ranker != "bm25" and embedder is None:
+            from ctxwright.tools.embeddings import load_embedder
+
+            embedder = load_embedder()
+        self._embedder = embedder
+        self._cache = cache
+        self._vectors: dict[str, np.ndarray[Any, np.dtype[np.float32]]] = {}
+        self._matrix: np.ndarray[Any, np.dtype[np.float32]] | None = None
         self._expand: dict[str, list[str]] = {}
         self._phrasal: dict[tuple[str, str], str] = dict(PHRASAL_VERBS) if expand_actions else {}
-        for action, words in ACTION_SYNONYMS.items() if expand_actions else ():
+        for action, words in synonyms.items() if expand_actions else ():
             for word in words:
                 self._expand.setdefault(_singular(word.lower()), []).append(action)
         self._specs: dict[str, ToolSpec] = {}
@@ -311,21 +375,28 @@ class ToolIndex:
         :class:`ToolCatalogError` and nothing is added, since two tools under one name would
         make ``call_tool`` ambiguous."""
         batch = list(specs)
+        self._check_new(batch)  # before the work below: a refused batch costs nothing
         tokens = [tool_tokens(spec) for spec in batch]  # outside the lock: searches go on meanwhile
+        vectors = self._embed_tools(batch)
         with self._lock:
-            seen: set[str] = set()
-            for spec in batch:
-                if spec.name in self._specs or spec.name in seen:
-                    raise ToolCatalogError(
-                        f"a tool named {spec.name!r} is already in the index; tool names must be unique "
-                        "(rename one, or remove the old one first)"
-                    )
-                seen.add(spec.name)
-            for spec, doc in zip(batch, tokens, strict=True):
+            self._check_new(batch)  # again: another thread may have added one of them meanwhile
+            for i, (spec, doc) in enumerate(zip(batch, tokens, strict=True)):
                 self._specs[spec.name] = spec
                 self._tokens[spec.name] = doc
+                if vectors is not None:
+                    self._vectors[spec.name] = vectors[i]
             if batch:
                 self._stale = True
+
+    def _check_new(self, batch: list[ToolSpec]) -> None:
+        seen: set[str] = set()
+        for spec in batch:
+            if spec.name in self._specs or spec.name in seen:
+                raise ToolCatalogError(
+                    f"a tool named {spec.name!r} is already in the index; tool names must be unique "
+                    "(rename one, or remove the old one first)"
+                )
+            seen.add(spec.name)
 
     def remove(self, names: Iterable[str]) -> int:
         """Remove tools by name; names not in the index are ignored (a server may announce a
@@ -335,6 +406,7 @@ class ToolIndex:
             for name in names:
                 if self._specs.pop(name, None) is not None:
                     del self._tokens[name]
+                    self._vectors.pop(name, None)
                     removed += 1
             if removed:
                 self._stale = True
@@ -345,12 +417,26 @@ class ToolIndex:
             self._order = list(self._specs)
             self._position = {name: i for i, name in enumerate(self._order)}
             self._bm25 = bm25_index([self._tokens[name] for name in self._order])
+            self._matrix = (
+                np.stack([self._vectors[name] for name in self._order]) if self._vectors and self._order else None
+            )
             self._stale = False
         return self._bm25
 
-    def search(self, query: str, limit: int = 5, *, mode: Literal["bm25", "regex"] = "bm25") -> list[SearchHit]:
+    def _embed_tools(self, batch: list[ToolSpec]) -> np.ndarray[Any, np.dtype[np.float32]] | None:
+        if self._embedder is None or not batch:
+            return None
+        from ctxwright.tools.embeddings import embed_cached
+
+        return embed_cached(self._embedder, [tool_text(spec) for spec in batch], self._cache)
+
+    def search(
+        self, query: str, limit: int = 5, *, mode: Literal["bm25", "embed", "hybrid", "regex"] | None = None
+    ) -> list[SearchHit]:
         """The best ``limit`` tools for ``query``, best first; tools that match nothing are
-        left out, so fewer (or no) hits come back when few tools match."""
+        left out, so fewer (or no) hits come back when few tools match. ``mode``: the
+        index's ``ranker`` when not given; ``"bm25"`` always works, ``"embed"`` and
+        ``"hybrid"`` need an index built with an embedding ranker, ``"regex"`` see above."""
         if not isinstance(query, str) or not query.strip():
             raise ToolSearchError("the search query is empty: search with a few words that describe the task")
         if len(query) > MAX_QUERY_CHARS:
@@ -360,12 +446,19 @@ class ToolIndex:
             )
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ToolSearchError(f"limit must be a whole number of at least 1, got {limit!r}")
-        if mode not in ("bm25", "regex"):
-            raise ToolSearchError(f"unknown search mode {mode!r}: use 'bm25' or 'regex'")
+        mode = self.ranker if mode is None else mode
+        if mode not in (*RANKERS, "regex"):
+            raise ToolSearchError(f"unknown search mode {mode!r}: use one of {', '.join((*RANKERS, 'regex'))}")
+        if mode in ("embed", "hybrid") and self._embedder is None:
+            raise ToolSearchError(
+                f"search mode {mode!r} needs an index built with an embedding ranker (ToolIndex(ranker={mode!r}))"
+            )
         with self._lock:
             if mode == "regex":
                 return self._search_regex(query, limit)
-            return self._search_bm25(query.strip(), limit)
+            if mode == "bm25":
+                return self._search_bm25(query.strip(), limit)
+            return self._search_embedded(query.strip(), limit, hybrid=mode == "hybrid")
 
     def _search_bm25(self, query: str, limit: int) -> list[SearchHit]:
         bm25 = self._index()
@@ -381,6 +474,48 @@ class ToolIndex:
         if scores is None:
             return hits
         for position, score in best_scored(scores, limit + 1):
+            name = self._order[position]
+            if name != exact:
+                hits.append(SearchHit(name, score, self._specs[name]))
+        return hits[:limit]
+
+    def scores(self, query: str) -> tuple[list[str], np.ndarray[Any, np.dtype[np.float32]] | None, Any]:
+        """Every tool's raw scores for ``query``: the names in index order, BM25's scores
+        (``None`` when no query word is indexed) and the cosines (``None`` without an
+        embedding ranker). For analysis and for other fusions (``benchmarks/tool_catalogs.py``
+        measures a weighted sum with it); :meth:`search` is the ranking."""
+        with self._lock:
+            bm25 = self._index()
+            words = bm25_scores(bm25, self._query_tokens(query.strip())) if bm25 is not None else None
+            cosine = (
+                self._matrix @ self._embedder.embed([query.strip()])[0]
+                if self._matrix is not None and self._embedder is not None
+                else None
+            )
+            return list(self._order), words, cosine
+
+    def _search_embedded(self, query: str, limit: int, *, hybrid: bool) -> list[SearchHit]:
+        """``embed``: the tools closest in meaning (cosine of the normalised vectors, at least
+        :data:`MIN_COSINE`); ``hybrid``: BM25's and the embedding's best :data:`DEPTH` fused by
+        reciprocal rank. An exact name comes first either way, as in BM25 search."""
+        bm25 = self._index()
+        if self._matrix is None or self._embedder is None:
+            return []
+        exact = query if query in self._specs else None
+        cosine = self._matrix @ self._embedder.embed([query])[0]
+        depth = max(limit, DEPTH) if hybrid else limit
+        by_meaning = [p for p, _ in best_scored(cosine - MIN_COSINE, depth)]
+        if hybrid:
+            scores = bm25_scores(bm25, self._query_tokens(query)) if bm25 is not None else None
+            by_words = [p for p, _ in best_scored(scores, depth)] if scores is not None else []
+            ranked = reciprocal_rank([by_words, by_meaning])
+        else:
+            ranked = [(p, float(cosine[p])) for p in by_meaning]
+        hits: list[SearchHit] = []
+        if exact is not None:  # on the ranking's own scale: first in both lists for hybrid
+            top = 2.0 / (RRF_K + 1) if hybrid else float(cosine[self._position[exact]])
+            hits.append(SearchHit(exact, top, self._specs[exact]))
+        for position, score in ranked:
             name = self._order[position]
             if name != exact:
                 hits.append(SearchHit(name, score, self._specs[name]))

