@@ -84,7 +84,7 @@ def _add_search_parser(tools_sub: Any) -> None:
         choices=RANKERS,
         default="bm25",
         help="bm25 (default): words; embed: meaning, with a small sentence-embedding model; hybrid: both, "
-        "fused by reciprocal rank. embed and hybrid need: pip install 'ctxwright[embeddings]'; their vectors "
+        "as a weighted sum. embed and hybrid need: pip install 'ctxwright[embeddings]'; their vectors "
         "are cached in CTXWRIGHT_EMBEDDINGS (default: the user cache folder)",
     )
     se.set_defaults(func=cmd_search)

@@ -752,8 +752,8 @@ class DeferralOptions:
         accepts="str | None",
         record="never",
         help="""how ``search_tools`` ranks the deferred tools (``tools/search.py``): ``"bm25"`` (default),
-        ``"embed"`` (all-MiniLM-L6-v2 cosine, ``tools/embeddings.py``) or ``"hybrid"`` (both, fused by reciprocal
-        rank, ``tools/fusion.py``); the last two need the ``embeddings`` extra and cache the tools' vectors in
+        ``"embed"`` (all-MiniLM-L6-v2 cosine, ``tools/embeddings.py``) or ``"hybrid"`` (a weighted sum of both,
+        ``tools/fusion.py``); the last two need the ``embeddings`` extra and cache the tools' vectors in
         ``CTXWRIGHT_EMBEDDINGS`` (default: the user cache folder). Not part of the prefix: a resumed session may
         change it. Recorded in ``defer_tools``' config.""",
     )

@@ -35,7 +35,7 @@ A query equal to a tool's exact name always ranks that tool first: a model that 
 Rankers (``ToolIndex(ranker=...)``, ``ctxwright tools search --ranker``): ``"bm25"`` (the
 default, above); ``"embed"``, cosine similarity of the query and each tool's text
 (:func:`tool_text`) with a small sentence-embedding model (``tools/embeddings.py``, the
-``embeddings`` extra); ``"hybrid"``, both fused by reciprocal rank (``tools/fusion.py``).
+``embeddings`` extra); ``"hybrid"``, a weighted sum of both (``tools/fusion.py``).
 Measured on public function sets in ``benchmarks/tool_catalogs.py``.
 
 ``mode="regex"`` matches a case-insensitive regular expression against each tool's name and
@@ -65,7 +65,7 @@ from bm25s.stopwords import STOPWORDS_EN_PLUS
 
 from ctxwright.core.request import ToolSpec
 from ctxwright.errors import ConfigError, ToolCatalogError, ToolSearchError
-from ctxwright.tools.fusion import DEPTH, RANKERS, RRF_K, Ranker, reciprocal_rank
+from ctxwright.tools.fusion import RANKERS, Ranker, weighted_sum
 
 if TYPE_CHECKING:
     from ctxwright.tools.embeddings import Embedder, VectorCache
@@ -496,29 +496,31 @@ class ToolIndex:
 
     def _search_embedded(self, query: str, limit: int, *, hybrid: bool) -> list[SearchHit]:
         """``embed``: the tools closest in meaning (cosine of the normalised vectors, at least
-        :data:`MIN_COSINE`); ``hybrid``: BM25's and the embedding's best :data:`DEPTH` fused by
-        reciprocal rank. An exact name comes first either way, as in BM25 search."""
+        :data:`MIN_COSINE`); ``hybrid``: the tools either ranker matches (a BM25 score, or a
+        cosine of at least :data:`MIN_COSINE`), by ``fusion.weighted_sum`` of both. An exact
+        name comes first either way, as in BM25 search."""
         bm25 = self._index()
         if self._matrix is None or self._embedder is None:
             return []
         exact = query if query in self._specs else None
         cosine = self._matrix @ self._embedder.embed([query])[0]
-        depth = max(limit, DEPTH) if hybrid else limit
-        by_meaning = [p for p, _ in best_scored(cosine - MIN_COSINE, depth)]
+        matched = cosine >= MIN_COSINE
+        scores = cosine
         if hybrid:
-            scores = bm25_scores(bm25, self._query_tokens(query)) if bm25 is not None else None
-            by_words = [p for p, _ in best_scored(scores, depth)] if scores is not None else []
-            ranked = reciprocal_rank([by_words, by_meaning])
-        else:
-            ranked = [(p, float(cosine[p])) for p in by_meaning]
+            words = bm25_scores(bm25, self._query_tokens(query)) if bm25 is not None else None
+            scores = weighted_sum(words, cosine)
+            if words is not None:
+                matched = matched | (words > 0)
+        # best_scored keeps scores above 0: shift the matched ones up, the others to 0
+        ranked = best_scored(np.where(matched, scores + 2.0, 0.0), limit + 1)
         hits: list[SearchHit] = []
-        if exact is not None:  # on the ranking's own scale: first in both lists for hybrid
-            top = 2.0 / (RRF_K + 1) if hybrid else float(cosine[self._position[exact]])
-            hits.append(SearchHit(exact, top, self._specs[exact]))
-        for position, score in ranked:
+        if exact is not None:
+            position = self._position[exact]
+            hits.append(SearchHit(exact, float(scores[position]), self._specs[exact]))
+        for position, _ in ranked:
             name = self._order[position]
             if name != exact:
-                hits.append(SearchHit(name, score, self._specs[name]))
+                hits.append(SearchHit(name, float(scores[position]), self._specs[name]))
         return hits[:limit]
 
     def _query_tokens(self, query: str) -> list[str]:
