@@ -255,9 +255,8 @@ def tool_tokens(spec: ToolSpec) -> list[str]:
 def tool_text(spec: ToolSpec) -> str:
     """The text of a tool the embedding model reads: its name as words and its description
     (``get user by id: Get a user.``). Parameter names were measured too and left out: with
-    them the hybrid ranker's recall@5 was lower on 6 of the 9 sets of
-    ``benchmarks/tool_catalogs.py`` and higher on one (LiveMCPBench), and every text is longer
-    to embed. Part of the vector cache's key (``tools/embeddings.py``), so a changed
+    them the weighted sum's recall@5 was lower on 8 of the 9 sets of
+    ``benchmarks/tool_catalogs.py`` and equal on one, and every text is longer to embed. Part of the vector cache's key (``tools/embeddings.py``), so a changed
     name or description gets a new vector."""
     words = " ".join(_CAMEL.findall(spec.name.replace(".", " ").replace("_", " ").replace("-", " "))) or spec.name
     return f"{words}: {' '.join(spec.description.split())[:EMBED_DESCRIPTION_CHARS]}"
