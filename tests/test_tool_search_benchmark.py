@@ -165,6 +165,7 @@ def test_the_real_catalog_benchmark_runs_every_ranker_and_judges_by_its_targets(
         "embed",
         "hybrid",
         "hybrid -exp",
+        "rrf",
         "weighted 0.3",
     }
     for m in rankers.values():
