@@ -56,7 +56,7 @@ from catalogs import SearchSet, SetUnavailable, bfcl_sets, generated_set, livemc
 from common import console, machine, save, table
 from ctxwright.core.request import ToolSpec
 from ctxwright.tools.embeddings import VectorCache, load_embedder
-from ctxwright.tools.fusion import reciprocal_rank
+from ctxwright.tools.fusion import reciprocal_rank, weighted_sum
 from ctxwright.tools.search import (
     ACTION_SYNONYMS,
     MAX_QUERY_CHARS,
@@ -106,9 +106,7 @@ class NameDescription:
 def weighted(index: ToolIndex, weight: float) -> Ranked:
     def rank(query: str) -> list[str]:
         names, words, cosine = index.scores(query)
-        fused = (1.0 - weight) * cosine
-        if words is not None and float(words.max()) > 0:
-            fused = fused + weight * words / float(words.max())
+        fused = weighted_sum(words, cosine, weight)
         return [names[p] for p, _ in best_scored(fused + 1.0, 10)]  # +1: cosines may be negative
 
     return rank

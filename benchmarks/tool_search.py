@@ -223,8 +223,8 @@ def part_search(args: argparse.Namespace) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- session arms
 
-#: The three ways of giving an agent a large catalog, side by side (``--session``).
-ARMS = ("all_in_prefix", "search_call_tool", "append_to_tools")
+# The three ways of giving an agent a large catalog, side by side (``--part session``): all in
+# the prefix, search + call_tool (once per ranker), appended to tools; see run_sessions.
 SESSION_SIZES = (10, 100, 500)
 SEARCH_LIMIT = 3
 

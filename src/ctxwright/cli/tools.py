@@ -142,9 +142,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.ranker == "bm25" or args.regex:  # a regex matches text: no vectors to compute
         index = ToolIndex(tool.spec for tool in tools)
     else:
-        from ctxwright.tools.embeddings import VectorCache, default_cache_path
+        from ctxwright.tools.embeddings import VectorCache
 
-        cache = VectorCache(default_cache_path(), warn=_warn)
+        cache = VectorCache.at_default_path(warn=_warn)
         index = ToolIndex((tool.spec for tool in tools), ranker=args.ranker, cache=cache)
     if args.queries is not None:
         return _answer_queries(index, args.queries, args.limit, mode)

@@ -207,9 +207,9 @@ class DeferredTools:
         are cached on disk (``tools/embeddings.py``), so a restart does not embed them again."""
         if self.config.ranker == "bm25":
             return ToolIndex(specs)
-        from ctxwright.tools.embeddings import VectorCache, default_cache_path
+        from ctxwright.tools.embeddings import VectorCache
 
-        cache = VectorCache(default_cache_path(), warn=logging.getLogger("ctxwright").warning)
+        cache = VectorCache.at_default_path(warn=logging.getLogger("ctxwright").warning)
         return ToolIndex(specs, ranker=self.config.ranker, cache=cache)
 
     # -- the two tools ---------------------------------------------------------------------

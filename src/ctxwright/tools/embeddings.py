@@ -181,6 +181,11 @@ class VectorCache:
     max_rows: int = MAX_ROWS
     warn: Callable[[str], None] | None = None
 
+    @classmethod
+    def at_default_path(cls, warn: Callable[[str], None] | None = None) -> VectorCache:
+        """The cache every index of this user shares (:func:`default_cache_path`)."""
+        return cls(default_cache_path(), warn=warn)
+
     def __post_init__(self) -> None:
         self._memory: dict[tuple[str, str], bytes] = {}
         #: the file works (set false at the first failure: memory from then on)

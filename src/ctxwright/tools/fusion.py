@@ -28,7 +28,8 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 #: how a tool index ranks: words (BM25), meaning (a sentence-embedding model), or both fused.
-#: Here, so the command line lists them without importing the index.
+#: Declared beside the fusion that defines ``hybrid``; the index, the options and the command
+#: line all take the names from here.
 Ranker = Literal["bm25", "embed", "hybrid"]
 RANKERS: tuple[str, ...] = get_args(Ranker)
 

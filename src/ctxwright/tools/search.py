@@ -484,29 +484,30 @@ class ToolIndex:
         embedding ranker). For analysis and for other fusions (``benchmarks/tool_catalogs.py``
         measures a weighted sum with it); :meth:`search` is the ranking."""
         with self._lock:
-            bm25 = self._index()
-            words = bm25_scores(bm25, self._query_tokens(query.strip())) if bm25 is not None else None
-            cosine = (
-                self._matrix @ self._embedder.embed([query.strip()])[0]
-                if self._matrix is not None and self._embedder is not None
-                else None
-            )
+            words, cosine = self._raw_scores(query.strip())
             return list(self._order), words, cosine
+
+    def _raw_scores(self, query: str) -> tuple[np.ndarray[Any, np.dtype[np.float32]] | None, Any]:
+        """BM25's scores (``None`` when no query word is indexed) and the cosines (``None``
+        without an embedding ranker), in index order; the caller holds the lock."""
+        bm25 = self._index()
+        words = bm25_scores(bm25, self._query_tokens(query)) if bm25 is not None else None
+        if self._matrix is None or self._embedder is None:
+            return words, None
+        return words, self._matrix @ self._embedder.embed([query])[0]
 
     def _search_embedded(self, query: str, limit: int, *, hybrid: bool) -> list[SearchHit]:
         """``embed``: the tools closest in meaning (cosine of the normalised vectors, at least
         :data:`MIN_COSINE`); ``hybrid``: the tools either ranker matches (a BM25 score, or a
         cosine of at least :data:`MIN_COSINE`), by ``fusion.weighted_sum`` of both. An exact
         name comes first either way, as in BM25 search."""
-        bm25 = self._index()
-        if self._matrix is None or self._embedder is None:
+        words, cosine = self._raw_scores(query)
+        if cosine is None:
             return []
         exact = query if query in self._specs else None
-        cosine = self._matrix @ self._embedder.embed([query])[0]
         matched = cosine >= MIN_COSINE
         scores = cosine
         if hybrid:
-            words = bm25_scores(bm25, self._query_tokens(query)) if bm25 is not None else None
             scores = weighted_sum(words, cosine)
             if words is not None:
                 matched = matched | (words > 0)
