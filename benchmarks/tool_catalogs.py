@@ -15,7 +15,7 @@ Rankers (``ToolIndex(ranker=...)``; one index per set, each ranker a ``mode`` of
 every ranker sees the same tools and the same queries):
 
 * ``bm25``: the default (BM25 over name, description and parameters; the query's action
-  words expanded); ``bm25 -exp``: the same without the expansion; ``bm25 before #24``: with
+  words expanded); ``bm25 -exp``: the same without the expansion; ``bm25 before``: with
   the expansion table as it was before this benchmark removed its ``send`` group;
 * ``bm25 name+desc``: plain BM25 over the name and description only (a baseline);
 * ``embed``: all-MiniLM-L6-v2 cosine (``tools/embeddings.py``);
@@ -28,11 +28,11 @@ Metrics: recall@1/5/10 (the share of a query's gold tools in the first k, averag
 queries), MRR@10 (1/rank of the first gold tool, 0 past 10), query latency median and p99
 (wall, this run). Part ``scale``: a 10,000-tool catalog (the generated one under server
 prefixes) indexed with the hybrid ranker on an empty vector cache, then again from the disk
-cache, and the hybrid query latency on it. Targets (issue 24): hybrid recall@5 ≥ 0.92 over
+cache, and the hybrid query latency on it. Targets: hybrid recall@5 ≥ 0.92 over
 the six BFCL category sets (each category its own catalog, as the issue builds them; the
 query-weighted average; ``bfcl/all``, the six pooled into one 861-tool catalog, is reported
-beside it); BM25 on no BFCL set below the ranking before this benchmark (``bm25 before
-#24``); hybrid query median ≤ 20 ms and p99 ≤ 100 ms at 10,000 tools; index build ≤ 60 s,
+beside it); BM25 on no BFCL set below the ranking before this benchmark (``bm25
+before``); hybrid query median ≤ 20 ms and p99 ≤ 100 ms at 10,000 tools; index build ≤ 60 s,
 and ≤ 2 s from the cache.
 
     python benchmarks/tool_catalogs.py [--quick] [--sets bfcl,livemcp,generated] [--json PATH]
@@ -77,7 +77,7 @@ TARGETS = {
     "index_rebuild_from_cache_s_10k": 2.0,
 }
 KS = (1, 5, 10)
-#: the query expansion as it was before this benchmark decided it (issue 24): with the ``send``
+#: the query expansion as it was before this benchmark decided it: with the ``send``
 #: group, which the measurement removed -- the "today's ranking" BM25 must not fall below
 BEFORE_SYNONYMS = {**ACTION_SYNONYMS, "send": ("deliver", "post", "email", "notify", "tell")}
 #: the BFCL categories' sets, each its own catalog, whose query-weighted average is "overall"
@@ -120,7 +120,7 @@ def rankers(
 
     before = ToolIndex(tools, synonyms=BEFORE_SYNONYMS)
     out: dict[str, Ranked] = {
-        "bm25 before #24": mode(before, "bm25"),
+        "bm25 before": mode(before, "bm25"),
         "bm25": mode(index, "bm25"),
         "bm25 -exp": mode(plain, "bm25"),
         "bm25 name+desc": NameDescription(tools),
@@ -210,9 +210,9 @@ def run_set(s: SearchSet, cache: VectorCache, weights: Sequence[float]) -> dict[
 
 
 def part_ablation(sets: Sequence[SearchSet]) -> dict[str, dict[str, float]]:
-    """BM25 recall@5 per set with the action-word table as it was before issue 24, with each of
+    """BM25 recall@5 per set with the action-word table as it was before this benchmark, with each of
     its groups removed in turn, and with no expansion: the measurement that decided the table."""
-    variants: dict[str, dict[str, Any]] = {"before #24 (every group)": {"synonyms": BEFORE_SYNONYMS}}
+    variants: dict[str, dict[str, Any]] = {"before (every group)": {"synonyms": BEFORE_SYNONYMS}}
     for group in BEFORE_SYNONYMS:
         rest = {k: v for k, v in BEFORE_SYNONYMS.items() if k != group}
         variants[f"without {group}"] = {"synonyms": rest}
@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     bfcl = [r for r in results if r["set"].startswith("bfcl/")]
     if bfcl:
         verdict["bm25_not_below_before_on_any_bfcl_set"] = all(
-            r["rankers"]["bm25"]["recall_at_5"] >= r["rankers"]["bm25 before #24"]["recall_at_5"] for r in bfcl
+            r["rankers"]["bm25"]["recall_at_5"] >= r["rankers"]["bm25 before"]["recall_at_5"] for r in bfcl
         )
     if scale:
         verdict["hybrid_query_median_ms_10k"] = scale["hybrid_query_ms_median"] <= TARGETS["hybrid_query_median_ms_10k"]

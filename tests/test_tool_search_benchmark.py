@@ -140,7 +140,7 @@ def test_e2e_scoring_is_by_code_against_the_schema() -> None:
 def test_the_real_catalog_benchmark_runs_every_ranker_and_judges_by_its_targets(tmp_path: Path) -> None:
     """``tool_catalogs.py`` on the smallest public set (BFCL live_parallel, 7 tools) and a
     300-tool scale part: every ranker measured on the same queries, the verdict computed from
-    what was measured (the BM25 rule compares the ranking to the one before issue 24)."""
+    what was measured (the BM25 rule compares the ranking to the one before the measurement)."""
     import catalogs
     import tool_catalogs
 
@@ -158,7 +158,7 @@ def test_the_real_catalog_benchmark_runs_every_ranker_and_judges_by_its_targets(
     assert only["queries"] == 16 and only["tools"] == 7
     rankers = only["rankers"]
     assert set(rankers) == {
-        "bm25 before #24",
+        "bm25 before",
         "bm25",
         "bm25 -exp",
         "bm25 name+desc",
