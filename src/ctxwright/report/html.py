@@ -1,14 +1,10 @@
 """The report as one HTML file: an index of sessions, then a section per session.
 
-Why one self-contained file: a report is looked at after the fact, often on another machine
-or attached to a bug report, and must open without network access. So plotly.js is embedded
-once in the page (no CDN), each chart's figure sits in the page as JSON, and a
-``Content-Security-Policy`` of ``default-src 'none'`` forbids every fetch -- a report that
-tried to load anything would show it as a console error, which the Chromium test looks for.
-
-Everything in a log is untrusted text (a message may hold ``<script>``): the page is a
-Jinja2 template with autoescape, and each figure's JSON is written with ``<``, ``>`` and
-``&`` as ``\\u`` escapes, so no string from a log can end its ``<script>`` element.
+The page's shell is ``report/page.py``'s (shared with the attention page): one file that opens
+offline (plotly.js embedded once, a ``Content-Security-Policy`` of ``default-src 'none'``),
+autoescaped Jinja2, and each figure's JSON written so no string from a log can end its
+``<script>`` element. A stored session's attention maps are drawn in its section by the
+attention page's own renderer (``attention/view.py``), so the two show the same numbers.
 
 Large sessions stay usable: the per-call charts draw at most :data:`MAX_BARS` bars (a bar
 stands for the mean of a run of consecutive calls when there are more), and the tables list
@@ -17,27 +13,24 @@ at most :data:`MAX_ROWS` calls and :data:`MAX_BREAKS` cache breaks, saying how m
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import statistics
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
 import plotly.graph_objects as go
-import plotly.io as pio
-from plotly.offline import get_plotlyjs
 
 from ctxwright.audit.compare import Prices, as_pricing
 from ctxwright.cache.prices import Pricing
 from ctxwright.cache.verdict import CAUSES
-from ctxwright.errors import CtxwrightError
 from ctxwright.report.data import LABELS, PARTS, CallData, ReportData, SessionData
-from ctxwright.store.private import open_private
+from ctxwright.report.page import Chart, pct, render_page, script_json, write_page
+
+if TYPE_CHECKING:
+    from ctxwright.attention.view import AttentionView
 
 #: bars per per-call chart; more calls are averaged in runs of consecutive calls
 MAX_BARS = 400
@@ -47,6 +40,8 @@ MAX_ROWS = 300
 MAX_BREAKS = 200
 #: sessions whose charts are drawn (each session is still listed in the index)
 MAX_CHARTED_SESSIONS = 200
+#: stored attention maps drawn per session (the first, by call); each is three charts
+MAX_ATTENTION_MAPS = 20
 #: The provider-cache causes the report lists as misses: every cause of the verdict but a
 #: first write and a hit (one list, ``cache/verdict.py``).
 MISS_CAUSES = [c for c in CAUSES if c not in ("first", "hit")]
@@ -69,26 +64,6 @@ COLORS: dict[str, str] = {
 
 #: the name of a reusable prefix standing where the provider reported no cached count
 ESTIMATED_REUSABLE = "reusable prefix (cached not reported: estimate)"
-
-
-@dataclass(frozen=True)
-class Chart:
-    """A chart's element id and its figure as JSON safe inside a ``<script>`` element."""
-
-    id: str
-    title: str
-    json: str
-
-
-def _script_json(fig: go.Figure) -> str:
-    text = pio.to_json(fig, validate=False, engine="json")
-    return (
-        text.replace("<", "\\u003c")
-        .replace(">", "\\u003e")
-        .replace("&", "\\u0026")
-        .replace("\u2028", "\\u2028")
-        .replace("\u2029", "\\u2029")
-    )
 
 
 def buckets(n: int, max_bars: int = MAX_BARS) -> list[tuple[int, int]]:
@@ -251,6 +226,19 @@ class SessionView:
     reusable_text: str
     #: the cost counts reusable prefixes as cached where the provider reported no cached count
     cost_estimated: bool
+    #: the session's stored attention maps, drawn by the attention page's renderer
+    attention: list[AttentionView] = field(default_factory=list)
+    attention_left_out: int = 0
+
+
+def _attention(i: int, s: SessionData) -> list[AttentionView]:
+    """The first :data:`MAX_ATTENTION_MAPS` stored maps of the session, each averaged over
+    all its layers (a stored map does not say which layers its command chose)."""
+    if not s.attention:
+        return []
+    from ctxwright.attention.view import attention_view  # a peer of the report; drawn only when stored
+
+    return [attention_view(m, f"s{i}-a{k}", caption=f"call {k}") for k, m in s.attention[:MAX_ATTENTION_MAPS]]
 
 
 def _view(i: int, s: SessionData, prices: Pricing | None, chart: bool) -> SessionView:
@@ -259,12 +247,12 @@ def _view(i: int, s: SessionData, prices: Pricing | None, chart: bool) -> Sessio
     if chart and s.calls:
         runs = buckets(len(s.calls))
         labels = _labels(s.calls, runs)
-        charts.append(Chart(f"c{i}-parts", "context by part", _script_json(_parts_chart(s, runs, labels))))
-        charts.append(Chart(f"c{i}-cache", "cached vs prefilled", _script_json(_cache_chart(s, runs, labels))))
+        charts.append(Chart(f"c{i}-parts", "context by part", script_json(_parts_chart(s, runs, labels))))
+        charts.append(Chart(f"c{i}-cache", "cached vs prefilled", script_json(_cache_chart(s, runs, labels))))
         if prices is not None:
-            charts.append(Chart(f"c{i}-cost", "cost", _script_json(_cost_chart(s, runs, labels, prices))))
+            charts.append(Chart(f"c{i}-cost", "cost", script_json(_cost_chart(s, runs, labels, prices))))
     if chart and stats:
-        charts.append(Chart(f"c{i}-tools", "tool timings", _script_json(_tools_chart(stats))))
+        charts.append(Chart(f"c{i}-tools", "tool timings", script_json(_tools_chart(stats))))
     breaks = s.breaks
     costs = s.costs(prices) if prices is not None else None
     return SessionView(
@@ -284,6 +272,8 @@ def _view(i: int, s: SessionData, prices: Pricing | None, chart: bool) -> Sessio
         cached_text=cached_text(s),
         reusable_text=reusable_text(s),
         cost_estimated=len(s.reported) < len(s.calls),
+        attention=_attention(i, s),
+        attention_left_out=max(0, len(s.attention) - MAX_ATTENTION_MAPS),
     )
 
 
@@ -294,7 +284,7 @@ def cached_text(s: SessionData) -> str:
     known = s.reported
     if not known:
         return "cached unknown (not reported by the provider)"
-    text = f"cached {s.cached_tokens or 0:,} (hit ratio {_pct(s.hit_ratio)})"
+    text = f"cached {s.cached_tokens or 0:,} (hit ratio {pct(s.hit_ratio)})"
     if len(known) < len(s.calls):
         text += f" on the {len(known):,} of {len(s.calls):,} calls that reported it"
     return text
@@ -302,49 +292,7 @@ def cached_text(s: SessionData) -> str:
 
 def reusable_text(s: SessionData) -> str:
     """The reusable prefix, labelled as ctxwright's estimate of what a cache could serve."""
-    return f"estimated reusable prefix {s.reusable_tokens:,} ({_pct(s.reusable_ratio)} of the prompt)"
-
-
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "?"
-    if isinstance(v, float):
-        return f"{v:,.1f}"
-    if isinstance(v, int):
-        return f"{v:,}"
-    return str(v)
-
-
-def _money(v: float | None) -> str:
-    return "" if v is None else f"{v:,.4f}"
-
-
-def _pct(v: float | None) -> str:
-    return "?" if v is None else f"{v:.1%}"
-
-
-def _when(t: float | None) -> str:
-    return "" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
-
-
-def _short(text: str, n: int = 80) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
-def _visible(text: str) -> str:
-    """Divergence context on one line: newlines and tabs shown, not obeyed."""
-    return text.replace("\r", "␍").replace("\n", "⏎").replace("\t", "⇥")
-
-
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("ctxwright.report", "templates"),
-    autoescape=True,
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-_ENV.filters.update(n=_fmt, money=_money, pct=_pct, when=_when, short=_short, visible=_visible)
+    return f"estimated reusable prefix {s.reusable_tokens:,} ({pct(s.reusable_ratio)} of the prompt)"
 
 
 def render_html(data: ReportData, prices: Prices | Pricing | None = None) -> str:
@@ -363,8 +311,9 @@ def render_html(data: ReportData, prices: Prices | Pricing | None = None) -> str
                 if r is not None:
                     used[pricing.describe(r.price)] = None
     views = [_view(i, s, prices, i < MAX_CHARTED_SESSIONS) for i, s in enumerate(data.sessions)]
-    template = _ENV.get_template("report.html.j2")
-    return template.render(
+    return render_page(
+        "report.html.j2",
+        charts=sum(len(v.charts) + sum(len(a.charts) for a in v.attention) for v in views),
         data=data,
         views=views,
         prices=prices,
@@ -372,9 +321,6 @@ def render_html(data: ReportData, prices: Prices | Pricing | None = None) -> str
         labels=LABELS,
         parts=PARTS,
         colors=COLORS,
-        plotlyjs=get_plotlyjs(),
-        charts=sum(len(v.charts) for v in views),
-        generated=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime()),
         max_charted=MAX_CHARTED_SESSIONS,
         miss_causes=MISS_CAUSES,
         json=json,
@@ -389,14 +335,4 @@ def write_report(data: ReportData, path: str | Path, prices: Prices | Pricing | 
     user read. A file that cannot be written (a full disk, ``/dev/full``, a symlink, which is
     not followed) is a :class:`~ctxwright.errors.CtxwrightError` naming it.
     """
-    out = Path(path).expanduser()
-    text = render_html(data, prices).encode("utf-8")
-    try:
-        with open_private(out) as f:
-            f.write(text)
-    except OSError as exc:
-        why = "it is a symbolic link, which is not followed" if exc.errno == errno.ELOOP else exc.strerror or exc
-        raise CtxwrightError(
-            f"cannot write the report to {out}: {why}; give a writable file in an existing folder"
-        ) from None
-    return out
+    return write_page(render_html(data, prices), path, "the report")

@@ -12,7 +12,8 @@ from ctxwright.store.sessions import Store
 
 
 def session_export(store: Store, session_id: str) -> dict[str, Any]:
-    """Everything stored about a session (and its children) as plain JSON."""
+    """Everything stored about a session (and its children) as plain JSON, its saved
+    attention maps included (``attention``: ``{"call_index", "map"}`` per map)."""
     row = store.get_session(session_id)
     return {
         "id": row.id,
@@ -25,6 +26,8 @@ def session_export(store: Store, session_id: str) -> dict[str, Any]:
         "meta": row.meta,
         "events": [e.to_dict() for e in store.events(row.id)],
         "calls": [c.to_dict() for c in store.calls(row.id)],
+        # the maps `ctxwright attention` saved: cheap beside the events, and costly to make again
+        "attention": [{"call_index": k, "map": m} for k, m in store.attention_maps(row.id)],
         "children": [session_export(store, c) for c in store.children(row.id)],
     }
 

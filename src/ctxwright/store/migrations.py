@@ -5,7 +5,7 @@ were applied -- the scheme Simon Willison's ``llm`` uses.
 Why: a database written before versioning (store v1, ``tests/fixtures/store_v1.db``) is
 brought forward in place, and a released migration is history -- databases already ran it --
 so it is never edited, reordered or removed (``m005_proxy`` creates the proxy's tables, which
-``proxy/store.py`` reads and writes). Nothing is written before two checks pass, because a
+``proxy/store.py`` reads and writes; ``m006_attention`` the saved attention maps). Nothing is written before two checks pass, because a
 store that writes first breaks files it does not understand (``PRAGMA journal_mode=WAL``
 alone rewrites the header): the file must be an SQLite database (:func:`check_file`), and its
 schema must not be newer than this build's (:func:`check_schema`). Either failure is one
@@ -225,6 +225,27 @@ def m005_proxy(db: sqlite3.Connection) -> None:
         )"""
     )
     db.execute("CREATE INDEX IF NOT EXISTS proxy_exchanges_session ON proxy_exchanges(session_id, call_index)")
+
+
+@migration
+def m006_attention(db: sqlite3.Connection) -> None:
+    """The attention maps ``ctxwright attention`` saved: one per model call of a session.
+
+    A map costs a model re-reading the whole request (seconds to minutes), so it is kept to
+    be drawn again by ``ctxwright report``. Stored as the map's JSON (``attention/model.py``,
+    ``AttentionMap.to_json``), not as columns: the report reads it back whole, and a map
+    written by a newer build stays readable as JSON. Kept apart from ``calls``: most calls
+    have none, and a map is far larger than a call's row.
+    """
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS attention_maps (
+            session_id TEXT NOT NULL,
+            call_index INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            map_json TEXT NOT NULL,
+            PRIMARY KEY (session_id, call_index)
+        )"""
+    )
 
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -10,7 +10,8 @@ its waiting and its errors are ``store/sqlite.py``'s. All SQL names its columns:
 that adds one never shifts what a read returns. One session has one writer at a time: the
 ``session_leases`` table records which process runs it (``store/lease.py`` decides when a
 lease is stale). The store implements what the session needs from it
-(``core/records.py: SessionStore``); the proxy's tables are ``proxy/store.py``'s.
+(``core/records.py: SessionStore``); the proxy's tables are ``proxy/store.py``'s. The
+attention maps ``ctxwright attention`` saved are kept per call, as the map's JSON, for the report.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ctxwright.core.events import MCP_TOOLS_KEY, SKILLS_CATALOG_KEY, Event, Mess
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.records import CALL_COLUMNS, CALL_JSON_COLUMNS, CallRecord, SessionRow
 from ctxwright.core.redact import redact
-from ctxwright.errors import CtxwrightError, SessionNotFound
+from ctxwright.errors import AttentionError, CtxwrightError, SessionNotFound
 from ctxwright.store.ids import resolve_id
 from ctxwright.store.migrations import check_file, check_schema, migrate
 from ctxwright.store.recovery import RecoveryLog
@@ -48,6 +49,10 @@ def payload_json(event: Event) -> str:
     parts = [canonical_json(before)[1:-1], '"message":' + event.message.canonical(), canonical_json(after)[1:-1]]
     return "{" + ",".join(p for p in parts if p) + "}"
 
+
+#: The largest attention map :meth:`Store.save_attention` keeps, in bytes of JSON. An 8k-token
+#: request's map is a few hundred KB (each token's text and share, each span's share per layer).
+MAX_ATTENTION_BYTES = 4_000_000
 
 _CALL_ROW = ("session_id", "call_index", "created_at", *CALL_COLUMNS, *(f"{c}_json" for c in CALL_JSON_COLUMNS))
 #: :meth:`Store.record_call`'s statement, written once (every call of a session runs it).
@@ -150,6 +155,34 @@ class Store:
 
     def update_meta(self, session_id: str, meta: dict[str, Any]) -> None:
         self.db.execute("UPDATE sessions SET meta_json=? WHERE id=?", (canonical_json(meta), session_id))
+
+    def save_attention(self, session_id: str, call_index: int, data: dict[str, Any]) -> None:
+        """Store the attention map of one call (``AttentionMap.to_json()``), replacing the map
+        that call had. The session must exist (a unique start of its id is enough).
+
+        Refused with an :class:`~ctxwright.errors.AttentionError` before anything is written:
+        a map that is not JSON (a NaN share is a bug upstream, not a number to draw) or is
+        over :data:`MAX_ATTENTION_BYTES` -- every report of the session would carry it."""
+        if not isinstance(call_index, int) or isinstance(call_index, bool) or call_index < 0:
+            raise AttentionError(f"an attention map is stored per model call: call {call_index!r} is not a call index")
+        if not isinstance(data, dict):
+            raise AttentionError(f"an attention map is a JSON object, not a {type(data).__name__}")
+        try:
+            text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise AttentionError(f"the attention map of call {call_index} is not JSON ({exc}); it was not stored") from None
+        size = len(text.encode("utf-8"))
+        if size > MAX_ATTENTION_BYTES:
+            raise AttentionError(
+                f"the attention map of call {call_index} is {size / 1e6:.1f} MB, over the store's "
+                f"{MAX_ATTENTION_BYTES / 1e6:.0f} MB per map; it was not stored (a shorter request, or "
+                "`ctxwright attention --json` to a file, keeps it)"
+            )
+        sid = self.resolve(session_id)
+        self.db.execute(
+            "INSERT OR REPLACE INTO attention_maps (session_id, call_index, created_at, map_json) VALUES (?, ?, ?, ?)",
+            (sid, call_index, time.time(), text),
+        )
 
     def recovery_log(self, session_id: str) -> RecoveryLog:
         """The recovery file a session writes to once this store refused a write (``store/recovery.py``)."""
@@ -314,6 +347,14 @@ class Store:
                 }
             )
         return out
+
+    def attention_maps(self, session_id: str) -> list[tuple[int, dict[str, Any]]]:
+        """``(call index, map JSON)`` of every attention map stored for the session, by call."""
+        rows = self.db.fetchall(
+            "SELECT call_index, map_json FROM attention_maps WHERE session_id=? ORDER BY call_index",
+            (self.resolve(session_id),),
+        )
+        return [(int(r["call_index"]), json.loads(r["map_json"])) for r in rows]
 
     def children(self, session_id: str) -> list[str]:
         rows = self.db.fetchall("SELECT id FROM sessions WHERE parent_id=? ORDER BY created_at", (session_id,))

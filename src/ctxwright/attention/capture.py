@@ -1,0 +1,302 @@
+"""Read llama.cpp's attention weights while the model re-reads a request and its answer.
+
+How: llama.cpp calls a per-tensor *evaluation callback* (``cb_eval`` in the context
+parameters, ``ggml_backend_sched_eval_callback`` in ``ggml-backend.h``) for every tensor of
+the compute graph; asked first whether it wants a tensor, then given it once computed. With
+flash attention off, each layer's softmaxed attention is a tensor named
+``kq_soft_max-<layer>``, shaped ``[n_kv, n_tokens, n_head]`` (keys fastest), which this module
+reads through a ``ctypes`` mirror of ``struct ggml_tensor`` (``ggml.h``).
+
+Why teacher forcing: the answer to explain is the one the model actually gave. Generating
+again (or in another runtime) could give another answer, so the prompt *and* that answer are
+fed in one pass, and only the rows that produced the answer are kept: the query at position
+``P-1+j`` is the one whose output chose answer token ``j``. The prompt is decoded first with
+the callback idle; the answer rows follow as one batch with it on, so the rows read are
+``len(answer)`` × ``n_kv`` per head and layer -- megabytes, where whole matrices of a
+1,500-token prompt would be gigabytes. Each layer is reduced as it arrives (mean over heads,
+sink apart, rest renormalised, mean over the chosen rows), so memory stays bounded by one
+layer's rows whatever the prompt.
+
+Why it is pinned: the tensor's name and the struct's layout are llama.cpp internals, not API.
+Every tensor read is checked -- its name, type, shape, strides, rows summing to 1 and zeros
+past each row's causal limit -- and any change is one :class:`~ctxwright.errors.AttentionError`
+naming the installed llama-cpp-python and the version this reader was written against
+(:data:`PINNED`), instead of numbers read from the wrong bytes. ``tests/test_attention.py``
+guards the same facts on the real model.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ctxwright.errors import AttentionError, BackendUnavailable
+
+if TYPE_CHECKING:
+    import jinja2
+    import numpy as np
+    import numpy.typing as npt
+
+    from ctxwright.core.request import ChatRequest
+
+#: The llama-cpp-python release whose llama.cpp this reader was checked against.
+PINNED = "0.3.36"
+#: llama.cpp names each layer's softmaxed ``K·Q`` this, followed by ``-<layer>``.
+TENSOR_PREFIX = "kq_soft_max-"
+#: ``GGML_TYPE_F32`` in ``ggml.h``.
+_GGML_F32 = 0
+#: at most this many answer tokens are explained (one batch; bounds the rows read per layer)
+MAX_ANSWER_TOKENS = 512
+#: tolerance of the checks on each row (llama.cpp computes softmax in float32)
+ROW_SUM_TOL = 1e-3
+_CAUSAL_TOL = 1e-6
+
+
+class _GgmlTensor(ctypes.Structure):
+    """``struct ggml_tensor`` of ``ggml.h`` (GGML_MAX_DIMS 4, GGML_MAX_OP_PARAMS 64,
+    GGML_MAX_SRC 10, GGML_MAX_NAME 64), as shipped in llama-cpp-python :data:`PINNED`."""
+
+    _fields_ = (
+        ("type", ctypes.c_int),
+        ("buffer", ctypes.c_void_p),
+        ("ne", ctypes.c_int64 * 4),
+        ("nb", ctypes.c_size_t * 4),
+        ("op", ctypes.c_int),
+        ("op_params", ctypes.c_int32 * 16),
+        ("flags", ctypes.c_int32),
+        ("src", ctypes.c_void_p * 10),
+        ("view_src", ctypes.c_void_p),
+        ("view_offs", ctypes.c_size_t),
+        ("data", ctypes.c_void_p),
+        ("name", ctypes.c_char * 64),
+        ("extra", ctypes.c_void_p),
+        ("padding", ctypes.c_char * 8),
+    )
+
+
+@dataclass
+class Capture:
+    """What one teacher-forced pass read, reduced per layer.
+
+    ``nonsink[layer]`` has one value per key position (``0 … n_keys-1``): that key's share of
+    the non-sink attention, averaged over heads and over the chosen answer rows (position 0,
+    the sink, is 0). ``sink[layer]`` is the raw share on position 0, averaged the same way.
+    """
+
+    n_layer: int
+    prompt_tokens: int
+    answer_tokens: int
+    rows: tuple[int, ...]
+    sink: list[float] = field(default_factory=list)
+    nonsink: list[npt.NDArray[np.float64]] = field(default_factory=list)
+    #: log-probability of each answer token given everything before it
+    logprobs: list[float] = field(default_factory=list)
+
+    @property
+    def n_keys(self) -> int:
+        """Keys any kept row can see: the prompt and every answer token but the last."""
+        return self.prompt_tokens + self.answer_tokens - 1
+
+
+def _layout_error(what: str) -> AttentionError:
+    import llama_cpp
+
+    installed = getattr(llama_cpp, "__version__", "?")
+    return AttentionError(
+        f"llama.cpp's attention tensor is not laid out as expected ({what}); ctxwright reads it as in "
+        f"llama-cpp-python {PINNED} and {installed} is installed. Install llama-cpp-python=={PINNED}."
+    )
+
+
+class AttentionReader:
+    """A GGUF model loaded once, read by :meth:`read` on as many requests as needed.
+
+    The weights are loaded by llama-cpp-python's ``Llama`` (which also tokenizes and holds
+    the chat template); each :meth:`read` creates a context of its own, sized to the request,
+    with flash attention off (flash attention never materialises the softmax) and the
+    callback installed, and frees it afterwards.
+    """
+
+    def __init__(self, model_path: str | Path | None = None, *, n_threads: int | None = None) -> None:
+        try:
+            import llama_cpp
+            import numpy  # noqa: F401  (llama-cpp-python depends on it; checked here for the message)
+        except ImportError as exc:
+            raise BackendUnavailable(
+                "llama-cpp-python is not installed; install the embedded extra (`pip install "
+                "'ctxwright[embedded]'`, or run `make demo`)."
+            ) from exc
+        from ctxwright.backends.embedded import MODEL_FILE, MODEL_NAME, chat_template, find_model_file
+
+        self.model_path = Path(model_path) if model_path else find_model_file()
+        if not self.model_path.is_file():
+            raise AttentionError(f"--gguf {self.model_path} is not a file; name a GGUF chat model")
+        self.model = MODEL_NAME if self.model_path.name == MODEL_FILE else self.model_path.stem
+        self._threads = n_threads or min(2, os.cpu_count() or 1)
+        try:
+            self.llm = llama_cpp.Llama(
+                model_path=str(self.model_path), n_ctx=64, n_batch=64, n_threads=self._threads, verbose=False
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise AttentionError(f"llama.cpp could not load {self.model_path} ({exc}); name a GGUF chat model") from exc
+        self.template: jinja2.Template = chat_template(self.llm.metadata)
+        self.n_layer = int(llama_cpp.llama_model_n_layer(self.llm.model))
+        self.n_head = int(llama_cpp.llama_model_n_head(self.llm.model))
+        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(self.llm.model))
+        self.n_vocab = int(self.llm.n_vocab())
+
+    # -- text and tokens ------------------------------------------------------------------
+    def render(self, request: ChatRequest) -> str:
+        """The prompt text, rendered as the embedded backend rendered it live."""
+        from ctxwright.backends.embedded import render_request
+
+        return render_request(self.template, request)
+
+    def tokenize(self, text: str) -> list[int]:
+        """As the embedded backend tokenizes a prompt: special tokens parsed, no BOS added."""
+        return list(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token as it stands in the text (special tokens included)."""
+        return bytes(self.llm.detokenize([token], special=True))
+
+    # -- the pass -------------------------------------------------------------------------
+    def read(self, prompt: Sequence[int], answer: Sequence[int], rows: Sequence[int] | None = None) -> Capture:
+        """Feed ``prompt + answer`` and reduce the attention of the rows that produced the
+        answer (``rows``: indices into ``answer``; all of them by default)."""
+        import llama_cpp
+        import numpy as np
+
+        P, A = len(prompt), len(answer)
+        if P < 1 or A < 1:
+            raise AttentionError("both the request and the answer must have at least one token")
+        if A > MAX_ANSWER_TOKENS:
+            raise AttentionError(
+                f"the answer is {A:,} tokens; at most {MAX_ANSWER_TOKENS} are explained at once -- pass a shorter --answer"
+            )
+        if self.n_ctx_train < P + A:
+            raise AttentionError(
+                f"the request and answer are {P + A:,} tokens, over {self.model}'s {self.n_ctx_train:,}-token window"
+            )
+        chosen = tuple(range(A)) if rows is None else tuple(dict.fromkeys(rows))
+        if not chosen or any(not 0 <= r < A for r in chosen):
+            raise AttentionError(f"answer rows {list(rows or [])} are outside the answer's {A} tokens")
+        cap = Capture(self.n_layer, P, A, chosen)
+        n_keys = cap.n_keys
+        base = P - 1  # position of the first kept row
+        pick = np.asarray(chosen)
+        seen: dict[int, tuple[float, Any]] = {}
+        errors: list[AttentionError] = []
+        active = False
+        n_head = self.n_head
+
+        def reduce(t: _GgmlTensor, layer: int) -> None:
+            ne, nb = tuple(t.ne), tuple(t.nb)
+            if t.type != _GGML_F32:
+                raise _layout_error(f"type {t.type}, not F32")
+            if ne[1] != A or ne[2] != n_head or ne[3] != 1 or ne[0] < n_keys:
+                raise _layout_error(f"shape {ne}, expected [>= {n_keys}, {A}, {n_head}, 1]")
+            if nb[0] != 4 or nb[1] != 4 * ne[0] or nb[2] != nb[1] * ne[1]:
+                raise _layout_error(f"strides {nb} are not contiguous float32")
+            if not t.data:
+                raise _layout_error("no host data")
+            buf = (ctypes.c_float * (ne[0] * ne[1] * ne[2])).from_address(t.data)
+            heads = np.ctypeslib.as_array(buf).reshape(ne[2], ne[1], ne[0])
+            m = heads.mean(axis=0, dtype=np.float64)  # (A rows, n_kv keys)
+            sums = m.sum(axis=1)
+            if np.abs(sums - 1.0).max() > ROW_SUM_TOL:
+                raise _layout_error(f"layer {layer}: rows sum to {sums.min():.4f}-{sums.max():.4f}, not 1")
+            for j in range(A):  # causal: row j sees positions 0 … base+j
+                if m[j, base + j + 1 :].max(initial=0.0) > _CAUSAL_TOL:
+                    raise _layout_error(f"layer {layer}: row {j} attends past its own position")
+            sink = m[pick, 0]
+            rest = m[pick, 1:n_keys] / np.maximum(1.0 - sink, 1e-12)[:, None]
+            vec = np.zeros(n_keys)
+            vec[1:] = rest.mean(axis=0)
+            seen[layer] = (float(sink.mean()), vec)
+
+        def callback(ptr: int, ask: bool, _user: int) -> bool:
+            if not active:
+                return False
+            try:
+                t = ctypes.cast(ptr, ctypes.POINTER(_GgmlTensor)).contents
+                name = t.name.decode("utf-8", "replace")
+                if not name.startswith(TENSOR_PREFIX):
+                    return not ask  # computed tensors we did not ask for: go on
+                if ask:
+                    return True
+                layer = int(name[len(TENSOR_PREFIX) :])
+                if layer in seen:
+                    raise _layout_error(f"layer {layer} was computed twice in one batch")
+                reduce(t, layer)
+            except AttentionError as exc:
+                errors.append(exc)
+            except Exception as exc:  # a ctypes callback must not raise: llama.cpp would print and go on
+                errors.append(_layout_error(f"{type(exc).__name__}: {exc}"))
+            return True
+
+        cb = llama_cpp.ggml_backend_sched_eval_callback(callback)
+        params = llama_cpp.llama_context_default_params()
+        n_batch = max(512, A)
+        params.n_ctx = int(math.ceil((P + A) / 256) * 256)
+        params.n_batch = params.n_ubatch = n_batch
+        params.n_threads = params.n_threads_batch = self._threads
+        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        params.cb_eval = cb
+        params.cb_eval_user_data = None
+        ctx = llama_cpp.llama_init_from_model(self.llm.model, params)
+        if not ctx:
+            raise AttentionError(f"llama.cpp could not create a {params.n_ctx:,}-token context for {self.model}")
+        batch = llama_cpp.llama_batch_init(A, 0, 1)
+        try:
+            for i in range(0, P - 1, n_batch):  # the prompt but its last token, callback idle
+                chunk = list(prompt[i : min(i + n_batch, P - 1)])
+                arr = (llama_cpp.llama_token * len(chunk))(*chunk)
+                if llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(arr, len(chunk))) != 0:
+                    raise AttentionError(f"llama.cpp failed to decode the request at token {i:,}")
+            # the rows that produced the answer: the prompt's last token, then every answer token but the last
+            batch.n_tokens = A
+            for j, tok in enumerate([prompt[-1], *answer[:-1]]):
+                batch.token[j] = tok
+                batch.pos[j] = base + j
+                batch.n_seq_id[j] = 1
+                batch.seq_id[j][0] = 0
+                batch.logits[j] = 1
+            active = True
+            rc = llama_cpp.llama_decode(ctx, batch)
+            active = False
+            if rc != 0:
+                raise AttentionError(f"llama.cpp failed to decode the answer (code {rc})")
+            if errors:
+                raise errors[0]
+            if sorted(seen) != list(range(self.n_layer)):
+                missing = sorted(set(range(self.n_layer)) - set(seen))
+                raise _layout_error(f"no {TENSOR_PREFIX}N tensor for layers {missing[:5]}")
+            for j in range(A):
+                logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, j), shape=(self.n_vocab,))
+                z = logits.astype(np.float64)
+                top = z.max()
+                cap.logprobs.append(float(z[answer[j]] - top - math.log(np.exp(z - top).sum())))
+        finally:
+            active = False
+            llama_cpp.llama_batch_free(batch)
+            llama_cpp.llama_free(ctx)
+        for layer in range(self.n_layer):
+            s, v = seen[layer]
+            cap.sink.append(s)
+            cap.nonsink.append(v)
+        return cap
+
+    def close(self) -> None:
+        self.llm.close()
+
+    def __enter__(self) -> AttentionReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
