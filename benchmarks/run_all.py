@@ -42,6 +42,7 @@ def main() -> None:
         ["injection.py", *(["--quick"] if args.quick else [])],
         ["provider_cache.py", *(["--quick"] if args.quick else [])],
         ["gate_overhead.py", *(["--quick"] if args.quick else [])],
+        ["ablation.py", *(["--quick"] if args.quick else [])],
     ]
     # offline: no backend arguments (tool_search's e2e part is the one that runs a model)
     no_model = {

@@ -25,7 +25,8 @@ from ctxwright.attention.view import (
     write_png,
 )
 from ctxwright.errors import AttentionError, SessionNotFound
-from ctxwright.report import from_store, render_html as render_report, write_report
+from ctxwright.report import from_store, write_report
+from ctxwright.report import render_html as render_report
 from ctxwright.store.export import session_export
 from ctxwright.store.sessions import MAX_ATTENTION_BYTES, Store
 
@@ -69,7 +70,16 @@ def make_map(*, label: str = "user: where is the handbook?", token: str = "tok",
     )
     spans.append(Span("## Handbook", "section", 0, "system", 5, 20, tuple(0.2 for _ in range(LAYERS)), (0.0,) * LAYERS))
     spans.append(
-        Span("open_tickets: 3", "status_line", 1, "user", bounds[1][0], bounds[1][0] + 5, (0.05,) * LAYERS, (0.0,) * LAYERS)
+        Span(
+            "open_tickets: 3",
+            "status_line",
+            1,
+            "user",
+            bounds[1][0],
+            bounds[1][0] + 5,
+            (0.05,) * LAYERS,
+            (0.0,) * LAYERS,
+        )
     )
     texts = tuple(f"{token}{i} " for i in range(prompt))
     token_share = _shares([1.0 + (i % 7) for i in range(prompt)])
@@ -127,7 +137,7 @@ def test_the_page_holds_the_maps_numbers():
     strip = figs["a0-tokens"]["data"][0]
     cells = [v for row in strip["z"] for v in row if v is not None]
     assert cells == pytest.approx(list(m.token_share), abs=1e-6)
-    assert strip["text"][0][41].startswith("token 41 · status (user)<br>tok41")
+    assert strip["text"][0][41].startswith("token 41 · user: status<br>tok41")
     assert "The handbook is in room 4" in html and "log-probability -1.75" in html
     assert 'document.body.dataset.charts = "3"' in html
 
@@ -135,7 +145,9 @@ def test_the_page_holds_the_maps_numbers():
 def test_all_layers_by_default_and_no_frame():
     m = make_map()
     html = render_html([m], title="t")
-    assert "shapes" not in figures(html)["a0-messages"]["layout"] or not figures(html)["a0-messages"]["layout"]["shapes"]
+    assert (
+        "shapes" not in figures(html)["a0-messages"]["layout"] or not figures(html)["a0-messages"]["layout"]["shapes"]
+    )
     assert f"<td>{m.mean_share(m.messages()[0]):.1%}</td>" in html
 
 
@@ -168,7 +180,7 @@ def test_a_long_prompt_is_drawn_in_bounded_cells():
     assert len(cells) == 8192 // 4 <= MAX_STRIP_CELLS
     assert sum(cells) == pytest.approx(1.0, abs=1e-3)  # merged cells sum their tokens' shares
     assert "8,192 tokens are drawn as 2,048 cells of 4 consecutive tokens" in html
-    assert "tokens 0–3 · system" in strip["text"][0][0]
+    assert "tokens 0–3 · system<br>" in strip["text"][0][0]
     without_plotly = len(html) - len(re.search(r"<script>(.*?)</script>\n<script>", html, re.S).group(1))
     assert without_plotly < 700_000
 
@@ -281,7 +293,22 @@ def test_the_report_shows_saved_maps_only_when_there_are_some(tmp_path):
     page = figures(render_html([saved], title="t"))
     for part in ("messages", "sections", "tokens"):
         assert figs[f"s0-a1-{part}"]["data"] == page[f"a0-{part}"]["data"]
+    # its tables average the layers the map was made for (its strip's), as the strip does
+    assert f"<td>{saved.mean_share(saved.messages()[2], range(15, 25)):.1%}</td>" in html
+    assert "layers 15-24 (the map has layers 0-29)" in html
     store.close()
+
+
+def test_the_report_command_draws_and_counts_saved_maps(tmp_path, capsys):
+    from ctxwright.cli.main import main
+
+    store, sid = _session(tmp_path)
+    store.save_attention(sid, 0, make_map().to_json())
+    store.close()
+    out = tmp_path / "r.html"
+    assert main(["report", sid, "-o", str(out), "--db", str(tmp_path / "a.db")]) == 0
+    assert "1 attention map(s)" in capsys.readouterr().out
+    assert "<h3>Attention · call 0</h3>" in out.read_text()
 
 
 def test_a_broken_saved_map_is_a_note_not_a_failed_report(tmp_path):
@@ -311,14 +338,14 @@ CHECKS = {
     "drawn": "Number(document.body.dataset.chartsDrawn)",
     "plots": "document.querySelectorAll('.js-plotly-plot').length",
     "plots_with_svg": "[...document.querySelectorAll('.js-plotly-plot')].filter(p => p.querySelector('.main-svg')).length",
-    "heatmaps": "document.querySelectorAll('.js-plotly-plot .hm, .js-plotly-plot image').length",
+    "heatmaps": "document.querySelectorAll('.js-plotly-plot .hm image').length",
     "imgs": "document.querySelectorAll('img').length",
     "strip_width": "document.querySelector('[id$=-tokens]').getBoundingClientRect().width",
 }
 browser = pytest.mark.skipif(not chromium_available(), reason="chromium is not installed (make test installs it)")
 
 
-def _opened(page: Path, charts: int) -> dict:
+def _opened(page: Path, charts: int, heatmaps: int) -> dict:
     result = open_page(
         page, expressions=CHECKS, ready="document.body && document.body.dataset.chartsDrawn", timeout=120
     )
@@ -326,7 +353,7 @@ def _opened(page: Path, charts: int) -> dict:
     assert result.requests == []
     ev = result.evaluated
     assert ev["charts"] == ev["drawn"] == ev["plots"] == ev["plots_with_svg"] == charts
-    assert ev["heatmaps"] >= charts  # each heatmap drew its image
+    assert ev["heatmaps"] == heatmaps  # each heatmap drew its cells (one raster image each)
     assert ev["imgs"] == 0  # the <img onerror> of a label stayed text
     return ev
 
@@ -336,7 +363,7 @@ def _opened(page: Path, charts: int) -> dict:
 def test_the_attention_page_draws_in_chromium(tmp_path):
     maps = [make_map(label=f"user {EVIL} {EVIL_IMG}", token=EVIL_IMG), make_map(prompt=8192)]
     page = write_html(maps, tmp_path / "att.html", title="two maps", layers=range(15, 25))
-    ev = _opened(page, charts=6)
+    ev = _opened(page, charts=6, heatmaps=6)
     assert ev["strip_width"] > 1000  # across the page, not squeezed into a grid column
 
 
@@ -349,4 +376,4 @@ def test_a_report_with_a_saved_map_draws_in_chromium(tmp_path):
     store.close()
     charts = len(figures(page.read_text()))
     assert charts >= 5  # the session's own charts and the map's three
-    _opened(page, charts=charts)
+    _opened(page, charts=charts, heatmaps=3)

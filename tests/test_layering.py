@@ -57,6 +57,9 @@ RANKS: dict[str, int] = {
     "agent": 7,
     "proxy": 7,
     "report": 7,
+    # where a model's attention goes (``attention/``): its views draw into the report's page, and
+    # the report draws a session's saved maps with them, so the two share a rank
+    "attention": 7,
     # answering an agent from a recording: it reads proxy sessions (proxy/log.py), stored
     # sessions (store/export.py) and the audit's reader and conversations; the CI gate builds on it
     "replay": 7,

@@ -35,11 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ctxwright.errors import AttentionError, BackendUnavailable
 
 if TYPE_CHECKING:
     import jinja2
-    import numpy as np
     import numpy.typing as npt
 
     from ctxwright.core.request import ChatRequest
@@ -96,6 +97,8 @@ class Capture:
     nonsink: list[npt.NDArray[np.float64]] = field(default_factory=list)
     #: log-probability of each answer token given everything before it
     logprobs: list[float] = field(default_factory=list)
+    #: the token the model found most likely at each answer row (unconstrained greedy choice)
+    top_tokens: list[int] = field(default_factory=list)
 
     @property
     def n_keys(self) -> int:
@@ -113,19 +116,57 @@ def _layout_error(what: str) -> AttentionError:
     )
 
 
+class _Pass:
+    """One read's state while llama.cpp computes its answer rows: each layer's tensor is
+    checked and reduced as it arrives (:meth:`reduce`), so only the reductions are kept."""
+
+    def __init__(self, cap: Capture, n_head: int, base: int) -> None:
+        self.cap, self.n_head, self.base = cap, n_head, base
+        self.pick = np.asarray(cap.rows)
+        self.seen: dict[int, tuple[float, npt.NDArray[np.float64]]] = {}
+        self.errors: list[AttentionError] = []
+
+    def reduce(self, t: _GgmlTensor, layer: int) -> None:
+        A, n_keys, base = self.cap.answer_tokens, self.cap.n_keys, self.base
+        if layer in self.seen:
+            raise _layout_error(f"layer {layer} was computed twice in one batch")
+        ne, nb = tuple(t.ne), tuple(t.nb)
+        if t.type != _GGML_F32:
+            raise _layout_error(f"type {t.type}, not F32")
+        if ne[1] != A or ne[2] != self.n_head or ne[3] != 1 or ne[0] < n_keys:
+            raise _layout_error(f"shape {ne}, expected [>= {n_keys}, {A}, {self.n_head}, 1]")
+        if nb[0] != 4 or nb[1] != 4 * ne[0] or nb[2] != nb[1] * ne[1]:
+            raise _layout_error(f"strides {nb} are not contiguous float32")
+        if not t.data:
+            raise _layout_error("no host data")
+        buf = (ctypes.c_float * (ne[0] * ne[1] * ne[2])).from_address(t.data)
+        heads = np.ctypeslib.as_array(buf).reshape(ne[2], ne[1], ne[0])
+        m = heads.mean(axis=0, dtype=np.float64)  # (A rows, n_kv keys)
+        sums = m.sum(axis=1)
+        if np.abs(sums - 1.0).max() > ROW_SUM_TOL:
+            raise _layout_error(f"layer {layer}: rows sum to {sums.min():.4f}-{sums.max():.4f}, not 1")
+        for j in range(A):  # causal: row j sees positions 0 … base+j
+            if m[j, base + j + 1 :].max(initial=0.0) > _CAUSAL_TOL:
+                raise _layout_error(f"layer {layer}: row {j} attends past its own position")
+        sink = m[self.pick, 0]
+        rest = m[self.pick, 1:n_keys] / np.maximum(1.0 - sink, 1e-12)[:, None]
+        vec = np.zeros(n_keys)
+        vec[1:] = rest.mean(axis=0)
+        self.seen[layer] = (float(sink.mean()), vec)
+
+
 class AttentionReader:
     """A GGUF model loaded once, read by :meth:`read` on as many requests as needed.
 
     The weights are loaded by llama-cpp-python's ``Llama`` (which also tokenizes and holds
-    the chat template); each :meth:`read` creates a context of its own, sized to the request,
+    the chat template); the reads share a context of their own, sized to the largest request,
     with flash attention off (flash attention never materialises the softmax) and the
-    callback installed, and frees it afterwards.
+    callback installed, kept for the next read (:meth:`read`) and freed by :meth:`close`.
     """
 
     def __init__(self, model_path: str | Path | None = None, *, n_threads: int | None = None) -> None:
         try:
             import llama_cpp
-            import numpy  # noqa: F401  (llama-cpp-python depends on it; checked here for the message)
         except ImportError as exc:
             raise BackendUnavailable(
                 "llama-cpp-python is not installed; install the embedded extra (`pip install "
@@ -149,6 +190,14 @@ class AttentionReader:
         self.n_head = int(llama_cpp.llama_model_n_head(self.llm.model))
         self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(self.llm.model))
         self.n_vocab = int(self.llm.n_vocab())
+        self._ctx: Any = None
+        self._n_ctx = 0
+        self._n_batch = max(512, MAX_ANSWER_TOKENS)
+        #: the tokens the kept context holds (a prompt but its last token)
+        self._held: list[int] = []
+        self._pass: _Pass | None = None
+        #: kept referenced as long as any context may call it
+        self._callback = llama_cpp.ggml_backend_sched_eval_callback(self._on_tensor)
 
     # -- text and tokens ------------------------------------------------------------------
     def render(self, request: ChatRequest) -> str:
@@ -168,9 +217,13 @@ class AttentionReader:
     # -- the pass -------------------------------------------------------------------------
     def read(self, prompt: Sequence[int], answer: Sequence[int], rows: Sequence[int] | None = None) -> Capture:
         """Feed ``prompt + answer`` and reduce the attention of the rows that produced the
-        answer (``rows``: indices into ``answer``; all of them by default)."""
+        answer (``rows``: indices into ``answer``; all of them by default).
+
+        The context is kept between reads, holding the prompt's tokens but its last: a next
+        read prefills only what follows the longest common token prefix (as llama.cpp's own
+        prompt cache does), which is what makes arms that differ only at the end cheap.
+        """
         import llama_cpp
-        import numpy as np
 
         P, A = len(prompt), len(answer)
         if P < 1 or A < 1:
@@ -186,113 +239,120 @@ class AttentionReader:
         chosen = tuple(range(A)) if rows is None else tuple(dict.fromkeys(rows))
         if not chosen or any(not 0 <= r < A for r in chosen):
             raise AttentionError(f"answer rows {list(rows or [])} are outside the answer's {A} tokens")
+        ctx = self._context(P + A)
+        mem = llama_cpp.llama_get_memory(ctx)
+        keep = 0
+        for x, y in zip(self._held, prompt[: P - 1], strict=False):
+            if x != y:
+                break
+            keep += 1
+        llama_cpp.llama_memory_seq_rm(mem, 0, keep, -1)  # what differs, and the last read's answer
+        self._held = self._held[:keep]
         cap = Capture(self.n_layer, P, A, chosen)
-        n_keys = cap.n_keys
-        base = P - 1  # position of the first kept row
-        pick = np.asarray(chosen)
-        seen: dict[int, tuple[float, Any]] = {}
-        errors: list[AttentionError] = []
-        active = False
-        n_head = self.n_head
+        step = self._n_batch
+        for i in range(keep, P - 1, step):  # the prompt but its last token, callback idle
+            chunk = list(prompt[i : min(i + step, P - 1)])
+            self._decode(ctx, chunk, i, logits=False)
+            self._held.extend(chunk)
+        self._pass = _Pass(cap, self.n_head, P - 1)
+        try:
+            # the rows that produced the answer: the prompt's last token, then every answer token but the last
+            logits = self._decode(ctx, [prompt[-1], *answer[:-1]], P - 1, logits=True)
+            done = self._pass
+        finally:
+            self._pass = None
+            llama_cpp.llama_memory_seq_rm(mem, 0, P - 1, -1)  # keep only the prompt's tokens
+        if done.errors:
+            raise done.errors[0]
+        if sorted(done.seen) != list(range(self.n_layer)):
+            missing = sorted(set(range(self.n_layer)) - set(done.seen))
+            raise _layout_error(f"no {TENSOR_PREFIX}N tensor for layers {missing[:5]}")
+        for layer in range(self.n_layer):
+            sink, vec = done.seen[layer]
+            cap.sink.append(sink)
+            cap.nonsink.append(vec)
+        for j, z in enumerate(logits):
+            top = z.max()
+            cap.logprobs.append(float(z[answer[j]] - top - math.log(float(np.exp(z - top).sum()))))
+            cap.top_tokens.append(int(z.argmax()))
+        return cap
 
-        def reduce(t: _GgmlTensor, layer: int) -> None:
-            ne, nb = tuple(t.ne), tuple(t.nb)
-            if t.type != _GGML_F32:
-                raise _layout_error(f"type {t.type}, not F32")
-            if ne[1] != A or ne[2] != n_head or ne[3] != 1 or ne[0] < n_keys:
-                raise _layout_error(f"shape {ne}, expected [>= {n_keys}, {A}, {n_head}, 1]")
-            if nb[0] != 4 or nb[1] != 4 * ne[0] or nb[2] != nb[1] * ne[1]:
-                raise _layout_error(f"strides {nb} are not contiguous float32")
-            if not t.data:
-                raise _layout_error("no host data")
-            buf = (ctypes.c_float * (ne[0] * ne[1] * ne[2])).from_address(t.data)
-            heads = np.ctypeslib.as_array(buf).reshape(ne[2], ne[1], ne[0])
-            m = heads.mean(axis=0, dtype=np.float64)  # (A rows, n_kv keys)
-            sums = m.sum(axis=1)
-            if np.abs(sums - 1.0).max() > ROW_SUM_TOL:
-                raise _layout_error(f"layer {layer}: rows sum to {sums.min():.4f}-{sums.max():.4f}, not 1")
-            for j in range(A):  # causal: row j sees positions 0 … base+j
-                if m[j, base + j + 1 :].max(initial=0.0) > _CAUSAL_TOL:
-                    raise _layout_error(f"layer {layer}: row {j} attends past its own position")
-            sink = m[pick, 0]
-            rest = m[pick, 1:n_keys] / np.maximum(1.0 - sink, 1e-12)[:, None]
-            vec = np.zeros(n_keys)
-            vec[1:] = rest.mean(axis=0)
-            seen[layer] = (float(sink.mean()), vec)
+    def _context(self, tokens: int) -> Any:
+        """The kept context, made anew (larger) when ``tokens`` do not fit it."""
+        import llama_cpp
 
-        def callback(ptr: int, ask: bool, _user: int) -> bool:
-            if not active:
-                return False
-            try:
-                t = ctypes.cast(ptr, ctypes.POINTER(_GgmlTensor)).contents
-                name = t.name.decode("utf-8", "replace")
-                if not name.startswith(TENSOR_PREFIX):
-                    return not ask  # computed tensors we did not ask for: go on
-                if ask:
-                    return True
-                layer = int(name[len(TENSOR_PREFIX) :])
-                if layer in seen:
-                    raise _layout_error(f"layer {layer} was computed twice in one batch")
-                reduce(t, layer)
-            except AttentionError as exc:
-                errors.append(exc)
-            except Exception as exc:  # a ctypes callback must not raise: llama.cpp would print and go on
-                errors.append(_layout_error(f"{type(exc).__name__}: {exc}"))
-            return True
-
-        cb = llama_cpp.ggml_backend_sched_eval_callback(callback)
+        if self._ctx is not None and tokens <= self._n_ctx:
+            return self._ctx
+        self._free()
         params = llama_cpp.llama_context_default_params()
-        n_batch = max(512, A)
-        params.n_ctx = int(math.ceil((P + A) / 256) * 256)
-        params.n_batch = params.n_ubatch = n_batch
+        self._n_ctx = min(self.n_ctx_train, int(math.ceil(tokens / 1024) * 1024))
+        self._n_batch = max(512, MAX_ANSWER_TOKENS)
+        params.n_ctx = self._n_ctx
+        params.n_batch = params.n_ubatch = self._n_batch
         params.n_threads = params.n_threads_batch = self._threads
         params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        params.cb_eval = cb
+        params.cb_eval = self._callback
         params.cb_eval_user_data = None
         ctx = llama_cpp.llama_init_from_model(self.llm.model, params)
         if not ctx:
-            raise AttentionError(f"llama.cpp could not create a {params.n_ctx:,}-token context for {self.model}")
-        batch = llama_cpp.llama_batch_init(A, 0, 1)
+            raise AttentionError(f"llama.cpp could not create a {self._n_ctx:,}-token context for {self.model}")
+        self._ctx, self._held = ctx, []
+        return ctx
+
+    def _decode(self, ctx: Any, tokens: list[int], pos: int, *, logits: bool) -> list[npt.NDArray[np.float64]]:
+        """Decode ``tokens`` at positions ``pos…``; with ``logits``, return each row's logits."""
+        import llama_cpp
+
+        n = len(tokens)
+        batch = llama_cpp.llama_batch_init(n, 0, 1)
         try:
-            for i in range(0, P - 1, n_batch):  # the prompt but its last token, callback idle
-                chunk = list(prompt[i : min(i + n_batch, P - 1)])
-                arr = (llama_cpp.llama_token * len(chunk))(*chunk)
-                if llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(arr, len(chunk))) != 0:
-                    raise AttentionError(f"llama.cpp failed to decode the request at token {i:,}")
-            # the rows that produced the answer: the prompt's last token, then every answer token but the last
-            batch.n_tokens = A
-            for j, tok in enumerate([prompt[-1], *answer[:-1]]):
+            batch.n_tokens = n
+            for j, tok in enumerate(tokens):
                 batch.token[j] = tok
-                batch.pos[j] = base + j
+                batch.pos[j] = pos + j
                 batch.n_seq_id[j] = 1
                 batch.seq_id[j][0] = 0
-                batch.logits[j] = 1
-            active = True
+                batch.logits[j] = 1 if logits else 0
             rc = llama_cpp.llama_decode(ctx, batch)
-            active = False
             if rc != 0:
-                raise AttentionError(f"llama.cpp failed to decode the answer (code {rc})")
-            if errors:
-                raise errors[0]
-            if sorted(seen) != list(range(self.n_layer)):
-                missing = sorted(set(range(self.n_layer)) - set(seen))
-                raise _layout_error(f"no {TENSOR_PREFIX}N tensor for layers {missing[:5]}")
-            for j in range(A):
-                logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, j), shape=(self.n_vocab,))
-                z = logits.astype(np.float64)
-                top = z.max()
-                cap.logprobs.append(float(z[answer[j]] - top - math.log(np.exp(z - top).sum())))
+                raise AttentionError(f"llama.cpp failed to decode tokens {pos:,}-{pos + n - 1:,} (code {rc})")
+            if not logits:
+                return []
+            return [
+                np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, j), shape=(self.n_vocab,)).astype(np.float64)
+                for j in range(n)
+            ]
         finally:
-            active = False
             llama_cpp.llama_batch_free(batch)
-            llama_cpp.llama_free(ctx)
-        for layer in range(self.n_layer):
-            s, v = seen[layer]
-            cap.sink.append(s)
-            cap.nonsink.append(v)
-        return cap
+
+    def _on_tensor(self, ptr: int, ask: bool, _user: int) -> bool:
+        """llama.cpp's evaluation callback: idle unless a pass is on (see :class:`_Pass`)."""
+        p = self._pass
+        if p is None:
+            return False
+        try:
+            t = ctypes.cast(ptr, ctypes.POINTER(_GgmlTensor)).contents
+            name = t.name.decode("utf-8", "replace")
+            if not name.startswith(TENSOR_PREFIX):
+                return not ask  # computed tensors we did not ask for: go on
+            if ask:
+                return True
+            p.reduce(t, int(name[len(TENSOR_PREFIX) :]))
+        except AttentionError as exc:
+            p.errors.append(exc)
+        except Exception as exc:  # a ctypes callback must not raise: llama.cpp would print and go on
+            p.errors.append(_layout_error(f"{type(exc).__name__}: {exc}"))
+        return True
+
+    def _free(self) -> None:
+        import llama_cpp
+
+        if self._ctx is not None:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx, self._held = None, []
 
     def close(self) -> None:
+        self._free()
         self.llm.close()
 
     def __enter__(self) -> AttentionReader:

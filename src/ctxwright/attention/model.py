@@ -30,6 +30,8 @@ from ctxwright.errors import AttentionError
 #: system prompt; ``status_line``: one ``key: value`` line of the status bar. The last two
 #: lie inside a message span.
 SpanKind = Literal["message", "answer", "section", "status_line"]
+#: the kinds of span that partition the prompt
+PARTITION = frozenset({"message", "answer"})
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,12 @@ class Span:
     @property
     def tokens(self) -> int:
         return self.end - self.start
+
+    @property
+    def in_partition(self) -> bool:
+        """A message or the answer: one of the spans that cover the prompt once, summing to 1."""
+        kind: str = self.kind
+        return kind in PARTITION
 
     def share(self, layers: Sequence[int] | None = None, *, all_layers: Sequence[int]) -> float:
         """Mean share over ``layers`` (indices into :attr:`AttentionMap.layers`' values)."""
@@ -85,12 +93,15 @@ class AttentionMap:
     #: log-probability of each answer token given everything before it (teacher forced,
     #: without the grammar the live generation was constrained by)
     answer_logprobs: tuple[float, ...] = ()
+    #: the token the model found most likely at each answer row (what greedy decoding would
+    #: have written there, given the answer so far)
+    answer_top_tokens: tuple[str, ...] = ()
     #: how the request was read (source, call index, renderer): shown in the views' headings
     meta: dict[str, Any] = field(default_factory=dict)
 
     def messages(self) -> list[Span]:
         """The spans that partition the prompt (messages and the answer so far)."""
-        return [s for s in self.spans if s.kind in ("message", "answer")]
+        return [s for s in self.spans if s.in_partition]
 
     def mean_share(self, span: Span, layers: Sequence[int] | None = None) -> float:
         return span.share(layers, all_layers=self.layers)
@@ -131,6 +142,7 @@ class AttentionMap:
                 "layers": list(self.strip_layers),
             },
             "answer_logprobs": [round(x, 6) for x in self.answer_logprobs],
+            "answer_top_tokens": list(self.answer_top_tokens),
             "meta": self.meta,
         }
 
@@ -162,6 +174,7 @@ class AttentionMap:
                 token_share=tuple(float(x) for x in toks.get("share", ())),
                 strip_layers=tuple(int(x) for x in toks.get("layers", ())),
                 answer_logprobs=tuple(float(x) for x in d.get("answer_logprobs", ())),
+                answer_top_tokens=tuple(str(x) for x in d.get("answer_top_tokens", ())),
                 meta=dict(d.get("meta") or {}),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

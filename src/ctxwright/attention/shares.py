@@ -52,6 +52,7 @@ def attention_map(
         spans,
         token_text=[reader.piece(t).decode("utf-8", "replace") for t in p_tokens],
         answer_tokens=[reader.piece(t).decode("utf-8", "replace") for t in a_tokens],
+        top_tokens=[reader.piece(t).decode("utf-8", "replace") for t in cap.top_tokens],
         strip_layers=strip,
         meta={**(meta or {}), "answer": shown, "rows": list(cap.rows)},
     )
@@ -65,6 +66,7 @@ def build_map(
     token_text: Sequence[str],
     answer_tokens: Sequence[str],
     strip_layers: Sequence[int],
+    top_tokens: Sequence[str] = (),
     meta: Mapping[str, Any],
 ) -> AttentionMap:
     """Sum each layer's reduced attention over each span (the pure step, tested on its own)."""
@@ -88,5 +90,6 @@ def build_map(
         token_share=tuple(float(x) for x in per_token),
         strip_layers=tuple(strip_layers),
         answer_logprobs=tuple(cap.logprobs),
+        answer_top_tokens=tuple(top_tokens),
         meta=dict(meta),
     )

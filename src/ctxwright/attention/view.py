@@ -146,7 +146,9 @@ def _check(m: AttentionMap) -> None:
         )
 
 
-def _top(spans: Sequence[tuple[int, Span]], m: AttentionMap, layers: Sequence[int], limit: int) -> list[tuple[int, Span]]:
+def _top(
+    spans: Sequence[tuple[int, Span]], m: AttentionMap, layers: Sequence[int], limit: int
+) -> list[tuple[int, Span]]:
     """At most ``limit`` spans: the most attended, in prompt order."""
     if len(spans) <= limit:
         return list(spans)
@@ -168,9 +170,14 @@ def _row(number: int, s: Span, m: AttentionMap, layers: Sequence[int]) -> SpanRo
     )
 
 
+def _named(s: Span) -> str:
+    """A message span as a reader names it: its label, after its role unless the label says it."""
+    return f"{s.role}: {s.label}" if s.role and not s.label.startswith(s.role) else s.label
+
+
 def _axis_label(number: int, s: Span, with_role: bool) -> str:
-    text = f"{s.role}: {s.label}" if with_role and s.role and not s.label.startswith(s.role) else s.label
-    return plotly_text(f"#{number} {short(visible(text), LABEL_CHARS)}")
+    """A heatmap column's label, numbered as in the table (labels need not be unique)."""
+    return short(visible(f"#{number} {_named(s) if with_role else s.label}"), LABEL_CHARS)
 
 
 def _frames(m: AttentionMap, layers: Sequence[int]) -> list[dict[str, Any]]:
@@ -199,10 +206,10 @@ def _heatmap(
     m: AttentionMap, spans: Sequence[tuple[int, Span]], title: str, layers: Sequence[int], with_role: bool
 ) -> go.Figure:
     """Layer (y) × span (x), coloured by the span's share at that layer."""
-    x = [_axis_label(n, s, with_role) for n, s in spans]
+    x = [plotly_text(_axis_label(n, s, with_role)) for n, s in spans]
     z = [[round(s.share_by_layer[i], 5) for _, s in spans] for i in range(len(m.layers))]
     frames = _frames(m, layers)
-    note = f" (framed: layers {layer_ranges(layers)}, which the tables average)" if frames else ""
+    note = f" (framed: layers {layer_ranges(layers)})" if frames else ""
     fig = go.Figure(
         layout={
             "title": {"text": plotly_text(title + note), "font": {"size": 14}},
@@ -238,8 +245,7 @@ def _strip(m: AttentionMap) -> tuple[go.Figure, str | None]:
         at = bisect.bisect_right(starts, i) - 1
         if at < 0 or i >= parts[at].end:
             return "no message"
-        s = parts[at]
-        return f"{s.label} ({s.role})" if s.role and s.role not in s.label else s.label
+        return _named(parts[at])
 
     cells: list[float] = []
     hover: list[str] = []
@@ -256,7 +262,7 @@ def _strip(m: AttentionMap) -> tuple[go.Figure, str | None]:
     z_flat: list[float | None] = [*cells, *([None] * pad)]
     h_flat = [*hover, *([""] * pad)]
     z = [z_flat[r * STRIP_COLUMNS : (r + 1) * STRIP_COLUMNS] for r in range(rows)]
-    text = [h_flat[r * STRIP_COLUMNS : (r + 1) * STRIP_COLUMNS] for r in range(rows)]
+    hover_rows = [h_flat[r * STRIP_COLUMNS : (r + 1) * STRIP_COLUMNS] for r in range(rows)]
     ranked = sorted(cells)
     # a few tokens take most of the attention; capped at the 99th percentile, the rest still show
     zmax = ranked[int(0.99 * (len(ranked) - 1))] if ranked else 0.0
@@ -267,11 +273,14 @@ def _strip(m: AttentionMap) -> tuple[go.Figure, str | None]:
     fig = go.Figure(
         layout={
             "title": {
-                "text": plotly_text(f"share per prompt token (layers {layers}{merged}; colour capped at the 99th percentile)"),
+                "text": plotly_text(
+                    f"share per prompt token (layers {layers}{merged}; colours capped at the 99th percentile)"
+                ),
                 "font": {"size": 14},
             },
             "height": max(180, 18 * rows + 110),
             "margin": {"l": 90, "r": 20, "t": 40, "b": 20},
+            "plot_bgcolor": "rgba(0,0,0,0)",  # the empty cells after the last token
             "xaxis": {"showticklabels": False, "showgrid": False, "zeroline": False},
             "yaxis": {
                 "autorange": "reversed",
@@ -284,11 +293,11 @@ def _strip(m: AttentionMap) -> tuple[go.Figure, str | None]:
     )
     fig.add_heatmap(
         z=z,
-        text=text,
+        text=hover_rows,
         zmin=0,
         zmax=zmax,
         colorscale="Viridis",
-        colorbar={"title": {"text": "share"}, "tickformat": ".1%"},
+        colorbar={"title": {"text": "share"}, "tickformat": ".2%"},
         hovertemplate="%{text}<extra></extra>",
         xgap=1,
         ygap=1,
@@ -319,7 +328,7 @@ def attention_view(
     _check(m)
     chosen = chosen_layers(m, layers)
     partition = list(enumerate(m.messages()))
-    fine = list(enumerate(s for s in m.spans if s.kind not in ("message", "answer")))
+    fine = list(enumerate(s for s in m.spans if not s.in_partition))
     rows = _top(partition, m, chosen, MAX_TABLE_ROWS)
     fine_rows = _top(fine, m, chosen, MAX_TABLE_ROWS)
     charts: list[Chart] = []
@@ -327,17 +336,21 @@ def attention_view(
     cols = _top(partition, m, chosen, MAX_HEATMAP_SPANS)
     if cols:
         left = len(partition) - len(cols)
-        title = "share of non-sink attention: layer × message"
+        title = "layer × message"
         if left:
             title += f" (the {len(cols)} most attended of {len(partition)})"
-        charts.append(Chart(f"{anchor}-messages", "layer × message", script_json(_heatmap(m, cols, title, chosen, True))))
+        charts.append(
+            Chart(f"{anchor}-messages", "layer × message", script_json(_heatmap(m, cols, title, chosen, True)))
+        )
     fine_cols = _top(fine, m, chosen, MAX_HEATMAP_SPANS)
     if fine_cols:
         left = len(fine) - len(fine_cols)
         title = "layer × section and status line"
         if left:
             title += f" (the {len(fine_cols)} most attended of {len(fine)})"
-        charts.append(Chart(f"{anchor}-sections", "layer × section", script_json(_heatmap(m, fine_cols, title, chosen, False))))
+        charts.append(
+            Chart(f"{anchor}-sections", "layer × section", script_json(_heatmap(m, fine_cols, title, chosen, False)))
+        )
     if m.token_share:
         fig, note = _strip(m)
         charts.append(Chart(f"{anchor}-tokens", "per-token strip", script_json(fig), wide=True))
@@ -370,9 +383,7 @@ def attention_view(
 def render_html(maps: Sequence[AttentionMap], *, title: str, layers: Sequence[int] | None = None) -> str:
     """The maps as one self-contained HTML page (plotly.js included, nothing fetched)."""
     views = [attention_view(m, f"a{i}", layers) for i, m in enumerate(maps)]
-    return render_page(
-        "attention_page.html.j2", charts=sum(len(v.charts) for v in views), title=title, views=views
-    )
+    return render_page("attention_page.html.j2", charts=sum(len(v.charts) for v in views), title=title, views=views)
 
 
 def write_html(
@@ -409,7 +420,7 @@ def write_png(map: AttentionMap, path: str | Path, *, layers: Sequence[int] | No
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     image = ax.imshow(z, aspect="auto", origin="lower", cmap="viridis", vmin=0.0, interpolation="nearest")
-    labels = [short(visible(f"#{n} {s.label}"), LABEL_CHARS) for n, s in cols]
+    labels = [_axis_label(n, s, True) for n, s in cols]
     # parse_math=False: a label holding "$" is text, not a formula matplotlib would try to typeset
     ax.set_xticks(range(len(cols)), labels, rotation=60, ha="right", fontsize=7, parse_math=False)
     step = max(1, len(map.layers) // 16)
@@ -421,9 +432,7 @@ def write_png(map: AttentionMap, path: str | Path, *, layers: Sequence[int] | No
         a, b = map.layers.index(int(lo)), map.layers.index(int(hi or lo))
         ax.add_patch(Rectangle((-0.5, a - 0.5), len(cols), b - a + 1, fill=False, edgecolor=CHOSEN_COLOR, lw=1.5))
     framed = f"; framed: layers {layer_ranges(chosen)}" if set(chosen) != set(map.layers) else ""
-    ax.set_title(
-        f"{map.model}: share of non-sink attention, layer × message{framed}", fontsize=9, parse_math=False
-    )
+    ax.set_title(f"{map.model}: share of non-sink attention, layer × message{framed}", fontsize=9, parse_math=False)
     bar = fig.colorbar(image, ax=ax)
     bar.ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     buf = io.BytesIO()

@@ -41,7 +41,7 @@ def add_ablate_parser(sub: Any) -> None:
         help="run tasks once per arm of a system prompt (full, and each section removed), scored by code",
         description="Prompt ablation: the full system prompt, then one arm per section removed (Markdown "
         "headings, or a SystemPromptBuilder's sections), each run on every task of a JSONL file and scored by "
-        "code (expected tool calls and arguments, final state, answer). Prints success per arm with its 95%% "
+        "code (expected tool calls and arguments, final state, answer). Prints success per arm with its 95% "
         "interval. Takes every `ctxwright run` option (backend, model, limits).",
     )
     add_arguments(ab)  # --system, --tool, --backend, --base-url, --model...: as `ctxwright run`

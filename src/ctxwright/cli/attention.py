@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ctxwright.errors import CtxwrightError
+from ctxwright.errors import BackendUnavailable, CtxwrightError
 
 #: a request file larger than this is refused before it is read (the model's window is
 #: 8,192 tokens; a request that fills it is well under a megabyte)
@@ -60,10 +60,17 @@ def add_attention_parser(sub: Any) -> None:
 
 
 def cmd_attention(args: argparse.Namespace) -> int:
-    from ctxwright.attention.capture import AttentionReader
     from ctxwright.attention.model import parse_layers
-    from ctxwright.attention.shares import attention_map
     from ctxwright.cli.main import console
+
+    try:
+        from ctxwright.attention.capture import AttentionReader
+        from ctxwright.attention.shares import attention_map
+    except ImportError as exc:  # numpy comes with llama-cpp-python
+        raise BackendUnavailable(
+            "attention is read from llama.cpp in-process: install the embedded extra "
+            "(`pip install 'ctxwright[embedded]'`, or run `make demo`)"
+        ) from exc
 
     out = _output(args)
     if args.session is not None and args.request is not None:
@@ -237,7 +244,7 @@ def _print_table(console: Any, amap: Any) -> None:
     for name, justify in (("span", "left"), ("role", "left"), ("tokens", "right"), ("share", "right")):
         t.add_column(name, justify=justify)  # type: ignore[arg-type]
     for s in amap.spans:
-        indent = "" if s.kind in ("message", "answer") else "  "
+        indent = "" if s.in_partition else "  "
         # labels hold message text (headings, tool names): never read as rich markup
         t.add_row(Text(indent + s.label), Text(s.role), f"{s.tokens:,}", f"{amap.mean_share(s):.3f}")
     console.print(t)

@@ -51,8 +51,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     write_report(data, out, prices)
     calls = sum(len(s.calls) for s in data.sessions)
+    maps = sum(len(s.attention) for s in data.sessions)
+    drawn = f", {maps} attention map(s)" if maps else ""  # saved by `ctxwright attention`
     console.print(
-        f"report written to {out} ({len(data.sessions)} session(s), {calls:,} call(s), "
+        f"report written to {out} ({len(data.sessions)} session(s), {calls:,} call(s){drawn}, "
         f"{out.stat().st_size / 1e6:.1f} MB; opens offline)",
         highlight=False,
         markup=False,

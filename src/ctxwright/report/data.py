@@ -3,7 +3,8 @@
 * a **stored session** (``ctxwright report ID``): every call's ledger and audit as recorded
   live (``store/sessions.py``), the tool timings and compactions from its events, and the status
   and compaction notes of each request rendered again by the one renderer
-  (``core/render.py``) -- so the report shows what the model was sent, not a re-derivation;
+  (``core/render.py``) -- so the report shows what the model was sent, not a re-derivation --
+  and the attention maps saved for its calls (``ctxwright attention``), if any;
 * a **request log** (``ctxwright report FILE``): anything ``ctxwright audit`` reads
   (``audit/logs.py``), audited by the same :class:`~ctxwright.audit.compare.Auditor`; each
   conversation the audit finds is a session of the report;

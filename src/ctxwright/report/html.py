@@ -232,13 +232,18 @@ class SessionView:
 
 
 def _attention(i: int, s: SessionData) -> list[AttentionView]:
-    """The first :data:`MAX_ATTENTION_MAPS` stored maps of the session, each averaged over
-    all its layers (a stored map does not say which layers its command chose)."""
+    """The first :data:`MAX_ATTENTION_MAPS` stored maps of the session. Each table averages the
+    layers its per-token strip was computed over (the layers ``ctxwright attention`` was asked
+    for), so the table and the strip agree; a map without them averages every layer."""
     if not s.attention:
         return []
     from ctxwright.attention.view import attention_view  # a peer of the report; drawn only when stored
 
-    return [attention_view(m, f"s{i}-a{k}", caption=f"call {k}") for k, m in s.attention[:MAX_ATTENTION_MAPS]]
+    out = []
+    for k, m in s.attention[:MAX_ATTENTION_MAPS]:
+        layers = m.strip_layers if m.strip_layers and set(m.strip_layers) <= set(m.layers) else None
+        out.append(attention_view(m, f"s{i}-a{k}", layers, caption=f"call {k}"))
+    return out
 
 
 def _view(i: int, s: SessionData, prices: Pricing | None, chart: bool) -> SessionView:

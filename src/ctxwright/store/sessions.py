@@ -170,7 +170,9 @@ class Store:
         try:
             text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise AttentionError(f"the attention map of call {call_index} is not JSON ({exc}); it was not stored") from None
+            raise AttentionError(
+                f"the attention map of call {call_index} is not JSON ({exc}); it was not stored"
+            ) from None
         size = len(text.encode("utf-8"))
         if size > MAX_ATTENTION_BYTES:
             raise AttentionError(
