@@ -6,7 +6,8 @@ in the middle or last. The question is the last message. Teacher forced with the
 answer, the rows that write the fact's value are read (``ctxwright attention``'s pipeline,
 ``attention/shares.py``): per layer, the share of non-sink attention on the answer section,
 against the share of the prompt's tokens it holds (``lift`` = share ÷ token fraction: 1 is
-what reading everything evenly would give), the probability the model gives the value there
+what reading everything evenly would give), the same slot's share in the prompts where it
+holds a section the question is not about (the control: position alone), the probability the model gives the value there
 and whether the value's first token is its top choice (``top = value``: what greedy decoding
 would write after ``{"answer": "``).
 
@@ -203,8 +204,16 @@ def run_handbook(reader: AttentionReader, targets: list[int], layers: tuple[int,
             amap = attention_map(reader, req, value, rows=rows)
             sec = next(s for s in amap.spans if s.label == label)
             frac = sec.tokens / amap.prompt_tokens
+            # the handbook's sections in order (the intro before the first heading left out)
+            heads = {f"system § {h}" for h, _, _, _ in SECTIONS}
+            secs = [s for s in amap.spans if s.kind == "section" and s.label in heads]
+            slots = {"start": secs[0], "middle": secs[(len(secs) - 1) // 2], "end": secs[-1]}
             arms[position].append(
                 {
+                    "slot_share_in_band": {
+                        slot: round(mean(x.share_by_layer[k] for k in layers), 4) for slot, x in slots.items()
+                    },
+                    "slot_is_answer": {slot: x.label == label for slot, x in slots.items()},
                     "question": SECTIONS[target][2],
                     "value": value,
                     "section_tokens": sec.tokens,
@@ -224,7 +233,18 @@ def run_handbook(reader: AttentionReader, targets: list[int], layers: tuple[int,
         frac = mean(r["token_fraction"] for r in runs)
         band = [per_layer[k] for k in layers]
         peak = max(range(n_layers), key=lambda k: per_layer[k])
+        # the control: the same slot in the other positions' prompts, where it holds a section
+        # the question is not about -- how much of the share is the slot's, not the lookup's
+        control = [
+            r["slot_share_in_band"][position]
+            for other, rs in arms.items()
+            if other != position
+            for r in rs
+            if not r["slot_is_answer"][position]
+        ]
         out[position] = {
+            "control_share_in_band": round(mean(control), 4) if control else None,
+            "lift_over_control": round(mean(band) / mean(control), 2) if control and mean(control) else None,
             "runs": runs,
             "share_by_layer": [round(x, 4) for x in per_layer],
             "token_fraction": round(frac, 4),
@@ -422,6 +442,8 @@ def main() -> None:
                 "section share",
                 "token fraction",
                 "lift",
+                "same slot, not asked",
+                "lift over it",
                 "peak layer",
                 "peak share",
                 "sink",
@@ -434,6 +456,8 @@ def main() -> None:
                     r["share_in_band"],
                     r["token_fraction"],
                     r["lift_in_band"],
+                    r["control_share_in_band"],
+                    r["lift_over_control"],
                     r["peak_layer"],
                     r["peak_share"],
                     r["mean_sink"],

@@ -188,6 +188,7 @@ def test_from_json_refuses_what_is_not_a_map():
         (["--request", "{missing}", "--answer", "1"], "no such file"),
         (["--request", "{notjson}", "--answer", "1"], "is not JSON"),
         (["--request", "{nomsgs}", "--answer", "1"], 'has no "messages" list'),
+        (["--request", "{deep}", "--answer", "1"], "nests too deeply"),
         (["--request", "{req}", "--answer", " "], "--answer is empty"),
         (["--request", "{req}", "--answer", "1", "--call", "2"], "a --request file is one call"),
         (["abc", "--request", "{req}", "--answer", "1"], "not both"),
@@ -201,11 +202,13 @@ def test_bad_input_is_one_line(tmp_path, capsys, args, says):
     req.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}))
     (tmp_path / "notjson.json").write_text("{]")
     (tmp_path / "nomsgs.json").write_text('{"messages": []}')
+    (tmp_path / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
     paths = {
         "req": req,
         "missing": tmp_path / "missing.json",
         "notjson": tmp_path / "notjson.json",
         "nomsgs": tmp_path / "nomsgs.json",
+        "deep": tmp_path / "deep.json",
         "tmp": tmp_path,
     }
     code = main(["attention", *(a.format(**paths) for a in args), "--db", str(tmp_path / "a.db")])
@@ -347,3 +350,27 @@ def test_a_stored_call_is_explained_and_kept_for_the_report(tmp_path, capsys):
         store.close()
     assert [k for k, _ in stored] == [0, 1]
     assert AttentionMap.from_json(stored[1][1]).meta["call"] == 1
+
+
+@pytest.mark.slow
+def test_a_kept_context_gives_what_a_fresh_one_gives():
+    """The reader keeps its context and prefills only past the common prefix: a second request
+    sharing the first's history must read the same attention as a reader that never saw it."""
+    from ctxwright.attention.capture import AttentionReader
+    from ctxwright.attention.shares import attention_map
+
+    first = _request()
+    second = ChatRequest(
+        messages=(*first.messages[:-1], Message(role="user", content="Which order did you check?")), tools=first.tools
+    )
+    with AttentionReader() as warm:
+        attention_map(warm, first, "2")
+        reused = attention_map(warm, second, "A1")
+        again = attention_map(warm, second, "A1")
+    with AttentionReader() as cold:
+        fresh = attention_map(cold, second, "A1")
+    for a, b, c in zip(reused.spans, fresh.spans, again.spans, strict=True):
+        assert a.label == b.label
+        assert a.share_by_layer == pytest.approx(b.share_by_layer, abs=1e-4)
+        assert c.share_by_layer == pytest.approx(b.share_by_layer, abs=1e-4)
+    assert reused.answer_logprobs == pytest.approx(fresh.answer_logprobs, abs=1e-3)

@@ -118,7 +118,7 @@ def test_the_page_holds_the_maps_numbers():
     assert heat["y"] == list(range(LAYERS))
     for layer in range(LAYERS):
         assert heat["z"][layer] == pytest.approx([s.share_by_layer[layer] for s in messages], abs=1e-5)
-    assert heat["x"][2].startswith("#2 ") and "where is the handbook" in heat["x"][2]
+    assert heat["x"][2] == "user: where is the handbook?"  # a message's own label (spans.py numbers it)
     # the tables average the chosen layers only: the user's message leads there, not over all layers
     user = messages[2]
     chosen = m.mean_share(user, range(15, 25))
@@ -137,7 +137,7 @@ def test_the_page_holds_the_maps_numbers():
     strip = figs["a0-tokens"]["data"][0]
     cells = [v for row in strip["z"] for v in row if v is not None]
     assert cells == pytest.approx(list(m.token_share), abs=1e-6)
-    assert strip["text"][0][41].startswith("token 41 · user: status<br>tok41")
+    assert strip["text"][0][41].startswith("token 41 · status<br>tok41")
     assert "The handbook is in room 4" in html and "log-probability -1.75" in html
     assert 'document.body.dataset.charts = "3"' in html
 
@@ -188,7 +188,7 @@ def test_a_long_prompt_is_drawn_in_bounded_cells():
 def test_many_messages_keep_the_most_attended():
     base = make_map()
     many = [
-        Span(f"m{i}", "message", i, "user", i, i + 1, tuple((i + 1) / 1e4 for _ in range(LAYERS)), (0.0,) * LAYERS)
+        Span(f"#{i} user", "message", i, "user", i, i + 1, tuple((i + 1) / 1e4 for _ in range(LAYERS)), (0.0,) * LAYERS)
         for i in range(450)
     ]
     m = AttentionMap(

@@ -171,13 +171,15 @@ def _row(number: int, s: Span, m: AttentionMap, layers: Sequence[int]) -> SpanRo
 
 
 def _named(s: Span) -> str:
-    """A message span as a reader names it: its label, after its role unless the label says it."""
-    return f"{s.role}: {s.label}" if s.role and not s.label.startswith(s.role) else s.label
+    """A message span as a reader names it: its label (``#3 tool lookup``, ``#4 status bar``)
+    already holds its index and its role, so it is shown as it is."""
+    return s.label
 
 
 def _axis_label(number: int, s: Span, with_role: bool) -> str:
-    """A heatmap column's label, numbered as in the table (labels need not be unique)."""
-    return short(visible(f"#{number} {_named(s) if with_role else s.label}"), LABEL_CHARS)
+    """A heatmap column's label: a message's own (it is numbered); a section or status line
+    numbered as in its table (labels need not be unique)."""
+    return short(visible(s.label if with_role else f"#{number} {s.label}"), LABEL_CHARS)
 
 
 def _frames(m: AttentionMap, layers: Sequence[int]) -> list[dict[str, Any]]:

@@ -157,6 +157,8 @@ def _request_file(path_text: str) -> Any:
         raise CtxwrightError(f"--request {path_text} cannot be read ({exc.strerror or exc})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CtxwrightError(f"--request {path_text} is not JSON ({exc}); give an OpenAI chat request body") from None
+    except RecursionError:  # [[[[...]]]]: nested deeper than the parser recurses
+        raise CtxwrightError(f"--request {path_text} nests too deeply to be a chat request body") from None
     msgs = body.get("messages") if isinstance(body, dict) else None
     if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
         raise CtxwrightError(
@@ -241,10 +243,17 @@ def _print_table(console: Any, amap: Any) -> None:
         markup=False,
     )
     t = Table(title="share of non-sink attention, averaged over the answer's tokens")
-    for name, justify in (("span", "left"), ("role", "left"), ("tokens", "right"), ("share", "right")):
+    for name, justify in (
+        ("span", "left"),
+        ("role", "left"),
+        ("tokens", "right"),
+        ("share", "right"),
+        ("sink", "right"),
+    ):
         t.add_column(name, justify=justify)  # type: ignore[arg-type]
     for s in amap.spans:
         indent = "" if s.in_partition else "  "
         # labels hold message text (headings, tool names): never read as rich markup
-        t.add_row(Text(indent + s.label), Text(s.role), f"{s.tokens:,}", f"{amap.mean_share(s):.3f}")
+        sink = sum(s.sink_share_by_layer) / len(s.sink_share_by_layer) if s.sink_share_by_layer else 0.0
+        t.add_row(Text(indent + s.label), Text(s.role), f"{s.tokens:,}", f"{amap.mean_share(s):.3f}", f"{sink:.3f}")
     console.print(t)
