@@ -214,6 +214,7 @@ def _write(tmp_path, *lines):
     ("line", "message"),
     [
         ("{not json", r"tasks.jsonl:2: not JSON"),
+        ("[" * 100_000, r"tasks.jsonl:2: nested too deeply"),
         ("[1, 2]", r"tasks.jsonl:2: expected a JSON object"),
         ('{"id": "b", "prompt": "p", "expected_answer": ["x"], "colour": 1}', "unknown key"),
         ('{"id": "b", "expected_answer": ["x"]}', 'needs a "prompt"'),

@@ -197,6 +197,8 @@ def load_tasks(path: str | Path, *, limit: int | None = None) -> list[Task]:
             obj = json.loads(stripped)
         except json.JSONDecodeError as exc:
             raise _bad(where, f"not JSON ({exc.msg} at column {exc.colno}); one task object per line") from None
+        except RecursionError:  # [[[[...: nested deeper than the parser recurses
+            raise _bad(where, "nested too deeply to be a task; one task object per line") from None
         task = parse_task(obj, where, p.parent)
         if task.id in ids:
             raise _bad(where, f"task id {task.id!r} is used again (first at {ids[task.id]}); give each task its own id")
