@@ -19,9 +19,9 @@ is building without it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from ctxwright.core.markdown import headings
 from ctxwright.core.sections import SystemPromptBuilder
 from ctxwright.errors import AblationInputError
 
@@ -30,9 +30,6 @@ __all__ = ["MAX_SECTIONS", "Section", "SectionedPrompt", "split_builder", "split
 #: More sections than this would be an ablation of hundreds of arms, each a full pass over the
 #: tasks: refused, with the advice to split at a shallower level.
 MAX_SECTIONS = 64
-
-_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 
 
 @dataclass(frozen=True)
@@ -78,24 +75,8 @@ class SectionedPrompt:
 
 
 def _headings(lines: list[str]) -> list[tuple[int, int, str]]:
-    """``(line index, level, title)`` of every ATX heading outside fenced code blocks."""
-    found: list[tuple[int, int, str]] = []
-    fence: str | None = None
-    for i, line in enumerate(lines):
-        m = _FENCE.match(line)
-        if m is not None:
-            mark = m.group(1)
-            if fence is None:
-                fence = mark
-            elif mark[0] == fence[0] and len(mark) >= len(fence):
-                fence = None
-            continue
-        if fence is not None:
-            continue
-        h = _HEADING.match(line.rstrip("\r\n"))
-        if h is not None and h.group(2).strip():
-            found.append((i, len(h.group(1)), h.group(2).strip()))
-    return found
+    """``(line index, level, title)`` of every titled heading (``core/markdown.py`` finds them)."""
+    return [(h.index, h.level, h.title) for h in headings(lines) if h.title]
 
 
 def split_markdown(text: str, *, where: str = "the system prompt") -> SectionedPrompt:

@@ -20,18 +20,16 @@ from __future__ import annotations
 
 import bisect
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ctxwright.attention.model import SpanKind
 from ctxwright.backends.embedded import RESULTS_TRAILER, calls_text, tools_as_text
+from ctxwright.core.markdown import headings
 from ctxwright.core.messages import Message
 from ctxwright.core.request import ChatRequest
 from ctxwright.errors import AttentionError
 from ctxwright.status.bar import STATUS_CLOSE, STATUS_OPEN
-
-_HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -121,19 +119,23 @@ def message_spans(prompt: str, request: ChatRequest) -> list[TextSpan]:
 
 
 def _sections(text: str, offset: int, index: int) -> list[TextSpan]:
-    heads = list(_HEADING.finditer(text))
+    """The system prompt's Markdown sections, each from its heading to the next
+    (``core/markdown.py``: the headings the gate and the ablation cut at too)."""
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    heads = headings(lines)
     out: list[TextSpan] = []
     if not heads:
         return out
-    if heads[0].start() > 0 and text[: heads[0].start()].strip():
-        out.append(
-            TextSpan(
-                "system § (before the first heading)", "section", index, "system", offset, offset + heads[0].start()
-            )
-        )
+    first = starts[heads[0].index]
+    if first > 0 and text[:first].strip():
+        out.append(TextSpan("system § (before the first heading)", "section", index, "system", offset, offset + first))
     for k, h in enumerate(heads):
-        stop = heads[k + 1].start() if k + 1 < len(heads) else len(text)
-        out.append(TextSpan(f"system § {h.group(1)}", "section", index, "system", offset + h.start(), offset + stop))
+        stop = starts[heads[k + 1].index] if k + 1 < len(heads) else len(text)
+        title = h.title or "#" * h.level
+        out.append(TextSpan(f"system § {title}", "section", index, "system", offset + starts[h.index], offset + stop))
     return out
 
 

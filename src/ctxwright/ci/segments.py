@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from ctxwright.audit.compare import _bytes_divergence, utf8
+from ctxwright.core.markdown import headings
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.core.wire_order import wire_order
@@ -57,10 +58,6 @@ from ctxwright.core.wire_order import wire_order
 SegmentKind = Literal["system", "tool"]
 ChangeKind = Literal["changed", "added", "removed", "moved"]
 
-#: an ATX heading (CommonMark: up to three spaces, 1-6 ``#``, then a space or the line's end)
-_HEADING = re.compile(r" {0,3}#{1,6}(?:[ \t]|\r?\n|$)")
-#: the opening or closing line of a fenced code block: a ``# comment`` inside one is no heading
-_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 _LINES = re.compile(r"[^\n]*\n|[^\n]+")
 #: the longest section or tool name shown, in characters (a name is read in a list)
 _NAME_CHARS = 48
@@ -248,20 +245,7 @@ def _sections(system: str) -> list[_Section]:
 
 
 def _heading_lines(lines: list[str]) -> set[int]:
-    found: set[int] = set()
-    fence: str | None = None
-    for i, line in enumerate(lines):
-        m = _FENCE.match(line)
-        if m is not None:
-            mark = m.group(1)
-            if fence is None:
-                fence = mark
-            elif mark[0] == fence[0] and len(mark) >= len(fence) and not line.strip()[len(mark) :].strip():
-                fence = None
-            continue
-        if fence is None and _HEADING.match(line):
-            found.add(i)
-    return found
+    return {h.index for h in headings(lines)}
 
 
 def _unique(names: list[str]) -> list[str]:
