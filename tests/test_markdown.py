@@ -7,7 +7,17 @@ from ctxwright.core.markdown import headings
 
 
 def test_atx_headings_and_their_titles():
-    lines = ["# Role", "text", "## Refunds ##", "### C#", "#5 is no heading", "#hashtag", "   # indented", "    # code", "#"]
+    lines = [
+        "# Role",
+        "text",
+        "## Refunds ##",
+        "### C#",
+        "#5 is no heading",
+        "#hashtag",
+        "   # indented",
+        "    # code",
+        "#",
+    ]
     assert [(h.index, h.level, h.title) for h in headings(lines)] == [
         (0, 1, "Role"),
         (2, 2, "Refunds"),
