@@ -122,6 +122,43 @@ def test_a_call_that_raises_leaves_its_caller_to_its_deadline() -> None:
     assert pool.submit(lambda: None).wait(5)
 
 
+_CTRL_C_ON_THE_WORKER = """
+import signal, sys, threading, time
+from ctxwright.tools.workers import Workers
+started = threading.Event()
+pool = Workers()
+done = pool.submit(lambda: (started.set(), time.sleep(30)))
+started.wait(10)
+worker = next(t for t in threading.enumerate() if t is not threading.main_thread())
+signal.pthread_kill(worker.ident, signal.SIGINT)  # the kernel may hand a Ctrl-C to any thread
+t0 = time.monotonic()
+try:
+    done.wait(20)
+    print("not interrupted", round(time.monotonic() - t0, 2))
+except KeyboardInterrupt:
+    print("interrupted", round(time.monotonic() - t0, 2))
+"""
+
+
+def test_ctrl_c_delivered_to_a_worker_thread_reaches_the_waiting_loop(tmp_path: Path) -> None:
+    """Python runs signal handlers in the main thread only; a Ctrl-C given to the thread running
+    the tool must still interrupt the loop's wait within one slice, not at the tool's deadline."""
+    import subprocess
+    import sys
+
+    src = Path(__file__).resolve().parent.parent / "src"
+    out = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_ON_THE_WORKER],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"},
+    )
+    verdict, seconds = out.stdout.split()
+    assert verdict == "interrupted", out.stdout + out.stderr
+    assert float(seconds) < 10  # within a slice (0.25 s), with room for a loaded machine
+
+
 @tool
 def page(n: int, size: int = 200) -> str:
     """One page.

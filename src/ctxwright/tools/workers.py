@@ -22,10 +22,13 @@ import _thread
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 #: Idle workers kept for the next calls (a reply's parallel batch is rarely wider).
 MAX_IDLE = 8
+#: The longest a wait for a call sleeps before the loop looks at pending signals (Ctrl-C).
+WAIT_SLICE = 0.25
 
 
 class Done:
@@ -48,10 +51,26 @@ class Done:
         return self._set
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Whether the call returned, waiting at most ``timeout`` seconds (``None``: until it does)."""
+        """Whether the call returned, waiting at most ``timeout`` seconds (``None``: until it does).
+
+        Why in slices of :data:`WAIT_SLICE`: Python runs signal handlers in the main thread
+        only, and a lock wait is cut short only when the kernel hands the signal to the thread
+        that waits. A Ctrl-C the kernel gives to the worker instead (more likely on a loaded
+        machine) would reach the loop only when the whole deadline -- the tool's timeout -- had
+        passed; waking every slice, the loop raises ``KeyboardInterrupt`` within one.
+        """
         if self._set:
             return True
-        got = self._lock.acquire() if timeout is None else self._lock.acquire(timeout > 0, max(timeout, 0) or -1)
+        if timeout is not None and timeout <= 0:
+            got = self._lock.acquire(False)
+        else:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            got = False
+            while not got:
+                left = WAIT_SLICE if deadline is None else min(WAIT_SLICE, deadline - time.monotonic())
+                if left <= 0:
+                    break
+                got = self._lock.acquire(True, left)
         if not got:
             return False
         self._lock.release()  # let any other waiter through as well
