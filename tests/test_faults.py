@@ -417,6 +417,14 @@ def _session(db: Path, url: str) -> str:
         return h.session_id
 
 
+def _ctrl_c_restored() -> None:
+    """``preexec_fn``: SIGINT back to its default in the child. A shell starts background jobs
+    (``nohup pytest ... &``) with SIGINT ignored, children inherit that, and Python installs its
+    ``KeyboardInterrupt`` handler only where SIGINT is at its default -- a Ctrl-C test would then
+    test nothing but the ignored signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _wait_for(what: Any, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while not what():
@@ -629,6 +637,7 @@ def test_ctrl_c_during_a_tool_then_continue(tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=_ctrl_c_restored,
         )
         _wait_for(lambda: (tmp_path / "started").exists())
         run.send_signal(signal.SIGINT)

@@ -124,15 +124,16 @@ def test_a_call_that_raises_leaves_its_caller_to_its_deadline() -> None:
 
 _CTRL_C_ON_THE_WORKER = """
 import signal, sys, threading, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored (nohup ... &)
 from ctxwright.tools.workers import Workers
 started = threading.Event()
 pool = Workers()
 done = pool.submit(lambda: (started.set(), time.sleep(30)))
 started.wait(10)
 worker = next(t for t in threading.enumerate() if t is not threading.main_thread())
-signal.pthread_kill(worker.ident, signal.SIGINT)  # the kernel may hand a Ctrl-C to any thread
 t0 = time.monotonic()
 try:
+    signal.pthread_kill(worker.ident, signal.SIGINT)  # the kernel may hand a Ctrl-C to any thread
     done.wait(20)
     print("not interrupted", round(time.monotonic() - t0, 2))
 except KeyboardInterrupt:
@@ -154,8 +155,8 @@ def test_ctrl_c_delivered_to_a_worker_thread_reaches_the_waiting_loop(tmp_path: 
         timeout=60,
         env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"},
     )
-    verdict, seconds = out.stdout.split()
-    assert verdict == "interrupted", out.stdout + out.stderr
+    assert out.stdout.startswith("interrupted "), out.stdout + out.stderr
+    seconds = out.stdout.split()[1]
     assert float(seconds) < 10  # within a slice (0.25 s), with room for a loaded machine
 
 
