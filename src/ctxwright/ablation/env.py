@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from ctxwright.errors import AblationInputError
+from ctxwright.tools.imported import import_from_cwd
 
 __all__ = ["Environment", "EnvironmentFactory", "load_factory", "load_object", "make_environment"]
 
@@ -77,11 +77,8 @@ def load_object(spec: str, *, base: Path | None = None, where: str = "env") -> A
     if target.endswith(".py"):
         module = _load_file((base or Path.cwd()) / Path(target).expanduser(), spec, where)
     else:
-        cwd = os.getcwd()
-        if cwd not in sys.path and "" not in sys.path:
-            sys.path.insert(0, cwd)
         try:
-            module = importlib.import_module(target)
+            module = import_from_cwd(target)
         except Exception as exc:
             raise AblationInputError(
                 f"{where}: {spec!r}: importing {target} failed ({type(exc).__name__}: {exc}); check the "

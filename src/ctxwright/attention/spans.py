@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ctxwright.attention.model import SpanKind
-from ctxwright.backends.embedded import RESULTS_TRAILER, calls_text, tools_as_text
+from ctxwright.backends.embedded import RESULTS_TRAILER, shown_text
 from ctxwright.core.markdown import headings
 from ctxwright.core.messages import Message
 from ctxwright.core.request import ChatRequest
@@ -46,17 +46,6 @@ class TextSpan:
     end: int = 0
 
 
-def shown_text(m: Message, names: dict[str, str]) -> str:
-    """A message's text as the embedded renderer shows it (``adapt_messages``'s forms)."""
-    if m.role == "assistant":
-        if m.tool_calls:
-            return calls_text(m.tool_calls)
-        return json.dumps({"answer": m.content or ""}, ensure_ascii=False)
-    if m.role == "tool":
-        return f"Result of {names.get(m.tool_call_id or '', 'tool')}: {m.content or ''}"
-    return m.content or ""
-
-
 def answer_text(answer: str) -> str:
     """The answer as the embedded model writes it: the constrained ``{"answer": ...}`` or
     ``{"tool_calls": ...}`` JSON. Text that already is such JSON is kept byte for byte."""
@@ -66,7 +55,7 @@ def answer_text(answer: str) -> str:
         data = None
     if isinstance(data, dict) and ("answer" in data or "tool_calls" in data):
         return answer
-    return json.dumps({"answer": answer}, ensure_ascii=False)
+    return shown_text(Message(role="assistant", content=answer), {})
 
 
 def _label(i: int, m: Message, names: dict[str, str]) -> str:
@@ -89,9 +78,7 @@ def message_spans(prompt: str, request: ChatRequest) -> list[TextSpan]:
     cursor = 0
     msgs = request.messages
     for i, m in enumerate(msgs):
-        text = shown_text(m, names)
-        if m.role == "system":
-            text += tools_as_text(request.tools)
+        text = shown_text(m, names, request.tools)
         at = prompt.find(text, cursor)
         if at < 0:
             raise AttentionError(

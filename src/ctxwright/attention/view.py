@@ -335,24 +335,16 @@ def attention_view(
     fine_rows = _top(fine, m, chosen, MAX_TABLE_ROWS)
     charts: list[Chart] = []
     notes: list[str] = []
-    cols = _top(partition, m, chosen, MAX_HEATMAP_SPANS)
-    if cols:
-        left = len(partition) - len(cols)
-        title = "layer × message"
-        if left:
-            title += f" (the {len(cols)} most attended of {len(partition)})"
-        charts.append(
-            Chart(f"{anchor}-messages", "layer × message", script_json(_heatmap(m, cols, title, chosen, True)))
-        )
-    fine_cols = _top(fine, m, chosen, MAX_HEATMAP_SPANS)
-    if fine_cols:
-        left = len(fine) - len(fine_cols)
-        title = "layer × section and status line"
-        if left:
-            title += f" (the {len(fine_cols)} most attended of {len(fine)})"
-        charts.append(
-            Chart(f"{anchor}-sections", "layer × section", script_json(_heatmap(m, fine_cols, title, chosen, False)))
-        )
+    # one heatmap of the messages (the partition), one of the sections and status lines
+    for spans, key, name, heading, messages in (
+        (partition, "messages", "layer × message", "layer × message", True),
+        (fine, "sections", "layer × section", "layer × section and status line", False),
+    ):
+        cols = _top(spans, m, chosen, MAX_HEATMAP_SPANS)
+        if not cols:
+            continue
+        title = heading if len(cols) == len(spans) else f"{heading} (the {len(cols)} most attended of {len(spans)})"
+        charts.append(Chart(f"{anchor}-{key}", name, script_json(_heatmap(m, cols, title, chosen, messages))))
     if m.token_share:
         fig, note = _strip(m)
         charts.append(Chart(f"{anchor}-tokens", "per-token strip", script_json(fig), wide=True))

@@ -175,6 +175,23 @@ def calls_text(calls: tuple[ToolCall, ...]) -> str:
     return json.dumps({"tool_calls": [{"name": n, "arguments": a} for n, a in parsed]}, ensure_ascii=False)
 
 
+def shown_text(m: Message, names: dict[str, str], tools: tuple[ToolSpec, ...] = ()) -> str:
+    """One message's text as the template is given it: the system prompt with the tool listing,
+    an assistant turn as the JSON the model writes, a tool result as ``Result of NAME: ...``
+    (``names``: tool-call ids to tool names, from earlier assistant turns). The one definition
+    of these forms: :func:`adapt_messages` renders with it and ``attention/spans.py`` finds
+    each message's text in the prompt with it."""
+    if m.role == "system":
+        return (m.content or "") + tools_as_text(tools)
+    if m.role == "assistant":
+        if m.tool_calls:
+            return calls_text(m.tool_calls)
+        return json.dumps({"answer": m.content or ""}, ensure_ascii=False)
+    if m.role == "tool":
+        return f"Result of {names.get(m.tool_call_id or '', 'tool')}: {m.content or ''}"
+    return m.content or ""
+
+
 def adapt_messages(messages: tuple[Message, ...], tools: tuple[ToolSpec, ...]) -> list[dict[str, str]]:
     """Map standard messages to what the ChatML template can show (see module docstring).
 
@@ -198,22 +215,17 @@ def adapt_messages(messages: tuple[Message, ...], tools: tuple[ToolSpec, ...]) -
 
     for m in messages:
         if m.role == "tool":
-            pending.append(f"Result of {names.get(m.tool_call_id or '', 'tool')}: {m.content or ''}")
+            pending.append(shown_text(m, names))
             continue
         flush()
         if m.role == "system":
-            out.append({"role": "system", "content": (m.content or "") + tools_as_text(tools)})
+            out.append({"role": "system", "content": shown_text(m, names, tools)})
         elif m.role == "assistant":
             for tc in m.tool_calls:
                 names[tc.id] = tc.name
-            content = (
-                calls_text(m.tool_calls)
-                if m.tool_calls
-                else json.dumps({"answer": m.content or ""}, ensure_ascii=False)
-            )
-            out.append({"role": "assistant", "content": content})
+            out.append({"role": "assistant", "content": shown_text(m, names)})
         else:
-            out.append({"role": "user", "content": m.content or ""})
+            out.append({"role": "user", "content": shown_text(m, names)})
     flush()
     return out
 

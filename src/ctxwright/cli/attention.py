@@ -219,7 +219,7 @@ def _stored_call(args: argparse.Namespace) -> tuple[Any, str, int, Any, str, dic
         raw = (record.usage.get("raw") or {}) if record is not None else {}
         answer = raw.get("raw_text") if isinstance(raw, dict) else None
         if not isinstance(answer, str) or not answer.strip():
-            from ctxwright.attention.spans import shown_text
+            from ctxwright.backends.embedded import shown_text
 
             answer = shown_text(picked.reply.message, {})
         request = ChatRequest(messages=(prefix.system_message(), *picked.messages), tools=prefix.tools)

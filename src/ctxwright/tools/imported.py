@@ -12,12 +12,23 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from types import ModuleType
 from typing import Any
 
 from ctxwright.errors import ConfigError
 from ctxwright.tools.registry import Tool
 
-__all__ = ["import_tool"]
+__all__ = ["import_from_cwd", "import_tool"]
+
+
+def import_from_cwd(module_name: str) -> ModuleType:
+    """Import ``module_name`` with the current directory on ``sys.path`` first, as
+    ``python script.py`` has the script's folder: ``mytools`` finds ``./mytools.py``. The
+    callers (``--tool``, the ablation's environment factories) turn its errors into theirs."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    return importlib.import_module(module_name)
 
 
 def import_tool(spec: str) -> Tool:
@@ -31,10 +42,8 @@ def import_tool(spec: str) -> Tool:
     if not sep or not module_name.strip() or not attr.strip():
         raise ConfigError(f"tool {spec!r}: write it as module:function, e.g. mytools:add for add() in ./mytools.py")
     cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
     try:
-        module = importlib.import_module(module_name)
+        module = import_from_cwd(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is not None and module_name.startswith(exc.name):
             raise ConfigError(
