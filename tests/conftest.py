@@ -20,6 +20,49 @@ def store(tmp_path):
     s.close()
 
 
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[object]:
+    """A real PostgreSQL server for the whole run (``tests/pgserver.py``). Missing PostgreSQL
+    skips the PostgreSQL tests on a developer's machine and fails them in CI, where
+    ``make test`` installs it."""
+    import os
+
+    import pgserver
+
+    try:
+        server = pgserver.start()
+    except RuntimeError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL is needed in CI: {exc}")
+        pytest.skip(str(exc))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server) -> str:
+    """The URL of a fresh, empty database on the test server."""
+    return str(pg_server.new_database())
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A new store on each database: an SQLite file, then a PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "ctx.db")
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def any_store(db_target: str):
+    """:class:`Store` on each database in turn (tests that must hold on both)."""
+    from ctxwright.store.sessions import Store
+
+    s = Store(db_target)
+    yield s
+    s.close()
+
+
 @pytest.fixture(autouse=True)
 def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test talks to servers on 127.0.0.1 only: httpx (under the openai and anthropic SDKs)

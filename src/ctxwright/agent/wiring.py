@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxwright.agent.assemble import Assembly, assemble, check_resume
 from ctxwright.agent.context import ContextConfig
@@ -59,12 +59,17 @@ from ctxwright.skills.tools import SKILL_TOOLS, CatalogMode
 from ctxwright.status.bar import StatusBar, StatusConfig
 from ctxwright.status.component import StatusComponent
 from ctxwright.status.todo import TodoComponent
+from ctxwright.store.database import normalize_target
 from ctxwright.store.lease import Lease
 from ctxwright.store.lease import acquire as acquire_lease
 from ctxwright.store.recovery import import_pending
 from ctxwright.store.sessions import Store
 from ctxwright.tools.component import Component, UserTools, WorkspaceTools
 from ctxwright.tools.deferred import DeferralComponent
+
+if TYPE_CHECKING:  # imported when otlp= is given (telemetry/ loads the OpenTelemetry SDK)
+    from ctxwright.telemetry.exporter import Exporter
+    from ctxwright.telemetry.spans import RunTracer
 
 __all__ = ["DEFAULT_SYSTEM", "META_KEY", "Wired", "check_gguf", "components_for", "demo_tools_wanted", "wire"]
 
@@ -101,6 +106,9 @@ class Wired:
     lease: Lease | None = None
     owned_backend: Backend | None = None
     owned_store: Store | None = None
+    #: the run's spans (``telemetry/spans.py``) when ``otlp`` is given: ``on_event`` is this tracer,
+    #: wrapped around the caller's sink; closed last (its exporter's flush is bounded)
+    telemetry: RunTracer | None = None
     #: ``tool_choice`` of a run's first call when given, else the backend's default (used
     #: until the session has a user message)
     explicit_first_choice: ToolChoice | None = None
@@ -129,6 +137,8 @@ class Wired:
                 self.lease.release()
         if self.owned_store is not None:
             self.owned_store.close()
+        if self.telemetry is not None:
+            self.telemetry.close()
 
 
 @dataclass
@@ -161,6 +171,8 @@ def wire(
     opened = _open(db, resume, take_over)
     owned: Backend | None = None
     comps: list[Component] = []
+    tracer: RunTracer | None = None
+    exporter: Exporter | None = None
     try:
         stored, recorded = opened.stored, opened.recorded
         if stored is not None:  # refused before anything is loaded or sent (recipe/check.py)
@@ -170,6 +182,7 @@ def wire(
         # the backend first: what is switched on by default depends on it
         name = backend_name(given, stored.backend if stored is not None else None, default=default_backend)
         recipe = Recipe.resolve(given, recorded, backend_defaults(name))
+        exporter = _exporter(recipe)  # an --otlp without the otel extra is refused before a model loads
         chosen, owned = _backend(backend, recipe.model, given, stored, default_backend)
         if stored is not None:
             check_same_model(stored.id, stored.backend, stored.model, chosen.name, chosen.model)
@@ -177,6 +190,9 @@ def wire(
             recipe = Recipe.resolve(given, recorded, backend_defaults(chosen.name))
         recipe = recipe.with_backend(chosen)
         d = backend_defaults(chosen.name)
+        if exporter is not None:  # every event of the run, a sub-agent's too, passes the tracer
+            tracer = _tracer(exporter, sink, chosen, recipe)
+            sink = tracer
         comps = components_for(recipe, chosen, stored, sink)
         assembly = assemble(
             comps,
@@ -222,6 +238,8 @@ def wire(
             # and a reasoning model re-thinks a tool loop without them: keep them, byte for byte
             mode = ReasoningPolicy("keep")
         install_reasoning(session, mode)  # recorded in meta; the renderer reads it
+        if tracer is not None:
+            tracer.bind(session.id)
         assembly.bind(session)
         status = assembly.find(StatusComponent)
         defence = assembly.find(DefenceComponent)
@@ -239,6 +257,7 @@ def wire(
             lease=lease,
             owned_backend=owned,
             owned_store=opened.owned_store,
+            telemetry=tracer,
             explicit_first_choice=recipe.limits.tool_choice_first,
             default_first_choice=d.tool_choice_first,
         )
@@ -253,7 +272,24 @@ def wire(
                 opened.lease.release()
         if opened.owned_store is not None:
             opened.owned_store.close()
+        if exporter is not None:
+            exporter.close()
         raise
+
+
+def _exporter(recipe: Recipe) -> Exporter | None:
+    """The OTLP exporter ``otlp=`` asks for, or ``None`` (``telemetry/``: imported only then)."""
+    if recipe.telemetry.otlp is None:
+        return None
+    from ctxwright.telemetry import open_exporter
+
+    return open_exporter(recipe.telemetry)
+
+
+def _tracer(exporter: Exporter, sink: EventSink, backend: Backend, recipe: Recipe) -> RunTracer:
+    from ctxwright.telemetry.spans import RunTracer
+
+    return RunTracer(exporter, sink, backend=backend.name, model=backend.model, content=recipe.telemetry.content)
 
 
 def context_config(recipe: Recipe, d: BackendDefaults) -> ContextConfig:
@@ -384,7 +420,7 @@ def _open(db: str | Path | Store | None, resume: str | None, take_over: bool) ->
     if db is None or isinstance(db, Store):
         store = db
     else:
-        store = owned = Store(Path(db).expanduser())
+        store = owned = Store(normalize_target(db))
     opened = _Open(store, owned)
     if resume is None:
         return opened

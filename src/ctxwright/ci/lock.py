@@ -177,10 +177,13 @@ def _log_prefix(source: str | Path, max_record: int) -> PrefixSource:
 
 
 def _store(path: str | Path | None) -> Any:
+    from ctxwright.store.database import is_url
     from ctxwright.store.sessions import Store
 
     if path is None:
         return Store()
+    if is_url(path):
+        return Store(str(path))
     p = Path(path).expanduser()
     if not p.is_file():
         raise CtxwrightError(f"--store {path}: no database there; give the SQLite file ctxwright run or proxy wrote")

@@ -85,7 +85,7 @@ def _gate(args: argparse.Namespace) -> int:
         raise CtxwrightError(
             "--update writes a file: give GOLDEN as a file (ctxwright export ID --requests > golden.jsonl)"
         )
-    store = Path(args.db) if getattr(args, "db", None) else None
+    store = args.db if getattr(args, "db", None) else None
     golden = load_golden(args.golden, proxy_session=args.proxy_session, session=args.session, store=store)
     tolerances = Tolerances(args.max_reuse_drop, args.max_token_increase, args.max_cost_increase)
     pricing = pricing_from_args(args)

@@ -100,7 +100,7 @@ def approver(mode: str | None, timeout: float | None) -> Any:
 def cmd_run(args: argparse.Namespace) -> int:
     """Turn the arguments into one :class:`~ctxwright.harness.Harness` and print its run."""
     from ctxwright.harness import Harness
-    from ctxwright.store.sqlite import default_db_path
+    from ctxwright.store.sqlite import default_db_target
 
     if args.report is not None:  # a report that cannot be written is said before the run, not after it
         out = Path(args.report).expanduser()
@@ -114,7 +114,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.resume and args.continue_:
         raise CtxwrightError("--resume ID and --continue both name the session to continue: give one of them")
     if args.continue_:
-        args.resume = _latest_session(args.db or default_db_path())
+        args.resume = _latest_session(args.db or default_db_target())
     if args.resume and not args.prompt:
         how = "--continue" if args.continue_ else "--resume ID"
         raise CtxwrightError(f'{how} needs a follow-up message: ctxwright run {how} "follow-up"')
@@ -130,7 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with Harness(
         system,
         tools,
-        db=args.db or default_db_path(),
+        db=args.db or default_db_target(),
         resume=args.resume,
         take_over=args.take_over,
         on_event=printer,
@@ -165,9 +165,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _latest_session(db: str | Path) -> str:
     """``--continue``: the top-level session of ``db`` used last."""
+    from ctxwright.store.database import is_url
     from ctxwright.store.sessions import Store
 
-    if not Path(db).expanduser().exists():
+    if not is_url(db) and not Path(db).expanduser().exists():
         raise CtxwrightError(f'no session to continue in {db}: start one with ctxwright run "the task"')
     store = Store(db)
     try:
@@ -226,7 +227,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, ensure_ascii=False, indent=1))
         return 0
-    t = Table(title=Text(f"sessions in {store.path}"))
+    t = Table(title=Text(f"sessions in {store.location}"))
     id_column(t, [r["id"] for r in rows])
     for c in ("created", "backend", "model", "events", "calls", "first message"):
         t.add_column(c)

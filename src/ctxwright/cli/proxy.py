@@ -75,6 +75,9 @@ def add_proxy_parser(sub: Any) -> None:
         help="open client connections served at once; past it new requests get a 503 (default 256)",
     )
     p.add_argument("--quiet", action="store_true", help="do not print a line per call")
+    from ctxwright.recipe import add_arguments
+
+    add_arguments(p, sections=("telemetry",))  # --otlp, --otlp-content: declared once (recipe/options.py)
     p.add_argument("--list", action="store_true", help="list the recorded proxy sessions and exit")
     p.add_argument("--json", action="store_true", help="with --list: print JSON")
     p.set_defaults(func=cmd_proxy)
@@ -110,6 +113,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise CtxwrightError(str(exc)) from None
+    tracer = _tracer(args, upstream)  # before anything listens: a missing otel extra is one line
     store = _store(args)
     if note:
         print(f"ctxwright proxy: {note}", file=sys.stderr, flush=True)
@@ -125,7 +129,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     base = f"http://{shown}:{args.port}"
     console.print(
         Text(
-            f"ctxwright proxy on {base} -> {upstream}, recording to {store.path}\n"
+            f"ctxwright proxy on {base} -> {upstream}, recording to {store.location}\n"
             f"  OpenAI clients: base URL {base}/v1   Anthropic clients: {base}\n"
             "  one line per model call: session #call status time  cause  cached ÷ reusable  first divergence"
         )
@@ -134,9 +138,35 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     def out(line: str) -> None:
         print(line, flush=True)
 
-    recorder = serve(config, store, host=args.host, port=args.port, printer=(lambda _l: None) if args.quiet else out)
-    console.print(Text(f"ctxwright proxy stopped; {recorder.recorded} exchange(s) recorded in {store.path}"))
+    try:
+        recorder = serve(
+            config,
+            store,
+            host=args.host,
+            port=args.port,
+            printer=(lambda _l: None) if args.quiet else out,
+            observer=tracer,
+        )
+    finally:
+        if tracer is not None:
+            tracer.close()  # the last spans sent, within the exporter's bounded close
+    console.print(Text(f"ctxwright proxy stopped; {recorder.recorded} exchange(s) recorded in {store.location}"))
     return 0
+
+
+def _tracer(args: argparse.Namespace, upstream: str) -> Any:
+    """``--otlp``: a span per recorded model call (``telemetry/exchanges.py``), else ``None``."""
+    from ctxwright.recipe import Recipe, backend_defaults, given_from_args
+
+    telemetry = Recipe.resolve(given_from_args(args), None, backend_defaults("openai")).telemetry
+    if telemetry.otlp is None:
+        return None
+    from ctxwright.telemetry import open_exporter
+    from ctxwright.telemetry.exchanges import ExchangeTracer
+
+    exporter = open_exporter(telemetry)
+    assert exporter is not None
+    return ExchangeTracer(exporter, upstream=upstream, content=telemetry.content)
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -212,7 +242,7 @@ def _list(store: Any, *, as_json: bool) -> int:
     if as_json:
         print(json.dumps(rows, ensure_ascii=False, indent=1))
         return 0
-    t = Table(title=Text(f"proxy sessions in {store.path}"))
+    t = Table(title=Text(f"proxy sessions in {store.location}"))
     id_column(t, [r["id"] for r in rows])
     for c in ("started", "last call", "calls", "grouped by", "api", "upstream"):
         t.add_column(c)

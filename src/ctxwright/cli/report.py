@@ -94,7 +94,7 @@ def _gather(args: argparse.Namespace) -> Any:
         raise  # it names the sessions that start so; "no file of that name" would mislead
     except SessionNotFound:
         raise CtxwrightError(
-            f"no session {args.target} in {store.path} and no file of that name: give a session ID "
+            f"no session {args.target} in {store.location} and no file of that name: give a session ID "
             "(`ctxwright sessions` lists them; --db names another database) or a request log file"
         ) from None
     finally:

@@ -109,8 +109,9 @@ class ProxyLog:
                    (SELECT COUNT(*) FROM proxy_exchanges x WHERE x.session_id=s.id) AS calls,
                    (SELECT MAX(COALESCE(x.ended_at, x.started_at)) FROM proxy_exchanges x WHERE x.session_id=s.id)
                      AS last_at
-               FROM proxy_sessions s ORDER BY s.created_at DESC LIMIT ?""",
-            (-1 if limit is None else limit,),
+               FROM proxy_sessions s ORDER BY s.created_at DESC"""
+            + ("" if limit is None else " LIMIT ?"),
+            () if limit is None else (limit,),
         )
         return [dict(r) for r in rows]
 
@@ -121,7 +122,7 @@ class ProxyLog:
         sid = resolve_id(self.db, "proxy_sessions", session_id, what="proxy session", listing="ctxwright proxy --list")
         row = self.db.fetchone(f"SELECT {cols} FROM proxy_sessions WHERE id=?", (sid,))
         if row is None:  # deleted in between
-            raise SessionNotFound(f"proxy session {session_id!r} is no longer in {self.db.path}")
+            raise SessionNotFound(f"proxy session {session_id!r} is no longer in {self.db.location}")
         return dict(row)
 
     def exchange_rows(self, session_id: str | None) -> list[dict[str, Any]]:

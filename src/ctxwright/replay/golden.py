@@ -116,7 +116,7 @@ def load_golden(
     *,
     proxy_session: str | None = None,
     session: str | None = None,
-    store: Path | None = None,
+    store: Path | str | None = None,
     max_bytes: int = MAX_GOLDEN_BYTES,
 ) -> Golden:
     """The golden from exactly one of ``source`` (a request log file), ``proxy_session`` (a
@@ -191,17 +191,21 @@ def _file_records(path: Path, max_bytes: int) -> Iterator[tuple[str, Any]]:
                 ) from None
 
 
-def _open_store(store: Path | None) -> Any:
+def _open_store(store: Path | str | None) -> Any:
+    from ctxwright.store.database import is_url, normalize_target
     from ctxwright.store.sessions import Store
-    from ctxwright.store.sqlite import default_db_path
+    from ctxwright.store.sqlite import default_db_target
 
-    path = Path(store).expanduser() if store is not None else default_db_path()
+    target = normalize_target(store) if store is not None else default_db_target()
+    if is_url(target):
+        return Store(target)
+    path = Path(target)
     if not path.is_file():
         raise GoldenUnusable(f"no ctxwright database at {path}; give the one that holds the session with --store PATH")
     return Store(path)
 
 
-def _proxy_records(session_id: str, store: Path | None) -> tuple[str, list[tuple[str, Any]]]:
+def _proxy_records(session_id: str, store: Path | str | None) -> tuple[str, list[tuple[str, Any]]]:
     from ctxwright.proxy.log import proxy_session_requests
     from ctxwright.proxy.store import ProxyLog
 
@@ -216,7 +220,7 @@ def _proxy_records(session_id: str, store: Path | None) -> tuple[str, list[tuple
     return f"proxy session {sid}", [(f"call {i}", r) for i, r in enumerate(records, start=1)]
 
 
-def _session_records(session_id: str, store: Path | None, notes: list[str]) -> tuple[str, list[tuple[str, Any]]]:
+def _session_records(session_id: str, store: Path | str | None, notes: list[str]) -> tuple[str, list[tuple[str, Any]]]:
     from ctxwright.store.export import request_bodies
 
     db = _open_store(store)

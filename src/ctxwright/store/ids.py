@@ -12,7 +12,7 @@ is compared as text, on the primary key's order (a range scan, not a scan of the
 from __future__ import annotations
 
 from ctxwright.errors import AmbiguousSessionId, SessionNotFound
-from ctxwright.store.sqlite import Database
+from ctxwright.store.database import Database
 
 #: candidates named in the error for an ambiguous start
 SHOWN = 5
@@ -29,14 +29,15 @@ def resolve_id(db: Database, table: str, given: str, *, what: str, listing: str)
     :class:`AmbiguousSessionId` naming how many IDs (and the first few) start with it.
     """
     start = given.strip().removesuffix("…").rstrip()
-    where = f"in {db.path}"
+    where = f"in {db.location}"
+    text = f"id{db.dialect.binary_collation}"
     if not start:
         raise SessionNotFound(f"no {what} ID given: give one (`{listing}` lists them)")
     row = db.fetchone(f"SELECT id FROM {table} WHERE id=?", (start,))
     if row is not None:
         return str(row["id"])
     rows = db.fetchall(
-        f"SELECT id FROM {table} WHERE id >= ? AND id < ? AND substr(id, 1, ?) = ? ORDER BY id LIMIT ?",
+        f"SELECT id FROM {table} WHERE {text} >= ? AND {text} < ? AND substr(id, 1, ?) = ? ORDER BY {text} LIMIT ?",
         (start, start + _TOP, len(start), start, SHOWN + 1),
     )
     if len(rows) == 1:
@@ -47,7 +48,7 @@ def resolve_id(db: Database, table: str, given: str, *, what: str, listing: str)
             "(or pass --db / CTXWRIGHT_DB if it lives in another database)."
         )
     n = db.fetchone(
-        f"SELECT COUNT(*) AS n FROM {table} WHERE id >= ? AND id < ? AND substr(id, 1, ?) = ?",
+        f"SELECT COUNT(*) AS n FROM {table} WHERE {text} >= ? AND {text} < ? AND substr(id, 1, ?) = ?",
         (start, start + _TOP, len(start), start),
     )
     count = int(n["n"]) if n is not None else len(rows)

@@ -102,7 +102,7 @@ class Lease:
     store: Store
     row: LeaseRow
     #: the store's lease mark when the lease was last read as held (``Store.lease_mark``)
-    _held_at: tuple[int, int] | None = field(default=None, repr=False, compare=False)
+    _held_at: tuple[object, int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def session_id(self) -> str:

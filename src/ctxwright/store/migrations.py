@@ -2,6 +2,11 @@
 is opened and listed in a ``_migrations`` table, with ``PRAGMA user_version`` holding how many
 were applied -- the scheme Simon Willison's ``llm`` uses.
 
+The migrations are written in SQLite's spelling and run unchanged on PostgreSQL too: its
+connection translates the column types (``store/postgres.py``), so both databases have one
+schema and one list of named migrations. ``PRAGMA user_version`` is SQLite's; PostgreSQL's
+store keeps the count in ``_migrations`` (``Dialect.user_version``).
+
 Why: a database written before versioning (store v1, ``tests/fixtures/store_v1.db``) is
 brought forward in place, and a released migration is history -- databases already ran it --
 so it is never edited, reordered or removed (``m005_proxy`` creates the proxy's tables, which
@@ -17,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,6 +31,7 @@ from ctxwright.core.events import AssistantEvent, event_from_row
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.request import RequestOptions
 from ctxwright.errors import CtxwrightError, NotADatabase, SchemaTooNew, StoreUnusable
+from ctxwright.store.database import Connection, Dialect
 from ctxwright.store.sqlite import os_problem
 
 if TYPE_CHECKING:
@@ -36,7 +41,7 @@ if TYPE_CHECKING:
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _USER_VERSION_OFFSET = 60  # of the 100-byte database header: "user version", big-endian
 
-Migration = Callable[[sqlite3.Connection], None]
+Migration = Callable[[Connection], None]
 
 #: Every schema change, in the order applied; each is named by its function. Append only:
 #: a released migration is never edited or reordered (databases already ran it).
@@ -49,7 +54,7 @@ def migration(fn: Migration) -> Migration:
 
 
 @migration
-def m001_initial(db: sqlite3.Connection) -> None:
+def m001_initial(db: Connection) -> None:
     """The schema of the first release (store v1). ``IF NOT EXISTS``: a v1 database has it."""
     db.execute(
         """CREATE TABLE IF NOT EXISTS sessions (
@@ -97,7 +102,7 @@ def m001_initial(db: sqlite3.Connection) -> None:
 
 
 @migration
-def m002_call_request_options(db: sqlite3.Connection) -> None:
+def m002_call_request_options(db: Connection) -> None:
     """Per call: the request options that were sent and how many events it was rendered from.
 
     v1 kept only a hash of each request (model name, max_tokens, temperature and extra
@@ -141,7 +146,7 @@ def m002_call_request_options(db: sqlite3.Connection) -> None:
 
 
 @migration
-def m003_call_wall_ms(db: sqlite3.Connection) -> None:
+def m003_call_wall_ms(db: Connection) -> None:
     """Per call: its wall time in ms, measured around the backend call by the agent loop.
 
     Servers that report no cached-token field (llama-cpp-python's server) leave the cache
@@ -152,7 +157,7 @@ def m003_call_wall_ms(db: sqlite3.Connection) -> None:
 
 
 @migration
-def m004_session_leases(db: sqlite3.Connection) -> None:
+def m004_session_leases(db: Connection) -> None:
     """Which process runs each session (one writer per session, ``store/lease.py``).
 
     Two processes appending to one session both number their next event ``len(events)``:
@@ -173,7 +178,7 @@ def m004_session_leases(db: sqlite3.Connection) -> None:
 
 
 @migration
-def m005_proxy(db: sqlite3.Connection) -> None:
+def m005_proxy(db: Connection) -> None:
     """What ``ctxwright proxy`` sees: its sessions and every HTTP exchange it relays.
 
     Kept apart from ``sessions``/``calls``: a proxied agent's requests are not rendered from
@@ -228,7 +233,7 @@ def m005_proxy(db: sqlite3.Connection) -> None:
 
 
 @migration
-def m006_attention(db: sqlite3.Connection) -> None:
+def m006_attention(db: Connection) -> None:
     """The attention maps ``ctxwright attention`` saved: one per model call of a session.
 
     A map costs a model re-reading the whole request (seconds to minutes), so it is kept to
@@ -344,50 +349,65 @@ def check_file(path: Path) -> None:
         raise _too_new(path, version, [])
 
 
-def _too_new(path: Path, version: int, names: list[str]) -> SchemaTooNew:
+def _too_new(where: Path | str, version: int, names: list[str]) -> SchemaTooNew:
     what = f"schema version {version}" + (f", migrations {', '.join(names)}" if names else "")
     return SchemaTooNew(
-        f"the database at {path} was written by a newer ctxwright ({what}; this build knows schema version "
+        f"the database at {where} was written by a newer ctxwright ({what}; this build knows schema version "
         f"{SCHEMA_VERSION}); it was not changed. Upgrade ctxwright (pip install -U ctxwright), or point --db or "
-        "CTXWRIGHT_DB at another file."
+        "CTXWRIGHT_DB at another database."
     )
 
 
-def _applied(db: sqlite3.Connection) -> set[str]:
-    has = db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='_migrations'").fetchone()
-    if has is None:
+def _applied(db: Connection, dialect: Dialect) -> set[str]:
+    if not dialect.has_table(db, "_migrations"):
         return set()
     return {r["name"] for r in db.execute("SELECT name FROM _migrations").fetchall()}
 
 
-def check_schema(db: sqlite3.Connection, path: Path) -> set[str]:
+def applied_in_order(db: Connection, dialect: Dialect) -> list[str]:
+    """The applied migrations' names in the order they were applied (``MIGRATIONS``' order:
+    each build applies the ones it lacks in that order)."""
+    order = {fn.__name__: i for i, fn in enumerate(MIGRATIONS)}
+    return sorted(_applied(db, dialect), key=lambda n: (order.get(n, len(order)), n))
+
+
+def check_schema(db: Connection, where: Path | str, dialect: Dialect) -> set[str]:
     """The migrations already applied; :class:`SchemaTooNew` if any is not one of ours."""
-    version = db.execute("PRAGMA user_version").fetchone()[0]
-    applied = _applied(db)
+    version = dialect.user_version(db)
+    applied = _applied(db, dialect)
     ours = {fn.__name__ for fn in MIGRATIONS}
     unknown = sorted(applied - ours)
     if version > SCHEMA_VERSION or unknown:
-        raise _too_new(path, version, unknown)
+        raise _too_new(where, version, unknown)
     return applied
 
 
-def migrate(db: sqlite3.Connection, path: Path, applied: set[str]) -> None:
+def migrate(db: Connection, where: Path | str, applied: set[str], dialect: Dialect) -> None:
     if all(fn.__name__ in applied for fn in MIGRATIONS):
         return
-    db.execute("BEGIN IMMEDIATE")  # one writer migrates; a second process waits, then finds it done
+    # one writer migrates; a second process waits, then finds it done
+    dialect.begin_exclusive(db, "ctxwright migrations")
     try:
-        applied = check_schema(db, path)
+        applied = check_schema(db, where, dialect)
         db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
         for fn in MIGRATIONS:
             if fn.__name__ in applied:
                 continue
             fn(db)
             db.execute("INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", (fn.__name__, time.time()))
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        db.execute("COMMIT")
+        dialect.set_user_version(db, SCHEMA_VERSION)
+        dialect.commit(db)
     except BaseException:
-        db.execute("ROLLBACK")
+        dialect.rollback(db)
         raise
 
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_file", "check_schema", "migrate", "recover_v1_options"]
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "applied_in_order",
+    "check_file",
+    "check_schema",
+    "migrate",
+    "recover_v1_options",
+]

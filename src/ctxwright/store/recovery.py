@@ -8,7 +8,9 @@ instead, one JSON object per line, private (``store/private.py``: 0600 in a 0700
 it holds what the agent read. Once one event of a session went there, every later one does
 too: the store must never hold event ``n + 1`` without event ``n``.
 
-Where: ``ctxwright-recovery/<session id>.jsonl`` next to the database; if that cannot be
+Where: ``ctxwright-recovery/<session id>.jsonl`` next to the database (a PostgreSQL store has
+no file to be next to: its recovery files go under the user's data folder, one folder per
+server and database, ``Store.recovery_dir``); if that cannot be
 written either (a read-only folder), a fresh private temporary folder, whose path the error
 prints. Resuming the session (:func:`import_pending`, called by the harness once it holds
 the session's lease) appends the file's events after the stored ones, in order, and its
@@ -35,17 +37,18 @@ if TYPE_CHECKING:
 FOLDER = "ctxwright-recovery"
 
 
-def recovery_path(store_path: Path, session_id: str) -> Path:
-    """Where a session's recovery file lives when the database's folder is writable."""
-    return store_path.parent / FOLDER / f"{session_id}.jsonl"
+def recovery_path(folder: Path, session_id: str) -> Path:
+    """Where a session's recovery file lives in the store's recovery folder
+    (``Store.recovery_dir``) when that folder is writable."""
+    return folder / f"{session_id}.jsonl"
 
 
 class RecoveryLog:
     """The recovery file of one session, chosen on the first write."""
 
-    def __init__(self, store_path: Path, session_id: str) -> None:
+    def __init__(self, folder: Path, session_id: str) -> None:
         self.session_id = session_id
-        self.standard = recovery_path(store_path, session_id)
+        self.standard = recovery_path(folder, session_id)
         self.path: Path | None = None
 
     def _write(self, record: Mapping[str, Any]) -> Path:
@@ -100,8 +103,8 @@ class RecoveryLog:
         )
 
 
-def pending(store_path: Path, session_id: str) -> Path | None:
-    p = recovery_path(store_path, session_id)
+def pending(folder: Path, session_id: str) -> Path | None:
+    p = recovery_path(folder, session_id)
     return p if p.exists() else None
 
 
@@ -110,7 +113,7 @@ def import_pending(store: Store, session_id: str) -> int:
     call records); returns how many events were imported. The file is removed when all of
     it is in the store, else renamed ``*.unimported`` (events that do not follow the stored
     ones) and kept."""
-    path = pending(store.path, session_id)
+    path = pending(store.recovery_dir, session_id)
     if path is None:
         return 0
     events: list[dict[str, Any]] = []

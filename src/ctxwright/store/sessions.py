@@ -1,4 +1,5 @@
-"""SQLite persistence of sessions, events and model calls: the :class:`Store`.
+"""Persistence of sessions, events and model calls: the :class:`Store`, on an SQLite file
+or a PostgreSQL server (``store/database.py``; one SQL text for both).
 
 Why it looks like this: every event is written *as it happens* (autocommit, WAL), so a
 crash mid-session keeps everything recorded before it (peer frameworks lose tool calls from
@@ -6,7 +7,7 @@ saved sessions). Events are stored once each -- never the full state per
 step -- so a long session grows the database linearly, not quadratically.
 
 The schema changes only through the migrations of ``store/migrations.py``; the connection,
-its waiting and its errors are ``store/sqlite.py``'s. All SQL names its columns: a migration
+its waiting and its errors are ``store/sqlite.py``'s or ``store/postgres.py``'s. All SQL names its columns: a migration
 that adds one never shifts what a read returns. One session has one writer at a time: the
 ``session_leases`` table records which process runs it (``store/lease.py`` decides when a
 lease is stale). The store implements what the session needs from it
@@ -16,8 +17,8 @@ attention maps ``ctxwright attention`` saved are kept per call, as the map's JSO
 
 from __future__ import annotations
 
+import hashlib
 import json
-import sqlite3
 import time
 import uuid
 from collections.abc import Callable
@@ -30,10 +31,11 @@ from ctxwright.core.messages import canonical_json
 from ctxwright.core.records import CALL_COLUMNS, CALL_JSON_COLUMNS, CallRecord, SessionRow
 from ctxwright.core.redact import redact
 from ctxwright.errors import AttentionError, CtxwrightError, SessionNotFound
+from ctxwright.store.database import Connection, Database, Dialect, is_url, upsert_sql
 from ctxwright.store.ids import resolve_id
-from ctxwright.store.migrations import check_file, check_schema, migrate
-from ctxwright.store.recovery import RecoveryLog
-from ctxwright.store.sqlite import BUSY_TIMEOUT_S, Database, default_db_path, wait_from_env
+from ctxwright.store.migrations import applied_in_order, check_file, check_schema, migrate
+from ctxwright.store.recovery import FOLDER, RecoveryLog
+from ctxwright.store.sqlite import SqliteDatabase, default_db_target, wait_from_env
 
 
 def payload_json(event: Event) -> str:
@@ -56,7 +58,11 @@ MAX_ATTENTION_BYTES = 4_000_000
 
 _CALL_ROW = ("session_id", "call_index", "created_at", *CALL_COLUMNS, *(f"{c}_json" for c in CALL_JSON_COLUMNS))
 #: :meth:`Store.record_call`'s statement, written once (every call of a session runs it).
-_INSERT_CALL = f"INSERT OR REPLACE INTO calls ({', '.join(_CALL_ROW)}) VALUES ({', '.join('?' * len(_CALL_ROW))})"
+_INSERT_CALL = upsert_sql("calls", _CALL_ROW, ("session_id", "call_index"))
+_LEASE_ROW = ("session_id", "holder", "pid", "host", "process_started", "since")
+#: the first user messages read per session for ``list_sessions``' "first_user" (the skills
+#: catalog and the MCP tool listing come first as user events of their own)
+_FIRST_USER_SCAN = 8
 
 
 @dataclass(frozen=True)
@@ -71,33 +77,56 @@ class LeaseRow:
     since: float
 
 
-class Store:
-    """One SQLite database (WAL mode). Thread-safe: tool threads may record concurrently.
+def _data_dir() -> Path:
+    from platformdirs import user_data_dir
 
-    ``wait_s``: how long a read or write waits for another process's lock, in SQLite busy
-    timeouts of at most 5 s with backoff between them (default ``CTXWRIGHT_DB_WAIT`` or 60 s).
-    ``db`` is the connection (``store/sqlite.py``) the proxy's tables share.
+    return Path(user_data_dir("ctxwright", appauthor=False))
+
+
+class Store:
+    """One database: an SQLite file (WAL mode) or a ``postgresql://`` URL. Thread-safe: tool
+    threads may record concurrently.
+
+    ``wait_s``: how long a read or write waits for another process's lock (default
+    ``CTXWRIGHT_DB_WAIT`` or 60 s). ``db`` is the connection (``store/database.py``) the
+    proxy's tables share. ``path`` is the SQLite file (``None`` for PostgreSQL), ``location``
+    the store as printed (a URL without its password), ``target`` what reopens it.
     """
 
     def __init__(self, path: str | Path | None = None, *, wait_s: float | None = None) -> None:
-        self.path = Path(path) if path is not None else default_db_path()
+        target = default_db_target() if path is None else path
         self.wait_s = wait_from_env() if wait_s is None else max(0.0, wait_s)
         self._lease_writes = 0  # lease writes through this connection (see lease_mark)
-        self.db = Database(self.path, wait_s=self.wait_s, check_file=check_file, setup=self._open)
+        self.db: Database
+        if is_url(target):
+            from ctxwright.store.postgres import PostgresDatabase
 
-    def _open(self, db: sqlite3.Connection) -> None:
-        applied = check_schema(db, self.path)  # reads only
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        migrate(db, self.path, applied)
+            self.path: Path | None = None
+            self.target: str = str(target).strip()
+            self.db = PostgresDatabase(self.target, wait_s=self.wait_s, setup=self._open)
+            digest = hashlib.sha256(self.db.location.encode("utf-8")).hexdigest()[:16]
+            self.recovery_dir = _data_dir() / FOLDER / f"postgresql-{digest}"
+        else:
+            self.path = Path(target)
+            self.target = str(self.path)
+            self.db = SqliteDatabase(self.path, wait_s=self.wait_s, check_file=check_file, setup=self._open)
+            self.recovery_dir = self.path.parent / FOLDER
+        self.location = self.db.location
+
+    def _open(self, db: Connection, dialect: Dialect) -> None:
+        """Check the schema (reads only), then bring it forward (``store/migrations.py``)."""
+        where = redact(self.target)
+        applied = check_schema(db, where, dialect)
+        if dialect.name == "sqlite":  # written only once the checks passed: WAL rewrites the header
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+        migrate(db, where, applied, dialect)
 
     def schema(self) -> tuple[int, list[str]]:
         """(``user_version``, applied migration names in order)."""
 
-        def read(db: sqlite3.Connection) -> tuple[int, list[str]]:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            names = [r["name"] for r in db.execute("SELECT name FROM _migrations ORDER BY rowid").fetchall()]
-            return version, names
+        def read(db: Connection) -> tuple[int, list[str]]:
+            return self.db.dialect.user_version(db), applied_in_order(db, self.db.dialect)
 
         return self.db.run(read)
 
@@ -182,75 +211,56 @@ class Store:
             )
         sid = self.resolve(session_id)
         self.db.execute(
-            "INSERT OR REPLACE INTO attention_maps (session_id, call_index, created_at, map_json) VALUES (?, ?, ?, ?)",
+            upsert_sql(
+                "attention_maps", ("session_id", "call_index", "created_at", "map_json"), ("session_id", "call_index")
+            ),
             (sid, call_index, time.time(), text),
         )
 
     def recovery_log(self, session_id: str) -> RecoveryLog:
         """The recovery file a session writes to once this store refused a write (``store/recovery.py``)."""
-        return RecoveryLog(self.path, session_id)
+        return RecoveryLog(self.recovery_dir, session_id)
 
     # -- one writer per session (store/lease.py) ---------------------------------------------
     def acquire_lease(self, lease: LeaseRow, may_take: Callable[[LeaseRow], bool]) -> LeaseRow | None:
         """Record ``lease`` as the session's writer unless another holder's lease stands;
         returns that standing lease (nothing written), or ``None`` when ``lease`` is now held.
-        ``may_take(other)`` decides whether another holder's lease is stale. One transaction
-        (``BEGIN IMMEDIATE``): two processes racing for a session are serialized."""
+        ``may_take(other)`` decides whether another holder's lease is stale. One exclusive
+        transaction (``Database.exclusive``): two processes racing for a session are serialized."""
 
-        def take(db: sqlite3.Connection) -> LeaseRow | None:
+        def take(db: Connection) -> LeaseRow | None:
             self._lease_writes += 1
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                r = db.execute(
-                    "SELECT session_id, holder, pid, host, process_started, since FROM session_leases "
-                    "WHERE session_id=?",
-                    (lease.session_id,),
-                ).fetchone()
-                other = LeaseRow(**dict(r)) if r is not None else None
-                if other is not None and other.holder != lease.holder and not may_take(other):
-                    db.execute("ROLLBACK")
-                    return other
-                db.execute(
-                    "INSERT OR REPLACE INTO session_leases (session_id, holder, pid, host, process_started, since) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (lease.session_id, lease.holder, lease.pid, lease.host, lease.process_started, lease.since),
-                )
-                db.execute("COMMIT")
-                return None
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+            r = db.execute(
+                f"SELECT {', '.join(_LEASE_ROW)} FROM session_leases WHERE session_id=?", (lease.session_id,)
+            ).fetchone()
+            other = LeaseRow(**dict(r)) if r is not None else None
+            if other is not None and other.holder != lease.holder and not may_take(other):
+                return other
+            db.execute(
+                upsert_sql("session_leases", _LEASE_ROW, ("session_id",)),
+                (lease.session_id, lease.holder, lease.pid, lease.host, lease.process_started, lease.since),
+            )
+            return None
 
-        return self.db.run(take)
+        return self.db.exclusive(f"lease {lease.session_id}", take)
 
     def release_lease(self, session_id: str, holder: str, *, wait_s: float | None = None) -> None:
         """Delete the lease if ``holder`` still holds it, waiting at most ``wait_s`` for a lock."""
 
-        def release(db: sqlite3.Connection) -> None:
+        def release(db: Connection) -> None:
             self._lease_writes += 1
-            if wait_s is not None:
-                db.execute(f"PRAGMA busy_timeout = {int(min(wait_s, BUSY_TIMEOUT_S) * 1000)}")
-            try:
-                db.execute("DELETE FROM session_leases WHERE session_id=? AND holder=?", (session_id, holder))
-            finally:
-                if wait_s is not None:
-                    db.execute(f"PRAGMA busy_timeout = {int(min(self.wait_s, BUSY_TIMEOUT_S) * 1000)}")
+            db.execute("DELETE FROM session_leases WHERE session_id=? AND holder=?", (session_id, holder))
 
         self.db.run(release, wait_s=wait_s)
 
-    def lease_mark(self) -> tuple[int, int]:
+    def lease_mark(self) -> tuple[object, int]:
         """A value that changes whenever a session lease may have changed since it was read:
-        SQLite's ``data_version`` (changed by every commit of another connection, this
-        process's or another's) and this store's own lease writes (which ``data_version`` does
-        not count). A lease checked under one mark is still held while the mark is the same,
-        so a harness checking its lease before each step reads the lease row only after a
-        write elsewhere."""
-
-        def read(db: sqlite3.Connection) -> tuple[int, int]:
-            return int(db.execute("PRAGMA data_version").fetchone()[0]), self._lease_writes
-
-        return self.db.run(read)
+        the database's change mark (SQLite's ``data_version``, changed by every commit of
+        another connection, this process's or another's; PostgreSQL's is new every time) and
+        this store's own lease writes (which ``data_version`` does not count). A lease checked
+        under one mark is still held while the mark is the same, so a harness checking its
+        lease before each step reads the lease row only after a write elsewhere."""
+        return self.db.change_mark(), self._lease_writes
 
     def lease(self, session_id: str) -> LeaseRow | None:
         r = self.db.fetchone(
@@ -265,7 +275,7 @@ class Store:
         cols = "id, parent_id, created_at, prefix_json, prefix_sha256, backend, model, meta_json"
         row = self.db.fetchone(f"SELECT {cols} FROM sessions WHERE id=?", (self.resolve(session_id),))
         if row is None:  # deleted in between
-            raise SessionNotFound(f"session {session_id!r} is no longer in {self.path}")
+            raise SessionNotFound(f"session {session_id!r} is no longer in {self.location}")
         return SessionRow(
             id=row["id"],
             parent_id=row["parent_id"],
@@ -317,38 +327,44 @@ class Store:
             f"""SELECT s.id AS id, s.created_at AS created_at, s.backend AS backend, s.model AS model,
                    s.parent_id AS parent_id,
                    (SELECT COUNT(*) FROM events e WHERE e.session_id=s.id) AS events,
-                   (SELECT COUNT(*) FROM calls c WHERE c.session_id=s.id) AS calls,
-                   (SELECT seq FROM events e WHERE e.session_id=s.id AND e.kind=:user
-                    AND CASE WHEN json_valid(e.payload_json) THEN COALESCE(json_extract(e.payload_json, :catalog), json_extract(e.payload_json, :mcp)) END IS NULL
-                    ORDER BY seq LIMIT 1) AS first_seq,
-                   (SELECT payload_json FROM events e WHERE e.session_id=s.id AND e.kind=:user
-                    AND CASE WHEN json_valid(e.payload_json) THEN COALESCE(json_extract(e.payload_json, :catalog), json_extract(e.payload_json, :mcp)) END IS NULL
-                    ORDER BY seq LIMIT 1) AS first_payload
-               FROM sessions s {where} ORDER BY s.created_at DESC LIMIT :limit""",
-            {"user": UserEvent.KIND, "limit": limit, "catalog": f"$.{SKILLS_CATALOG_KEY}", "mcp": f"$.{MCP_TOOLS_KEY}"},
+                   (SELECT COUNT(*) FROM calls c WHERE c.session_id=s.id) AS calls
+               FROM sessions s {where} ORDER BY s.created_at DESC LIMIT ?""",
+            (limit,),
         )
-        out = []
+        return [
+            {
+                "id": r["id"],
+                "created_at": r["created_at"],
+                "backend": r["backend"],
+                "model": r["model"],
+                "parent_id": r["parent_id"],
+                "events": int(r["events"]),
+                "calls": int(r["calls"]),
+                "first_user": self._first_user(r["id"]),
+            }
+            for r in rows
+        ]
+
+    def _first_user(self, session_id: str) -> str:
+        """The first thing the user said: the first user event that is not the skills catalog
+        or the MCP tool listing (user events of their own), read in Python -- the JSON
+        functions SQLite and PostgreSQL offer differ. A damaged payload counts as nothing."""
+        rows = self.db.fetchall(
+            "SELECT seq, payload_json FROM events WHERE session_id=? AND kind=? ORDER BY seq LIMIT ?",
+            (session_id, UserEvent.KIND, _FIRST_USER_SCAN),
+        )
         for r in rows:
-            first = ""
-            if r["first_payload"]:
-                try:
-                    ev = event_from_row(r["first_seq"], UserEvent.KIND, 0.0, json.loads(r["first_payload"]))
-                    first = ev.message.content or "" if isinstance(ev, UserEvent) else ""
-                except (CtxwrightError, ValueError):
-                    first = ""
-            out.append(
-                {
-                    "id": r["id"],
-                    "created_at": r["created_at"],
-                    "backend": r["backend"],
-                    "model": r["model"],
-                    "parent_id": r["parent_id"],
-                    "events": r["events"],
-                    "calls": r["calls"],
-                    "first_user": first,
-                }
-            )
-        return out
+            try:
+                payload = json.loads(r["payload_json"])
+                if not isinstance(payload, dict):
+                    continue
+                if payload.get(SKILLS_CATALOG_KEY) is not None or payload.get(MCP_TOOLS_KEY) is not None:
+                    continue
+                ev = event_from_row(r["seq"], UserEvent.KIND, 0.0, payload)
+            except (CtxwrightError, ValueError, RecursionError):
+                continue
+            return ev.message.content or "" if isinstance(ev, UserEvent) else ""
+        return ""
 
     def attention_maps(self, session_id: str) -> list[tuple[int, dict[str, Any]]]:
         """``(call index, map JSON)`` of every attention map stored for the session, by call."""

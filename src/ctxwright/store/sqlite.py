@@ -9,7 +9,8 @@ A caller never sees a bare ``sqlite3.Error``: locked, read-only, damaged and ful
 get their own sentence. Every file and folder made here is private (``store/private.py``).
 
 The session tables (``store/sessions.py``) and the proxy's (``proxy/store.py``) share one
-:class:`Database`; neither knows the other's SQL.
+:class:`SqliteDatabase`; neither knows the other's SQL. A ``postgresql://`` store is
+``store/postgres.py``'s, behind the same interface (``store/database.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ctxwright.errors import NotADatabase, StoreLocked, StoreReadOnly, StoreUnusable
+from ctxwright.store.database import Connection
 from ctxwright.store.private import create_private, private_dir
 
 #: seconds a read or write waits for another process's lock before it fails (env CTXWRIGHT_DB_WAIT)
@@ -40,6 +42,14 @@ def default_db_path() -> Path:
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("ctxwright", appauthor=False)) / "ctxwright.db"
+
+
+def default_db_target() -> str | Path:
+    """``$CTXWRIGHT_DB`` as given when it is a ``postgresql://`` URL, else :func:`default_db_path`."""
+    from ctxwright.store.database import is_url
+
+    env = os.environ.get("CTXWRIGHT_DB")
+    return env.strip() if env and is_url(env) else default_db_path()
 
 
 def os_problem(path: Path, exc: OSError) -> str:
@@ -127,7 +137,39 @@ def wait_from_env() -> float:
         raise StoreUnusable(f"CTXWRIGHT_DB_WAIT={raw!r} is not a number of seconds; set it to e.g. 60") from None
 
 
-class Database:
+class SqliteDialect:
+    """SQLite's spelling of what ``store/database.py: Dialect`` names."""
+
+    name = "sqlite"
+    binary_collation = ""  # SQLite compares text by code point unless told otherwise
+
+    def begin_exclusive(self, db: Connection, key: str) -> None:
+        # One writer at a time per database file: BEGIN IMMEDIATE takes the write lock now,
+        # so a second process waits here instead of failing at its first write.
+        db.execute("BEGIN IMMEDIATE")
+
+    def commit(self, db: Connection) -> None:
+        db.execute("COMMIT")
+
+    def rollback(self, db: Connection) -> None:
+        if isinstance(db, sqlite3.Connection) and not db.in_transaction:
+            return
+        db.execute("ROLLBACK")
+
+    def has_table(self, db: Connection, name: str) -> bool:
+        return db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
+
+    def user_version(self, db: Connection) -> int:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+    def set_user_version(self, db: Connection, version: int) -> None:
+        db.execute(f"PRAGMA user_version = {int(version)}")
+
+    def translate(self, sql: str) -> str:
+        return sql
+
+
+class SqliteDatabase:
     """One SQLite connection (autocommit, WAL set up by the caller's ``setup``), used under a
     thread lock: tool threads may record concurrently.
 
@@ -141,12 +183,14 @@ class Database:
         *,
         wait_s: float,
         check_file: Callable[[Path], None],
-        setup: Callable[[sqlite3.Connection], None],
+        setup: Callable[[sqlite3.Connection, SqliteDialect], None],
     ) -> None:
         """Open ``path``: ``check_file(path)`` first (nothing is written before it passes: a
         connection may create side files, WAL mode rewrites the header), then the file is
         created private, connected, and ``setup(connection)`` runs (schema checks, migrations)."""
         self.path = path
+        self.location = str(path)
+        self.dialect = SqliteDialect()
         self.wait_s = wait_s
         memory = str(path) == ":memory:"
         created = False
@@ -165,7 +209,7 @@ class Database:
             raise describe_problem(path, exc) from exc
         self._db.row_factory = sqlite3.Row
         try:
-            self.run(setup)
+            self.run(lambda db: setup(db, self.dialect))
         except BaseException:
             self._db.close()
             raise
@@ -186,7 +230,13 @@ class Database:
         while True:
             try:
                 with self._lock:
-                    return fn(self._db)
+                    if wait_s is None:
+                        return fn(self._db)
+                    self._db.execute(f"PRAGMA busy_timeout = {int(min(wait_s, BUSY_TIMEOUT_S) * 1000)}")
+                    try:
+                        return fn(self._db)
+                    finally:
+                        self._db.execute(f"PRAGMA busy_timeout = {int(min(self.wait_s, BUSY_TIMEOUT_S) * 1000)}")
             except StoreUnusable:
                 raise
             except sqlite3.Error as exc:
@@ -196,6 +246,26 @@ class Database:
                     delay = min(delay * 2, 1.0)
                     continue
                 raise describe_problem(self.path, exc, waited) from exc
+
+    def exclusive(self, key: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(db)`` in one ``BEGIN IMMEDIATE`` transaction: the database's write lock, so
+        every other writer (of any key) waits; committed when ``fn`` returns."""
+
+        def tx(db: sqlite3.Connection) -> T:
+            self.dialect.begin_exclusive(db, key)
+            try:
+                out = fn(db)
+                self.dialect.commit(db)
+                return out
+            except BaseException:
+                self.dialect.rollback(db)
+                raise
+
+        return self.run(tx)
+
+    def change_mark(self) -> object:
+        """SQLite's ``data_version``: changed by every commit of another connection."""
+        return self.run(lambda db: int(db.execute("PRAGMA data_version").fetchone()[0]))
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> None:
         self.run(lambda db: db.execute(sql, params))
@@ -219,8 +289,10 @@ class Database:
 __all__ = [
     "BUSY_TIMEOUT_S",
     "DEFAULT_WAIT_S",
-    "Database",
+    "SqliteDatabase",
+    "SqliteDialect",
     "default_db_path",
+    "default_db_target",
     "describe_problem",
     "os_problem",
     "wait_from_env",
