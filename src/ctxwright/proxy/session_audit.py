@@ -66,6 +66,7 @@ class LiveAudits:
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
         self._auditors: OrderedDict[str, Auditor] = OrderedDict()  # least recently used first
+        self._seen: dict[str, int] = {}  # calls each kept auditor has audited
         #: each session's history of the provider's cache reports, kept with its auditor
         self._verdicts: dict[str, LogVerdicts] = {}
         #: the provider's cache verdict of the call :meth:`add` audited last (``None``: its
@@ -74,17 +75,25 @@ class LiveAudits:
         #: how many auditors were rebuilt from the store (tests)
         self.rebuilt = 0
 
-    def add(self, session_id: str, req: AuditRequest, *, new: bool) -> AuditRow:
-        """Audit one call of ``session_id`` (``new``: the session has no stored call yet)."""
+    def add(self, session_id: str, req: AuditRequest, *, new: bool, stored: int | None = None) -> AuditRow:
+        """Audit one call of ``session_id`` (``new``: the session has no stored call yet).
+        ``stored``: how many calls of the session the store holds; a kept auditor that saw
+        another number (another proxy process recorded some) is rebuilt from the store."""
         auditor = self._auditors.pop(session_id, None)
+        if auditor is not None and stored is not None and self._seen.get(session_id) != stored:
+            auditor = None
         if auditor is None:
             auditor = Auditor(self.counter, keep_rows=False)
             self._verdicts[session_id] = LogVerdicts()
+            self._seen[session_id] = 0
             if not new:
                 self._rebuild(auditor, session_id)
+                if stored is not None:  # calls whose request could not be read count too
+                    self._seen[session_id] = stored
         self._auditors[session_id] = auditor
         item = in_session(req, session_id)
         row = auditor.add(item)
+        self._seen[session_id] = self._seen.get(session_id, 0) + 1
         self.cache = self._verdicts.setdefault(session_id, LogVerdicts()).add(item, row)
         self._evict()
         return row
@@ -94,12 +103,14 @@ class LiveAudits:
         and the stored calls are what the audit of the session is made of."""
         self._auditors.pop(session_id, None)
         self._verdicts.pop(session_id, None)
+        self._seen.pop(session_id, None)
 
     def _rebuild(self, auditor: Auditor, session_id: str) -> None:
         self.rebuilt += 1
         for item in session_items(proxy_session_requests(self.store, session_id), session_id):
             if isinstance(item, AuditRequest):
                 self._verdicts[session_id].add(item, auditor.add(item))
+                self._seen[session_id] += 1
 
     def _evict(self) -> None:
         while len(self._auditors) > 1 and (
@@ -108,6 +119,7 @@ class LiveAudits:
         ):
             old, _ = self._auditors.popitem(last=False)
             self._verdicts.pop(old, None)
+            self._seen.pop(old, None)
 
 
 __all__ = ["LIVE_AUDIT_BYTES", "LIVE_SESSIONS", "LiveAudits", "in_session", "session_items"]

@@ -12,15 +12,20 @@ one *of its session*; so each request is placed by the strongest evidence it car
    request of a session (an agent loop re-sends its history plus what is new);
 5. else a new session.
 
-Keys of kind 1 and 2 are looked up in the store too, so a restarted proxy keeps adding to
-the same session. Continuity and response ids are remembered for the latest
-:data:`REMEMBERED` requests only (a conversation idle longer than that starts anew).
+What these rules need is kept in the store, not in one process's memory (``proxy/store.py``):
+the sessions of keys, the hash chain end of every request, the session of every Responses
+answer. So a restarted proxy keeps adding to its sessions, and several proxy processes
+recording into one database (``ctxwright proxy --workers N``, or proxies on several hosts
+sharing a PostgreSQL store) place each request as one process would. Continuity looks at every
+earlier request, not only each session's latest: with several processes, the requests of one
+conversation may be recorded out of order (the next one, sent on a new connection, can reach
+another process and be recorded before the previous one is), and each still finds the
+request it extends.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +33,6 @@ from ctxwright.audit.compare import AuditRequest
 from ctxwright.core.messages import canonical_json
 from ctxwright.proxy.store import ProxyLog
 from ctxwright.store.sessions import Store
-
-REMEMBERED = 10_000
 
 
 @dataclass(frozen=True)
@@ -68,15 +71,12 @@ def _key(body: dict[str, Any] | None) -> tuple[str, str] | None:
 
 class SessionPlacer:
     """Places each model call in a proxy session (see the module docstring). Used from one
-    thread (the recorder's)."""
+    thread (the recorder's); other processes may place calls in the same store at once."""
 
     def __init__(self, store: Store, upstream: str) -> None:
         self.log = ProxyLog(store)
         self.upstream = upstream
-        self._keyed: dict[tuple[str, str], str] = {}
-        self._latest: OrderedDict[bytes, str] = OrderedDict()  # full chain hash of a latest request -> session
-        self._tail: dict[str, bytes] = {}  # session -> its entry in _latest
-        self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> session
+        self._keyed: dict[tuple[str, str], str] = {}  # a key's session never changes once made
         self._fixed_of: tuple[Any, str, bytes] | None = None
 
     def _fixed(self, req: AuditRequest) -> bytes:
@@ -92,41 +92,33 @@ class SessionPlacer:
     ) -> Placement:
         """The session of one call; ``req`` is its body as the log reader read it (``None``
         when it could not be read: it is then placed by header or key only, or alone)."""
-        chain = _chain(req, self._fixed(req)) if req is not None else []
+        chain = [h.hex() for h in _chain(req, self._fixed(req))] if req is not None else []
         placement = self._find(header, body, chain, api)
-        if chain:  # this request is now its session's latest
-            old = self._tail.pop(placement.session_id, None)
-            if old is not None:
-                self._latest.pop(old, None)
-            self._latest[chain[-1]] = placement.session_id
-            self._tail[placement.session_id] = chain[-1]
-            while len(self._latest) > REMEMBERED:
-                _, sid = self._latest.popitem(last=False)
-                self._tail.pop(sid, None)
+        if chain:  # later requests that extend this one find its session
+            self.log.add_head(chain[-1], placement.session_id)
         return placement
 
-    def _find(self, header: str | None, body: dict[str, Any] | None, chain: list[bytes], api: str | None) -> Placement:
+    def _find(self, header: str | None, body: dict[str, Any] | None, chain: list[str], api: str | None) -> Placement:
         key = ("header", header) if header else _key(body)
         if key is not None:
-            sid = self._keyed.get(key) or self.log.find_session(*key)
-            new = sid is None
-            if sid is None:
-                sid = self.log.create_session(grouped_by=key[0], group_key=key[1], api=api, upstream=self.upstream)
+            known = self._keyed.get(key)
+            if known is not None:
+                return Placement(known, key[0], False)
+            sid, new = self.log.keyed_session(key[0], key[1], api=api, upstream=self.upstream)
             self._keyed[key] = sid
             return Placement(sid, key[0], new)
         prev = body.get("previous_response_id") if isinstance(body, dict) else None
-        if isinstance(prev, str) and prev in self._responses:
-            return Placement(self._responses[prev], "previous_response_id", False)
-        for h in reversed(chain[1:]):  # the longest earlier request this one extends
-            sid = self._latest.get(h)
-            if sid is not None:
-                return Placement(sid, "continuity", False)
+        if isinstance(prev, str) and prev:
+            answered = self.log.response_session(prev)
+            if answered is not None:
+                return Placement(answered, "previous_response_id", False)
+        found = self.log.head_session(chain[1:])  # the longest earlier request this one extends
+        if found is not None:
+            return Placement(found, "continuity", False)
         sid = self.log.create_session(grouped_by="continuity", group_key=None, api=api, upstream=self.upstream)
         return Placement(sid, "continuity", True)
 
     def answered(self, session_id: str, response_id: str | None) -> None:
         """Remember that ``response_id`` answered a call of ``session_id`` (Responses API)."""
         if response_id:
-            self._responses[response_id] = session_id
-            while len(self._responses) > REMEMBERED:
-                self._responses.popitem(last=False)
+            self.log.add_response(response_id, session_id)

@@ -8,6 +8,13 @@ because migrations are history). :class:`ProxyLog` works over the same connectio
 store it is given (``Store.db``), so one database file holds both and the same waiting and
 errors apply.
 
+Several proxy processes may record into one database (``ctxwright proxy --workers N``, or
+proxies on several hosts sharing a PostgreSQL store), so what places a request in a session
+is kept here too (``proxy_heads``, ``proxy_responses``: ``proxy/sessions.py`` reads them), a
+key meets one session however many processes see it first at once, and a call's number is
+taken in the same transaction that writes its row (``Database.exclusive``): no two calls of a
+session share a number, and none is skipped.
+
 Every write passes here, so this is where credentials are kept off the disk: a client
 configured with its key in the URL (``?key=`` for Google's endpoint, ``?api-key=`` for Azure)
 sends it in the query of every request, and the stored path, error and upstream are redacted
@@ -19,13 +26,18 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxwright.core.redact import redact, redact_query
 from ctxwright.errors import SessionNotFound
+from ctxwright.store.database import Connection, upsert_sql
 from ctxwright.store.ids import resolve_id
 from ctxwright.store.sessions import Store
+
+#: chain hashes looked up per statement (SQLite allows 32,766 parameters; a long history has
+#: one hash per message)
+HEADS_PER_QUERY = 500
 
 #: The columns of one ``proxy_exchanges`` row a caller may write (``id`` is assigned).
 PROXY_EXCHANGE_COLUMNS = (
@@ -74,6 +86,78 @@ class ProxyLog:
         )
         return sid
 
+    def keyed_session(self, grouped_by: str, group_key: str, *, api: str | None, upstream: str) -> tuple[str, bool]:
+        """The session of a key (a header, a cache key, a caller id): the newest one recorded
+        under it, else a new one -- ``(id, new)``. One exclusive transaction per key: two
+        processes meeting a new key at once make one session, not two."""
+
+        def find_or_make(db: Connection) -> tuple[str, bool]:
+            row = db.execute(
+                "SELECT id FROM proxy_sessions WHERE grouped_by=? AND group_key=? ORDER BY created_at DESC LIMIT 1",
+                (grouped_by, group_key),
+            ).fetchone()
+            if row is not None:
+                return str(row["id"]), False
+            sid = "px-" + uuid.uuid4().hex[:10]
+            db.execute(
+                "INSERT INTO proxy_sessions (id, created_at, grouped_by, group_key, api, upstream) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (sid, time.time(), grouped_by, group_key, api, redact(upstream)),
+            )
+            return sid, True
+
+        return self.db.exclusive(f"proxy key {grouped_by}\x00{group_key}", find_or_make)
+
+    def add_head(self, chain_sha: str, session_id: str) -> None:
+        """Remember that a request whose hash chain ends in ``chain_sha`` is ``session_id``'s."""
+        self.db.execute(
+            upsert_sql("proxy_heads", ("chain_sha", "session_id", "created_at"), ("chain_sha",)),
+            (chain_sha, session_id, time.time()),
+        )
+
+    def head_session(self, chain: Sequence[str]) -> str | None:
+        """The session of the longest earlier request that ``chain`` (a request's hash chain,
+        shortest first) extends, else ``None``."""
+        found: dict[str, str] = {}
+        for i in range(0, len(chain), HEADS_PER_QUERY):
+            part = list(chain[i : i + HEADS_PER_QUERY])
+            rows = self.db.fetchall(
+                f"SELECT chain_sha, session_id FROM proxy_heads WHERE chain_sha IN ({', '.join('?' * len(part))})",
+                part,
+            )
+            found.update({str(r["chain_sha"]): str(r["session_id"]) for r in rows})
+        return next((found[h] for h in reversed(chain) if h in found), None)
+
+    def add_response(self, response_id: str, session_id: str) -> None:
+        """Remember which session a relayed Responses API answer belongs to."""
+        self.db.execute(
+            upsert_sql("proxy_responses", ("response_id", "session_id", "created_at"), ("response_id",)),
+            (response_id, session_id, time.time()),
+        )
+
+    def response_session(self, response_id: str) -> str | None:
+        row = self.db.fetchone("SELECT session_id FROM proxy_responses WHERE response_id=?", (response_id,))
+        return None if row is None else str(row["session_id"])
+
+    def record_call(self, row: Mapping[str, Any]) -> tuple[int, int]:
+        """One relayed model call of ``row["session_id"]``, numbered next in its session in
+        the transaction that writes it; ``(row id, call index)``."""
+        clean = self._clean(row)
+        cols = [c for c in PROXY_EXCHANGE_COLUMNS if c in clean and c != "call_index"]
+        sid = clean["session_id"]
+
+        def write(db: Connection) -> tuple[int, int]:
+            last = db.execute("SELECT MAX(call_index) AS k FROM proxy_exchanges WHERE session_id=?", (sid,)).fetchone()
+            k = 0 if last is None or last["k"] is None else int(last["k"]) + 1
+            names = [*cols, "call_index"]
+            rid = db.execute(
+                f"INSERT INTO proxy_exchanges ({', '.join(names)}) VALUES ({', '.join('?' * len(names))}) RETURNING id",
+                [*(clean[c] for c in cols), k],
+            ).fetchone()["id"]
+            return int(rid), k
+
+        return self.db.exclusive(f"proxy session {sid}", write)
+
     def find_session(self, grouped_by: str, group_key: str) -> str | None:
         """The newest proxy session grouped by ``grouped_by`` = ``group_key`` (a restarted proxy
         keeps adding to it)."""
@@ -86,16 +170,22 @@ class ProxyLog:
     def record_exchange(self, row: Mapping[str, Any]) -> int:
         """One relayed exchange (the columns of :data:`PROXY_EXCHANGE_COLUMNS`), its query's
         credentials and any in its error redacted; its row id."""
-        clean = dict(row)
-        if isinstance(clean.get("path"), str):
-            clean["path"] = redact_query(clean["path"])
-        if isinstance(clean.get("error"), str):
-            clean["error"] = redact(clean["error"])
+        clean = self._clean(row)
         cols = [c for c in PROXY_EXCHANGE_COLUMNS if c in clean]
         values = [clean[c] for c in cols]
         return self.db.insert(
             f"INSERT INTO proxy_exchanges ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", values
         )
+
+    @staticmethod
+    def _clean(row: Mapping[str, Any]) -> dict[str, Any]:
+        """``row`` with the credentials in its query and its error masked."""
+        clean = dict(row)
+        if isinstance(clean.get("path"), str):
+            clean["path"] = redact_query(clean["path"])
+        if isinstance(clean.get("error"), str):
+            clean["error"] = redact(clean["error"])
+        return clean
 
     def call_count(self, session_id: str) -> int:
         row = self.db.fetchone("SELECT COUNT(*) AS n FROM proxy_exchanges WHERE session_id=?", (session_id,))
@@ -143,4 +233,4 @@ class ProxyLog:
         return out
 
 
-__all__ = ["PROXY_EXCHANGE_COLUMNS", "ProxyLog"]
+__all__ = ["HEADS_PER_QUERY", "PROXY_EXCHANGE_COLUMNS", "ProxyLog"]

@@ -10,7 +10,7 @@ store keeps the count in ``_migrations`` (``Dialect.user_version``).
 Why: a database written before versioning (store v1, ``tests/fixtures/store_v1.db``) is
 brought forward in place, and a released migration is history -- databases already ran it --
 so it is never edited, reordered or removed (``m005_proxy`` creates the proxy's tables, which
-``proxy/store.py`` reads and writes; ``m006_attention`` the saved attention maps). Nothing is written before two checks pass, because a
+``proxy/store.py`` reads and writes; ``m006_attention`` the saved attention maps, ``m007_proxy_placement`` what the proxy places requests by). Nothing is written before two checks pass, because a
 store that writes first breaks files it does not understand (``PRAGMA journal_mode=WAL``
 alone rewrites the header): the file must be an SQLite database (:func:`check_file`), and its
 schema must not be newer than this build's (:func:`check_schema`). Either failure is one
@@ -249,6 +249,33 @@ def m006_attention(db: Connection) -> None:
             created_at REAL NOT NULL,
             map_json TEXT NOT NULL,
             PRIMARY KEY (session_id, call_index)
+        )"""
+    )
+
+
+@migration
+def m007_proxy_placement(db: Connection) -> None:
+    """What ``ctxwright proxy`` places requests by, in the store rather than in one process's
+    memory, so several proxy processes (``--workers``, or proxies on several hosts) recording
+    into one database place every request as one process would (``proxy/sessions.py``).
+
+    ``proxy_heads``: the hash chain end of every model call's request (its system prompt,
+    tools and messages), so a request that extends an earlier one is found whichever process
+    recorded that one. ``proxy_responses``: which session each relayed Responses API answer
+    belongs to, for a request that names it as ``previous_response_id``.
+    """
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS proxy_heads (
+            chain_sha TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            created_at REAL NOT NULL
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS proxy_responses (
+            response_id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            created_at REAL NOT NULL
         )"""
     )
 
