@@ -33,6 +33,7 @@ cut by the client, or failed -- and the recorder writes and audits it on its own
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hashlib
 import importlib.util
@@ -94,6 +95,9 @@ class ProxyConfig:
     record_cap: int = DEFAULT_RECORD_CAP
     clients: ClientLimits = field(default_factory=ClientLimits)
     clock: Callable[[], float] = time.time
+    #: hold the last bytes of each complete answer until its exchange is written, waiting at
+    #: most this many seconds (``None``: never hold; see :class:`_Relay`)
+    record_before_end: float | None = None
 
     def __post_init__(self) -> None:
         url = httpx.URL(self.upstream)
@@ -147,6 +151,9 @@ class Exchange:
     ttfb_ms: float | None = None
     total_ms: float | None = None
     ended_at: float | None = None
+    #: set by the recorder once the exchange is written (or could not be): what an answer
+    #: held until it is recorded waits for (``ProxyConfig.record_before_end``)
+    written: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
 
 
 def _error_response(status: int, code: str, message: str, *, close: bool = False) -> Response:
@@ -228,15 +235,27 @@ def _forwardable(raw: list[tuple[bytes, bytes]], *, drop_host: bool) -> list[tup
 
 class _Relay(Response):
     """Streams an upstream answer to the client as it arrives; stops reading the upstream the
-    moment the client goes away; hands the exchange to ``done`` whatever happens."""
+    moment the client goes away; hands the exchange to ``done`` whatever happens.
+
+    ``hold_end`` (``ProxyConfig.record_before_end``, set by ``--workers``): the last piece of a
+    complete answer is sent only once the recorder has written the exchange (or after that many
+    seconds). A client that has its whole answer then finds it in the store, even if this
+    process is killed the moment after: without the hold, an answer sent but still in the
+    recorder's queue dies with the process. The first token is not delayed, only the end."""
 
     def __init__(
-        self, upstream: httpx.Response, exchange: Exchange, done: Callable[[Exchange], None], watch: _ClientWatch
+        self,
+        upstream: httpx.Response,
+        exchange: Exchange,
+        done: Callable[[Exchange], None],
+        watch: _ClientWatch,
+        hold_end: float | None = None,
     ) -> None:
         self.upstream = upstream
         self.exchange = exchange
         self.done = done
         self.watch = watch
+        self.hold_end = hold_end
         self.status_code = upstream.status_code
         self.background = None
         self.raw_headers = _forwardable(upstream.headers.raw, drop_host=False)
@@ -246,14 +265,23 @@ class _Relay(Response):
         watch = self.watch
         watch.task = asyncio.current_task()
         watch.start()  # normally started when the body was read; an upstream may answer before that
+        handed = False
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            held = b""
             async for chunk in self.upstream.aiter_raw():
                 if ex.ttfb_ms is None:
                     ex.ttfb_ms = (time.perf_counter() - ex.t0) * 1000
                 ex.response.add(chunk)
+                if self.hold_end is not None:
+                    chunk, held = held, chunk  # one piece behind: the last one waits for the record
+                    if not chunk:
+                        continue
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if self.hold_end is not None:
+                handed = True
+                await self._record(ex)
+            await send({"type": "http.response.body", "body": held, "more_body": False})
         except asyncio.CancelledError:
             if not watch.gone:
                 raise
@@ -267,9 +295,21 @@ class _Relay(Response):
             watch.stop()
             with contextlib.suppress(Exception):
                 await asyncio.shield(_close(self.upstream, clean=ex.outcome == "complete"))
-            ex.total_ms = (time.perf_counter() - ex.t0) * 1000
-            ex.ended_at = ex.started_at + ex.total_ms / 1000  # on the config's clock
-            self.done(ex)
+            if not handed:
+                self._finish(ex)
+
+    def _finish(self, ex: Exchange) -> None:
+        ex.total_ms = (time.perf_counter() - ex.t0) * 1000
+        ex.ended_at = ex.started_at + ex.total_ms / 1000  # on the config's clock
+        self.done(ex)
+
+    async def _record(self, ex: Exchange) -> None:
+        """Hand the complete exchange to the recorder and wait until it is written."""
+        with contextlib.suppress(Exception):
+            await asyncio.shield(_close(self.upstream, clean=True))
+        self._finish(ex)
+        with contextlib.suppress(TimeoutError, concurrent.futures.CancelledError):
+            await asyncio.wait_for(asyncio.wrap_future(ex.written), self.hold_end)
 
 
 def _connection_of(response: httpx.Response) -> Any:
@@ -403,7 +443,7 @@ def build_app(config: ProxyConfig, done: Callable[[Exchange], None]) -> Starlett
         ex.status = upstream.status_code
         ex.response_content_type = upstream.headers.get("content-type")
         ex.response_encoding = upstream.headers.get("content-encoding")
-        return _Relay(upstream, ex, done, watch)
+        return _Relay(upstream, ex, done, watch, config.record_before_end)
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
     return Starlette(routes=[Route("/{path:path}", relay, methods=methods)], lifespan=lifespan)
