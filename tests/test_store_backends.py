@@ -451,3 +451,37 @@ def test_a_killed_agent_resumes_from_another_process_byte_identically(pg_url: st
     assert [e.seq for e in events] == list(range(len(events)))
     assert store.lease(sid) is None
     store.close()
+
+
+def test_processes_meeting_a_new_key_at_once_make_one_session(db_target: str) -> None:
+    """Two proxy processes that see a key's first request at the same moment: one session."""
+    stores = [Store(db_target) for _ in range(4)]
+    barrier = threading.Barrier(len(stores))
+    got: list[tuple[str, bool]] = []
+
+    def place(store: Store) -> None:
+        barrier.wait()
+        got.append(ProxyLog(store).keyed_session("user", "alice", api="chat", upstream="http://up"))
+
+    threads = [threading.Thread(target=place, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({sid for sid, _new in got}) == 1 and sum(new for _sid, new in got) == 1
+    assert len(ProxyLog(stores[0]).session_rows()) == 1
+    for s in stores:
+        s.close()
+
+
+def test_a_request_is_placed_by_the_longest_earlier_request_it_extends(any_store: Store) -> None:
+    log = ProxyLog(any_store)
+    a = log.create_session(grouped_by="continuity", group_key=None, api="chat", upstream="http://up")
+    b = log.create_session(grouped_by="continuity", group_key=None, api="chat", upstream="http://up")
+    log.add_head("h1", a)
+    log.add_head("h3", b)
+    assert log.head_session(["h0", "h1", "h2", "h3", "h4"]) == b and log.head_session(["h0", "h1", "h2"]) == a
+    many = [f"x{i}" for i in range(1_200)] + ["h1"]  # more hashes than one statement takes
+    assert log.head_session(many) == a and log.head_session(["nothing"]) is None
+    log.add_response("resp_1", a)
+    assert log.response_session("resp_1") == a and log.response_session("resp_2") is None

@@ -388,7 +388,8 @@ def _add_global_options(parser: argparse.ArgumentParser, default: Any) -> None:
     parser.add_argument(
         "--db",
         default=default,
-        help="SQLite database (default: $CTXWRIGHT_DB or the user data dir); before or after the command",
+        help="the store: an SQLite file, or a postgresql://USER@HOST/DB URL (the postgres extra) (default: "
+        "$CTXWRIGHT_DB or the user data dir); before or after the command",
     )
     parser.add_argument(
         "--debug",
