@@ -485,3 +485,32 @@ def test_a_request_is_placed_by_the_longest_earlier_request_it_extends(any_store
     assert log.head_session(many) == a and log.head_session(["nothing"]) is None
     log.add_response("resp_1", a)
     assert log.response_session("resp_1") == a and log.response_session("resp_2") is None
+
+
+def test_a_server_that_freezes_mid_session_is_given_up_on_and_nothing_recorded_is_lost(pg_url: str) -> None:
+    """A server process that stops (SIGSTOP) while its host still acknowledges the packets:
+    neither PostgreSQL's timeouts nor TCP's fire; the store's watchdog does, within its limit."""
+    import signal
+
+    from ctxwright.store.postgres import stall_limit
+
+    store = Store(pg_url, wait_s=1.0)
+    sid = _session(store, n=2)
+    pid = int(store.db.fetchone("SELECT pg_backend_pid() AS pid")["pid"])
+    os.kill(pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(StoreUnusable, match=r"stopped answering \(it did not answer for 6 s\)"):
+            store.append_event(sid, _user(2, "meets the frozen server"))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert time.monotonic() - t0 < stall_limit(1.0) + 10
+    # Like any write whose answer was lost, it may have been stored after all: the thawed server
+    # reads the statement that waited in its socket. The session's recovery file (which the
+    # harness writes on this error) skips what is stored (store/recovery.py). Either way the
+    # next write goes through on a new connection, after what is stored.
+    seqs = [e.seq for e in store.events(sid)]
+    assert seqs in ([0, 1], [0, 1, 2])
+    store.append_event(sid, _user(len(seqs), "after it thawed"))
+    assert [e.seq for e in store.events(sid)] == [*seqs, len(seqs)]
+    store.close()

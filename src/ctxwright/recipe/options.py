@@ -55,6 +55,7 @@ __all__ = [
     "RuntimeOptions",
     "SkillsOptions",
     "StatusOptions",
+    "TelemetryOptions",
     "TodoOptions",
 ]
 
@@ -895,6 +896,51 @@ class ReasoningOptions:
     )
 
 
+_TELEMETRY_GROUP = "OpenTelemetry export (pip install 'ctxwright[otel]'; docs/telemetry.md)"
+
+
+@dataclass(frozen=True)
+class TelemetryOptions:
+    """Where the run's spans go (``telemetry/``): a process's setting, never recorded with the session."""
+
+    otlp: str | None = opt(
+        keyword="otlp",
+        flag="--otlp",
+        metavar="URL",
+        cli_help="send one OpenTelemetry span per model call, tool run and compaction, under one trace per run, "
+        "to this OTLP/HTTP endpoint (http://localhost:4318 for a collector or Jaeger, http://localhost:6006 for "
+        "Phoenix; /v1/traces is added to a URL without a path); 'env': OTEL_EXPORTER_OTLP_ENDPOINT's",
+        group=_TELEMETRY_GROUP,
+        accepts="str | bool | None",
+        record="never",
+        default_text="off",
+        help="""export the run as OpenTelemetry traces over OTLP/HTTP (``telemetry/``; needs
+        ``pip install 'ctxwright[otel]'``): one trace per ``run``, one span per model call (the GenAI
+        semantic conventions' ``chat`` span, with ctxwright's cache audit and ledger as ``ctxwright.*``
+        attributes), per tool run and per compaction. The endpoint's URL (``/v1/traces`` is added to one
+        without a path), or ``True`` / ``"env"``: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or
+        ``OTEL_EXPORTER_OTLP_ENDPOINT``, else ``http://localhost:4318``. A collector that is down or stalls
+        never blocks or fails the agent (short export timeouts, one logged warning). Not recorded: a resume
+        exports only when asked again.""",
+    )
+    content: bool = opt(
+        False,
+        keyword="otlp_content",
+        flag="--otlp-content",
+        action="true",
+        cli_help="with --otlp: add the messages, tool arguments and tool results to the spans "
+        "(gen_ai.input.messages, gen_ai.output.messages; default: counts and ids only)",
+        group=_TELEMETRY_GROUP,
+        accepts="bool | None",
+        record="never",
+        help="""with ``otlp``: add what was said to the spans, as the GenAI conventions name it --
+        ``gen_ai.input.messages`` and ``gen_ai.output.messages`` on each model call,
+        ``gen_ai.tool.call.arguments`` and ``gen_ai.tool.call.result`` on each tool run -- each bounded in
+        size. Off by default: the spans then carry counts, ids, names and the cache audit, never a prompt,
+        a tool's arguments or result, a key or a header.""",
+    )
+
+
 @dataclass(frozen=True)
 class RuntimeOptions:
     """What a harness is given to run with but never records: objects, callbacks, the store."""
@@ -971,7 +1017,8 @@ class RuntimeOptions:
         accepts="str | Path | Store | None",
         record="never",
         default_text="in memory",
-        help="""where the session is stored: a SQLite file path or a ``Store``. ``None`` keeps the session in
+        help="""where the session is stored: an SQLite file path, a ``postgresql://`` URL (the ``postgres``
+        extra; a team's agents share one store) or a ``Store``. ``None`` keeps the session in
         memory only (it cannot be resumed). Resume needs it. (CLI: ``--db``, before or after the command.)""",
     )
     resume: str | None = opt(
@@ -1026,6 +1073,7 @@ class Recipe:
     deferral: DeferralOptions = field(default_factory=DeferralOptions)
     defence: DefenceOptions = field(default_factory=DefenceOptions)
     reasoning: ReasoningOptions = field(default_factory=ReasoningOptions)
+    telemetry: TelemetryOptions = field(default_factory=TelemetryOptions)
     timestamps: bool = opt(
         False,
         keyword="timestamps",

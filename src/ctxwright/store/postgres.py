@@ -24,7 +24,10 @@ SQLite's spelling (``store/database.py``); this module runs it unchanged:
 
 Waiting and failing: connecting gives up after ``connect_timeout`` (10 s unless the URL sets
 it), a statement waiting for a lock after the store's ``wait_s`` (``lock_timeout``), and a
-dead server is noticed by TCP keepalives. A lost connection is opened again on the next use
+dead server is noticed by TCP keepalives. A server that stops answering while its host still
+acknowledges the packets (a frozen process: neither the server's timeouts nor TCP's fire) is
+given up on by a watchdog thread that shuts the connection's socket once a statement has run
+``wait_s`` plus a margin (:func:`stall_limit`). A lost connection is opened again on the next use
 (the statement that met the loss fails: the session then keeps its events in the recovery
 file, ``store/recovery.py``). Every failure is one :class:`~ctxwright.errors.StoreUnusable`
 naming the server with its password left out (``core/redact.py``) and saying what to do.
@@ -33,7 +36,9 @@ naming the server with its password left out (``core/redact.py``) and saying wha
 from __future__ import annotations
 
 import functools
+import os
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +55,16 @@ T = TypeVar("T")
 
 #: seconds a connection attempt may take unless the URL says otherwise
 CONNECT_TIMEOUT_S = 10
+#: how often the watchdog looks at the statement in progress
+WATCH_EVERY_S = 0.25
+
+
+def stall_limit(wait_s: float) -> float:
+    """How long one statement may run before the server counts as stalled: the store's lock
+    wait plus a margin (60 s of waiting -> 90 s)."""
+    return wait_s + max(5.0, wait_s / 2)
+
+
 #: psycopg's SQLSTATE classes that a retry can get past: serialization failure, deadlock
 _RETRY_STATES = {"40001", "40P01"}
 
@@ -254,6 +269,9 @@ class PostgresDatabase:
         self._lock = threading.RLock()
         self._conn: psycopg.Connection[Any] | None = None
         self._changes = 0
+        self._deadline: float | None = None  # when the statement in progress counts as stalled
+        self._stalled = False
+        self._watchdog: threading.Thread | None = None
         with self._lock:
             self._connect()
             try:
@@ -290,6 +308,9 @@ class PostgresDatabase:
                 conn = self._conn
                 if conn is None or conn.closed or conn.broken:
                     conn = self._connect()
+                self._stalled = False
+                self._deadline = time.monotonic() + stall_limit(budget)
+                self._watch()
                 try:
                     if wait_s is not None:
                         conn.execute(f"SET lock_timeout = {max(1, int(wait_s * 1000))}")
@@ -301,6 +322,15 @@ class PostgresDatabase:
                 except StoreUnusable:
                     raise
                 except psycopg.Error as exc:
+                    if self._stalled:
+                        self._conn = None
+                        conn.close()
+                        why = f"it did not answer for {stall_limit(budget):.0f} s"
+                        raise StoreUnusable(
+                            f"the PostgreSQL store at {self.location} stopped answering ({why}); the connection was "
+                            "closed and is opened again on the next use. Check the server (and its host's load).",
+                            reason=f"the PostgreSQL store at {self.location} stopped answering ({why})",
+                        ) from None
                     if conn.info.transaction_status not in (0, 4):  # not idle, not unknown: undo
                         try:
                             conn.execute("ROLLBACK")
@@ -315,6 +345,28 @@ class PostgresDatabase:
                     if conn.broken:
                         self._conn = None  # opened again on the next use
                     raise describe_problem(self.location, exc) from None
+                finally:
+                    self._deadline = None
+
+    def _watch(self) -> None:
+        """Start the watchdog thread once (see the module docstring)."""
+        if self._watchdog is None or not self._watchdog.is_alive():
+            self._watchdog = threading.Thread(target=self._watch_loop, name="ctxwright-pg-watchdog", daemon=True)
+            self._watchdog.start()
+
+    def _watch_loop(self) -> None:
+        while self._conn is not None or self._deadline is not None:
+            time.sleep(WATCH_EVERY_S)
+            deadline, conn = self._deadline, self._conn
+            if deadline is None or conn is None or time.monotonic() < deadline:
+                continue
+            self._stalled = True
+            try:  # a blocked read on the socket returns at once; the statement fails
+                with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+                    sock.shutdown(socket.SHUT_RDWR)
+            except (OSError, ValueError, self._psycopg.Error):
+                pass
+            self._deadline = None
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> None:
         self.run(lambda db: db.execute(sql, params))
