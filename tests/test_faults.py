@@ -398,7 +398,7 @@ def test_a_hundred_kills_lose_nothing_and_every_session_resumes(tmp_path, capsys
 # -- one writer per session -------------------------------------------------------------------------
 
 
-def _cli(db: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def _cli(db: Path | str, *argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """``ctxwright --db DB ARGV...`` in its own process."""
     full = {**os.environ, "PYTHONPATH": str(SRC), "NO_PROXY": "127.0.0.1", **(env or {})}
     return subprocess.Popen(
@@ -410,7 +410,7 @@ def _cli(db: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.
     )
 
 
-def _session(db: Path, url: str) -> str:
+def _session(db: Path | str, url: str) -> str:
     """A session the command line can resume: the demo tools (it has no ``--tool`` here)."""
     with Harness(backend="openai", model="fake", base_url=url, db=db, todo=False, delegate=False) as h:
         h.run("first")
@@ -437,8 +437,8 @@ def _asked(srv: F, text: str) -> bool:
 
 
 @pytest.mark.slow
-def test_two_processes_on_one_session_the_second_is_refused_and_nothing_is_lost(tmp_path):
-    db = tmp_path / "c.db"
+def test_two_processes_on_one_session_the_second_is_refused_and_nothing_is_lost(db_target):
+    db = db_target  # an SQLite file, then a PostgreSQL database (tests/conftest.py)
 
     b_done = threading.Event()
 
@@ -474,8 +474,8 @@ def test_two_processes_on_one_session_the_second_is_refused_and_nothing_is_lost(
 
 
 @pytest.mark.slow
-def test_the_lease_of_a_killed_process_is_taken_over(tmp_path):
-    db = tmp_path / "c.db"
+def test_the_lease_of_a_killed_process_is_taken_over(db_target):
+    db = db_target  # an SQLite file, then a PostgreSQL database (tests/conftest.py)
     with F([F.reply_text("hello"), F.reply_text("never read", delay_s=30), F.reply_text("after the kill")]) as srv:
         sid = _session(db, srv.url)
         a = _cli(db, "run", "--resume", sid, "from A")
@@ -490,14 +490,14 @@ def test_the_lease_of_a_killed_process_is_taken_over(tmp_path):
     assert "after the kill" in out
 
 
-def test_the_lease_rules_in_one_process(tmp_path):
+def test_the_lease_rules_in_one_process(db_target):
     """Another host's lease is refused (its process cannot be checked from here) unless
     ``take_over``; a newer harness of this process takes the session from an older one."""
     from ctxwright.errors import SessionInUse
     from ctxwright.store.lease import acquire
     from ctxwright.store.sessions import LeaseRow
 
-    db = tmp_path / "c.db"
+    db = db_target  # an SQLite file, then a PostgreSQL database (tests/conftest.py)
     with F([F.reply_text("one"), F.reply_text("two"), F.reply_text("three")]) as srv:
         sid = _session(db, srv.url)
         store = Store(db)
