@@ -53,29 +53,28 @@ $(STAMP_DEV): $(STAMP_RUN)
 demo: $(STAMP_RUN)
 	$(BIN)/ctxwright run "What's the current time and weather in Vancouver?"
 
-# The report's browser test (tests/test_report_browser.py) opens a report in Debian's chromium:
-# installed here when it is missing and we are root with apt-get; a no-op when present.
-chromium:
-	@if ! command -v chromium >/dev/null 2>&1; then \
+# Debian packages the tests run as real counterparts, installed when missing and we are root with
+# apt-get (a no-op when present). $(call apt_package,PACKAGE,CHECK,WHAT FOR): CHECK is a shell
+# test that succeeds when the package is there.
+define apt_package
+	@if ! { $(2); } >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing chromium for the report's browser test"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	    echo "installing $(1) for $(3)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1) >/dev/null; \
 	  else \
-	    echo "chromium is missing and cannot be installed here (not root, or no apt-get): the browser test is skipped"; \
+	    echo "$(1) is missing and cannot be installed here (not root, or no apt-get): $(3) is skipped"; \
 	  fi; \
 	fi
+endef
+
+# The report's browser test (tests/test_report_browser.py) opens a report in Debian's chromium.
+chromium:
+	$(call apt_package,chromium,command -v chromium,the report's browser test)
 
 # The PostgreSQL store's tests (tests/pgserver.py) start a real server from Debian's postgresql
-# package: installed here when it is missing and we are root with apt-get.
+# (in CI a missing server fails them; elsewhere they are skipped).
 postgres:
-	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing postgresql for the PostgreSQL store's tests"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
-	  else \
-	    echo "postgresql is missing and cannot be installed here (not root, or no apt-get): its tests are skipped"; \
-	  fi; \
-	fi
+	$(call apt_package,postgresql,ls /usr/lib/postgresql/*/bin/initdb,the PostgreSQL store's tests)
 
 # Lint and types first (CI runs `make test`, so it enforces them), then the whole suite.
 test: $(STAMP_DEV) chromium postgres

@@ -53,6 +53,9 @@ class Connection(Protocol):
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ..., /) -> Any: ...
 
 
+C = TypeVar("C", bound=Connection)
+
+
 class Dialect(Protocol):
     """The few statements SQLite and PostgreSQL spell differently."""
 
@@ -114,6 +117,24 @@ class Database(Protocol):
     def close(self) -> None: ...
 
 
+def exclusive_tx(dialect: Dialect, key: str, fn: Callable[[C], T]) -> Callable[[C], T]:
+    """``fn`` wrapped in a transaction no other writer of ``key`` runs beside
+    (``Dialect.begin_exclusive``): committed when ``fn`` returns, rolled back when it raises.
+    Both databases' ``Database.exclusive`` and the migrations run through it."""
+
+    def tx(db: C) -> T:
+        dialect.begin_exclusive(db, key)
+        try:
+            out = fn(db)
+            dialect.commit(db)
+            return out
+        except BaseException:
+            dialect.rollback(db)
+            raise
+
+    return tx
+
+
 def upsert_sql(table: str, columns: Sequence[str], key: Sequence[str]) -> str:
     """``INSERT`` one row, or replace the row with the same ``key``: the statement both
     databases accept (``ON CONFLICT ... DO UPDATE``; SQLite's ``INSERT OR REPLACE`` is not
@@ -131,6 +152,7 @@ __all__ = [
     "Cursor",
     "Database",
     "Dialect",
+    "exclusive_tx",
     "is_url",
     "normalize_target",
     "upsert_sql",

@@ -31,7 +31,7 @@ from ctxwright.core.events import AssistantEvent, event_from_row
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.request import RequestOptions
 from ctxwright.errors import CtxwrightError, NotADatabase, SchemaTooNew, StoreUnusable
-from ctxwright.store.database import Connection, Dialect
+from ctxwright.store.database import Connection, Dialect, exclusive_tx
 from ctxwright.store.sqlite import os_problem
 
 if TYPE_CHECKING:
@@ -412,21 +412,19 @@ def check_schema(db: Connection, where: Path | str, dialect: Dialect) -> set[str
 def migrate(db: Connection, where: Path | str, applied: set[str], dialect: Dialect) -> None:
     if all(fn.__name__ in applied for fn in MIGRATIONS):
         return
-    # one writer migrates; a second process waits, then finds it done
-    dialect.begin_exclusive(db, "ctxwright migrations")
-    try:
-        applied = check_schema(db, where, dialect)
+
+    def apply(db: Connection) -> None:
+        done = check_schema(db, where, dialect)  # again: another process may have migrated meanwhile
         db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
         for fn in MIGRATIONS:
-            if fn.__name__ in applied:
+            if fn.__name__ in done:
                 continue
             fn(db)
             db.execute("INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", (fn.__name__, time.time()))
         dialect.set_user_version(db, SCHEMA_VERSION)
-        dialect.commit(db)
-    except BaseException:
-        dialect.rollback(db)
-        raise
+
+    # one writer migrates; a second process waits, then finds it done
+    exclusive_tx(dialect, "ctxwright migrations", apply)(db)
 
 
 __all__ = [

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ctxwright.core.redact import redact
 from ctxwright.errors import StoreLocked, StoreReadOnly, StoreUnusable
-from ctxwright.store.database import Connection
+from ctxwright.store.database import Connection, exclusive_tx
 
 if TYPE_CHECKING:
     import psycopg
@@ -385,17 +385,7 @@ class PostgresDatabase:
         """``fn(db)`` in one transaction holding the advisory lock of ``key``: other writers of
         ``key`` wait for it (on any host), writers of other keys do not."""
 
-        def tx(db: PgConnection) -> T:
-            self.dialect.begin_exclusive(db, key)
-            try:
-                out = fn(db)
-                self.dialect.commit(db)
-                return out
-            except BaseException:
-                self.dialect.rollback(db)
-                raise
-
-        return self.run(tx)
+        return self.run(exclusive_tx(self.dialect, key, fn))
 
     def change_mark(self) -> object:
         """PostgreSQL has no ``data_version``: a new value every time, so a lease is read again."""

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ctxwright.errors import NotADatabase, StoreLocked, StoreReadOnly, StoreUnusable
-from ctxwright.store.database import Connection
+from ctxwright.store.database import Connection, exclusive_tx
 from ctxwright.store.private import create_private, private_dir
 
 #: seconds a read or write waits for another process's lock before it fails (env CTXWRIGHT_DB_WAIT)
@@ -251,17 +251,7 @@ class SqliteDatabase:
         """``fn(db)`` in one ``BEGIN IMMEDIATE`` transaction: the database's write lock, so
         every other writer (of any key) waits; committed when ``fn`` returns."""
 
-        def tx(db: sqlite3.Connection) -> T:
-            self.dialect.begin_exclusive(db, key)
-            try:
-                out = fn(db)
-                self.dialect.commit(db)
-                return out
-            except BaseException:
-                self.dialect.rollback(db)
-                raise
-
-        return self.run(tx)
+        return self.run(exclusive_tx(self.dialect, key, fn))
 
     def change_mark(self) -> object:
         """SQLite's ``data_version``: changed by every commit of another connection."""
