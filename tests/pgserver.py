@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -69,7 +70,9 @@ class PgServer:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.terminate()  # "smart" shutdown waits for clients; SIGINT is "fast"
+            # SIGINT is PostgreSQL's "fast" shutdown: open sessions are ended (SIGTERM, "smart",
+            # would wait for every client of the test run to disconnect)
+            self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
