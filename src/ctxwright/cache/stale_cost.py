@@ -25,8 +25,10 @@ import math
 
 def keeping_pays(alpha: float, stale_tokens: float, calls: float, reprefill_tokens: float) -> bool:
     """Whether keeping ``stale_tokens`` (piled up over ``calls`` calls) still costs less than
-    re-prefilling ``reprefill_tokens`` to remove them: α·S·N/2 < (1−α)·R."""
-    return alpha * stale_tokens * calls / 2 < (1 - alpha) * reprefill_tokens
+    re-prefilling ``reprefill_tokens`` to remove them: α·S·N/2 ≤ (1−α)·R. A tie keeps them:
+    a compaction that saves nothing is not made (with α = 0 and nothing to re-prefill, both
+    sides are 0)."""
+    return alpha * stale_tokens * calls / 2 <= (1 - alpha) * reprefill_tokens
 
 
 def break_even_calls(alpha: float, growth_per_call: float, reprefill_tokens: float) -> float:
