@@ -3,7 +3,7 @@
 Layers, low to high (docs/architecture.md explains each)::
 
     errors < core < {backends, cache, store} < tools < defence < {audit, status, compaction, skills, mcp} < recipe
-        < {agent, proxy, report} < {harness, ci} < cli
+        < {agent, proxy, report, telemetry} < {harness, ci} < cli
 
 ``audit``, ``status``, ``compaction``, ``skills`` and ``mcp`` share a layer and must not import each other.
 
@@ -60,6 +60,10 @@ RANKS: dict[str, int] = {
     # where a model's attention goes (``attention/``): its views draw into the report's page, and
     # the report draws a session's saved maps with them, so the two share a rank
     "attention": 7,
+    # OpenTelemetry export: it turns the agent's progress events (agent/progress.py) and the proxy's
+    # recorded exchanges (proxy/recorder.py) into spans, so it sits beside both; the wiring
+    # (agent/wiring.py) opens it for a Harness or Context, and neither agent nor proxy needs more of it
+    "telemetry": 7,
     # answering an agent from a recording: it reads proxy sessions (proxy/log.py), stored
     # sessions (store/export.py) and the audit's reader and conversations; the CI gate builds on it
     "replay": 7,

@@ -62,7 +62,8 @@ def _documented() -> dict[str, tuple[str, list[str]]]:
     """kind -> (class, fields) from the doc's table."""
     rows: dict[str, tuple[str, list[str]]] = {}
     for line in DOC.read_text(encoding="utf-8").splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        # a cell may hold an escaped pipe (a field typed ``X \| None``)
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
         if len(cells) != 4 or not cells[0].startswith("`"):
             continue
         kind, cls = cells[0].strip("`"), cells[1].strip("`")

@@ -64,7 +64,7 @@ def _resume(rec: dict[str, Any], given: dict[str, Any] | None = None, d=SERVED, 
 def test_every_option_is_declared_once_and_the_defaults_are_a_served_new_session():
     specs = list(options(Recipe))
     keywords = [s.keyword for s in specs if s.keyword]
-    assert len(keywords) == len(set(keywords)) == 58
+    assert len(keywords) == len(set(keywords)) == 60
     flags = flag_names()
     assert len(flags) == len(set(flags))
     assert Recipe.resolve({}, None, SERVED) == Recipe()
@@ -201,6 +201,8 @@ def _legacy_options(args: argparse.Namespace) -> dict[str, Any]:
         defer_tools=args.defer_tools,
         tool_index=args.tool_index,
         tool_search_ranker=args.tool_search_ranker,  # added with the embedding rankers (after the recipe)
+        otlp=args.otlp,  # added with the OpenTelemetry export (after the recipe)
+        otlp_content=args.otlp_content or None,
         allow=lists or None,
         gate_rules=args.gate_rules,
         approve=("APPROVER", args.approve, args.approve_timeout) if wants_gate else None,

@@ -57,6 +57,7 @@ __all__ = [
     "StoreUnusable",
     "StoreWriteFailed",
     "SummaryFailed",
+    "TelemetryUnavailable",
     "TodoError",
     "ToolCatalogError",
     "ToolFailure",
@@ -172,6 +173,13 @@ class AblationInputError(ConfigError):
     section, a task environment that does not import. Refused before the first model call, with
     the file (and line) and what to fix: an ablation that ran on a half-read task list would
     report a success rate of some other experiment."""
+
+
+class TelemetryUnavailable(ConfigError):
+    """``--otlp`` (``otlp=``) was given, but the OpenTelemetry SDK and its OTLP/HTTP exporter are
+    not installed (``telemetry/exporter.py`` imports them only when asked). Refused before the
+    model loads, in one line that says what to install: an agent run that silently exported
+    nothing would look like a collector that lost every span."""
 
 
 class PrefixMismatch(CtxwrightError):

@@ -207,8 +207,14 @@ class Harness:
             raise CtxwrightError("this Harness is closed; resume the session in a new one: Harness.resume(session_id)")
         self.agent.config.tool_choice_first = self._first_choice()
         cache = self.context.provider_cache
+        tracer = self._wired.telemetry
         with cache.lock:  # a keep-warm refresh waits for the run, and the run for a refresh
-            result = self.agent.run(prompt)
+            if tracer is None:
+                result = self.agent.run(prompt)
+            else:
+                with tracer.run() as root:  # otlp=: the run's trace (telemetry/spans.py)
+                    result = self.agent.run(prompt)
+                    root.done(result)
         cache.start_timer()  # keep_warm on: refresh the provider's cache until the next run
         return result
 

@@ -57,7 +57,7 @@ from ctxwright.compaction.recall import RECALL_TOOL, Recall
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.core.events import AssistantEvent, ToolEvent
 from ctxwright.core.interrupted import close_open_rounds
-from ctxwright.core.messages import Message, ToolCall, canonical_json
+from ctxwright.core.messages import Message, ToolCall, Usage, canonical_json
 from ctxwright.core.progress import (
     EventSink,
     LedgerWarning,
@@ -151,6 +151,13 @@ class CallReport:
     mismatch: str | None = None
     #: the provider's cache verdict (``audit/live.py: cache_record``) on a provider-caching backend
     cache: dict[str, Any] | None = None
+    #: what an observer of the call needs beyond the table's row (``telemetry/``): the usage as the
+    #: backend reported it (its raw object included), the reply's finish reason and model, and the
+    #: live audit as stored with the call
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    response_model: str | None = None
+    audit: dict[str, Any] | None = None
 
 
 @dataclass
@@ -421,7 +428,7 @@ class Context:
         ledger = self._ledger.build(
             self.counter, s.prefix.canonical(), request.messages[1:], self._tools_text, s.prefix.tools
         )
-        self.on_event(RequestSent(index=s.call_count, messages=len(request.messages)))
+        self.on_event(RequestSent(index=s.call_count, messages=len(request.messages), request=request))
         now = time.perf_counter()
         self._pending = Pending(request, ledger, compactions, (now - t0) * 1000, now)
         return request
@@ -498,6 +505,10 @@ class Context:
             wall_ms=wall_ms,
             mismatch=mismatch.message if mismatch is not None else None,
             cache=cache,
+            usage=u,
+            finish_reason=completion.finish_reason,
+            response_model=completion.model,
+            audit=audit,
         )
         if mismatch is not None and mismatch.kind not in self._warned:
             self._warned.add(mismatch.kind)

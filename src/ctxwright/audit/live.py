@@ -129,6 +129,25 @@ def byte_evidence(row: AuditRow) -> ByteEvidence:
     )
 
 
+def stored_evidence(record: Mapping[str, Any]) -> ByteEvidence:
+    """:func:`byte_evidence` read back from the record :func:`audit_record` stored (a call's
+    ``audit``, a proxy exchange's ``audit_json``): the same evidence, for a reader that has
+    the stored call rather than its row (``telemetry/``: the segment a divergence falls in)."""
+    d = record.get("first_divergence")
+    d = d if isinstance(d, Mapping) else {}
+    offset, index, where = d.get("byte_offset"), d.get("message_index"), record.get("where")
+    reusable = record.get("reusable_prefix_tokens")
+    return ByteEvidence(
+        cause=str(record.get("cause") or ""),
+        reusable_prefix_tokens=reusable if isinstance(reusable, int) else 0,
+        where=where if isinstance(where, str) else "",
+        offset=offset if isinstance(offset, int) else None,
+        message_index=index if isinstance(index, int) else None,
+        field=d.get("field") if isinstance(d.get("field"), str) else None,
+        options=tuple(str(o) for o in record.get("options_changed") or ()),
+    )
+
+
 def cache_record(
     row: AuditRow,
     raw: Mapping[str, Any] | None,

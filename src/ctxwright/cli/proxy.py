@@ -74,6 +74,14 @@ def add_proxy_parser(sub: Any) -> None:
         metavar="N",
         help="open client connections served at once; past it new requests get a 503 (default 256)",
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="serve with N processes on one port, all recording into the store (a postgresql:// --db lets "
+        "proxies on several hosts share it too; default 1)",
+    )
     p.add_argument("--quiet", action="store_true", help="do not print a line per call")
     from ctxwright.recipe import add_arguments
 
@@ -138,6 +146,26 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     def out(line: str) -> None:
         print(line, flush=True)
 
+    if args.workers != 1:
+        from ctxwright.proxy.workers import serve_workers
+
+        if tracer is not None:
+            tracer.close()  # each worker exports its own spans (a fork does not carry the exporter's thread)
+        target = store.target
+        store.close()  # each worker opens its own connection, after the fork
+        started = serve_workers(
+            config,
+            target,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            quiet=args.quiet,
+            make_observer=(lambda: _tracer(args, upstream)) if tracer is not None else None,
+        )
+        console.print(
+            Text(f"ctxwright proxy stopped ({started} worker process(es) in all); recorded in {store.location}")
+        )
+        return 0
     try:
         recorder = serve(
             config,
@@ -173,7 +201,11 @@ def _check_numbers(args: argparse.Namespace) -> None:
     """Refuse, in one line each, the values the relay cannot work with: a port outside TCP's
     range (the socket would raise ``OverflowError``), a timeout that is not a positive, finite
     number of seconds (calls to the upstream would fail at once, or never time out), a negative
-    or infinite recording cap."""
+    or infinite recording cap, a number of workers no machine runs."""
+    from ctxwright.proxy.workers import MAX_WORKERS
+
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise CtxwrightError(f"--workers {args.workers}: give a number of processes from 1 to {MAX_WORKERS}")
     if not 1 <= args.port <= 65535:
         raise CtxwrightError(f"--port {args.port}: give a TCP port from 1 to 65535 (default 8787)")
     for flag, value in (("--timeout", args.timeout), ("--connect-timeout", args.connect_timeout)):

@@ -23,6 +23,7 @@ the one place to read it.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -57,6 +58,12 @@ class CompactionReport:
     event_seq: int
     #: policy ``cost``: the planner's decision that ran this tier (``planner.py``)
     decision: Decision | None = None
+    #: the recorded event's layer (``full`` for both stages of ``full_stage1``/``full_stage2``)
+    kind: str = ""
+    #: when the tier started planning and when its event was recorded (``time.time()``): the
+    #: reports reach ``on_event`` after every tier ran, and a trace places each in time
+    started_at: float | None = None
+    ended_at: float | None = None
 
 
 @dataclass
@@ -486,7 +493,16 @@ def apply(state: PassState, tier: Tier, plan: Plan) -> CompactionReport:
         **({"planner": state.decision.to_dict()} if state.decision is not None else {}),
     )
     after = state.manager.request_tokens(s)
-    report = CompactionReport(tier.name, plan.changed, state.tokens, after, ev.seq, state.decision)
+    report = CompactionReport(
+        tier.name,
+        plan.changed,
+        state.tokens,
+        after,
+        ev.seq,
+        state.decision,
+        kind=tier.layer,
+        ended_at=time.time(),
+    )
     state.manager.last_compaction_call = state.call_index
     state.tokens = after
     return report
@@ -513,7 +529,10 @@ def run(tiers: list[Tier], state: PassState) -> list[CompactionReport]:
             continue
         if not tier.wants(state):
             continue
+        started = time.time()
         plan = tier.plan(state)
         if plan is not None:
-            reports.append(apply(state, tier, plan))
+            report = apply(state, tier, plan)
+            report.started_at = started  # planning included: an LLM summary is written there
+            reports.append(report)
     return reports

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from ctxwright.core.messages import ToolCall
+from ctxwright.core.request import ChatRequest
 from ctxwright.core.tokens import LedgerMismatch
 
 __all__ = [
+    "TO_DICT",
     "BackendFailed",
     "CompactionAhead",
     "EventSink",
@@ -72,9 +74,15 @@ class ProgressEvent:
         return out
 
 
+#: A dataclass field whose metadata says ``{TO_DICT: False}`` is left out of :meth:`ProgressEvent.to_dict`:
+#: data an observer reads from the live object (a call's whole request, ``agent/context.py``) but a
+#: JSON log of the events must not copy at every call.
+TO_DICT = "ctxwright.to_dict"
+
+
 def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value) if f.metadata.get(TO_DICT, True)}
     if isinstance(value, tuple | list):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
@@ -133,11 +141,14 @@ class CompactionAhead(ProgressEvent):
 @dataclass(frozen=True, kw_only=True)
 class RequestSent(ProgressEvent):
     """A model call starts: ``index`` is its number in the session (as in the per-call
-    table), ``messages`` how many messages the request has."""
+    table), ``messages`` how many messages the request has, ``request`` the request itself as
+    it is sent (for an observer such as ``telemetry/``; left out of :meth:`to_dict`, which
+    would otherwise copy the whole conversation at every call)."""
 
     kind: ClassVar[str] = "request"
     index: int
     messages: int
+    request: ChatRequest | None = field(default=None, repr=False, compare=False, metadata={TO_DICT: False})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,8 +10,14 @@ prints one line. One writer keeps the session placement and the audit in arrival
 Rows are written one by one as they arrive (autocommit, WAL), so a crash loses only
 exchanges still in flight or in the queue; closing the recorder drains the queue first.
 
-A call's number in its session is taken only when its row is written: a write that fails (a
-full disk) leaves no gap in the numbers of the calls that follow.
+A call's number in its session is taken in the transaction that writes its row
+(``ProxyLog.record_call``): a write that fails (a full disk) leaves no gap in the numbers of
+the calls that follow, and another proxy process recording into the same store never takes
+the same number.
+
+An ``observer`` (``telemetry/exchanges.py``: a span per relayed call) is handed each model call
+once its row is written, on this thread: what it does can neither slow the relay nor lose a
+row, and an observer that raises is reported once and skipped.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import json
 import queue
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ctxwright.audit.compare import TOKEN_MEMO, AuditRequest, AuditRow
@@ -98,10 +105,27 @@ def format_line(
     return line
 
 
+@dataclass(frozen=True)
+class RecordedExchange:
+    """One relayed model call as recorded, for an observer: its ids, the exchange, the decoded
+    request body and answer (a body, or a stream's events), and the audit stored with it."""
+
+    row_id: int
+    session_id: str
+    call_index: int
+    api: str | None
+    exchange: Exchange
+    request: dict[str, Any]
+    response: Any
+    audit: dict[str, Any]
+    streamed: bool
+
+
 class Recorder:
     """Takes finished exchanges from the relay and records, audits and prints them.
 
-    ``printer`` receives each printed line (``None``: silent). :meth:`close` drains the queue.
+    ``printer`` receives each printed line (``None``: silent); ``observer`` each recorded model
+    call (:class:`RecordedExchange`). :meth:`close` drains the queue.
     """
 
     def __init__(
@@ -111,14 +135,16 @@ class Recorder:
         *,
         printer: Callable[[str], None] | None = print,
         counter: TokenCounter | None = None,
+        observer: Callable[[RecordedExchange], None] | None = None,
     ) -> None:
         self.store = store
+        self.observer = observer
+        self._observer_failed = False
         self.log = ProxyLog(store)
         self.printer = printer
         self.placer = SessionPlacer(store, upstream)
         self.reader = RecordReader()
         self.audits = LiveAudits(store, counter or TokenCounter(cache_size=TOKEN_MEMO))
-        self._calls: dict[str, int] = {}
         self._queue: queue.SimpleQueue[Exchange | None] = queue.SimpleQueue()
         self.recorded = 0
         self.failures = 0
@@ -159,6 +185,8 @@ class Recorder:
                 if self.printer is not None:
                     self.printer(f"ctxwright proxy: could not record {ex.method} {redact_query(ex.path)}: {exc}")
             finally:
+                if not ex.written.done():
+                    ex.written.set_result(None)  # an answer held until it is recorded may end now
                 with self._idle:
                     if ok:
                         self.recorded += 1
@@ -212,33 +240,42 @@ class Recorder:
         req, problem = self._read(body, response, ex.started_at)
         placement = self.placer.place(ex.session_header, body, api, req)
         sid = placement.session_id
-        k = self._calls.get(sid)
-        if k is None:
-            k = 0 if placement.new else self._next_index(sid)
         self.placer.answered(sid, _response_id(response) if api == "openai_responses" else None)
         audit_row = None
+        stored = -1
         try:
             if req is not None:
-                audit_row = self.audits.add(sid, req, new=placement.new)
+                stored = 0 if placement.new else self.log.call_count(sid)
+                audit_row = self.audits.add(sid, req, new=placement.new, stored=stored)
             audit: dict[str, Any] = audit_record(audit_row) if audit_row is not None else {"problem": problem}
             cache = self.audits.cache if audit_row is not None else None
             if cache is not None:
                 audit["cache"] = cache
             audit["grouped_by"] = placement.grouped_by
-            row.update(session_id=sid, call_index=k, audit_json=json.dumps(audit, ensure_ascii=False))
-            rid = self.log.record_exchange(row)
+            row.update(session_id=sid, audit_json=json.dumps(audit, ensure_ascii=False))
+            rid, k = self.log.record_call(row)
         except BaseException:
             # not stored: its number stays free for the next call, and the session's audit is
             # rebuilt from the calls that were stored
             self.audits.forget(sid)
             raise
-        self._calls[sid] = k + 1
+        if stored >= 0 and k != stored:  # another process recorded a call of this session meanwhile
+            self.audits.forget(sid)
         if self.printer is not None:
             self.printer(format_line(sid, k, ex, audit_row, problem, cache if audit_row is not None else None))
+        if self.observer is not None:
+            self._observe(RecordedExchange(rid, sid, k, api, ex, body, response, audit, streamed))
         return rid
 
-    def _next_index(self, sid: str) -> int:
-        return self.log.call_count(sid)
+    def _observe(self, recorded: RecordedExchange) -> None:
+        """Hand the observer the recorded call; its failure is said once and never unrecords it."""
+        assert self.observer is not None
+        try:
+            self.observer(recorded)
+        except Exception as exc:
+            if not self._observer_failed and self.printer is not None:
+                self.printer(f"ctxwright proxy: the observer of recorded calls failed ({type(exc).__name__}: {exc})")
+            self._observer_failed = True
 
     def _read(
         self, body: dict[str, Any], response: Any, started_at: float | None = None

@@ -33,6 +33,7 @@ from ctxwright.recipe.options import (
     RuntimeOptions,
     SkillsOptions,
     StatusOptions,
+    TelemetryOptions,
     TodoOptions,
     result_cap_help,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "RuntimeOptions",
     "SkillsOptions",
     "StatusOptions",
+    "TelemetryOptions",
     "TodoOptions",
     "add_arguments",
     "backend_defaults",

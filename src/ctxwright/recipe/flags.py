@@ -27,8 +27,8 @@ Approver = Callable[[str | None, float | None], Any]
 _GATED_LEVELS = ("gate", "provenance", "D4", "D5", "d4", "d5")
 
 
-def _flagged() -> list[tuple[OptionSpec, Flag]]:
-    return [(spec, f) for spec in options(Recipe) for f in spec.flags]
+def _flagged(sections: tuple[str, ...] | None = None) -> list[tuple[OptionSpec, Flag]]:
+    return [(spec, f) for spec in options(Recipe) if sections is None or spec.section in sections for f in spec.flags]
 
 
 def flag_names() -> list[str]:
@@ -36,11 +36,12 @@ def flag_names() -> list[str]:
     return [name for _, f in _flagged() for name in f.names]
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, sections: tuple[str, ...] | None = None) -> None:
     """Add every option's flags to ``parser`` (``ctxwright run``, ``ctxwright tools list``),
-    with their argparse groups, in declaration order."""
+    with their argparse groups, in declaration order; ``sections``: only those of these
+    sections of the recipe (``ctxwright proxy`` takes the ``telemetry`` flags)."""
     groups: dict[str, Any] = {}
-    for _, f in _flagged():
+    for _, f in _flagged(sections):
         target: Any = parser
         if f.group is not None:
             if f.group not in groups:

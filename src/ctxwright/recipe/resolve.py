@@ -26,6 +26,7 @@ from typing import Any, cast
 
 from ctxwright.compaction import CompactionConfig
 from ctxwright.core.reasoning import ReasoningMode, ReasoningPolicy
+from ctxwright.core.redact import redact
 from ctxwright.defence.levels import Features
 from ctxwright.defence.levels import features as defence_features
 from ctxwright.errors import ConfigError
@@ -43,6 +44,7 @@ from ctxwright.recipe.options import (
     RuntimeOptions,
     SkillsOptions,
     StatusOptions,
+    TelemetryOptions,
     TodoOptions,
 )
 from ctxwright.skills.tools import CATALOG_MODES, CatalogEntry, CatalogMode
@@ -173,6 +175,7 @@ def resolve(given: Mapping[str, Any], recorded: Mapping[str, Any] | None, defaul
         deferral=_deferral(src),
         defence=_defence(src),
         reasoning=ReasoningOptions(mode=_reasoning(src)),
+        telemetry=_telemetry(src),
         timestamps=bool(src.pick("timestamps", "", "timestamps", False)),
         keep_warm=bool(src.pick("keep_warm", "", "keep_warm", False)),
         workspace=_workspace(src.pick("workspace", "", "workspace", None)),
@@ -341,6 +344,30 @@ def _reasoning(src: _Sources) -> ReasoningPolicy | None:
         return ReasoningPolicy(cast(ReasoningMode, value)) if isinstance(value, str) else value
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _telemetry(src: _Sources) -> TelemetryOptions:
+    """``otlp``: a URL, or ``True`` / ``"env"`` (the endpoint of the environment's OTLP
+    variables, resolved when the exporter opens); anything else is refused here, before a model
+    loads. Never recorded: the endpoint is this process's setting, not the session's."""
+    otlp, content = src.g("otlp"), src.g("otlp_content")
+    if otlp is True:
+        otlp = "env"
+    elif otlp is False:
+        otlp = None
+    if otlp is not None:
+        text = otlp.strip() if isinstance(otlp, str) else ""
+        scheme = text.split("://", 1)[0].lower() if "://" in text else ""
+        if text != "env" and (scheme not in ("http", "https") or not text.split("://", 1)[1].strip("/")):
+            raise ConfigError(
+                f"otlp={redact(repr(otlp))}: give the OTLP/HTTP endpoint's URL, e.g. http://localhost:4318 "
+                "(CLI: --otlp URL), "
+                "or 'env' for OTEL_EXPORTER_OTLP_ENDPOINT's"
+            )
+        otlp = text
+    if content and otlp is None:
+        raise ConfigError("otlp_content= (--otlp-content) adds content to exported spans: give --otlp URL too")
+    return TelemetryOptions(otlp=otlp, content=bool(content))
 
 
 def _workspace(value: Any) -> Path | None:
