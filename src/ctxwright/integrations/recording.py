@@ -1,0 +1,278 @@
+"""Recording the model calls an agent framework makes, in process: the proxy's recorder behind
+the ``openai`` SDK's own HTTP client.
+
+Why here, and why this way: the OpenAI Agents SDK, pydantic-ai and LangChain all call
+OpenAI-compatible models through the official ``openai`` SDK, and each lets its user hand that
+SDK an ``httpx`` client. A transport in that client sees the exact bytes the framework sent and
+the exact bytes that came back -- what the provider caches is those bytes, not the framework's
+objects -- so the recording needs no copy of any framework's request-building code, and stays
+right when a framework changes how it builds one. Each exchange goes through the same
+:class:`~ctxwright.proxy.recorder.Recorder` that ``ctxwright proxy`` uses (decoding, session
+placement by the ``X-Ctxwright-Session`` name, the live per-call audit, one row per call), so
+``ctxwright audit --proxy-session``, ``report --proxy-session`` and the CI gate read a framework's
+session as they read a proxied one, with the same numbers.
+
+What it adds to the proxy's recording: the **frozen-prefix warning**. The first call of a session
+whose system prompt or tool list differs from the call before it (a framework's dynamic
+instructions, a tool list rebuilt in another order) is said once per segment, naming it, the
+byte where it changed and the fix a framework allows (:data:`FIXES`); the audit keeps counting
+every later one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from ctxwright.proxy.recorder import RecordedExchange, Recorder
+from ctxwright.proxy.server import DEFAULT_RECORD_CAP, Capture, Exchange
+from ctxwright.proxy.store import ProxyLog
+from ctxwright.store.database import normalize_target
+from ctxwright.store.sessions import Store
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+#: the audit's causes that mean the frozen prefix changed, and the segment each names
+PREFIX_CAUSES = {"system_changed": "system prompt", "tools_changed": "tool list"}
+#: what a framework user can do about each, whatever the framework
+FIXES = {
+    "system_changed": (
+        "keep the instructions fixed for the session and send what changes (time, state, a TODO list) as "
+        "a message appended after the history"
+    ),
+    "tools_changed": "register every tool once, in one fixed order, for the whole session",
+}
+
+
+@dataclass(frozen=True)
+class PrefixWarning:
+    """The first call of a session whose frozen prefix changed in one segment."""
+
+    session_id: str
+    call_index: int
+    cause: str
+    segment: str
+    byte_offset: int | None
+    fix: str
+
+    def __str__(self) -> str:
+        at = f" at byte {self.byte_offset:,}" if self.byte_offset is not None else ""
+        return (
+            f"ctxwright: call #{self.call_index} of session {self.session_id} changed the {self.segment}{at}, "
+            f"so the provider's cache of everything after it was lost; {self.fix}"
+        )
+
+
+class FrameworkRecorder:
+    """Records a framework agent's model calls as one ctxwright session (the proxy's tables).
+
+    ``db``: the store (a path or ``postgresql://`` URL; ``Store`` objects too). ``name``: what
+    groups the calls into one session (a new random one by default; the same name again adds
+    to the same session). ``on_warning`` receives each :class:`PrefixWarning` (default: printed
+    to stderr once per segment). Use :meth:`http_client` / :meth:`async_http_client` as the
+    ``openai`` SDK's ``http_client``; :meth:`close` when done.
+    """
+
+    def __init__(
+        self,
+        db: str | Path | Store,
+        *,
+        name: str | None = None,
+        framework: str = "framework",
+        on_warning: Callable[[PrefixWarning], None] | None = None,
+        record_cap: int = DEFAULT_RECORD_CAP,
+    ) -> None:
+        self.owned = not isinstance(db, Store)
+        self.store = db if isinstance(db, Store) else Store(normalize_target(db))
+        self.name = name or f"{framework}-{uuid.uuid4().hex[:10]}"
+        self.framework = framework
+        self.record_cap = record_cap
+        self.warnings: list[PrefixWarning] = []
+        self._said: set[str] = set()
+        self._on_warning = on_warning
+        self._lock = threading.Lock()
+        self.recorder = Recorder(self.store, "framework", printer=None, observer=self._observe)
+
+    # -- the clients the framework's openai SDK uses ---------------------------------------------
+    def http_client(self, **kwargs: Any) -> httpx.Client:
+        """An ``httpx.Client`` that records every exchange (for a sync ``openai.OpenAI``)."""
+        return httpx.Client(transport=RecordingTransport(self, httpx.HTTPTransport()), **kwargs)
+
+    def async_http_client(self, **kwargs: Any) -> httpx.AsyncClient:
+        """An ``httpx.AsyncClient`` that records every exchange (for ``openai.AsyncOpenAI``)."""
+        return httpx.AsyncClient(transport=AsyncRecordingTransport(self, httpx.AsyncHTTPTransport()), **kwargs)
+
+    # -- what was recorded -------------------------------------------------------------------------
+    @property
+    def session_id(self) -> str | None:
+        """The recorded session's id (``None`` before the first model call)."""
+        return ProxyLog(self.store).find_session("header", self.name)
+
+    def record(self, ex: Exchange) -> None:
+        """Decode, place, audit and write one exchange, on the caller's thread (one at a time:
+        the recorder's placement and audit keep call order)."""
+        with self._lock:
+            try:
+                self.recorder.record(ex)
+            finally:
+                if not ex.written.done():
+                    ex.written.set_result(None)
+
+    def _observe(self, rec: RecordedExchange) -> None:
+        cause = rec.audit.get("cause")
+        if cause not in PREFIX_CAUSES or cause in self._said:
+            return
+        self._said.add(cause)
+        d = rec.audit.get("first_divergence")
+        offset = d.get("byte_offset") if isinstance(d, dict) else None
+        warning = PrefixWarning(rec.session_id, rec.call_index, cause, PREFIX_CAUSES[cause], offset, FIXES[cause])
+        self.warnings.append(warning)
+        if self._on_warning is not None:
+            self._on_warning(warning)
+        else:
+            import sys
+
+            print(warning, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.recorder.close()
+        if self.owned:
+            self.store.close()
+
+    def __enter__(self) -> FrameworkRecorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- one exchange ------------------------------------------------------------------------------
+    def _start(self, request: httpx.Request) -> Exchange:
+        body = request.content  # the SDK sends a complete body (JSON), never a stream
+        ex = Exchange(
+            method=request.method,
+            path=request.url.raw_path.decode("latin-1"),
+            started_at=time.time(),
+            t0=time.perf_counter(),
+            request=Capture(self.record_cap),
+            request_content_type=request.headers.get("content-type"),
+            request_encoding=request.headers.get("content-encoding"),
+            session_header=self.name,
+            response=Capture(self.record_cap),
+        )
+        ex.request.add(body)
+        return ex
+
+    def _answered(self, ex: Exchange, response: httpx.Response) -> None:
+        ex.status = response.status_code
+        ex.ttfb_ms = (time.perf_counter() - ex.t0) * 1000
+        ex.response_content_type = response.headers.get("content-type")
+        ex.response_encoding = response.headers.get("content-encoding")
+
+    def _failed(self, ex: Exchange, exc: BaseException) -> None:
+        ex.outcome, ex.error = "upstream_broken", f"{type(exc).__name__}: {exc}"
+        self._end(ex)
+
+    def _end(self, ex: Exchange) -> None:
+        ex.total_ms = (time.perf_counter() - ex.t0) * 1000
+        ex.ended_at = ex.started_at + ex.total_ms / 1000
+        self.record(ex)
+
+
+class _Captured(httpx.SyncByteStream):
+    """The answer's bytes as the SDK reads them (a stream stays a stream); recorded when closed."""
+
+    def __init__(self, inner: httpx.SyncByteStream, ex: Exchange, owner: FrameworkRecorder) -> None:
+        self.inner, self.ex, self.owner, self.done = inner, ex, owner, False
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.inner:
+            self.ex.response.add(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        try:
+            self.inner.close()
+        finally:
+            if not self.done:
+                self.done = True
+                self.owner._end(self.ex)
+
+
+class _AsyncCaptured(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, ex: Exchange, owner: FrameworkRecorder) -> None:
+        self.inner, self.ex, self.owner, self.done = inner, ex, owner, False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self.inner:
+            self.ex.response.add(chunk)
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self.inner.aclose()
+        finally:
+            if not self.done:
+                self.done = True
+                self.owner._end(self.ex)  # a few ms of SQLite/PostgreSQL on the loop, once per call
+
+
+class RecordingTransport(httpx.BaseTransport):
+    """Passes each request to ``inner`` unchanged and records the exchange when its answer is closed."""
+
+    def __init__(self, owner: FrameworkRecorder, inner: httpx.BaseTransport) -> None:
+        self.owner, self.inner = owner, inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        ex = self.owner._start(request)
+        try:
+            response = self.inner.handle_request(request)
+        except BaseException as exc:
+            self.owner._failed(ex, exc)
+            raise
+        self.owner._answered(ex, response)
+        assert isinstance(response.stream, httpx.SyncByteStream)
+        response.stream = _Captured(response.stream, ex, self.owner)
+        return response
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class AsyncRecordingTransport(httpx.AsyncBaseTransport):
+    """:class:`RecordingTransport` for ``httpx.AsyncClient``."""
+
+    def __init__(self, owner: FrameworkRecorder, inner: httpx.AsyncBaseTransport) -> None:
+        self.owner, self.inner = owner, inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        ex = self.owner._start(request)
+        try:
+            response = await self.inner.handle_async_request(request)
+        except BaseException as exc:
+            self.owner._failed(ex, exc)
+            raise
+        self.owner._answered(ex, response)
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _AsyncCaptured(response.stream, ex, self.owner)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+__all__ = [
+    "FIXES",
+    "PREFIX_CAUSES",
+    "AsyncRecordingTransport",
+    "FrameworkRecorder",
+    "PrefixWarning",
+    "RecordingTransport",
+]
