@@ -10,7 +10,8 @@ What it keeps from ctxwright's compaction (``compaction/``):
 
 * **Rarely and deeply.** Nothing changes until the request passes ``trigger_tokens``; then every
   tool result but the newest ``keep_results`` becomes a one-line placeholder at once
-  (``compaction/clearing.py``'s placeholder). A result cleared once stays cleared
+  (:func:`placeholder`: a framework agent has no ``read_result`` tool to page it back, so it
+  names the call the model can make again instead). A result cleared once stays cleared
   (remembered by its ``tool_call_id``), so between two compactions every request extends the one
   before and the provider's cache holds -- clearing one more result per call would break the
   cache on every call.
@@ -28,9 +29,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxwright.compaction.check import violations
-from ctxwright.compaction.clearing import placeholder
 from ctxwright.compaction.ledger import appears, items_of, visible_text
 from ctxwright.core.messages import Message
+
+
+def placeholder(tool_name: str, tool_call_id: str, tokens: int) -> str:
+    """What a cleared result leaves: short, since hundreds of them may stay in a long session."""
+    return (
+        f"[cleared {tool_name} result of call {tool_call_id}, {tokens:,} tokens; call the tool again if it is needed]"
+    )
 
 
 def _chars_over_4(text: str) -> int:
@@ -128,4 +135,4 @@ def tail_reminder(text: str) -> dict[str, Any]:
     return {"role": "user", "content": f"<context_update>\n{text}\n</context_update>"}
 
 
-__all__ = ["Cleared", "WireCompactor", "tail_reminder"]
+__all__ = ["Cleared", "WireCompactor", "placeholder", "tail_reminder"]
