@@ -31,13 +31,8 @@ from pydantic_ai.usage import UsageLimits
 from ctxwright.cli.main import main as cli
 from ctxwright.errors import ConfigError
 from ctxwright.integrations.compaction import WireCompactor
-from ctxwright.integrations.pydantic_ai import (
-    FIXES,
-    PydanticAIRecorder,
-    fill_null_content,
-    recorded_model,
-)
-from ctxwright.integrations.recording import FrameworkRecorder, PrefixWarning
+from ctxwright.integrations.pydantic_ai import FIXES, recorded_model
+from ctxwright.integrations.recording import FrameworkRecorder, PrefixWarning, fill_null_content
 from ctxwright.proxy.log import proxy_session_requests
 from ctxwright.proxy.store import ProxyLog
 from ctxwright.store.sessions import Store
@@ -187,9 +182,9 @@ def test_a_dynamic_instruction_is_warned_about_once_naming_the_system_prompt(tmp
         assert causes == ["first", "system_changed", "system_changed"]
 
 
-def test_the_base_recorder_does_not_see_a_dynamic_instruction_after_literal_ones(tmp_path: Path) -> None:
-    """Why :class:`PydanticAIRecorder` exists: the framework-neutral recorder warns only about
-    the first system message, and pydantic-ai puts the dynamic instruction in the second."""
+def test_a_recorder_the_user_made_sees_a_dynamic_instruction_after_literal_ones(tmp_path: Path) -> None:
+    """pydantic-ai sends its dynamic instruction as the second system message: the recorder
+    counts an edit of a later system message as a change of the system prompt too."""
     db = tmp_path / "ctx.db"
     warnings: list[PrefixWarning] = []
     with F(two_steps()) as srv:
@@ -197,7 +192,7 @@ def test_the_base_recorder_does_not_see_a_dynamic_instruction_after_literal_ones
         model, _ = recorded_model(base_url=srv.url, model="fake-model", recorder=rec)
         with rec:
             make_agent(model, dynamic="rewrite").run_sync("What is 2 + 3, plus 4?")
-    assert warnings == []
+    assert [(w.call_index, w.segment) for w in warnings] == [(1, "system prompt")]
 
 
 def test_on_change_append_keeps_the_system_prompt_byte_identical(tmp_path: Path) -> None:
@@ -267,7 +262,7 @@ def test_a_changed_tool_list_is_warned_about_with_the_pydantic_ai_fix(tmp_path: 
 def test_the_default_warning_goes_to_stderr_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with F(two_steps()) as srv:
         model, rec = recorded_model(tmp_path / "ctx.db", base_url=srv.url, model="fake-model")
-        assert isinstance(rec, PydanticAIRecorder) and rec.name.startswith("pydantic-ai-")
+        assert rec.fixes["system_changed"] == FIXES["system_changed"] and rec.name.startswith("pydantic-ai-")
         with rec:
             make_agent(model, dynamic="rewrite").run_sync("What is 2 + 3, plus 4?")
     err = capsys.readouterr().err

@@ -44,22 +44,17 @@ a loss ledger; it changes what is sent, never the agent's state.
 
 from __future__ import annotations
 
-import json
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from ctxwright.errors import ConfigError
 from ctxwright.integrations.compaction import Cleared, WireCompactor, tail_reminder
 from ctxwright.integrations.recording import (
-    AsyncRecordingTransport,
     FrameworkRecorder,
     PrefixWarning,
-    RecordingTransport,
 )
 
 _INSTALL = "pip install 'ctxwright[langchain]'"
@@ -126,17 +121,9 @@ def recorded_chat_model(
         options["base_url"] = base_url
     if api_key is not None:
         options["api_key"] = api_key
-    if null_content is None:
-        sync_client, async_client = recorder.http_client(), recorder.async_http_client()
-    else:
-        sync_client = httpx.Client(
-            transport=NullContentTransport(RecordingTransport(recorder, httpx.HTTPTransport()), null_content)
-        )
-        async_client = httpx.AsyncClient(
-            transport=AsyncNullContentTransport(
-                AsyncRecordingTransport(recorder, httpx.AsyncHTTPTransport()), null_content
-            )
-        )
+    if null_content is not None:
+        recorder.null_content = null_content
+    sync_client, async_client = recorder.http_client(), recorder.async_http_client()
     try:
         chat = ChatOpenAI(model=model, http_client=sync_client, http_async_client=async_client, **options)
     except BaseException:
@@ -145,65 +132,6 @@ def recorded_chat_model(
             recorder.close()
         raise
     return chat, recorder
-
-
-def fill_null_content(body: bytes, text: str) -> bytes | None:
-    """``body`` (a chat-completions request) with each assistant message's ``"content": null``
-    sent as ``text``; ``None`` when there is none (the body then goes unchanged)."""
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        return None
-    messages = obj.get("messages") if isinstance(obj, dict) else None
-    if not isinstance(messages, list):
-        return None
-    nulls = [
-        m for m in messages if isinstance(m, dict) and m.get("role") == "assistant" and m.get("content", 0) is None
-    ]
-    if not nulls:
-        return None
-    for m in nulls:
-        m["content"] = text
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def _filled(request: httpx.Request, body: bytes, text: str) -> httpx.Request:
-    new = fill_null_content(body, text) if request.url.path.endswith("/chat/completions") else None
-    if new is None:
-        return request
-    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
-    return httpx.Request(request.method, request.url, headers=headers, content=new, extensions=request.extensions)
-
-
-class NullContentTransport(httpx.BaseTransport):
-    """Sends ``"content": null`` of an assistant message as ``text``, before ``inner`` (the
-    recorder) sees the request."""
-
-    def __init__(self, inner: httpx.BaseTransport, text: str = "") -> None:
-        self.inner, self.text = inner, text
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        if request.method == "POST":
-            request = _filled(request, request.read(), self.text)
-        return self.inner.handle_request(request)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-class AsyncNullContentTransport(httpx.AsyncBaseTransport):
-    """:class:`NullContentTransport` for ``httpx.AsyncClient``."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport, text: str = "") -> None:
-        self.inner, self.text = inner, text
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.method == "POST":
-            request = _filled(request, await request.aread(), self.text)
-        return await self.inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 def note_text(frozen: str | None, current: str) -> str:
@@ -359,11 +287,8 @@ __all__ = [
     "NOTE_KEY",
     "REPLACES",
     "RESTORED",
-    "AsyncNullContentTransport",
     "CompactToolResults",
     "FrozenSystemPrompt",
-    "NullContentTransport",
-    "fill_null_content",
     "note_text",
     "recorded_chat_model",
 ]

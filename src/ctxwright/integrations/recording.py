@@ -12,25 +12,36 @@ placement by the ``X-Ctxwright-Session`` name, the live per-call audit, one row 
 ``ctxwright audit --proxy-session``, ``report --proxy-session`` and the CI gate read a framework's
 session as they read a proxied one, with the same numbers.
 
-What it adds to the proxy's recording: the **frozen-prefix warning**. The first call of a session
-whose system prompt or tool list differs from the call before it (a framework's dynamic
-instructions, a tool list rebuilt in another order) is said once per segment, naming it, the
-byte where it changed and the fix a framework allows (:data:`FIXES`); the audit keeps counting
-every later one.
+What it adds to the proxy's recording:
+
+* the **frozen-prefix warning**. The first call of a session whose system prompt or tool list
+  differs from the call before it (a framework's dynamic instructions, a tool list rebuilt in
+  another order) is said once per segment, naming it, the byte where it changed and the fix the
+  framework allows (:data:`FIXES`, or the adapter's own); the audit keeps counting every later
+  one. A framework that sends its changing instructions as a later ``system`` message
+  (pydantic-ai) changes the system prompt too, and is said so;
+* **rewriting what is sent**, before it is sent and recorded (:func:`rewrite_body`, so the
+  recording is what went over the wire): ``null_content`` sends an assistant message's
+  ``"content": null`` -- what the frameworks send with tool calls, as OpenAI documents it -- as
+  text, for servers that answer the null with HTTP 500 (llama-cpp-python's); ``compactor`` (a
+  :class:`~ctxwright.integrations.compaction.WireCompactor`) decides what each request sends,
+  the framework's own history staying whole.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from ctxwright.integrations.compaction import WireCompactor
 from ctxwright.proxy.recorder import RecordedExchange, Recorder
 from ctxwright.proxy.server import DEFAULT_RECORD_CAP, Capture, Exchange
 from ctxwright.proxy.store import ProxyLog
@@ -71,14 +82,60 @@ class PrefixWarning:
         )
 
 
+def rewrite_body(
+    body: bytes, *, null_content: str | None = None, compactor: WireCompactor | None = None
+) -> bytes | None:
+    """The chat-completions body to send instead of ``body``, or ``None`` to send it as it is.
+    Serialised as the ``openai`` SDK does (compact, UTF-8); a body that is not a chat request
+    (or not JSON) is never touched."""
+    try:
+        obj = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    messages = obj.get("messages") if isinstance(obj, dict) else None
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        return None
+    out: list[dict[str, Any]] = messages
+    if null_content is not None:
+        out = [
+            {**m, "content": null_content} if m.get("role") == "assistant" and m.get("content", 0) is None else m
+            for m in out
+        ]
+    if compactor is not None:
+        out = compactor(out)
+    if out == messages:
+        return None
+    obj["messages"] = out
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def fill_null_content(body: bytes, text: str) -> bytes | None:
+    """``body`` with each assistant message's ``"content": null`` sent as ``text``, or ``None``."""
+    return rewrite_body(body, null_content=text)
+
+
+def _rewritten(request: httpx.Request, body: bytes, owner: FrameworkRecorder) -> httpx.Request:
+    if owner.null_content is None and owner.compactor is None:
+        return request
+    if request.method != "POST" or not request.url.path.endswith("/chat/completions"):
+        return request
+    new = rewrite_body(body, null_content=owner.null_content, compactor=owner.compactor)
+    if new is None:
+        return request
+    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
+    return httpx.Request(request.method, request.url, headers=headers, content=new, extensions=request.extensions)
+
+
 class FrameworkRecorder:
     """Records a framework agent's model calls as one ctxwright session (the proxy's tables).
 
     ``db``: the store (a path or ``postgresql://`` URL; ``Store`` objects too). ``name``: what
     groups the calls into one session (a new random one by default; the same name again adds
     to the same session). ``on_warning`` receives each :class:`PrefixWarning` (default: printed
-    to stderr once per segment). Use :meth:`http_client` / :meth:`async_http_client` as the
-    ``openai`` SDK's ``http_client``; :meth:`close` when done.
+    to stderr once per segment); ``fixes`` the adapter's own fix per cause (default
+    :data:`FIXES`). ``null_content`` and ``compactor`` rewrite what is sent (see the module
+    docstring). Use :meth:`http_client` / :meth:`async_http_client` as the ``openai`` SDK's
+    ``http_client``; :meth:`close` when done.
     """
 
     def __init__(
@@ -89,12 +146,18 @@ class FrameworkRecorder:
         framework: str = "framework",
         on_warning: Callable[[PrefixWarning], None] | None = None,
         record_cap: int = DEFAULT_RECORD_CAP,
+        fixes: Mapping[str, str] | None = None,
+        null_content: str | None = None,
+        compactor: WireCompactor | None = None,
     ) -> None:
         self.owned = not isinstance(db, Store)
         self.store = db if isinstance(db, Store) else Store(normalize_target(db))
         self.name = name or f"{framework}-{uuid.uuid4().hex[:10]}"
         self.framework = framework
         self.record_cap = record_cap
+        self.fixes = {**FIXES, **(fixes or {})}
+        self.null_content = null_content
+        self.compactor = compactor
         self.warnings: list[PrefixWarning] = []
         self._said: set[str] = set()
         self._on_warning = on_warning
@@ -128,12 +191,14 @@ class FrameworkRecorder:
 
     def _observe(self, rec: RecordedExchange) -> None:
         cause = rec.audit.get("cause")
+        if cause == "history_edited" and rec.audit.get("role") == "system":
+            cause = "system_changed"  # instructions sent as a later system message, re-rendered
         if cause not in PREFIX_CAUSES or cause in self._said:
             return
         self._said.add(cause)
         d = rec.audit.get("first_divergence")
         offset = d.get("byte_offset") if isinstance(d, dict) else None
-        warning = PrefixWarning(rec.session_id, rec.call_index, cause, PREFIX_CAUSES[cause], offset, FIXES[cause])
+        warning = PrefixWarning(rec.session_id, rec.call_index, cause, PREFIX_CAUSES[cause], offset, self.fixes[cause])
         self.warnings.append(warning)
         if self._on_warning is not None:
             self._on_warning(warning)
@@ -231,6 +296,7 @@ class RecordingTransport(httpx.BaseTransport):
         self.owner, self.inner = owner, inner
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        request = _rewritten(request, request.read(), self.owner)
         ex = self.owner._start(request)
         try:
             response = self.inner.handle_request(request)
@@ -253,6 +319,7 @@ class AsyncRecordingTransport(httpx.AsyncBaseTransport):
         self.owner, self.inner = owner, inner
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        request = _rewritten(request, await request.aread(), self.owner)
         ex = self.owner._start(request)
         try:
             response = await self.inner.handle_async_request(request)
@@ -275,4 +342,6 @@ __all__ = [
     "FrameworkRecorder",
     "PrefixWarning",
     "RecordingTransport",
+    "fill_null_content",
+    "rewrite_body",
 ]
