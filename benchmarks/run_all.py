@@ -43,6 +43,7 @@ def main() -> None:
         ["provider_cache.py", *(["--quick"] if args.quick else [])],
         ["gate_overhead.py", *(["--quick"] if args.quick else [])],
         ["store.py", *(["--quick"] if args.quick else [])],  # SQLite and PostgreSQL, 1-16 writers; no model
+        ["integrations.py", *(["--quick"] if args.quick else [])],  # three frameworks, scripted; no model
         ["ablation.py", *(["--quick"] if args.quick else [])],
     ]
     # offline: no backend arguments (tool_search's e2e part is the one that runs a model)
@@ -58,6 +59,7 @@ def main() -> None:
         "provider_cache.py",  # the loopback provider simulators, no model
         "gate_overhead.py",  # the replay of a recording, no model
         "store.py",  # appends into SQLite and PostgreSQL, no model
+        "integrations.py",  # the frameworks against a scripted server, no model
     }
     failed = []
     for script, *extra in runs:

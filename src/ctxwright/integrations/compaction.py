@@ -31,6 +31,7 @@ from typing import Any
 from ctxwright.compaction.check import violations
 from ctxwright.compaction.ledger import appears, items_of, visible_text
 from ctxwright.core.messages import Message
+from ctxwright.core.tokens import TokenCounter
 
 
 def placeholder(tool_name: str, tool_call_id: str, tokens: int) -> str:
@@ -40,8 +41,10 @@ def placeholder(tool_name: str, tool_call_id: str, tokens: int) -> str:
     )
 
 
-def _chars_over_4(text: str) -> int:
-    return (len(text) + 3) // 4
+def _counter() -> Callable[[str], int]:
+    """The audit's own token count (``core/tokens.py``), so the trigger is judged in the tokens
+    the audit reports."""
+    return TokenCounter().count
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ class WireCompactor:
     trigger_tokens: int
     keep_results: int = 2
     min_tokens: int = 50
-    count: Callable[[str], int] = _chars_over_4
+    count: Callable[[str], int] = field(default_factory=_counter)
     compactions: int = 0
     ledger: list[Cleared] = field(default_factory=list)
     _cleared: dict[str, str] = field(default_factory=dict)  # tool_call_id -> placeholder

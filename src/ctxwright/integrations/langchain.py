@@ -244,9 +244,16 @@ class CompactToolResults(AgentMiddleware):
     no longer visible. Put it last in ``middleware=[...]`` (innermost: it sees what is sent).
     """
 
-    def __init__(self, trigger_tokens: int, *, keep_results: int = 2, min_tokens: int = 50) -> None:
+    def __init__(
+        self,
+        trigger_tokens: int = 60_000,
+        *,
+        keep_results: int = 2,
+        min_tokens: int = 50,
+        compactor: WireCompactor | None = None,
+    ) -> None:
         super().__init__()
-        self.compactor = WireCompactor(trigger_tokens, keep_results=keep_results, min_tokens=min_tokens)
+        self.compactor = compactor or WireCompactor(trigger_tokens, keep_results=keep_results, min_tokens=min_tokens)
         self._lock = threading.Lock()
 
     @property

@@ -159,6 +159,8 @@ class FrameworkRecorder:
         self.null_content = null_content
         self.compactor = compactor
         self.warnings: list[PrefixWarning] = []
+        self._sid: str | None = None
+        self._closed = False
         self._said: set[str] = set()
         self._on_warning = on_warning
         self._lock = threading.Lock()
@@ -176,8 +178,11 @@ class FrameworkRecorder:
     # -- what was recorded -------------------------------------------------------------------------
     @property
     def session_id(self) -> str | None:
-        """The recorded session's id (``None`` before the first model call)."""
-        return ProxyLog(self.store).find_session("header", self.name)
+        """The recorded session's id (``None`` before the first model call); still known after
+        :meth:`close`."""
+        if self._sid is None and not self._closed:
+            self._sid = ProxyLog(self.store).find_session("header", self.name)
+        return self._sid
 
     def record(self, ex: Exchange) -> None:
         """Decode, place, audit and write one exchange, on the caller's thread (one at a time:
@@ -208,7 +213,11 @@ class FrameworkRecorder:
             print(warning, file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        if self._closed:
+            return
         self.recorder.close()
+        _ = self.session_id  # known after close
+        self._closed = True
         if self.owned:
             self.store.close()
 
