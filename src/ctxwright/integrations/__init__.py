@@ -11,4 +11,6 @@
   its dynamic instructions (a later system message) with pydantic-ai's own fix, ``on_change="append"``.
 * ``openai_agents.py``: an Agents SDK ``ModelProvider`` whose calls ``recording.py`` records, and
   ``call_model_input_filter``s that freeze dynamic instructions (the change appended) and compact.
+* ``deferred.py``: a framework agent's many tools behind ctxwright's own ``search_tools`` and
+  ``call_tool`` (the registry, the index and the errors of ``tools/deferred.py``).
 """
