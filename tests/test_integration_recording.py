@@ -117,3 +117,25 @@ def test_an_answer_over_the_cap_is_kept_as_size_and_hash(tmp_path: Any, upstream
         (row,) = ProxyLog(rec.store).exchange_rows(rec.session_id)
     assert row["response_body"] is None and row["response_bytes"] > 64 and row["response_encoding"] == "gzip"
     assert row["request_body"] is None and len(row["request_sha256"]) == 64
+
+
+def test_show_prints_a_framework_session_call_by_call(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "s.db")
+    with F([F.reply_text("first answer"), F.reply_text("second answer")]) as srv, FrameworkRecorder(db) as rec:
+        client = openai.OpenAI(base_url=srv.url, api_key="x", http_client=rec.http_client())
+        msgs: list[dict[str, Any]] = [{"role": "system", "content": "S"}, {"role": "user", "content": "question one"}]
+        client.chat.completions.create(model="m", messages=msgs)
+        msgs += [{"role": "assistant", "content": "first answer"}, {"role": "user", "content": "question two"}]
+        client.chat.completions.create(model="m", messages=msgs)
+        sid = rec.session_id
+    assert sid is not None
+    assert main(["--db", db, "show", sid[:6]]) == 0
+    out = capsys.readouterr().out
+    assert f"session {sid} (recorded from the wire" in out and "2 call(s)" in out
+    assert "user: question two" in out and "second answer" in out and "append" in out
+    assert main(["--db", db, "show", sid, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [c["audit"]["cause"] for c in data["calls"]] == ["first", "append"]
+    assert data["calls"][1]["request"]["messages"] == msgs
+    assert main(["--db", db, "show", "nosuchid"]) == 2  # neither kind: the usual one line
+    assert "no session 'nosuchid'" in capsys.readouterr().err

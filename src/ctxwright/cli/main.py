@@ -251,6 +251,11 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     pricing = pricing_from_args(args)  # a bad --prices file is refused before anything is read
     store = _store(args)
+    if not args.compactions and _recorded_from_the_wire(store, args.id):
+        from ctxwright.cli.show_proxy import render_proxy_session
+
+        render_proxy_session(store, args.id, console, as_json=args.json)
+        return 0
     if args.compactions:
         from ctxwright.cli.show import render_compactions
 
@@ -258,6 +263,24 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     render_session(store, args.id, console, as_json=args.json, wide=args.wide, pricing=pricing)
     return 0
+
+
+def _recorded_from_the_wire(store: Any, given: str) -> bool:
+    """Whether ``given`` names no ctxwright session but a proxy or framework session (recorded
+    from the wire, ``cli/show_proxy.py``); an unknown ID is left to the session view's error."""
+    from ctxwright.errors import SessionNotFound
+    from ctxwright.proxy.store import ProxyLog
+
+    try:
+        store.resolve(given)
+        return False
+    except SessionNotFound:
+        pass
+    try:
+        ProxyLog(store).session_row(given)
+        return True
+    except SessionNotFound:
+        return False
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -317,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_sessions)
 
     sh = sub.add_parser("show", help="print one session: messages, tool calls, per-call usage")
-    sh.add_argument("id", help="session ID (a unique start of it is enough)")
+    sh.add_argument("id", help="session ID, or a proxy or framework session's (a unique start of it is enough)")
     sh.add_argument("--json", action="store_true")
     sh.add_argument("--wide", action="store_true", help="the calls table with all its columns (wider than 80)")
     sh.add_argument(

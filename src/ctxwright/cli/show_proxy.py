@@ -1,0 +1,120 @@
+"""``ctxwright show ID`` for a session that was recorded from the wire: a ``ctxwright proxy``
+session, or a framework agent's (``integrations/``).
+
+Why its own view: such a session has no ctxwright events -- its calls are the bytes that went
+over the wire -- so there is no trajectory to render. What a person wants from ``show`` is still
+there: each call in order with its status, what the live audit said of it (cause, reusable and
+cached tokens), how many messages it sent, the newest of them, and the answer. ``--json`` prints
+the session with every call's request and answer as recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ctxwright.proxy.log import request_value, response_value
+from ctxwright.proxy.store import ProxyLog
+from ctxwright.store.sessions import Store
+
+#: characters of a message or an answer shown in the table
+SHOWN = 80
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):  # content parts
+        return " ".join(str(p.get("text", "")) for p in value if isinstance(p, dict))
+    return ""
+
+
+def newest_message(request: Any) -> str:
+    """The last message a chat, Responses or Messages request sent, as ``role: text``."""
+    if not isinstance(request, dict):
+        return ""
+    messages = request.get("messages") or request.get("input")
+    if isinstance(messages, str):
+        return f"user: {messages}"
+    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
+        return ""
+    last = messages[-1]
+    text = _text(last.get("content")) or _text(last.get("output"))
+    if not text and last.get("tool_calls"):
+        text = ", ".join(str((c.get("function") or {}).get("name")) for c in last["tool_calls"] if isinstance(c, dict))
+    return f"{last.get('role') or last.get('type') or '?'}: {text}"
+
+
+def answer_text(response: Any) -> str:
+    """The answer's text (or the tools it called): a JSON body or a stream's events."""
+    if isinstance(response, dict):
+        choice = (response.get("choices") or [{}])[0]
+        message = choice.get("message") or {}
+        if message.get("tool_calls"):
+            return "calls " + ", ".join(str((c.get("function") or {}).get("name")) for c in message["tool_calls"])
+        if "content" in response and isinstance(response["content"], list):  # Anthropic Messages
+            return _text(response["content"])
+        return _text(message.get("content")) or _text(response.get("output_text"))
+    if isinstance(response, list):
+        parts: list[str] = []
+        for ev in response:
+            for choice in ev.get("choices") or [] if isinstance(ev, dict) else []:
+                delta = choice.get("delta") or {}
+                parts.append(_text(delta.get("content")))
+        return "".join(parts)
+    return ""
+
+
+def render_proxy_session(store: Store, session_id: str, console: Console, *, as_json: bool = False) -> None:
+    log = ProxyLog(store)
+    session = log.session_row(session_id)
+    rows = log.exchange_rows(session["id"])
+    if as_json:
+        calls = [
+            {
+                "call_index": r["call_index"],
+                "status": r["status"],
+                "outcome": r["outcome"],
+                "streamed": bool(r["streamed"]),
+                "total_ms": r["total_ms"],
+                "audit": r["audit"],
+                "request": request_value(r),
+                "response": response_value(r),
+            }
+            for r in rows
+        ]
+        print(json.dumps({"session": session, "calls": calls}, ensure_ascii=False, indent=1, default=str))
+        return
+    key = f" {session['grouped_by']}={session['group_key']}" if session.get("group_key") else ""
+    console.print(
+        Text(f"session {session['id']} (recorded from the wire{key}; {session['api'] or 'api ?'}, {len(rows)} call(s))")
+    )
+    t = Table(show_lines=False)
+    for col in ("#", "status", "cause", "reusable", "cached", "msgs", "newest message", "answer"):
+        t.add_column(col, justify="right" if col in ("#", "reusable", "cached", "msgs") else "left", overflow="fold")
+    for r in rows:
+        audit = r["audit"] or {}
+        request = request_value(r)
+        cached = audit.get("cached_tokens")
+        messages = request.get("messages") if isinstance(request, dict) else None
+        t.add_row(
+            str(r["call_index"]),
+            f"{r['status'] or '---'}" + ("" if r["outcome"] == "complete" else f" {r['outcome']}"),
+            str(audit.get("cause") or audit.get("problem") or ""),
+            f"{audit.get('reusable_prefix_tokens', 0):,}",
+            "?" if cached is None else f"{cached:,}",
+            str(len(messages)) if isinstance(messages, list) else "?",
+            Text(newest_message(request)[:SHOWN]),
+            Text(answer_text(response_value(r))[:SHOWN]),
+        )
+    console.print(t)
+    console.print(
+        Text(f"ctxwright audit --proxy-session {session['id']} audits it again; report --proxy-session draws it")
+    )
+
+
+__all__ = ["answer_text", "newest_message", "render_proxy_session"]
