@@ -13,4 +13,6 @@
   ``call_model_input_filter``s that freeze dynamic instructions (the change appended) and compact.
 * ``deferred.py``: a framework agent's many tools behind ctxwright's own ``search_tools`` and
   ``call_tool`` (the registry, the index and the errors of ``tools/deferred.py``).
+* ``status.py``: the status bar for a framework agent (calls per tool, the last error, the
+  budget, the time), added at the end of each request by the recorder, earlier ones kept in place.
 """

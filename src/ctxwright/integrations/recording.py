@@ -25,7 +25,8 @@ What it adds to the proxy's recording:
   ``"content": null`` -- what the frameworks send with tool calls, as OpenAI documents it -- as
   text, for servers that answer the null with HTTP 500 (llama-cpp-python's); ``compactor`` (a
   :class:`~ctxwright.integrations.compaction.WireCompactor`) decides what each request sends,
-  the framework's own history staying whole.
+  the framework's own history staying whole; ``status`` (a
+  :class:`~ctxwright.integrations.status.WireStatus`) adds the status bar at the end.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ctxwright.integrations.compaction import WireCompactor
+from ctxwright.integrations.status import WireStatus
 from ctxwright.proxy.recorder import RecordedExchange, Recorder
 from ctxwright.proxy.server import DEFAULT_RECORD_CAP, Capture, Exchange
 from ctxwright.proxy.store import ProxyLog
@@ -83,7 +85,11 @@ class PrefixWarning:
 
 
 def rewrite_body(
-    body: bytes, *, null_content: str | None = None, compactor: WireCompactor | None = None
+    body: bytes,
+    *,
+    null_content: str | None = None,
+    compactor: WireCompactor | None = None,
+    status: WireStatus | None = None,
 ) -> bytes | None:
     """The chat-completions body to send instead of ``body``, or ``None`` to send it as it is.
     Serialised as the ``openai`` SDK does (compact, UTF-8); a body that is not a chat request
@@ -103,6 +109,8 @@ def rewrite_body(
         ]
     if compactor is not None:
         out = compactor(out)
+    if status is not None:
+        out = status(out)
     if out == messages:
         return None
     obj["messages"] = out
@@ -115,11 +123,11 @@ def fill_null_content(body: bytes, text: str) -> bytes | None:
 
 
 def _rewritten(request: httpx.Request, body: bytes, owner: FrameworkRecorder) -> httpx.Request:
-    if owner.null_content is None and owner.compactor is None:
+    if owner.null_content is None and owner.compactor is None and owner.status is None:
         return request
     if request.method != "POST" or not request.url.path.endswith("/chat/completions"):
         return request
-    new = rewrite_body(body, null_content=owner.null_content, compactor=owner.compactor)
+    new = rewrite_body(body, null_content=owner.null_content, compactor=owner.compactor, status=owner.status)
     if new is None:
         return request
     headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
@@ -133,8 +141,8 @@ class FrameworkRecorder:
     groups the calls into one session (a new random one by default; the same name again adds
     to the same session). ``on_warning`` receives each :class:`PrefixWarning` (default: printed
     to stderr once per segment); ``fixes`` the adapter's own fix per cause (default
-    :data:`FIXES`). ``null_content`` and ``compactor`` rewrite what is sent (see the module
-    docstring). Use :meth:`http_client` / :meth:`async_http_client` as the ``openai`` SDK's
+    :data:`FIXES`). ``null_content``, ``compactor`` and ``status`` rewrite what is sent (see the
+    module docstring). Use :meth:`http_client` / :meth:`async_http_client` as the ``openai`` SDK's
     ``http_client``; :meth:`close` when done.
     """
 
@@ -149,6 +157,7 @@ class FrameworkRecorder:
         fixes: Mapping[str, str] | None = None,
         null_content: str | None = None,
         compactor: WireCompactor | None = None,
+        status: WireStatus | None = None,
     ) -> None:
         self.owned = not isinstance(db, Store)
         self.store = db if isinstance(db, Store) else Store(normalize_target(db))
@@ -158,6 +167,7 @@ class FrameworkRecorder:
         self.fixes = {**FIXES, **(fixes or {})}
         self.null_content = null_content
         self.compactor = compactor
+        self.status = status
         self.warnings: list[PrefixWarning] = []
         self._sid: str | None = None
         self._closed = False
