@@ -32,7 +32,9 @@ pytest.importorskip("langchain_openai", reason="pip install 'ctxwright[langchain
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, dynamic_prompt
 from langchain_core.messages import HumanMessage
-from langchain_core.tools import tool
+from langchain_core.tools import BaseTool, StructuredTool, tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import Field, create_model
 
 from ctxwright.cli.main import main as cli
 from ctxwright.errors import ConfigError
@@ -43,6 +45,7 @@ from ctxwright.integrations.langchain import (
     RESTORED,
     CompactToolResults,
     FrozenSystemPrompt,
+    deferred_tools,
     note_text,
     recorded_chat_model,
 )
@@ -537,3 +540,157 @@ def test_a_tool_loop_against_llama_cpp_server_needs_null_content(tmp_path: Path)
         assert result == {"role": "tool", "content": "5", "tool_call_id": turn["tool_calls"][0]["id"]}
         assert causes(records) == ["first", "append"]
         assert records[1]["proxy"]["audit"]["reusable_prefix_tokens"] > 0
+
+
+# -- deferred tools ----------------------------------------------------------------------------
+
+NOUNS = ("invoice", "order", "customer", "ticket", "shipment", "coupon", "warehouse", "supplier", "refund", "report")
+VERBS = ("get", "create", "cancel", "archive")
+
+
+def catalog_tools() -> list[BaseTool]:
+    """40 generated tools (10 nouns x 4 verbs), each with its own pydantic parameters."""
+    out: list[BaseTool] = []
+    for noun in NOUNS:
+        for verb in VERBS:
+            fields: dict[str, Any] = {
+                f"{noun}_id": (str, Field(description=f"the {noun}'s id, e.g. {noun[:3].upper()}-1042")),
+                "reason": (str, Field(default="", description=f"why the {noun} is {verb}ed, for the audit log")),
+                "notify": (bool, Field(default=False, description="email the account owner about it")),
+            }
+            args = create_model(f"{verb}_{noun}_args", **fields)
+
+            def run(verb: str = verb, noun: str = noun, **kw: Any) -> str:
+                return f"{verb} {noun} {kw[f'{noun}_id']}: done (reason={kw['reason']!r}, notify={kw['notify']})"
+
+            out.append(
+                StructuredTool.from_function(
+                    func=run,
+                    name=f"{verb}_{noun}",
+                    description=f"{verb.capitalize()} a {noun} of the shop by its id and return its new state.",
+                    args_schema=args,
+                )
+            )
+    return out
+
+
+def tools_bytes(raw: bytes) -> bytes:
+    """The request body's ``tools`` array, byte for byte as sent."""
+    text = raw.decode("utf-8")
+    start = text.index('"tools":') + len('"tools":')
+    start += len(text[start:]) - len(text[start:].lstrip())
+    _value, end = json.JSONDecoder().raw_decode(text, start)
+    return text[start:end].encode("utf-8")
+
+
+@tool
+def flaky_export(report_id: str) -> str:
+    """Export a report as PDF (fails: the exporter is down)."""
+    raise RuntimeError(f"exporter down while exporting {report_id}")
+
+
+def tool_reply(call_id: str, name: str, arguments: dict[str, Any]) -> Any:
+    return F.reply_tool_calls([(call_id, name, json.dumps(arguments))])
+
+
+def run_deferred(
+    srv: F, db: Path, tools: list[BaseTool], question: str = "Cancel order ORD-7 please."
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    model, recorder = recorded_chat_model(db, model="fake-model", base_url=srv.url, api_key="sk-test", max_retries=0)
+    try:
+        agent = create_agent(model, tools=tools, system_prompt=STATIC)
+        state = agent.invoke({"messages": [{"role": "user", "content": question}]})
+        sid = recorder.session_id
+        assert sid is not None
+        return state, recorded(recorder, sid)
+    finally:
+        recorder.close()
+
+
+def test_deferred_tools_send_two_fixed_tools_and_run_the_one_found(tmp_path: Path) -> None:
+    tools = catalog_tools()
+    agent_tools, catalog = deferred_tools(tools)
+    assert [t.name for t in agent_tools] == ["search_tools", "call_tool"]
+    specs = [catalog.specs[n].to_wire() for n in ("search_tools", "call_tool")]
+    arguments = {"order_id": "ORD-7", "reason": "customer asked"}
+    script = [
+        tool_reply("call_s", "search_tools", {"query": "cancel an order", "limit": 3}),
+        tool_reply("call_c", "call_tool", {"name": "cancel_order", "arguments": arguments}),
+        final("Order ORD-7 is cancelled."),
+    ]
+    with F(script) as srv:
+        state, records = run_deferred(srv, tmp_path / "d.db", agent_tools)
+        sent, raw, rejected = srv.requests, [r.raw for r in srv.recorded], srv.rejected
+    assert rejected == []
+    assert state["messages"][-1].text == "Order ORD-7 is cancelled."
+    assert len(sent) == 3
+    # the tools array: ctxwright's two tools exactly, byte-identical on every request
+    assert all(r["tools"] == specs for r in sent)
+    assert len({tools_bytes(r) for r in raw}) == 1
+    # the search result, in the next request: the right tool first, with its full schema
+    search_msg = sent[1]["messages"][-1]
+    assert search_msg["role"] == "tool" and search_msg["tool_call_id"] == "call_s"
+    found = json.loads(search_msg["content"])["tools"]
+    cancel_order = next(t for t in tools if t.name == "cancel_order")
+    assert found[0] == convert_to_openai_tool(cancel_order)
+    assert found[0]["function"]["parameters"]["required"] == ["order_id"]
+    assert {"order_id", "reason", "notify"} == set(found[0]["function"]["parameters"]["properties"])
+    assert len(found) <= 3
+    # the call_tool result is the real tool's output
+    call_msg = sent[2]["messages"][-1]
+    assert call_msg == {
+        "role": "tool",
+        "content": cancel_order.invoke(arguments),
+        "tool_call_id": "call_c",
+    }
+    assert call_msg["content"] == "cancel order ORD-7: done (reason='customer asked', notify=False)"
+    assert [r["request"] for r in records] == sent
+    assert causes(records) == ["first", "append", "append"]
+
+
+def test_call_tool_with_invalid_arguments_answers_the_structured_error(tmp_path: Path) -> None:
+    agent_tools, _catalog = deferred_tools([*catalog_tools(), flaky_export])
+    script = [
+        tool_reply("call_1", "call_tool", {"name": "cancel_order", "arguments": {"order_id": 7, "colour": "red"}}),
+        tool_reply("call_2", "call_tool", {"name": "cancel_ordr", "arguments": {"order_id": "ORD-7"}}),
+        tool_reply("call_3", "call_tool", {"name": "cancel_order", "arguments": "ORD-7"}),  # not an object
+        tool_reply("call_4", "search_tools", {"limit": 2}),  # no query
+        tool_reply("call_5", "call_tool", {"name": "flaky_export", "arguments": {"report_id": "R-1"}}),
+        final("I could not cancel it."),
+    ]
+    with F(script) as srv:
+        state, records = run_deferred(srv, tmp_path / "e.db", agent_tools)
+        sent, rejected = srv.requests, srv.rejected
+    assert rejected == []
+    assert state["messages"][-1].text == "I could not cancel it."
+    errors = [json.loads(sent[i]["messages"][-1]["content"])["error"] for i in range(1, 6)]
+    assert [e["type"] for e in errors] == [
+        "invalid_arguments",
+        "unknown_tool",
+        "invalid_arguments",
+        "invalid_arguments",
+        "RuntimeError",  # the tool ran and raised: its message, not a crash
+    ]
+    assert "7 is not of type 'string' at order_id" in errors[0]["message"] and "order_id" in errors[0]["hint"]
+    assert "cancel_order" in errors[1]["hint"]  # the closest name
+    assert errors[4]["message"] == "exporter down while exporting R-1"
+    assert [e["tool"] for e in errors] == ["call_tool", "call_tool", "call_tool", "search_tools", "flaky_export"]
+    assert [m.type for m in state["messages"]] == ["human", *["ai", "tool"] * 5, "ai"]
+    assert causes(records) == ["first", *["append"] * 5]
+
+
+def test_deferred_tools_prompt_tokens_against_all_tools_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first request's prompt, as the recorder's live audit counts it: 40 tools sent
+    directly, then the same tools deferred (the fake reports no usage: ctxwright's count)."""
+    tools = catalog_tools()
+    counts = {}
+    for label, agent_tools in (("direct", tools), ("deferred", deferred_tools(tools)[0])):
+        with F([F.reply_text("ok")]) as srv:
+            _state, records = run_deferred(srv, tmp_path / f"{label}.db", agent_tools)
+            assert len(srv.requests[0]["tools"]) == len(agent_tools)
+        counts[label] = records[0]["proxy"]["audit"]["prompt_tokens"]
+    with capsys.disabled():
+        print(f"\nfirst request's prompt tokens: {counts}")
+    assert counts["deferred"] < counts["direct"] / 5

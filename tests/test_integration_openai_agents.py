@@ -15,7 +15,7 @@ import importlib.util
 import itertools
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +23,31 @@ import pytest
 
 pytest.importorskip("agents")
 
-from agents import Agent, MaxTurnsExceeded, RunConfig, Runner, function_tool, set_tracing_disabled
+from agents import (
+    Agent,
+    FunctionTool,
+    MaxTurnsExceeded,
+    RunConfig,
+    RunContextWrapper,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
 
 from ctxwright.cli.main import main as cli
 from ctxwright.errors import ConfigError
-from ctxwright.integrations.openai_agents import CompactingFilter, CtxwrightProvider, FrozenInstructions, chain
+from ctxwright.integrations.openai_agents import (
+    CompactingFilter,
+    CtxwrightProvider,
+    FrozenInstructions,
+    chain,
+    deferred_tools,
+)
 from ctxwright.integrations.recording import PrefixWarning
 from ctxwright.proxy.log import proxy_session_requests
 from ctxwright.proxy.store import ProxyLog
 from ctxwright.store.sessions import Store
+from ctxwright.tools.registry import ERROR_INVALID_ARGUMENTS, ERROR_INVALID_JSON, ERROR_UNKNOWN_TOOL
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakeserver import FakeOpenAIServer as F
@@ -375,6 +391,225 @@ def test_compaction_is_rare_deep_and_never_orphans_a_tool_result(tmp_path: Path,
     assert "system_changed" not in causes and warnings == []
     offline = _offline_audit(db, sid, capsys)
     assert [o["cause"] for o in offline] == causes
+
+
+# -- deferred tools --------------------------------------------------------------------------------
+
+THINGS = (
+    "weather",
+    "population",
+    "timezone",
+    "currency",
+    "mayor",
+    "elevation",
+    "area",
+    "country",
+    "language",
+    "air_quality",
+    "sunrise",
+    "sunset",
+    "rainfall",
+    "humidity",
+    "wind_speed",
+    "uv_index",
+    "pollen_count",
+    "traffic",
+    "museums",
+    "hospitals",
+    "schools",
+    "universities",
+    "airports",
+    "train_stations",
+    "hotels",
+    "restaurants",
+    "parks",
+    "crime_rate",
+    "unemployment",
+    "gdp",
+    "founding_year",
+    "twin_cities",
+    "nickname",
+    "postal_codes",
+    "dialing_code",
+    "football_clubs",
+    "river",
+    "landmarks",
+    "festivals",
+    "rent_prices",
+)
+
+
+def _thing_tool(thing: str) -> FunctionTool:
+    def get(city: str) -> str:
+        return f"{thing} of {city}: ok"
+
+    words = thing.replace("_", " ")
+    return function_tool(get, name_override=f"get_{thing}", description_override=f"The {words} of a city.")
+
+
+def _many_tools() -> list[FunctionTool]:
+    tools = [_thing_tool(t) for t in THINGS]
+    assert len(tools) == 40 and len({t.name for t in tools}) == 40
+    return tools
+
+
+def _run_agent(srv: F, db: Path, tools: Sequence[Any]) -> tuple[str, str]:
+    async def go() -> tuple[str, str]:
+        provider = CtxwrightProvider(db, base_url=srv.url, api_key="k", model="fake-model", max_retries=0)
+        agent = Agent(name="city", instructions="You answer questions about cities.", tools=list(tools))
+        try:
+            result = await Runner.run(
+                agent, "What is the air quality in Paris?", run_config=RunConfig(model_provider=provider), max_turns=6
+            )
+            sid = provider.session_id
+        finally:
+            await provider.aclose()
+        assert sid is not None
+        return str(result.final_output), sid
+
+    return asyncio.run(go())
+
+
+def _raw_tools(srv: F) -> list[bytes]:
+    """Each chat request's ``tools`` array, the bytes as the server received them."""
+    out = []
+    for raw in _chat_raw(srv):
+        text = raw.decode("utf-8")
+        start = text.index('"tools":') + len('"tools":')
+        start += len(text[start:]) - len(text[start:].lstrip())
+        _, end = json.JSONDecoder().raw_decode(text, start)
+        out.append(text[start:end].encode("utf-8"))
+    return out
+
+
+def test_deferred_tools_send_two_fixed_tools_and_run_the_found_one(tmp_path: Path) -> None:
+    db = tmp_path / "agents.db"
+    many = _many_tools()
+    tools, catalog = deferred_tools(many)
+    assert [t.name for t in tools] == ["search_tools", "call_tool"]
+    search = json.dumps({"query": "air quality of a city", "limit": 3})
+    call = json.dumps({"name": "get_air_quality", "arguments": {"city": "Paris"}})
+    script = [
+        F.reply_tool_calls([("call_s", "search_tools", search)]),
+        F.reply_tool_calls([("call_c", "call_tool", call)]),
+        F.reply_text("The air quality in Paris is ok."),
+    ]
+    with F(script) as srv:
+        out, sid = _run_agent(srv, db, tools)
+    assert out == "The air quality in Paris is ok."
+    assert srv.rejected == []
+    assert len(srv.requests) == 3
+    # the tools array: exactly the two tools, the catalog's specs, byte-identical on every call
+    sent_tools = [r["tools"] for r in srv.requests]
+    assert [[t["function"]["name"] for t in ts] for ts in sent_tools] == [["search_tools", "call_tool"]] * 3
+    for t in sent_tools[0]:
+        spec = catalog.specs[t["function"]["name"]].to_wire()["function"]
+        assert {k: t["function"][k] for k in ("name", "description", "parameters")} == spec
+    raw = _raw_tools(srv)
+    assert len(raw) == 3 and len(set(raw)) == 1 and json.loads(raw[0]) == sent_tools[0]
+    # the search result, appended as the tool message: the right tool with its full schema
+    found = json.loads(srv.requests[1]["messages"][-1]["content"])
+    assert srv.requests[1]["messages"][-1]["tool_call_id"] == "call_s"
+    names = [t["function"]["name"] for t in found["tools"]]
+    assert names[0] == "get_air_quality" and len(names) <= 3
+    target = next(t for t in many if t.name == "get_air_quality")
+    assert found["tools"][0]["function"] == {
+        "name": "get_air_quality",
+        "description": "The air quality of a city.",
+        "parameters": target.params_json_schema,
+    }
+    # the call's result is the real tool's output
+    assert srv.requests[2]["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_c",
+        "content": "air_quality of Paris: ok",
+    }
+    assert _causes(db, sid) == ["first", "append", "append"]
+
+
+def test_call_tool_with_bad_arguments_gives_the_model_a_structured_error(tmp_path: Path) -> None:
+    db = tmp_path / "agents.db"
+    tools, _ = deferred_tools(_many_tools())
+    script = [
+        F.reply_tool_calls(
+            [("call_a", "call_tool", json.dumps({"name": "get_air_quality", "arguments": {"town": 1}}))]
+        ),
+        F.reply_tool_calls([("call_b", "call_tool", json.dumps({"name": "get_air_qualty", "arguments": {}}))]),
+        F.reply_tool_calls([("call_c", "call_tool", "{not json")]),
+        F.reply_text("Sorry."),
+    ]
+    with F(script) as srv:
+        out, sid = _run_agent(srv, db, tools)
+    assert out == "Sorry." and srv.rejected == [] and len(srv.requests) == 4
+    errors = [json.loads(r["messages"][-1]["content"])["error"] for r in srv.requests[1:]]
+    assert errors[0]["type"] == ERROR_INVALID_ARGUMENTS and "get_air_quality's schema" in errors[0]["message"]
+    assert "city" in errors[0]["message"] + errors[0]["hint"]
+    assert errors[1]["type"] == ERROR_UNKNOWN_TOOL and "get_air_quality" in errors[1]["hint"]
+    assert errors[2]["type"] == ERROR_INVALID_JSON
+    assert _causes(db, sid) == ["first", "append", "append", "append"]
+
+
+def test_a_deferred_tool_sees_the_run_context_and_its_own_name(tmp_path: Path) -> None:
+    seen: list[tuple[Any, str, str]] = []
+
+    @function_tool
+    async def whoami(ctx: RunContextWrapper[Any], label: str) -> str:
+        """Say who is running."""
+        seen.append((ctx.context, getattr(ctx, "tool_name", ""), label))
+        return f"ran {label}"
+
+    tools, catalog = deferred_tools([whoami, *_many_tools()[:3]])
+    script = [
+        F.reply_tool_calls([("c1", "call_tool", json.dumps({"name": "whoami", "arguments": {"label": "x"}}))]),
+        F.reply_text("done"),
+    ]
+
+    async def go(srv: F) -> None:
+        provider = CtxwrightProvider(
+            tmp_path / "a.db", base_url=srv.url, api_key="k", model="fake-model", max_retries=0
+        )
+        agent = Agent(name="a", instructions="i", tools=tools)
+        await Runner.run(agent, "who?", run_config=RunConfig(model_provider=provider), context={"user": 7})
+        await provider.aclose()
+
+    with F(script) as srv:
+        asyncio.run(go(srv))
+    assert seen == [({"user": 7}, "whoami", "x")]
+    assert srv.requests[1]["messages"][-1]["content"] == "ran x"
+    # outside a run, the catalog runs the SDK tool on a loop of its own
+    assert catalog.call_tool("get_weather", {"city": "Oslo"}) == "weather of Oslo: ok"
+
+
+def test_a_deferred_tool_past_its_timeout_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    @function_tool
+    async def slow(n: int) -> str:
+        """A slow tool."""
+        await asyncio.sleep(5)
+        return "late"
+
+    tools, _ = deferred_tools([slow], timeout_s=0.2)
+    script = [
+        F.reply_tool_calls([("c1", "call_tool", json.dumps({"name": "slow", "arguments": {"n": 1}}))]),
+        F.reply_text("ok"),
+    ]
+    with F(script) as srv:
+        _run_agent(srv, tmp_path / "a.db", tools)
+    error = json.loads(srv.requests[1]["messages"][-1]["content"])["error"]
+    assert error["type"] == "TimeoutError" and "0.2 s" in error["message"]
+
+
+def test_deferred_tools_cut_the_first_prompt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The first request's prompt tokens (the recorder's audit) with the 40 tools sent directly
+    and behind search_tools/call_tool."""
+    prompt = {}
+    for label, tools in (("direct", _many_tools()), ("deferred", deferred_tools(_many_tools())[0])):
+        db = tmp_path / f"{label}.db"
+        with F([F.reply_text("fine")]) as srv:
+            _, sid = _run_agent(srv, db, tools)
+        prompt[label] = _stored(db, sid)[0]["audit"]["prompt_tokens"]
+    assert 0 < prompt["deferred"] < prompt["direct"] / 4
+    with capsys.disabled():
+        print(f"\nfirst request prompt tokens: 40 tools direct {prompt['direct']}, deferred {prompt['deferred']}")
 
 
 # -- setup errors --------------------------------------------------------------------------------

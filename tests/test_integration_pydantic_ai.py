@@ -24,14 +24,14 @@ import pytest
 
 pytest.importorskip("pydantic_ai.models.openai", reason="pydantic-ai is not installed (make dev installs it)")
 
-from pydantic_ai import Agent
+from pydantic_ai import Agent, RunContext, Tool
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.usage import UsageLimits
 
 from ctxwright.cli.main import main as cli
 from ctxwright.errors import ConfigError
 from ctxwright.integrations.compaction import WireCompactor
-from ctxwright.integrations.pydantic_ai import FIXES, recorded_model
+from ctxwright.integrations.pydantic_ai import FIXES, deferred_toolset, recorded_model
 from ctxwright.integrations.recording import FrameworkRecorder, PrefixWarning, fill_null_content
 from ctxwright.proxy.log import proxy_session_requests
 from ctxwright.proxy.store import ProxyLog
@@ -404,3 +404,177 @@ def test_an_agent_against_llama_cpp_server_is_recorded_append_only(tmp_path: Pat
         assert all(m["content"] == "" for m in sent[-1]["messages"] if m["role"] == "assistant")
         assert any(m["role"] == "tool" for m in sent[-1]["messages"])
     assert output is None or isinstance(output, str)
+
+
+# -- deferred tools: many tools behind search_tools and call_tool ---------------------------------
+
+VERBS = ["create", "delete", "archive", "export", "import", "rename", "share", "lock"]
+NOUNS = ["invoice", "customer", "ticket", "report", "calendar"]
+
+
+def generated_tool(verb: str, noun: str) -> Any:
+    def tool(record_id: int, note: str = "") -> str:
+        return f"{verb} {noun} {record_id}: done {note}".strip()
+
+    tool.__name__ = tool.__qualname__ = f"{verb}_{noun}"
+    tool.__doc__ = f"{verb.capitalize()} a {noun} record by its id, with an optional note."
+    return tool
+
+
+async def convert_currency(amount: float, to: str) -> str:
+    """Convert an amount of US dollars to another currency (EUR, GBP or JPY)."""
+    await asyncio.sleep(0)  # an async tool: run on the agent's own event loop
+    rate = {"EUR": 0.92, "GBP": 0.79, "JPY": 151.0}[to]
+    return f"{amount * rate:.2f} {to}"
+
+
+def forty_tools() -> list[Any]:
+    """39 generated tools (plain functions) and one async ``pydantic_ai.Tool``: 40."""
+    tools: list[Any] = [generated_tool(v, n) for v in VERBS for n in NOUNS][:39]
+    return [*tools, Tool(convert_currency)]
+
+
+def deferred_agent(model: Any) -> tuple[Agent[None, str], Any]:
+    toolset, catalog = deferred_toolset(forty_tools())
+    return Agent(model, instructions="You help with the office's records.", toolsets=[toolset]), catalog
+
+
+def search_then_call(arguments: str) -> list[Any]:
+    return [
+        F.reply_tool_calls([("call_1", "search_tools", '{"query": "convert dollars to euros", "limit": 3}')]),
+        F.reply_tool_calls([("call_2", "call_tool", '{"name": "convert_currency", "arguments": ' + arguments + "}")]),
+        F.reply_text("done"),
+    ]
+
+
+def tool_message(request: Any, call_id: str) -> str:
+    [content] = [m["content"] for m in request["messages"] if m["role"] == "tool" and m["tool_call_id"] == call_id]
+    return str(content)
+
+
+def test_deferred_tools_send_two_fixed_tools_and_run_the_one_found(tmp_path: Path) -> None:
+    db = tmp_path / "ctx.db"
+    with F(search_then_call('{"amount": 10, "to": "EUR"}')) as srv:
+        model, rec = recorded_model(db, base_url=srv.url, model="fake-model")
+        agent, catalog = deferred_agent(model)
+        with rec:
+            result = agent.run_sync("How much is 10 dollars in euros?")
+            sid = rec.session_id
+        chats = [r for r in srv.recorded if r.path.endswith("/chat/completions")]
+    assert result.output == "done" and sid is not None and srv.rejected == []
+    assert len(chats) == 3
+
+    # every request's tool list: exactly the two tools, as catalog.specs gives them, byte-identical
+    wire = [catalog.specs[name].to_wire()["function"] for name in ("search_tools", "call_tool")]
+    # pydantic-ai's OpenAI schema transformer gives every object schema a "properties" key ("OpenAI
+    # drops objects without it"): call_tool's open `arguments` object is sent with an empty one
+    assert "properties" not in wire[1]["parameters"]["properties"]["arguments"]
+    wire[1]["parameters"]["properties"]["arguments"]["properties"] = {}
+    for chat in chats:
+        sent = chat.json["tools"]
+        assert [t["function"]["name"] for t in sent] == ["search_tools", "call_tool"]
+        assert [{k: t["function"][k] for k in ("name", "description", "parameters")} for t in sent] == wire
+    raw_tools = {json.dumps(c.json["tools"]).encode() for c in chats}
+    assert len(raw_tools) == 1
+    start = chats[0].raw.index(b'"tools":')
+    segment = chats[0].raw[start : start + 200]
+    assert all(segment in c.raw for c in chats)  # the raw bytes too, not just the parsed JSON
+
+    # the search result, in the next request's tool message: the tool with its full schema
+    found = json.loads(tool_message(chats[1].json, "call_1"))
+    assert found["tools"][0]["function"] == {
+        "name": "convert_currency",
+        "description": "Convert an amount of US dollars to another currency (EUR, GBP or JPY).",
+        "parameters": Tool(convert_currency).tool_def.parameters_json_schema,
+    }
+    # call_tool's result is the real tool's output
+    assert tool_message(chats[2].json, "call_2") == "9.20 EUR"
+
+    rows = stored(db, sid)
+    assert [r["audit"]["cause"] for r in rows] == ["first", "append", "append"]
+
+
+def test_call_tool_with_invalid_arguments_gives_the_model_the_structured_error(tmp_path: Path) -> None:
+    db = tmp_path / "ctx.db"
+    script = [
+        F.reply_tool_calls([("call_1", "call_tool", '{"name": "convert_currency", "arguments": {"amount": "ten"}}')]),
+        F.reply_tool_calls([("call_2", "call_tool", '{"name": "convert_curency", "arguments": {}}')]),
+        F.reply_text("sorry"),
+    ]
+    with F(script) as srv:
+        model, rec = recorded_model(db, base_url=srv.url, model="fake-model")
+        agent, _ = deferred_agent(model)
+        with rec:
+            result = agent.run_sync("How much is 10 dollars in euros?")
+            sid = rec.session_id
+        chats = [r for r in srv.recorded if r.path.endswith("/chat/completions")]
+    assert result.output == "sorry" and sid is not None and srv.rejected == []
+    bad = json.loads(tool_message(chats[1].json, "call_1"))["error"]
+    assert bad["type"] == "invalid_arguments" and "convert_currency" in bad["message"]
+    unknown = json.loads(tool_message(chats[2].json, "call_2"))["error"]
+    assert unknown["type"] == "unknown_tool" and "convert_currency" in unknown["hint"]
+    assert [r["audit"]["cause"] for r in stored(db, sid)] == ["first", "append", "append"]
+
+
+def test_a_tool_taking_the_run_context_gets_it_through_call_tool(tmp_path: Path) -> None:
+    def whoami(ctx: RunContext[str], greeting: str) -> str:
+        """Greet the user of this run by name."""
+        return f"{greeting}, {ctx.deps}"
+
+    toolset, _ = deferred_toolset([Tool(whoami), *forty_tools()])
+    script = [F.reply_tool_calls([("c1", "call_tool", '{"name": "whoami", "arguments": {"greeting": "hi"}}')])]
+    with F([*script, F.reply_text("ok")]) as srv:
+        model, rec = recorded_model(tmp_path / "ctx.db", base_url=srv.url, model="fake-model")
+        agent: Agent[str, str] = Agent(model, deps_type=str, toolsets=[toolset])
+        with rec:
+            agent.run_sync("Who am I?", deps="Ada")
+        chats = [r for r in srv.recorded if r.path.endswith("/chat/completions")]
+    assert srv.rejected == [] and tool_message(chats[1].json, "c1") == "hi, Ada"
+
+
+def test_deferring_forty_tools_shrinks_the_first_request(tmp_path: Path) -> None:
+    """The first request's prompt tokens (the recorder's stored audit) with the 40 tools sent
+    directly and deferred behind the two."""
+    db = tmp_path / "ctx.db"
+    instructions = "You help with the office's records."
+    with F([F.reply_text("a"), F.reply_text("b")]) as srv:
+        model, rec = recorded_model(db, base_url=srv.url, model="fake-model", name="direct")
+        with rec:
+            Agent(model, instructions=instructions, tools=forty_tools()).run_sync("Hello")
+            direct_sid = rec.session_id
+        model, rec = recorded_model(db, base_url=srv.url, model="fake-model", name="deferred")
+        with rec:
+            deferred_agent(model)[0].run_sync("Hello")
+            deferred_sid = rec.session_id
+        sent = srv.requests
+    assert direct_sid is not None and deferred_sid is not None
+    assert len(sent[0]["tools"]) == 40 and len(sent[1]["tools"]) == 2
+    direct = stored(db, direct_sid)[0]["audit"]["prompt_tokens"]
+    deferred = stored(db, deferred_sid)[0]["audit"]["prompt_tokens"]
+    print(f"first request's prompt tokens: 40 tools sent directly {direct}, deferred {deferred}")
+    assert deferred * 5 < direct
+
+
+def test_a_deferred_call_past_its_timeout_is_a_structured_error(tmp_path: Path) -> None:
+    async def slow_report(days: int) -> str:
+        """Build the slow yearly report."""
+        await asyncio.sleep(5)
+        return "never"
+
+    toolset, _ = deferred_toolset([slow_report, *forty_tools()], timeout_s=0.2)
+    script = [F.reply_tool_calls([("c1", "call_tool", '{"name": "slow_report", "arguments": {"days": 1}}')])]
+    with F([*script, F.reply_text("ok")]) as srv:
+        model, rec = recorded_model(tmp_path / "ctx.db", base_url=srv.url, model="fake-model")
+        with rec:
+            result = Agent(model, toolsets=[toolset]).run_sync("The report?")
+        chats = [r for r in srv.recorded if r.path.endswith("/chat/completions")]
+    assert result.output == "ok" and srv.rejected == []
+    error = json.loads(tool_message(chats[1].json, "c1"))["error"]
+    assert "slow_report did not finish within 0.2 s" in error["message"]
+
+
+def test_the_catalog_runs_a_tool_outside_a_run_too() -> None:
+    _, catalog = deferred_toolset(forty_tools())
+    assert catalog.call_tool("convert_currency", {"amount": 100, "to": "GBP"}) == "79.00 GBP"
+    assert catalog.call_tool("lock_ticket", {"record_id": 7}) == "lock ticket 7: done"
+    assert json.loads(catalog.search_tools("lock a ticket", 1))["tools"][0]["function"]["name"] == "lock_ticket"

@@ -67,15 +67,20 @@ class DeferredCatalog:
 
     def search_tools(self, query: str, limit: int = 5) -> str:
         """``search_tools``' result text: the best matches' full definitions, or the error."""
-        return self._run(SEARCH_TOOL, {"query": query, "limit": limit})
+        return self.run(SEARCH_TOOL, {"query": query, "limit": limit})
 
     def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> str:
         """``call_tool``'s result text: the named tool's result, or the structured error (an
         unknown name with the closest ones, arguments that do not match its schema)."""
-        return self._run(CALL_TOOL, {"name": name, "arguments": dict(arguments or {})})
+        return self.run(CALL_TOOL, {"name": name, "arguments": dict(arguments or {})})
 
-    def _run(self, tool: str, arguments: dict[str, Any]) -> str:
-        call = ToolCall(id=f"deferred_{next(self._ids)}", name=tool, arguments=canonical_json(arguments))
+    def run(self, tool: str, arguments: str | Mapping[str, Any], *, call_id: str | None = None) -> str:
+        """One call of ``search_tools`` or ``call_tool`` as the model made it: ``arguments`` as
+        the JSON text it sent (or a mapping). Whatever they are -- not JSON, not an object, a
+        missing field -- the answer is the tool's result or the structured error, never an
+        exception: the registry checks them as in a ctxwright session."""
+        text = arguments if isinstance(arguments, str) else canonical_json(dict(arguments))
+        call = ToolCall(id=call_id or f"deferred_{next(self._ids)}", name=tool, arguments=text)
         outcome = self.registry.execute(call)
         content = outcome.content
         return content if isinstance(content, str) else content.decode("utf-8", "replace")

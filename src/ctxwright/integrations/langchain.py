@@ -46,12 +46,13 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxwright.errors import ConfigError
 from ctxwright.integrations.compaction import Cleared, WireCompactor, tail_reminder
+from ctxwright.integrations.deferred import CALL_TOOL, SEARCH_TOOL, DeferredCatalog, FrameworkTool
 from ctxwright.integrations.recording import (
     FrameworkRecorder,
     PrefixWarning,
@@ -68,6 +69,8 @@ try:  # absolute imports: the top-level ``langchain`` package, never this module
         ToolMessage,
         convert_to_openai_messages,
     )
+    from langchain_core.tools import BaseTool, StructuredTool
+    from langchain_core.utils.function_calling import convert_to_openai_tool
     from langchain_openai import ChatOpenAI
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ConfigError(
@@ -290,12 +293,60 @@ class CompactToolResults(AgentMiddleware):
         return await handler(self.compact(request))
 
 
+# -- deferred tools ------------------------------------------------------------------------------
+
+
+def _framework_tool(tool: BaseTool) -> FrameworkTool:
+    """``tool`` as the catalog indexes and runs it: its name, description and the parameters
+    schema LangChain would send for it (``convert_to_openai_tool``: injected arguments left
+    out), run by ``tool.invoke(arguments)``."""
+    function = convert_to_openai_tool(tool)["function"]
+
+    def run(**arguments: Any) -> Any:
+        return tool.invoke(arguments)
+
+    return FrameworkTool(tool.name, str(function.get("description", tool.description)), function["parameters"], run)
+
+
+def _catalog_tool(catalog: DeferredCatalog, name: str) -> StructuredTool:
+    """One of the catalog's two tools as a LangChain tool whose schema is ctxwright's, dict and
+    all (a dict ``args_schema`` is sent unchanged, and the arguments reach the function
+    unchecked: the catalog checks them and answers a structured error, never raises)."""
+    function = catalog.specs[name].to_wire()["function"]
+
+    def run(**arguments: Any) -> str:
+        return catalog.run(name, arguments)  # checked there: a wrong call is the structured error
+
+    return StructuredTool.from_function(
+        func=run, name=function["name"], description=function["description"], args_schema=function["parameters"]
+    )
+
+
+def deferred_tools(
+    tools: Sequence[BaseTool], *, timeout_s: float | None = None
+) -> tuple[list[BaseTool], DeferredCatalog]:
+    """``tools`` behind ctxwright's two tools, for ``create_agent(model, tools=...)``: the two
+    LangChain tools ``search_tools`` and ``call_tool`` (what the model is sent, byte-identical on
+    every call: the names, descriptions and parameter schemas of :attr:`DeferredCatalog.specs`)
+    and the catalog holding ``tools``.
+
+    ``search_tools`` answers with the full schemas of the best matches (as LangChain would have
+    sent them); ``call_tool`` checks the arguments against the named tool's schema and runs
+    ``tool.invoke(arguments)`` synchronously (``timeout_s``: each call's limit). A tool that
+    needs what LangChain injects (``ToolRuntime``, ``InjectedToolCallId``, state) gets none:
+    keep such tools in the agent's list directly.
+    """
+    catalog = DeferredCatalog([_framework_tool(t) for t in tools], timeout_s=timeout_s)
+    return [_catalog_tool(catalog, SEARCH_TOOL), _catalog_tool(catalog, CALL_TOOL)], catalog
+
+
 __all__ = [
     "NOTE_KEY",
     "REPLACES",
     "RESTORED",
     "CompactToolResults",
     "FrozenSystemPrompt",
+    "deferred_tools",
     "note_text",
     "recorded_chat_model",
 ]

@@ -1,6 +1,6 @@
 """ctxwright under the OpenAI Agents SDK (``pip install 'ctxwright[openai-agents]'``).
 
-Three pieces, all on the SDK's public extension points:
+Four pieces, all on the SDK's public extension points:
 
 * :class:`CtxwrightProvider`, a ``ModelProvider`` (``RunConfig(model_provider=...)``): every
   ``Model`` it gives the Runner is the SDK's own ``OpenAIChatCompletionsModel`` on an
@@ -16,12 +16,17 @@ Three pieces, all on the SDK's public extension points:
 * :class:`CompactingFilter`, a ``call_model_input_filter`` that compacts rarely and deeply
   (:class:`~ctxwright.integrations.compaction.WireCompactor`: old tool results become
   placeholders, never an orphan result or a split batch). :func:`chain` runs several filters.
+* :func:`deferred_tools`: an agent's many function tools behind ctxwright's two fixed tools,
+  ``search_tools`` and ``call_tool`` (:mod:`ctxwright.integrations.deferred`), so the tool
+  list the SDK sends is two schemas, byte-identical for the session.
 
 Usage::
 
     provider = CtxwrightProvider("ctx.db", base_url=url, api_key=key, model="gpt-4.1-mini")
     filters = chain(FrozenInstructions(), CompactingFilter(trigger_tokens=60_000))
     config = RunConfig(model_provider=provider, call_model_input_filter=filters)
+    tools, catalog = deferred_tools(many_function_tools)  # optional: two tools instead of many
+    agent = Agent(name="helper", instructions="...", tools=tools)
     result = await Runner.run(agent, "question", run_config=config)
     print(provider.session_id)  # ctxwright audit --proxy-session <id>
     await provider.aclose()
@@ -29,22 +34,29 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextvars
+import copy
 import inspect
+import json
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from ctxwright.errors import ConfigError
 from ctxwright.integrations.compaction import Cleared, WireCompactor, tail_reminder
+from ctxwright.integrations.deferred import CALL_TOOL, SEARCH_TOOL, DeferredCatalog, FrameworkTool
 from ctxwright.integrations.recording import FrameworkRecorder, PrefixWarning
 from ctxwright.store.sessions import Store
 
 try:
-    from agents import Model, ModelProvider, OpenAIChatCompletionsModel
+    from agents import FunctionTool, Model, ModelProvider, OpenAIChatCompletionsModel, Tool
     from agents.models.chatcmpl_converter import Converter
     from agents.run_config import CallModelData, ModelInputData
+    from agents.tool_context import ToolContext
     from openai import AsyncOpenAI
 except ImportError as exc:  # without the extra (tests/test_integration_openai_agents.py fakes it)
     raise ConfigError(
@@ -278,4 +290,105 @@ def chain(*filters: Filter) -> Callable[[CallModelData[Any]], Awaitable[ModelInp
     return run
 
 
-__all__ = ["CompactingFilter", "CtxwrightProvider", "FrozenInstructions", "chain", "render_update"]
+# -- deferred tools --------------------------------------------------------------------------------
+
+#: the running ``call_tool``'s SDK context and event loop, for the deferred tool it runs (set by
+#: the async ``call_tool``, read in the worker thread ``asyncio.to_thread`` copies it into)
+_INVOKING: contextvars.ContextVar[tuple[ToolContext[Any], asyncio.AbstractEventLoop]] = contextvars.ContextVar(
+    "ctxwright_openai_agents_invoking"
+)
+
+
+def _as_framework_tool(tool: FunctionTool, timeout_s: float | None) -> FrameworkTool:
+    """``tool`` as the catalog indexes and calls it: its name, description and JSON Schema as
+    the SDK has them, and a sync function running its ``on_invoke_tool`` on the agent's loop."""
+
+    def run(**kwargs: Any) -> Any:
+        arguments = json.dumps(kwargs, ensure_ascii=False)
+
+        async def invoke(ctx: ToolContext[Any]) -> Any:  # the SDK types it Awaitable, not a coroutine
+            return await tool.on_invoke_tool(ctx, arguments)
+
+        invoking = _INVOKING.get(None)
+        if invoking is None:  # called outside a run (catalog.call_tool by hand): a loop of its own
+            ctx: ToolContext[Any] = ToolContext(
+                context=None, tool_name=tool.name, tool_call_id="", tool_arguments=arguments
+            )
+            return asyncio.run(invoke(ctx))
+        outer, loop = invoking
+        ctx = copy.copy(outer)  # the run's context, usage and agent; this tool's name and arguments
+        ctx.tool_name, ctx.tool_arguments = tool.name, arguments
+        ctx._function_tool_arguments = None  # the SDK's prepared arguments were call_tool's
+        future = asyncio.run_coroutine_threadsafe(invoke(ctx), loop)
+        try:
+            return future.result(timeout=timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"{tool.name} did not finish within {timeout_s} s") from None
+
+    return FrameworkTool(tool.name, tool.description, tool.params_json_schema, run)
+
+
+def deferred_tools(
+    tools: Sequence[FunctionTool], *, timeout_s: float | None = None
+) -> tuple[list[Tool], DeferredCatalog]:
+    """``tools`` behind ctxwright's ``search_tools`` and ``call_tool``: ``(the two FunctionTools
+    to give the agent, the DeferredCatalog holding every tool)`` (typed ``list[Tool]``, what
+    ``Agent(tools=...)`` takes).
+
+    ``Agent(tools=deferred_tools(many)[0])`` sends two tools on every call -- the names,
+    descriptions and parameter schemas of ``catalog.specs``, byte-identical for the session
+    (``strict_json_schema=False``: the schemas go out as ctxwright wrote them). ``search_tools``
+    returns the best matches' full schemas (each tool's own ``params_json_schema``) as a tool
+    result; ``call_tool`` checks the arguments against the named tool's schema and runs it. Every
+    error (unknown name with the closest ones, arguments that do not match, broken JSON, the
+    tool raising, ``timeout_s`` exceeded) is the structured JSON error the model reads, never an
+    exception in the run.
+
+    How a call runs: the SDK awaits ``call_tool``, which hands the model's raw arguments to the
+    catalog in a worker thread (``asyncio.to_thread``: the catalog is synchronous, the loop stays
+    free). The catalog validates them exactly as in a ctxwright session, then calls the tool's
+    function, which schedules the SDK tool's own ``on_invoke_tool`` back on the agent's event
+    loop (``run_coroutine_threadsafe``) and waits for it. So the SDK tool runs where it would
+    have run directly -- same loop, same run context (a copy of ``call_tool``'s ``ToolContext``
+    with the tool's name and arguments) -- and its result goes through the catalog's rendering.
+    ``timeout_s`` limits each deferred tool (the worker stops waiting and cancels it).
+
+    Not applied to the deferred tools: the SDK's own per-tool ``needs_approval``,
+    ``is_enabled`` and tool guardrails (the SDK sees only ``call_tool``); put them on the agent
+    or check inside the tool."""
+    catalog = DeferredCatalog((_as_framework_tool(t, timeout_s) for t in tools), timeout_s=timeout_s)
+
+    def invoker(name: str) -> Callable[[ToolContext[Any], str], Awaitable[str]]:
+        async def invoke(ctx: ToolContext[Any], raw_arguments: str) -> str:
+            token = _INVOKING.set((ctx, asyncio.get_running_loop()))  # copied into the worker thread
+            try:
+                return await asyncio.to_thread(catalog.run, name, raw_arguments or "{}", call_id=ctx.tool_call_id)
+            finally:
+                _INVOKING.reset(token)
+
+        return invoke
+
+    out: list[Tool] = []
+    for name in (SEARCH_TOOL, CALL_TOOL):
+        wire = catalog.specs[name].to_wire()["function"]
+        out.append(
+            FunctionTool(
+                name=wire["name"],
+                description=wire["description"],
+                params_json_schema=wire["parameters"],
+                on_invoke_tool=invoker(name),
+                strict_json_schema=False,
+            )
+        )
+    return out, catalog
+
+
+__all__ = [
+    "CompactingFilter",
+    "CtxwrightProvider",
+    "FrozenInstructions",
+    "chain",
+    "deferred_tools",
+    "render_update",
+]

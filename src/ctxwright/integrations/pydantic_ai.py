@@ -19,6 +19,10 @@
   deeply, old tool results cleared at once and kept cleared, no orphan tool result, no split
   parallel batch. It works on the request's OpenAI messages, not on pydantic-ai's history (which
   stays whole), so it needs no copy of pydantic-ai's message mapping.
+* :func:`deferred_toolset`: an agent with many tools gets two, ``search_tools`` and ``call_tool``
+  (:mod:`~ctxwright.integrations.deferred`), so the tool list every call sends is small and
+  byte-identical for the session; the model finds a tool's schema with ``search_tools`` (a tool
+  result, appended to the history) and runs the tool with ``call_tool``.
 * ``recorded_model(..., null_content="")``: for llama-cpp-python's server, which answers the
   ``"content": null`` pydantic-ai sends with a tool call with HTTP 500.
 
@@ -45,20 +49,25 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from ctxwright.errors import ConfigError
 from ctxwright.integrations.compaction import WireCompactor
+from ctxwright.integrations.deferred import CALL_TOOL, SEARCH_TOOL, DeferredCatalog, FrameworkTool
 from ctxwright.integrations.recording import FrameworkRecorder, PrefixWarning
 from ctxwright.store.sessions import Store
 
 try:
     from openai import AsyncOpenAI
+    from pydantic_ai import RunContext, Tool
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
+    from pydantic_ai.toolsets import FunctionToolset
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ConfigError(
         f"ctxwright.integrations.pydantic_ai needs pydantic-ai's OpenAI model ({exc}): "
@@ -132,4 +141,87 @@ def recorded_model(
     return chat, recorder
 
 
-__all__ = ["FIXES", "recorded_model"]
+#: the run context and event loop of the ``call_tool`` call in progress, for the deferred tool it runs
+_RUN: contextvars.ContextVar[tuple[RunContext[Any], asyncio.AbstractEventLoop]] = contextvars.ContextVar(
+    "ctxwright_pydantic_ai_run"
+)
+
+
+def _framework_tool(tool: Tool[Any], timeout_s: float | None) -> FrameworkTool:
+    """``tool`` as the catalog indexes and calls it: pydantic-ai's own name, description and
+    parameter schema (its ``ToolDefinition``), and a function that runs it as pydantic-ai would."""
+    tool_def = tool.tool_def
+    schema = tool.function_schema
+
+    def run(**arguments: Any) -> Any:
+        # called after ctxwright checked the arguments against the JSON Schema: pydantic-ai's own
+        # validator converts them (models, dates...), then the tool runs as pydantic-ai runs it
+        current = _RUN.get(None)
+        if current is None:  # catalog.call_tool called directly, outside an agent run
+            if schema.takes_ctx:
+                raise RuntimeError(f"{tool_def.name} takes pydantic-ai's RunContext: call it through an agent run")
+            args = schema.validator.validate_python(arguments)
+            return asyncio.run(asyncio.wait_for(schema.call(args, cast(Any, None)), timeout_s))
+        # in the worker thread of a ``call_tool`` call (see deferred_toolset): on the agent's loop
+        ctx, loop = current
+        args = schema.validator.validate_python(arguments, context=ctx.validation_context)
+        future = asyncio.run_coroutine_threadsafe(schema.call(args, ctx), loop)
+        try:
+            return future.result(timeout=timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"{tool_def.name} did not finish within {timeout_s} s") from None
+
+    return FrameworkTool(tool_def.name, tool_def.description or "", tool_def.parameters_json_schema, run)
+
+
+def deferred_toolset(
+    tools: Sequence[Tool[Any] | Callable[..., Any]], *, timeout_s: float | None = None
+) -> tuple[FunctionToolset[Any], DeferredCatalog]:
+    """Many pydantic-ai tools behind ctxwright's two: ``search_tools`` and ``call_tool``.
+
+    ``tools``: ``pydantic_ai.Tool`` objects or plain functions (``Tool(func)``: name, docstring
+    and schema as pydantic-ai derives them; a ``RunContext`` first argument is supported).
+    Returns a ``FunctionToolset`` of exactly two tools, with the names, descriptions and JSON
+    parameter schemas of :attr:`DeferredCatalog.specs` (``strict`` off, so the OpenAI model sends
+    them as given), and the :class:`DeferredCatalog` behind them. Give the agent the toolset
+    (``Agent(model, toolsets=[toolset])``) instead of the tools: the tool list of every request is
+    then these two, byte-identical for the session, and the model finds a tool's full schema with
+    ``search_tools`` (a tool result, appended to the history) and runs it with ``call_tool``.
+
+    ``call_tool`` checks the arguments against the tool's JSON Schema, then pydantic-ai's own
+    validator converts them and the tool runs as pydantic-ai runs it (``FunctionSchema.call``: a
+    sync function in a worker thread, an async one awaited). The catalog is synchronous, so the
+    call runs in a worker thread that submits the tool's coroutine to the agent's own event loop
+    and waits for it -- an async tool keeps its loop-bound resources (HTTP clients...), and the loop
+    is free while it waits. (``catalog.call_tool`` called directly, outside a run, runs the tool
+    with ``asyncio.run``; a tool taking a ``RunContext`` then gives an error.) ``timeout_s``: each
+    deferred call's limit: past it the model gets a structured ``TimeoutError`` and an async tool
+    is cancelled (a sync one cannot be: its thread runs on, its result dropped). Not carried
+    over from a ``Tool``: its ``prepare``, ``args_validator``, ``max_retries``, approval and
+    deferral; a tool that raises (``ModelRetry`` included) gives the model ctxwright's structured
+    error instead.
+    """
+    wrapped = [t if isinstance(t, Tool) else Tool(t) for t in tools]
+    catalog = DeferredCatalog([_framework_tool(t, timeout_s) for t in wrapped], timeout_s=timeout_s)
+    wire = {name: spec.to_wire()["function"] for name, spec in catalog.specs.items()}
+
+    def search_tools(query: str, limit: int = 5) -> str:
+        return catalog.search_tools(query, limit)
+
+    async def call_tool(ctx: RunContext[Any], name: str, arguments: dict[str, Any] | None = None) -> str:
+        _RUN.set((ctx, asyncio.get_running_loop()))
+        run = contextvars.copy_context().run
+        return await asyncio.get_running_loop().run_in_executor(None, run, catalog.call_tool, name, arguments)
+
+    two: list[Tool[Any]] = []
+    for name, func, takes_ctx in ((SEARCH_TOOL, search_tools, False), (CALL_TOOL, call_tool, True)):
+        tool: Tool[Any] = Tool.from_schema(
+            func, name, wire[name]["description"], wire[name]["parameters"], takes_ctx=takes_ctx
+        )
+        tool.strict = False  # sent as given: the OpenAI model would otherwise rewrite a strict-compatible schema
+        two.append(tool)
+    return FunctionToolset(two), catalog
+
+
+__all__ = ["FIXES", "deferred_toolset", "recorded_model"]
