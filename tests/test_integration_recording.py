@@ -139,3 +139,6 @@ def test_show_prints_a_framework_session_call_by_call(tmp_path: Any, capsys: pyt
     assert data["calls"][1]["request"]["messages"] == msgs
     assert main(["--db", db, "show", "nosuchid"]) == 2  # neither kind: the usual one line
     assert "no session 'nosuchid'" in capsys.readouterr().err
+    report = tmp_path / "r.html"
+    assert main(["--db", db, "report", "--proxy-session", sid, "-o", str(report)]) == 0
+    assert sid in report.read_text()
