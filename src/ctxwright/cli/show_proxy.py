@@ -19,18 +19,11 @@ from rich.text import Text
 
 from ctxwright.proxy.log import request_value, response_value
 from ctxwright.proxy.store import ProxyLog
+from ctxwright.replay.turns import content_text, turn_from_response
 from ctxwright.store.sessions import Store
 
 #: characters of a message or an answer shown in the table
 SHOWN = 80
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):  # content parts
-        return " ".join(str(p.get("text", "")) for p in value if isinstance(p, dict))
-    return ""
 
 
 def newest_message(request: Any) -> str:
@@ -43,30 +36,24 @@ def newest_message(request: Any) -> str:
     if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
         return ""
     last = messages[-1]
-    text = _text(last.get("content")) or _text(last.get("output"))
+    text = content_text(last.get("content")) or content_text(last.get("output"))
     if not text and last.get("tool_calls"):
         text = ", ".join(str((c.get("function") or {}).get("name")) for c in last["tool_calls"] if isinstance(c, dict))
     return f"{last.get('role') or last.get('type') or '?'}: {text}"
 
 
-def answer_text(response: Any) -> str:
-    """The answer's text (or the tools it called): a JSON body or a stream's events."""
-    if isinstance(response, dict):
-        choice = (response.get("choices") or [{}])[0]
-        message = choice.get("message") or {}
-        if message.get("tool_calls"):
-            return "calls " + ", ".join(str((c.get("function") or {}).get("name")) for c in message["tool_calls"])
-        if "content" in response and isinstance(response["content"], list):  # Anthropic Messages
-            return _text(response["content"])
-        return _text(message.get("content")) or _text(response.get("output_text"))
-    if isinstance(response, list):
-        parts: list[str] = []
-        for ev in response:
-            for choice in ev.get("choices") or [] if isinstance(ev, dict) else []:
-                delta = choice.get("delta") or {}
-                parts.append(_text(delta.get("content")))
-        return "".join(parts)
-    return ""
+def answer_text(api: str | None, response: Any) -> str:
+    """The answer's text, or the tools it called: the reply as the replay reads it
+    (``replay/turns.py``: a body or a stream's events, of any of the three APIs)."""
+    if api is None or response is None:
+        return ""
+    try:
+        turn = turn_from_response(api, response)
+    except (ValueError, KeyError, TypeError):
+        return ""
+    if turn.tool_calls:
+        return "calls " + ", ".join(c.name for c in turn.tool_calls)
+    return turn.text
 
 
 def render_proxy_session(store: Store, session_id: str, console: Console, *, as_json: bool = False) -> None:
@@ -109,7 +96,7 @@ def render_proxy_session(store: Store, session_id: str, console: Console, *, as_
             "?" if cached is None else f"{cached:,}",
             str(len(messages)) if isinstance(messages, list) else "?",
             Text(newest_message(request)[:SHOWN]),
-            Text(answer_text(response_value(r))[:SHOWN]),
+            Text(answer_text(r["api"], response_value(r))[:SHOWN]),
         )
     console.print(t)
     console.print(
