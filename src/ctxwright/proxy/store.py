@@ -70,6 +70,32 @@ PROXY_EXCHANGE_COLUMNS = (
 )
 
 
+def _newest_keyed(db: Connection, grouped_by: str, group_key: str) -> str | None:
+    """The newest proxy session recorded under a key, on a connection (in or out of a transaction)."""
+    row = db.execute(
+        "SELECT id FROM proxy_sessions WHERE grouped_by=? AND group_key=? ORDER BY created_at DESC LIMIT 1",
+        (grouped_by, group_key),
+    ).fetchone()
+    return None if row is None else str(row["id"])
+
+
+def _insert_session(
+    db: Connection,
+    grouped_by: str,
+    group_key: str | None,
+    api: str | None,
+    upstream: str,
+    session_id: str | None = None,
+) -> str:
+    """A new proxy session's row, its upstream's credentials masked; its id."""
+    sid = session_id or "px-" + uuid.uuid4().hex[:10]
+    db.execute(
+        "INSERT INTO proxy_sessions (id, created_at, grouped_by, group_key, api, upstream) VALUES (?, ?, ?, ?, ?, ?)",
+        (sid, time.time(), grouped_by, group_key, api, redact(upstream)),
+    )
+    return sid
+
+
 class ProxyLog:
     """The proxy's sessions and exchanges in ``store``'s database."""
 
@@ -79,12 +105,7 @@ class ProxyLog:
     def create_session(
         self, *, grouped_by: str, group_key: str | None, api: str | None, upstream: str, session_id: str | None = None
     ) -> str:
-        sid = session_id or "px-" + uuid.uuid4().hex[:10]
-        self.db.execute(
-            "INSERT INTO proxy_sessions (id, created_at, grouped_by, group_key, api, upstream) VALUES (?, ?, ?, ?, ?, ?)",
-            (sid, time.time(), grouped_by, group_key, api, redact(upstream)),
-        )
-        return sid
+        return self.db.run(lambda db: _insert_session(db, grouped_by, group_key, api, upstream, session_id))
 
     def keyed_session(self, grouped_by: str, group_key: str, *, api: str | None, upstream: str) -> tuple[str, bool]:
         """The session of a key (a header, a cache key, a caller id): the newest one recorded
@@ -92,19 +113,10 @@ class ProxyLog:
         processes meeting a new key at once make one session, not two."""
 
         def find_or_make(db: Connection) -> tuple[str, bool]:
-            row = db.execute(
-                "SELECT id FROM proxy_sessions WHERE grouped_by=? AND group_key=? ORDER BY created_at DESC LIMIT 1",
-                (grouped_by, group_key),
-            ).fetchone()
-            if row is not None:
-                return str(row["id"]), False
-            sid = "px-" + uuid.uuid4().hex[:10]
-            db.execute(
-                "INSERT INTO proxy_sessions (id, created_at, grouped_by, group_key, api, upstream) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (sid, time.time(), grouped_by, group_key, api, redact(upstream)),
-            )
-            return sid, True
+            sid = _newest_keyed(db, grouped_by, group_key)
+            if sid is not None:
+                return sid, False
+            return _insert_session(db, grouped_by, group_key, api, upstream), True
 
         return self.db.exclusive(f"proxy key {grouped_by}\x00{group_key}", find_or_make)
 
@@ -161,11 +173,7 @@ class ProxyLog:
     def find_session(self, grouped_by: str, group_key: str) -> str | None:
         """The newest proxy session grouped by ``grouped_by`` = ``group_key`` (a restarted proxy
         keeps adding to it)."""
-        row = self.db.fetchone(
-            "SELECT id FROM proxy_sessions WHERE grouped_by=? AND group_key=? ORDER BY created_at DESC LIMIT 1",
-            (grouped_by, group_key),
-        )
-        return None if row is None else str(row["id"])
+        return self.db.run(lambda db: _newest_keyed(db, grouped_by, group_key))
 
     def record_exchange(self, row: Mapping[str, Any]) -> int:
         """One relayed exchange (the columns of :data:`PROXY_EXCHANGE_COLUMNS`), its query's
