@@ -26,12 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ctxwright.compaction.check import violations
 from ctxwright.compaction.ledger import appears, items_of, visible_text
 from ctxwright.core.messages import Message
 from ctxwright.core.tokens import TokenCounter
+
+T = TypeVar("T")
 
 
 def placeholder(tool_name: str, tool_call_id: str, tokens: int) -> str:
@@ -138,4 +140,19 @@ def tail_reminder(text: str) -> dict[str, Any]:
     return {"role": "user", "content": f"<context_update>\n{text}\n</context_update>"}
 
 
-__all__ = ["Cleared", "WireCompactor", "placeholder", "tail_reminder"]
+def put_back(items: Sequence[T], inserted: Sequence[tuple[int, T]]) -> list[T]:
+    """``items`` (what the framework sends) with each message added on an earlier call put back
+    where it was sent: ``(n, message)`` goes after the first ``n`` items. Messages a framework's
+    history does not hold (an instructions update, a status) then stay in place on every later
+    call, so each request extends the one before."""
+    out: list[T] = []
+    at = 0
+    for n, message in inserted:
+        out.extend(items[at:n])
+        out.append(message)
+        at = n
+    out.extend(items[at:])
+    return out
+
+
+__all__ = ["Cleared", "WireCompactor", "placeholder", "put_back", "tail_reminder"]

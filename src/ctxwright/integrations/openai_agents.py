@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ctxwright.errors import ConfigError
-from ctxwright.integrations.compaction import Cleared, WireCompactor, tail_reminder
+from ctxwright.integrations.compaction import Cleared, WireCompactor, put_back, tail_reminder
 from ctxwright.integrations.deferred import CALL_TOOL, SEARCH_TOOL, DeferredCatalog, FrameworkTool
 from ctxwright.integrations.recording import FrameworkRecorder, PrefixWarning
 from ctxwright.store.sessions import Store
@@ -197,13 +197,7 @@ class FrozenInstructions:
             state.inserted.append((len(items), {"role": "user", "content": text}))
             self.updates.append((data.agent.name, text))
         state.last, state.seen = given, items
-        out: list[Any] = []
-        at = 0
-        for n, message in state.inserted:
-            out.extend(items[at:n])
-            out.append(dict(message))
-            at = n
-        out.extend(items[at:])
+        out: list[Any] = put_back(items, [(n, dict(message)) for n, message in state.inserted])
         return ModelInputData(input=out, instructions=state.frozen)
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxwright.integrations.compaction import put_back
 from ctxwright.status.bar import OPERATING_MANUAL, STATUS_OPEN, StatusBar
 
 #: characters of the last tool error the status quotes
@@ -101,14 +102,7 @@ class WireStatus:
         status = {"role": "user", "content": StatusBar.render(self.values(wire))}
         self._inserted.append((len(wire), status))
         self._seen = wire
-        out: list[dict[str, Any]] = []
-        at = 0
-        for n, message in self._inserted:
-            out.extend(wire[at:n])
-            out.append(message)
-            at = n
-        out.extend(wire[at:])
-        return out
+        return put_back(wire, self._inserted)
 
 
 def _is_status(message: dict[str, Any]) -> bool:
