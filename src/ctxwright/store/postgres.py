@@ -142,8 +142,10 @@ class PostgresDialect:
         db.execute("COMMIT")
 
     def rollback(self, db: Connection) -> None:
-        if isinstance(db, PgConnection) and db.conn.info.transaction_status == 0:  # idle: nothing to undo
-            return
+        from psycopg.pq import TransactionStatus
+
+        if isinstance(db, PgConnection) and db.conn.info.transaction_status == TransactionStatus.IDLE:
+            return  # nothing to undo
         db.execute("ROLLBACK")
 
     def has_table(self, db: Connection, name: str) -> bool:
@@ -331,7 +333,8 @@ class PostgresDatabase:
                             "closed and is opened again on the next use. Check the server (and its host's load).",
                             reason=f"the PostgreSQL store at {self.location} stopped answering ({why})",
                         ) from None
-                    if conn.info.transaction_status not in (0, 4):  # not idle, not unknown: undo
+                    idle = (psycopg.pq.TransactionStatus.IDLE, psycopg.pq.TransactionStatus.UNKNOWN)
+                    if conn.info.transaction_status not in idle:  # in a transaction: undo it
                         try:
                             conn.execute("ROLLBACK")
                         except psycopg.Error:
