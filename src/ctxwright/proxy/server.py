@@ -286,16 +286,17 @@ class _Relay(Response):
             if not watch.gone:
                 raise
             watch.swallow()
-            ex.outcome, ex.error = "client_disconnected", "the client closed the connection before the end"
+            if not handed:  # a handed exchange is the recorder's: complete, its upstream closed
+                ex.outcome, ex.error = "client_disconnected", "the client closed the connection before the end"
         except httpx.TimeoutException:
             ex.outcome, ex.error = "upstream_timeout", "the upstream went silent mid-answer (read timeout)"
         except httpx.TransportError as exc:
             ex.outcome, ex.error = "upstream_broken", f"the upstream broke off mid-answer ({type(exc).__name__})"
         finally:
             watch.stop()
-            with contextlib.suppress(Exception):
-                await asyncio.shield(_close(self.upstream, clean=ex.outcome == "complete"))
-            if not handed:
+            if not handed:  # (_record closed the upstream and handed the exchange over already)
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(_close(self.upstream, clean=ex.outcome == "complete"))
                 self._finish(ex)
 
     def _finish(self, ex: Exchange) -> None:
