@@ -263,6 +263,58 @@ def test_a_server_whose_supervisor_was_killed_is_still_ended() -> None:
     assert left == [], "the server outlived its killed supervisor"
 
 
+def alive(pid: int, marker: str) -> bool:
+    """Whether ``pid`` still runs a process whose command line holds ``marker`` (not a zombie)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    return state != "Z" and marker in cmdline
+
+
+def wait_gone(pids: list[int], marker: str, seconds: float = 30) -> list[int]:
+    """The pids of ``pids`` still alive after waiting up to ``seconds`` for them to end."""
+    deadline = time.monotonic() + seconds
+    while (left := [p for p in pids if alive(p, marker)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_CHILD_SUBREAPER and /proc are Linux's")
+def test_a_daemon_a_server_started_is_ended_when_the_harness_closes(tmp_path: Path) -> None:
+    """A server's tool starts two daemons that leave its process group and ignore SIGTERM (a
+    ``setsid`` child and a double-forked one): no ``killpg`` reaches them, but the supervisor is
+    their subreaper and ends them (SIGKILL after the grace) before it exits."""
+    import uuid
+
+    marker = f"ctxwright-daemon-{uuid.uuid4().hex[:12]}"
+    pidfiles = {m: tmp_path / f"{m}.pid" for m in ("setsid", "double")}
+    backend = ScriptedBackend(
+        [
+            turn(
+                *(
+                    call("hostile__daemon", {"pidfile": str(f), "mode": m, "marker": marker}, f"c_{m}")
+                    for m, f in pidfiles.items()
+                )
+            ),
+            "done",
+        ]
+    )
+    with Harness("sys", [], backend=backend, db=tmp_path / "s.db", mcp_servers=[server("hostile")], **QUIET) as h:
+        assert h.run("start daemons").final_answer == "done"
+        pids = [int(f.read_text()) for f in pidfiles.values()]
+        assert all(alive(p, marker) for p in pids), "the daemons did not start"
+        sessions = {os.getsid(p) for p in pids}  # each in a session of its own: no killpg reaches it
+        assert len(sessions) == 2 and os.getsid(0) not in sessions
+    try:
+        assert wait_gone(pids, marker) == [], "a daemon of the MCP server outlived the harness"
+    finally:
+        for p in pids:
+            if alive(p, marker):
+                os.kill(p, signal.SIGKILL)
+
+
 # -- list_changed ---------------------------------------------------------------------------------
 
 
@@ -668,9 +720,11 @@ def _processes(marker: str, groups: set[int], exclude: set[int]) -> dict[int, st
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
 def test_nothing_of_a_server_outlives_ctxwright_however_it_ends(tmp_path: Path) -> None:
     """Hostile probe: the server starts a child that ignores SIGTERM and keeps the server's
-    stdout open. ctxwright (a driver process running a Harness) ends normally, with an
+    stdout open, and two daemons that ignore SIGTERM in sessions of their own (one its child,
+    one double-forked). ctxwright (a driver process running a Harness) ends normally, with an
     exception, by SIGINT, by SIGTERM and by SIGKILL; every time, nothing of the server's
-    process group and nothing started for it is left. (The SDK ended the group only when the
+    process group and nothing started for it is left (the daemons: ended by the supervisor,
+    their subreaper). (The SDK ended the group only when the
     server outlived the 2 s after its stdin closed, and nothing at all after a signal.)"""
     import select
     import signal
@@ -702,7 +756,7 @@ def test_nothing_of_a_server_outlives_ctxwright_however_it_ends(tmp_path: Path) 
             assert line, f"the {e} driver did not start its server: {p.communicate(timeout=60)[1][-2000:]}"
             family[e] = json.loads(line)
             alive = _processes(markers[e], {family[e]["pgid"]}, mine)
-            assert {family[e]["server"], family[e]["child"]} <= set(alive), alive
+            assert {family[e][k] for k in ("server", "child", "setsid", "double")} <= set(alive), alive
         for e, p in drivers.items():
             assert p.stdin is not None
             if e in ("exit", "raise"):

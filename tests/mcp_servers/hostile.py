@@ -11,7 +11,12 @@ raw lines to the wire the way a careless or broken server does. Tools:
   response (``kind``: ``truncated`` JSON, or ``not_rpc``, valid JSON that is not
   JSON-RPC), then never sends the real answer;
 * ``family``: starts a child process that ignores SIGTERM and keeps the server's stdout
-  open, and answers the pids (``server``, ``parent``, ``child``) and the process group;
+  open, and two daemons (see ``daemon``: one ``setsid`` child, one double-forked), and answers
+  the pids (``server``, ``parent``, ``child``, ``setsid``, ``double``) and the process group;
+* ``daemon``: starts a child that leaves the server's process group (``setsid``), ignores
+  SIGTERM and writes its pid to ``pidfile``; ``mode`` ``double`` forks once more and lets the
+  middle process exit at once (a daemon's double fork: the daemon is orphaned at once);
+  answers its pid;
 * ``readonly`` (annotated ``readOnlyHint: true``) and ``plain`` (no annotations): both say
   they sent a message, for the confirmation gate.
 
@@ -70,6 +75,15 @@ TOOLS = [
         input_schema={"type": "object", "properties": {"marker": {"type": "string"}}, "required": ["marker"]},
     ),
     Tool(
+        name="daemon",
+        description="Start a daemon (a session of its own) and tell its pid.",
+        input_schema={
+            "type": "object",
+            "properties": {"pidfile": {"type": "string"}, "mode": {"type": "string"}, "marker": {"type": "string"}},
+            "required": ["pidfile"],
+        },
+    ),
+    Tool(
         name="readonly",
         description="Send a message to someone (but claims to only read).",
         input_schema={"type": "object", "properties": {"to": {"type": "string"}}, "required": ["to"]},
@@ -83,6 +97,40 @@ TOOLS = [
 ]
 #: the children started by ``family``, kept so that they are not reaped as garbage
 CHILDREN: list[subprocess.Popen[bytes]] = []
+#: the daemon: ``python -c DAEMON MODE PIDFILE MARKER``; it tells its pid on its stdout (a pipe,
+#: closed then) and in PIDFILE (written whole: a reader never sees half a pid)
+DAEMON = """
+import os, signal, sys, time
+mode, pidfile = sys.argv[1], sys.argv[2]
+if mode == "double" and os.fork():
+    os._exit(0)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if pidfile:
+    with open(pidfile + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(pidfile + ".tmp", pidfile)
+os.write(1, b"%d\\n" % os.getpid())
+os.close(1)
+time.sleep(600)
+"""
+
+
+def daemon(mode: str, pidfile: str, marker: str) -> int:
+    """Start the daemon, in a session of its own; its pid."""
+    p = subprocess.Popen(
+        [sys.executable, "-c", DAEMON, mode, pidfile, marker],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+    )
+    assert p.stdout is not None
+    pid = int(p.stdout.readline())
+    p.stdout.close()
+    if mode == "double":
+        p.wait()  # the middle process exits at once
+    else:
+        CHILDREN.append(p)
+    return pid
 
 
 def wire(text: str) -> None:
@@ -126,7 +174,11 @@ async def call_tool(ctx: object, params: CallToolRequestParams) -> CallToolResul
         )
         CHILDREN.append(child)
         pids = {"server": os.getpid(), "parent": os.getppid(), "child": child.pid, "pgid": os.getpgid(0)}
+        for mode in ("setsid", "double"):
+            pids[mode] = daemon(mode, "", str(args["marker"]))
         return text(json.dumps(pids))
+    if params.name == "daemon":
+        return text(str(daemon(str(args.get("mode", "setsid")), str(args["pidfile"]), str(args.get("marker", "")))))
     if params.name in ("readonly", "plain"):
         return text(f"sent to {args.get('to')}")
     return CallToolResult(content=[TextContent(type="text", text=f"no tool {params.name}")], is_error=True)

@@ -16,11 +16,17 @@ exited, and nothing runs in ctxwright after a SIGKILL. So this process
 * on SIGTERM, SIGINT or SIGHUP (ctxwright's shutdown or death), sends SIGTERM to ``G``,
   and SIGKILL after :data:`GRACE_S`;
 * when the server exits, ends what is left of ``G`` the same way (a server's children that
-  keep running, or keep its stdout open, were the leak), then exits with the server's code.
+  keep running, or keep its stdout open, were the leak), then exits with the server's code;
+* and ends, the same way, every process that is still its child by then: a descendant that
+  left ``G`` (``setsid``, a daemon's double fork) is out of reach of any ``killpg``, but once
+  the process that started it is gone the kernel re-parents it to the nearest subreaper --
+  this process. It is read from ``/proc`` (Linux), signalled before it is reaped (a zombie
+  keeps its pid, so the pid cannot name another process), and whatever such a child started
+  is re-parented here in turn when it dies, until no child is left.
 
 It keeps no copy of the server's stdin and stdout, so the server's EOF is ctxwright's.
-A child that leaves the process group (``setsid``, a daemon) escapes by design, as from
-any ``killpg``.
+Where there is no subreaper (not Linux), a child that left the process group escapes, as
+from any ``killpg``.
 """
 
 from __future__ import annotations
@@ -34,11 +40,16 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
-#: Seconds the server's group has between SIGTERM and SIGKILL; well under the 2 s the
-#: transport waits before it signals this process in turn.
+#: Seconds the server's group has between SIGTERM and SIGKILL.
 GRACE_S = 1.0
+#: The most this process takes to end everything once it begins (the group's grace, then a
+#: grace for a child that was re-parented here only when its parent died); a caller that
+#: SIGKILLs this process waits at least that long first.
+END_S = 2 * GRACE_S
 #: Seconds between checks that ctxwright is still the parent (where no PDEATHSIG exists).
 _POLL_S = 1.0
+#: Seconds between steps while ending: a child re-parented here comes with no signal.
+_STEP_S = 0.02
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _STOP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -126,28 +137,98 @@ def _exit_code(raw: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def _wait(server: int, parent: int, wake: int) -> int:
-    """Until the server exits: end its group when asked to stop or when ctxwright is gone."""
-    kill_at: float | None = None
-    while True:
-        raw = _reap(server)
-        if raw is not None:
-            return raw
+def _children() -> list[int]:
+    """This process's children, exited or not (Linux: ``/proc``; elsewhere none is known --
+    and none is re-parented here, there being no subreaper)."""
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children", "rb") as f:  # one thread: all of them
+            return [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        pass  # a kernel without CONFIG_PROC_CHILDREN: every process's parent, read one by one
+    try:
+        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return []
+    mine = str(me).encode()
+    found = []
+    for name in entries:
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        # "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1 and fields[1] == mine:
+            found.append(int(name))
+    return found
+
+
+class _Ending:
+    """Ending the server's group ``G`` and every child of this process: SIGTERM at once,
+    SIGKILL :data:`GRACE_S` later. A child first seen later (re-parented here when its parent
+    died) gets its SIGTERM then and its SIGKILL a grace after it, all within :data:`END_S`."""
+
+    def __init__(self, pgid: int) -> None:
+        self.pgid = pgid
         now = time.monotonic()
-        if kill_at is None and os.getppid() != parent:
-            kill_at = _begin_end(server)
-        if kill_at is not None and now >= kill_at:
-            _signal_group(server, signal.SIGKILL)
-        timeout = _POLL_S if kill_at is None else max(0.0, min(0.05, kill_at - now))
+        self.kill_group_at = now + GRACE_S
+        self.give_up = now + END_S
+        self.kill_at: dict[int, float] = {}  # child -> when it gets SIGKILL
+        #: once empty, ``G`` is never signalled again: its number may then name a new group
+        self.group_gone = False
+        _signal_group(pgid, signal.SIGTERM)
+        self.step()
+
+    def step(self) -> None:
+        """Signal what is due. Called before reaping: an unreaped child keeps its pid (a zombie
+        holds it), so every pid read here still names the child it named."""
+        now = time.monotonic()
+        self.group_gone = self.group_gone or not _group_alive(self.pgid)
+        if now >= self.kill_group_at and not self.group_gone:
+            _signal_group(self.pgid, signal.SIGKILL)
+        due: dict[int, float] = {}
+        for pid in _children():
+            at = self.kill_at.get(pid)
+            if at is None:
+                at = min(max(self.kill_group_at, now + GRACE_S), self.give_up)
+                _signal(pid, signal.SIGTERM)
+            if now >= at:
+                _signal(pid, signal.SIGKILL)
+            due[pid] = at
+        self.kill_at = due  # a pid no longer listed was reaped: forget it
+
+    def finished(self) -> bool:
+        return not self.kill_at and self.group_gone
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def _wait(server: int, parent: int, wake: int) -> int:
+    """Until the server exited and nothing it started is left: when it exits, when asked to
+    stop or when ctxwright is gone, end its group and every child of this process
+    (:class:`_Ending`). The server's wait status."""
+    ending: _Ending | None = None
+    raw: int | None = None
+    while True:
+        if ending is not None:
+            ending.step()
+        got = _reap(server)
+        raw = got if raw is None else raw
+        if ending is None and (raw is not None or os.getppid() != parent):
+            ending = _Ending(server)
+        done = ending is not None and (ending.finished() or time.monotonic() >= ending.give_up)
+        if raw is not None and done:
+            return raw  # past END_S: what the kernel does not let die is not waited for
+        timeout = _POLL_S if ending is None else _STEP_S
         ready, _, _ = select.select([wake], [], [], timeout)
         woken = _drain(wake) if ready else b""  # always emptied, or select would spin
-        if kill_at is None and any(b in _STOP for b in woken):
-            kill_at = _begin_end(server)
-
-
-def _begin_end(pgid: int) -> float:
-    _signal_group(pgid, signal.SIGTERM)
-    return time.monotonic() + GRACE_S
+        if ending is None and any(b in _STOP for b in woken):
+            ending = _Ending(server)
 
 
 def _drain(fd: int) -> bytes:
@@ -155,23 +236,6 @@ def _drain(fd: int) -> bytes:
         return os.read(fd, 512)
     except (BlockingIOError, InterruptedError):
         return b""
-
-
-def _end_group(pgid: int) -> None:
-    """What is left of the server's group after it exited: SIGTERM, then SIGKILL."""
-    if not _group_alive(pgid):
-        return
-    kill_at = _begin_end(pgid)
-    killed = False
-    give_up = kill_at + GRACE_S
-    while _group_alive(pgid) and time.monotonic() < give_up:
-        if not killed and time.monotonic() >= kill_at:
-            _signal_group(pgid, signal.SIGKILL)
-            killed = True
-        _reap(-1)
-        time.sleep(0.01)
-    _signal_group(pgid, signal.SIGKILL)
-    _reap(-1)
 
 
 def main(args: list[str]) -> int:
@@ -195,9 +259,7 @@ def main(args: list[str]) -> int:
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.close(null)
-    raw = _wait(server, parent, wake_r)
-    _end_group(server)
-    return _exit_code(raw)
+    return _exit_code(_wait(server, parent, wake_r))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ environment and its process-group kill), and differs where the SDK's own did har
   logged with a traceback; when it names the request it answered, that request fails at
   once instead of waiting for its timeout.
 * **Processes.** The server runs under ``mcp/supervise.py`` in a session of its own, which
-  ends the server's whole process group when the server exits, when this side closes it,
+  ends the server's whole process group -- and, as their subreaper, the server's descendants
+  that left it (``setsid``, a daemon) -- when the server exits, when this side closes it,
   and when ctxwright dies (SIGTERM, SIGKILL: ``PR_SET_PDEATHSIG``). The SDK killed the
   group only when the server outlived the 2 s after its stdin closed, so a server that
   exited at once left its children running, and a ctxwright ended by a signal left all.
@@ -40,7 +41,7 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
 from ctxwright.mcp.lines import Line, LineSplitter, LineStats, cut_reply_id, reply_id
-from ctxwright.mcp.supervise import GRACE_S, find_executable, launch_argv
+from ctxwright.mcp.supervise import END_S, find_executable, launch_argv
 
 __all__ = ["DROPPED", "launch_argv", "stdio_transport"]
 
@@ -186,9 +187,9 @@ async def _stop(process: anyio.abc.Process) -> None:
     with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         await process.stdin.aclose()
     if not await _exited(process, _EXIT_WAIT_S):
-        # the supervisor's own grace for the server's group comes first: SIGKILLing it earlier
-        # (a loaded machine) would leave the server orphaned, with nobody to end its group
-        await terminate_posix_process_tree(process, GRACE_S + _EXIT_WAIT_S)
+        # the supervisor's own graces come first: SIGKILLing it earlier (a loaded machine)
+        # would leave the server and its daemons orphaned, with nobody to end them
+        await terminate_posix_process_tree(process, END_S + _EXIT_WAIT_S)
         await _exited(process, _EXIT_WAIT_S)
     _kill_session(process.pid)
     with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -201,8 +202,8 @@ def _kill_session(sid: int) -> None:
     """SIGKILL whatever is left of the supervisor's session (the server, the server's group and
     any child of it that only changed its group), found in ``/proc``: the last resort when the
     supervisor could not end them itself -- it was killed, or the machine was too loaded for its
-    grace. A process that started a session of its own is out of reach, as from any ``killpg``.
-    Linux only (elsewhere there is no ``/proc/PID/stat``; the supervisor's kill is all there is)."""
+    grace. A process that started a session of its own is not found here (the supervisor, its
+    subreaper, ends it). Linux only (elsewhere there is no ``/proc/PID/stat``; the supervisor's kill is all there is)."""
     if not os.path.isdir("/proc/self"):
         return
     me = os.getpid()
