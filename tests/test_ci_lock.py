@@ -122,7 +122,7 @@ def test_check_fails_on_each_prefix_change_and_passes_after_lock(tmp_path: Path,
     assert out[0].startswith("ctxwright lock: the prefix changed")
     assert any(segment in line for line in out[1:]), r.stdout
     cost = next(line for line in out if line.startswith("cost per call:"))
-    assert "stop being reusable" in cost and "system, then tools" in cost and "USD per call at gpt-4.1" in cost
+    assert "are no longer reusable" in cost and "system, then tools" in cost and "USD per call at gpt-4.1" in cost
     assert any("ctxwright lock run.jsonl" in line for line in out)  # how to update it
 
     assert _cli("lock", "run.jsonl", cwd=tmp_path).returncode == 0

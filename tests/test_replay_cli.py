@@ -64,9 +64,9 @@ def test_serve_prints_its_url_answers_and_stops_on_sigterm(tmp_path: Path) -> No
         stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
     assert stderr.strip().splitlines() == [
-        "ctxwright replay: call 1 of a new conversation: the recording has 1 conversation(s), all started"
+        "ctxwright replay: call 1 of a new conversation: the recording has 1 conversation, all started"
     ]
-    assert "c1#0 openai_chat stream 200" in stdout and "3 call(s) answered, 1 divergence(s)" in stdout
+    assert "c1#0 openai_chat stream 200" in stdout and "3 calls answered, 1 divergence" in stdout
     lines = [json.loads(line) for line in trace.read_text().splitlines()]
     assert [(r["replay"]["position"], r["replay"]["status"]) for r in lines] == [(0, 200), (1, 200), (0, 400)]
 

@@ -178,4 +178,4 @@ def test_a_status_block_next_to_tool_results_is_not_the_question() -> None:
     assert compare_new(first, [Said("user", "6*7?"), Said("user", "<status>time: 10:00</status>")]) is None
     asked = compare_new([Said("user", "6*8?")], [Said("user", "6*7?")])
     assert asked is not None and asked.startswith("the user message differs") and "at character 2" in asked
-    assert compare_new(got, want[:1], opens_turn=False) == "the agent sent 2 new message(s) where the recording sent 1"
+    assert compare_new(got, want[:1], opens_turn=False) == "the agent sent 2 new messages where the recording sent 1"

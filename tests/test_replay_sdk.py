@@ -128,7 +128,7 @@ def test_a_call_past_the_recording_diverges(tmp_path: Path) -> None:
         ]
         with pytest.raises(openai.BadRequestError):
             client.chat.completions.create(model="gpt-test", messages=messages)
-    assert srv.divergences == ["call 3 of conversation c1: the recording of c1 ends after 2 call(s)"]
+    assert srv.divergences == ["call 3 of conversation c1: the recording of c1 ends after 2 calls"]
 
 
 def test_a_sliding_window_is_still_answered(tmp_path: Path) -> None:

@@ -47,6 +47,7 @@ from ctxwright.cache.prices import Pricing
 from ctxwright.cache.verdict import PROMPT_NEUTRAL_OPTIONS
 from ctxwright.ci.segments import diff_prefix
 from ctxwright.core.tokens import TokenCounter
+from ctxwright.core.words import counted
 
 #: The audit causes that keep the previous request of a conversation whole.
 CONTINUES = frozenset({"first", "append"})
@@ -148,7 +149,7 @@ class Judgement:
         g, r = self.golden, self.run
         if self.regressions:
             n = len(self.regressions)
-            return f"FAIL: {n} cache regression{'s' * (n != 1)} in {r.calls} calls (golden: {g.calls})"
+            return f"FAIL: {counted(n, 'cache regression')} in {counted(r.calls, 'call')} (golden: {g.calls})"
         if self.unjudged:
             return f"ERROR: the run could not be judged: {self.unjudged[0]}"
         reuse = "" if r.reuse is None else f", reuse {r.reuse:.3f} (golden {_f(g.reuse)})"
@@ -156,7 +157,7 @@ class Judgement:
             "" if r.cost_per_task is None else f", ${r.cost_per_task:.4f} per task (golden ${_f(g.cost_per_task, 4)})"
         )
         return (
-            f"PASS: {r.calls} calls, prefix identical, append-only{reuse}, "
+            f"PASS: {counted(r.calls, 'call')}, prefix identical, append-only{reuse}, "
             f"{_n(r.tokens_per_task)} prompt tokens per task (golden {_n(g.tokens_per_task)}){cost}"
         )
 
@@ -387,7 +388,7 @@ def coverage_problems(golden: Sequence[Call], run: Sequence[Call]) -> list[str]:
         for conv, n in wanted.items():
             got = made.get(conv, 0)
             if got < n:
-                out.append(f"conversation {conv}: the run made {got} of its {n} recorded calls")
+                out.append(f"conversation {conv}: the run made {got} of its {counted(n, 'recorded call')}")
     return out
 
 

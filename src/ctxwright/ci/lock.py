@@ -63,11 +63,13 @@ from ctxwright.ci.segments import (
     diff_segments,
     infer_provider,
     prefix_segments,
+    spoken,
     tools_first,
 )
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.core.toml_file import TomlRefusal, read_bounded_toml
+from ctxwright.core.words import counted
 from ctxwright.errors import CtxwrightError, LockFileError, LogUnreadable
 
 if TYPE_CHECKING:
@@ -243,7 +245,9 @@ def _first_prefix(items: Iterable[LogItem], name: str) -> PrefixSource:
             seen.add(key)
     if first is None:
         why = f"; line {first_problem.line}: {first_problem.message}" if first_problem is not None else ""
-        raise LogUnreadable(f"{name}: no request to take the prefix from ({problems} record(s) unreadable{why})")
+        raise LogUnreadable(
+            f"{name}: no request to take the prefix from ({counted(problems, 'record')} unreadable{why})"
+        )
     provider = infer_provider(first.provider, first.tools)
     return PrefixSource(first.system, first.tools, provider, first.model, name, requests, len(seen) - 1, problems)
 
@@ -365,7 +369,7 @@ def read_lock(path: str | Path, *, regenerate: str = "ctxwright lock SOURCE") ->
 
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
-        bad(f"unknown key(s) {', '.join(unknown)}")
+        bad(f"unknown {'key' if len(unknown) == 1 else 'keys'} {', '.join(unknown)}")
     if data.get("version") != LOCK_VERSION or isinstance(data.get("version"), bool):
         bad(f"version is {data.get('version')!r}, not {LOCK_VERSION}")
     for key in ("provider", "model", "tokenizer", "order"):
@@ -430,8 +434,9 @@ class LockCheck:
             )
         else:
             head = (
-                f"cost per call: {self.invalidated_tokens:,} prefix token(s) from {self.broken_at} on stop being "
-                f"reusable, and every message after the prefix with them (cache order assumed: {self.order})"
+                f"cost per call: {counted(self.invalidated_tokens, 'prefix token')}, from {spoken(self.broken_at)} "
+                f"on, {'is' if self.invalidated_tokens == 1 else 'are'} no longer reusable, nor is any message after "
+                f"the prefix (cache order assumed: {self.order})"
             )
         p = self.price
         if p is None or self.extra_cost_per_call is None:

@@ -214,6 +214,21 @@ def _section_name(s: _Section) -> str:
     return f"system line {s.line} {_short(s.title)}"
 
 
+def spoken(name: str) -> str:
+    """A segment's name as it reads inside a sentence: ``system § '# Role'`` is "the system
+    prompt's section '# Role'", ``system line 3 'You are'`` "the system prompt's line 3
+    ('You are')", ``tool 'read_file'`` "the tool 'read_file'". The short names stay what a
+    lock file and a table print; this is for the lines around them."""
+    if name.startswith("system § "):
+        return f"the system prompt's section {name[len('system § ') :]}"
+    if name.startswith("system line "):
+        number, _, title = name[len("system line ") :].partition(" ")
+        return f"the system prompt's line {number} ({title})" if title else f"the system prompt's line {number}"
+    if name.startswith("tool "):
+        return f"the {name}"
+    return name
+
+
 def _sections(system: str) -> list[_Section]:
     lines = _LINES.findall(system)
     headings = _heading_lines(lines)
@@ -552,6 +567,7 @@ __all__ = [
     "first_difference_path",
     "infer_provider",
     "prefix_segments",
+    "spoken",
     "system_path",
     "system_sections",
     "tool_name",

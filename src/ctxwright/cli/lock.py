@@ -14,6 +14,7 @@ import shlex
 import sys
 from typing import Any
 
+from ctxwright.core.words import counted
 from ctxwright.errors import CtxwrightError
 
 
@@ -90,10 +91,12 @@ def cmd_lock(args: argparse.Namespace) -> int:
         if result.matches:
             out.write(
                 f"ctxwright lock: the prefix of {prefix.source} matches {args.file} "
-                f"({len(lock.segments)} segment(s), {lock.tokens:,} tokens)\n"
+                f"({counted(len(lock.segments), 'segment')}, {counted(lock.tokens, 'token')})\n"
             )
         else:
-            out.write(f"ctxwright lock: the prefix changed: {len(result.changes)} change(s) against {args.file}\n")
+            out.write(
+                f"ctxwright lock: the prefix changed: {counted(len(result.changes), 'change')} against {args.file}\n"
+            )
             for c in result.changes:
                 out.write(f"  {c.line}\n")
             out.write(result.cost_line() + "\n")
@@ -131,7 +134,8 @@ def cmd_lock(args: argparse.Namespace) -> int:
         return 0
     verb = "wrote" if written else "unchanged:"
     print(
-        f"ctxwright lock: {verb} {args.file}: {len(lock.segments)} segment(s), {lock.tokens:,} tokens, from "
+        f"ctxwright lock: {verb} {args.file}: {counted(len(lock.segments), 'segment')}, "
+        f"{counted(lock.tokens, 'token')}, from "
         f"{prefix.source}{others}"
     )
     return 0

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ctxwright.core.words import counted
 from ctxwright.errors import CtxwrightError
 
 #: how often the server checks that the process that started it is still there
@@ -127,7 +128,7 @@ def cmd_replay_serve(args: argparse.Namespace) -> int:
             calls = sum(len(c.calls) for c in golden.conversations)
             print(f"ctxwright replay on {srv.url}", flush=True)
             print(
-                f"  {calls} call(s) in {len(golden.conversations)} conversation(s) from {golden.source}; "
+                f"  {counted(calls, 'call')} in {counted(len(golden.conversations), 'conversation')} from {golden.source}; "
                 f"OpenAI clients: base URL {srv.url}/v1   Anthropic clients: {srv.url}",
                 flush=True,
             )
@@ -135,7 +136,8 @@ def cmd_replay_serve(args: argparse.Namespace) -> int:
                 if os.getppid() != parent:  # the process that started us is gone: so are we
                     break
         print(
-            f"ctxwright replay stopped: {len(srv.calls)} call(s) answered, {len(srv.divergences)} divergence(s)",
+            f"ctxwright replay stopped: {counted(len(srv.calls), 'call')} answered, "
+            f"{counted(len(srv.divergences), 'divergence')}",
             flush=True,
         )
     finally:

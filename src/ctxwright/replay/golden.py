@@ -231,7 +231,8 @@ def _session_records(session_id: str, store: Path | str | None, notes: list[str]
     finally:
         db.close()
     if missing:
-        notes.append(f"call(s) {', '.join(map(str, missing))} of session {sid} cannot be rebuilt; left out")
+        which = f"call {missing[0]}" if len(missing) == 1 else f"calls {', '.join(map(str, missing))}"
+        notes.append(f"{which} of session {sid} cannot be rebuilt; left out")
     return f"session {sid}", [(f"call {b.call_index}", b.record()) for b in bodies]
 
 

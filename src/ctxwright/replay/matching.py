@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ctxwright.core.words import counted
 from ctxwright.replay.golden import Golden, GoldenCall, GoldenConversation, entries
 from ctxwright.replay.turns import ANTHROPIC, RESPONSES, as_list, as_object, content_text, is_assistant_entry
 
@@ -188,7 +189,10 @@ class Matcher:
         if ci_start is None:
             n = len(self.convs)
             return Placement(
-                None, 0, None, f"call 1 of a new conversation: the recording has {n} conversation(s), all started"
+                None,
+                0,
+                None,
+                f"call 1 of a new conversation: the recording has {counted(n, 'conversation')}, all started",
             )
         return self._check(ci_start, self.progress.get(ci_start, 0), s, -1)
 
@@ -241,7 +245,7 @@ class Matcher:
         conv = self.convs[ci]
         where = f"call {pos + 1} of conversation {conv.id}"
         if pos >= len(conv.calls):
-            why = f"the recording of {conv.id} ends after {len(conv.calls)} call(s)"
+            why = f"the recording of {conv.id} ends after {counted(len(conv.calls), 'call')}"
             return Placement(conv, pos, None, f"{where}: {why}")
         call = conv.calls[pos]
         reason = None
@@ -263,7 +267,7 @@ def _tool_names(sent: Said, reply_call: GoldenCall) -> str | None:
         if a != b:
             return f"the agent called tool {a!r} where the recording called {b!r}"
     if len(got) != len(want):
-        return f"the agent sent back {len(got)} tool call(s) where the recording made {len(want)}"
+        return f"the agent sent back {counted(len(got), 'tool call')} where the recording made {len(want)}"
     return None
 
 
@@ -297,7 +301,7 @@ def compare_new(got: Sequence[Said], want: Sequence[Said], *, opens_turn: bool =
         if a.role == "assistant" and a.signature() != b.signature():
             return "an assistant message differs from the recording's"
     if len(got) != len(want):
-        return f"the agent sent {len(got)} new message(s) where the recording sent {len(want)}"
+        return f"the agent sent {counted(len(got), 'new message')} where the recording sent {len(want)}"
     return None
 
 

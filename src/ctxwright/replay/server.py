@@ -51,6 +51,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ctxwright.core.words import counted
 from ctxwright.errors import CtxwrightError, RequestRefused
 from ctxwright.proxy.decode import decode_body
 from ctxwright.proxy.limits import ClientLimits
@@ -260,7 +261,8 @@ def answer(state: _State, api: str, body: dict[str, Any], raw: bytes | None) -> 
     """Refuse, place and answer one parsed request; record it."""
     stream = body.get("stream") is True
     if len(state.calls) >= state.max_calls:
-        loops = f"more than {state.max_calls} calls against a recording of {len(state.golden.calls())}: the agent loops"
+        recorded = counted(len(state.golden.calls()), "call")
+        loops = f"more than {state.max_calls:,} calls against a recording of {recorded}: the agent loops"
         if not state.divergences or state.divergences[-1] != loops:
             state.divergences.append(loops)  # once: what is refused past the cap is not kept
         return _json(400, error_body(api, f"ctxwright replay: {loops}"))
