@@ -1,6 +1,7 @@
 """What ``ctxwright proxy`` writes, probed as an attacker and as a full disk would: a key in the
-query string never reaches the database file, a failed write leaves no gap in the call numbers,
-and the line printed per call says what ``ctxwright audit --proxy-session`` says of that call.
+query string never reaches the database file, a failed write is kept in a recovery file (without
+the key) and recorded in its place once the store takes it again, said on stderr rather than among
+the per-call lines, and the line printed per call says what ``ctxwright audit --proxy-session`` says of that call.
 
 Real parts: the official ``openai`` SDK as the client, the relay on uvicorn, the loopback
 upstream (``tests/proxy_upstream.py``), a real SQLite file (the full disk is SQLite's own
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +43,8 @@ def _db_bytes(store: Store) -> bytes:
 
 
 def _idle(proxy: RecordingProxy, n: int) -> None:
-    """Wait until ``n`` exchanges in all were handled (recorded or failed)."""
-    assert proxy.recorder.wait_idle(60, at_least=n), (proxy.recorder.recorded, proxy.recorder.failures)
+    """Wait until ``n`` exchanges in all were handled (recorded, spooled or lost)."""
+    assert proxy.recorder.wait_idle(60, at_least=n), (proxy.recorder.recorded, proxy.recorder.summary())
 
 
 # -- a key in the query string -----------------------------------------------------------------
@@ -111,32 +113,44 @@ def test_redact_query(path: str, expected: str) -> None:
 # -- a failed write ----------------------------------------------------------------------------
 
 
-def test_a_failed_write_does_not_consume_a_call_number(upstream, tmp_path):
+def test_a_failed_write_is_kept_and_recorded_in_order_once_the_store_takes_it(upstream, tmp_path):
     store = Store(tmp_path / "full.db")
     lines: list[str] = []
+    warned: list[str] = []
     header = {"X-Ctxwright-Session": "disk"}
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "S"}, {"role": "user", "content": "q"}]
-    with RecordingProxy.start(ProxyConfig(upstream=upstream.url), store, printer=lines.append) as proxy:
+    config = ProxyConfig(upstream=upstream.url)
+    with RecordingProxy.start(config, store, printer=lines.append, warn=warned.append) as proxy:
         client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=KEY, max_retries=0)
         client.chat.completions.create(model="m", messages=msgs, extra_headers=header)
         _idle(proxy, 1)
         # the disk is full: SQLite refuses to grow the file past the pages it has
         store.db.execute("PRAGMA max_page_count = 1")
         big = [*msgs, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "x" * 400_000}]
-        client.chat.completions.create(model="m", messages=big, extra_headers=header)  # relayed all the same
+        keyed = openai.OpenAI(base_url=proxy.url + "/v1", api_key=KEY, max_retries=0, default_query={"key": "QKEY-9"})
+        keyed.chat.completions.create(model="m", messages=big, extra_headers=header)  # relayed all the same
         _idle(proxy, 2)
-        assert proxy.recorder.failures == 1
+        assert (proxy.recorder.recorded, proxy.recorder.spooled, proxy.recorder.lost) == (1, 1, 0)
+        (spooled,) = (tmp_path / "ctxwright-recovery").glob("proxy-*.jsonl")
+        assert "QKEY-9" not in spooled.read_text() and "key=***" in spooled.read_text()
         store.db.execute("PRAGMA max_page_count = 1073741823")  # space again
-        client.chat.completions.create(model="m", messages=big, extra_headers=header)
+        last = [*big, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "after"}]
+        client.chat.completions.create(model="m", messages=last, extra_headers=header)
         _idle(proxy, 3)
-    assert any("could not record" in line and "database or disk is full" in line for line in lines), lines
+        deadline = time.monotonic() + 60  # the store is tried again 1 s after it failed
+        while proxy.recorder.recorded < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert [w for w in warned if "could not record" in w and "database or disk is full" in w], warned
+    assert not any("could not record" in line for line in lines)  # not among the per-call lines
+    assert proxy.recorder.unrecorded == 0 and not spooled.exists(), (warned, proxy.recorder.summary())
     (session,) = proxy_sessions(store)
     records = proxy_session_requests(store, session["id"])
-    assert [r["proxy"]["call_index"] for r in records] == [0, 1]  # no gap where the write failed
-    call_lines = [m for m in map(LINE.match, lines) if m]
-    assert [m["k"] for m in call_lines] == ["0", "1"]
-    # the failed call is not part of the session's audit: the live one equals the offline one
-    assert [r["proxy"]["audit"]["cause"] for r in records] == ["first", "append"]
+    assert [r["proxy"]["call_index"] for r in records] == [0, 1, 2]  # the kept call in its place
+    assert [len(r["request"]["messages"]) for r in records] == [2, 4, 6]
+    assert records[1]["proxy"]["path"] == "/v1/chat/completions?key=***"
+    assert [m["k"] for m in map(LINE.match, lines) if m] == ["0", "1", "2"]
+    # the live audit is the offline one, the kept call included
+    assert [r["proxy"]["audit"]["cause"] for r in records] == ["first", "append", "append"]
 
 
 # -- the live line and the offline audit -------------------------------------------------------

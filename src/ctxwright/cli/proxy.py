@@ -82,7 +82,11 @@ def add_proxy_parser(sub: Any) -> None:
         help="serve with N processes on one port, all recording into the store (a postgresql:// --db lets "
         "proxies on several hosts share it too; default 1)",
     )
-    p.add_argument("--quiet", action="store_true", help="do not print a line per call")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="do not print a line per call (what could not be recorded is said on stderr all the same)",
+    )
     from ctxwright.recipe import add_arguments
 
     add_arguments(p, sections=("telemetry",))  # --otlp, --otlp-content: declared once (recipe/options.py)
@@ -101,7 +105,9 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     from ctxwright.cli.main import console
 
     if args.list:
-        return _list(_store(args), as_json=args.json)
+        from ctxwright.cli.main import _store as existing_store  # a reader: never creates the store
+
+        return _list(existing_store(args), as_json=args.json)
     if not args.upstream:
         raise CtxwrightError("give the provider's origin: ctxwright proxy --upstream https://api.openai.com")
     from ctxwright.proxy.limits import ClientLimits
@@ -179,7 +185,9 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         if tracer is not None:
             tracer.close()  # the last spans sent, within the exporter's bounded close
     console.print(Text(f"ctxwright proxy stopped; {recorder.recorded} exchange(s) recorded in {store.location}"))
-    return 0
+    if recorder.unrecorded:  # said whatever --quiet says: these are not in the store
+        print(f"ctxwright proxy: {recorder.summary()}", file=sys.stderr, flush=True)
+    return 1 if recorder.lost else 0
 
 
 def _tracer(args: argparse.Namespace, upstream: str) -> Any:
@@ -298,11 +306,12 @@ def audit_proxy_session(args: argparse.Namespace, run: Callable[[Iterator[LogIte
     """``ctxwright audit --proxy-session ID``: the session's stored calls audited as the proxy
     audited them live (``proxy/session_audit.py``), printed by the code that prints the audit
     of a log file (``run(items, source)`` is ``cli/audit.audit_items``)."""
+    from ctxwright.cli.main import _store as existing_store  # a reader: never creates the store
     from ctxwright.proxy.log import proxy_session_requests
     from ctxwright.proxy.session_audit import session_items
     from ctxwright.proxy.store import ProxyLog
 
-    store = _store(args)
+    store = existing_store(args)
     sid = str(ProxyLog(store).session_row(args.proxy_session)["id"])
     records = proxy_session_requests(store, sid)
     if not records:

@@ -27,12 +27,23 @@ What it adds to the proxy's recording:
   :class:`~ctxwright.integrations.compaction.WireCompactor`) decides what each request sends,
   the framework's own history staying whole; ``status`` (a
   :class:`~ctxwright.integrations.status.WireStatus`) adds the status bar at the end.
+
+Recording never fails or stalls the agent's model call: the provider has answered (and been
+paid) by the time the exchange is recorded. Each exchange is handed to the recorder's own
+thread; the call waits for its record only while the recorder keeps up, and at most
+:data:`RECORD_WAIT_S` (a healthy store takes milliseconds, so what the agent reads next is
+already stored). A store that is stopped, frozen, locked or full costs the call nothing more:
+its exchanges go to a recovery file (``framework-*.jsonl`` in the store's recovery folder) that
+is recorded once the store answers again, or imported by the next recorder on the store, and
+what could not be recorded is said on stderr and counted (:attr:`FrameworkRecorder.unrecorded`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-import threading
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -42,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from ctxwright.errors import StoreUnusable
 from ctxwright.integrations.compaction import WireCompactor
 from ctxwright.integrations.status import WireStatus
 from ctxwright.proxy.recorder import RecordedExchange, Recorder
@@ -53,6 +65,8 @@ from ctxwright.store.sessions import Store
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+#: the longest a model call waits for its exchange to be recorded (see the module docstring)
+RECORD_WAIT_S = 2.0
 #: the audit's causes that mean the frozen prefix changed, and the segment each names
 PREFIX_CAUSES = {"system_changed": "system prompt", "tools_changed": "tool list"}
 #: what a framework user can do about each, whatever the framework
@@ -173,8 +187,15 @@ class FrameworkRecorder:
         self._closed = False
         self._said: set[str] = set()
         self._on_warning = on_warning
-        self._lock = threading.Lock()
-        self.recorder = Recorder(self.store, "framework", printer=None, observer=self._observe)
+        self.recorder = Recorder(
+            self.store,
+            "framework",
+            printer=None,
+            observer=self._observe,
+            warn=lambda line: print(line, file=sys.stderr, flush=True),
+            name="ctxwright recorder",
+            spool_prefix="framework",
+        )
 
     # -- the clients the framework's openai SDK uses ---------------------------------------------
     def http_client(self, **kwargs: Any) -> httpx.Client:
@@ -188,23 +209,42 @@ class FrameworkRecorder:
     # -- what was recorded -------------------------------------------------------------------------
     @property
     def session_id(self) -> str | None:
-        """The recorded session's id (``None`` before the first model call); still known after
-        :meth:`close`."""
+        """The recorded session's id (``None`` before the first model call is recorded);
+        still known after :meth:`close`."""
         if self._sid is None and not self._closed:
-            self._sid = ProxyLog(self.store).find_session("header", self.name)
+            try:
+                self._sid = ProxyLog(self.store).find_session("header", self.name)
+            except StoreUnusable:
+                return None  # the store is away: known once a call of the session is recorded
         return self._sid
 
+    @property
+    def unrecorded(self) -> int:
+        """Model calls of this recorder not in the store: kept in its recovery file, or lost."""
+        return self.recorder.unrecorded
+
     def record(self, ex: Exchange) -> None:
-        """Decode, place, audit and write one exchange, on the caller's thread (one at a time:
-        the recorder's placement and audit keep call order)."""
-        with self._lock:
-            try:
-                self.recorder.record(ex)
-            finally:
-                if not ex.written.done():
-                    ex.written.set_result(None)
+        """Hand one exchange to the recorder's thread (which decodes, places, audits and writes
+        the exchanges one at a time, in call order) and wait for its record while the recorder
+        keeps up, at most :data:`RECORD_WAIT_S`. Never raises for the store's sake."""
+        self.recorder.wait_room()
+        waits = self.recorder.caught_up
+        self.recorder.submit(ex)
+        if waits:
+            with contextlib.suppress(TimeoutError):  # recorded (or kept) later, on the recorder's thread
+                ex.written.result(RECORD_WAIT_S)
+
+    async def record_async(self, ex: Exchange) -> None:
+        """:meth:`record` for a caller on an event loop: the loop is never blocked."""
+        await self.recorder.admit()
+        waits = self.recorder.caught_up
+        self.recorder.submit(ex)
+        if waits:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(ex.written)), RECORD_WAIT_S)
 
     def _observe(self, rec: RecordedExchange) -> None:
+        self._sid = rec.session_id
         cause = rec.audit.get("cause")
         if cause == "history_edited" and rec.audit.get("role") == "system":
             cause = "system_changed"  # instructions sent as a later system message, re-rendered
@@ -223,11 +263,15 @@ class FrameworkRecorder:
             print(warning, file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        """Record what is queued (a store that is away: kept in the recovery file), then stop;
+        what is not in the store is said on stderr."""
         if self._closed:
             return
         self.recorder.close()
         _ = self.session_id  # known after close
         self._closed = True
+        if self.recorder.unrecorded:
+            print(f"ctxwright recorder: {self.recorder.summary()}", file=sys.stderr, flush=True)
         if self.owned:
             self.store.close()
 
@@ -265,9 +309,17 @@ class FrameworkRecorder:
         self._end(ex)
 
     def _end(self, ex: Exchange) -> None:
+        self._stamp_end(ex)
+        self.record(ex)
+
+    async def _end_async(self, ex: Exchange) -> None:
+        self._stamp_end(ex)
+        await self.record_async(ex)
+
+    @staticmethod
+    def _stamp_end(ex: Exchange) -> None:
         ex.total_ms = (time.perf_counter() - ex.t0) * 1000
         ex.ended_at = ex.started_at + ex.total_ms / 1000
-        self.record(ex)
 
 
 class _Captured(httpx.SyncByteStream):
@@ -305,7 +357,7 @@ class _AsyncCaptured(httpx.AsyncByteStream):
         finally:
             if not self.done:
                 self.done = True
-                self.owner._end(self.ex)  # a few ms of SQLite/PostgreSQL on the loop, once per call
+                await self.owner._end_async(self.ex)
 
 
 class RecordingTransport(httpx.BaseTransport):
@@ -343,7 +395,8 @@ class AsyncRecordingTransport(httpx.AsyncBaseTransport):
         try:
             response = await self.inner.handle_async_request(request)
         except BaseException as exc:
-            self.owner._failed(ex, exc)
+            ex.outcome, ex.error = "upstream_broken", f"{type(exc).__name__}: {exc}"
+            await self.owner._end_async(ex)
             raise
         self.owner._answered(ex, response)
         assert isinstance(response.stream, httpx.AsyncByteStream)

@@ -22,9 +22,13 @@ row, and an observer that raises is reported once and skipped.
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 import queue
+import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,15 +37,32 @@ from ctxwright.audit.compare import TOKEN_MEMO, AuditRequest, AuditRow
 from ctxwright.audit.live import audit_record
 from ctxwright.audit.logs import ParseProblem, RecordReader
 from ctxwright.audit.provider_log import QUIET, describe
-from ctxwright.core.redact import redact_query
+from ctxwright.core.redact import redact, redact_query
 from ctxwright.core.tokens import TokenCounter
+from ctxwright.errors import StoreUnusable
 from ctxwright.proxy.decode import decode_body
 from ctxwright.proxy.log import api_of, is_event_stream, sse_events
 from ctxwright.proxy.server import Capture, Exchange
 from ctxwright.proxy.session_audit import LiveAudits
 from ctxwright.proxy.sessions import SessionPlacer
 from ctxwright.proxy.store import ProxyLog
-from ctxwright.store.sessions import Store
+from ctxwright.store.recovery import Spool, claim_spools
+from ctxwright.store.sessions import Store, recovery_dir_for
+
+MIB = 1024 * 1024
+#: exchanges waiting for the recorder past which new requests wait before they are relayed
+BACKLOG_LIMIT = 256
+#: bytes of captured bodies waiting for the recorder past which new requests wait
+BACKLOG_BYTES = 256 * MIB
+#: the backlog from which the recorder counts as behind the relay (a warning on stderr)
+BEHIND_AT = 32
+#: seconds between two warnings of one kind
+WARN_EVERY_S = 10.0
+#: seconds before a store that failed is tried again, doubling up to RETRY_MAX_S
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 30.0
+#: how often a request held by a full backlog looks again
+ADMIT_POLL_S = 0.01
 
 
 def _json(data: bytes | bytearray | None) -> Any:
@@ -121,79 +142,425 @@ class RecordedExchange:
     streamed: bool
 
 
+class Warnings:
+    """Lines for stderr, at most one of a kind every ``every`` seconds: a store that is down
+    fails every exchange, and a line per exchange would bury the terminal (and, mixed into
+    the per-call lines, the output). The lines held back are counted and said with the next
+    line of their kind, or by :meth:`flush`."""
+
+    def __init__(self, out: Callable[[str], None], every: float = WARN_EVERY_S) -> None:
+        self.out = out
+        self.every = every
+        self._last: dict[str, float] = {}
+        self._held: dict[str, tuple[int, str]] = {}
+        self._lock = threading.Lock()
+
+    def say(self, kind: str, line: str) -> None:
+        with self._lock:
+            now = time.monotonic()
+            last = self._last.get(kind)
+            if last is not None and now - last < self.every:
+                n, _ = self._held.get(kind, (0, line))
+                self._held[kind] = (n + 1, line)
+                return
+            self._last[kind] = now
+            held = self._held.pop(kind, None)
+        if held is not None:
+            line += f" ({held[0]} more like it in the last {self.every:g} s)"
+        self.out(line)
+
+    def flush(self) -> None:
+        with self._lock:
+            held, self._held = self._held, {}
+        for n, line in held.values():
+            self.out(f"{line} ({n} more like it)")
+
+
+def stderr_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _bytes(ex: Exchange) -> int:
+    """What an exchange waiting for the recorder holds in memory: its captured bodies."""
+    return len(ex.request.data or b"") + len(ex.response.data or b"")
+
+
+def _body(c: Capture) -> dict[str, Any]:
+    data = None if c.data is None else base64.b64encode(bytes(c.data)).decode("ascii")
+    return {"cap": c.cap, "data": data, "size": c.size, "sha256": c.hexdigest()}
+
+
+def _capture(d: Mapping[str, Any]) -> Capture:
+    data = d.get("data")
+    raw = None if data is None else base64.b64decode(str(data))
+    return Capture.restored(int(d["cap"]), raw, int(d["size"]), str(d["sha256"]))
+
+
+def exchange_record(ex: Exchange) -> dict[str, Any]:
+    """An exchange as a spool line (``store/recovery.py``: :class:`Spool`): bodies as base64,
+    the path's and the error's credentials masked as the store masks them (no header is
+    captured at all)."""
+    return {
+        "type": "proxy_exchange",
+        "method": ex.method,
+        "path": redact_query(ex.path),
+        "started_at": ex.started_at,
+        "ended_at": ex.ended_at,
+        "request": _body(ex.request),
+        "request_content_type": ex.request_content_type,
+        "request_encoding": ex.request_encoding,
+        "session_header": ex.session_header,
+        "response": _body(ex.response),
+        "status": ex.status,
+        "response_content_type": ex.response_content_type,
+        "response_encoding": ex.response_encoding,
+        "outcome": ex.outcome,
+        "error": None if ex.error is None else redact(ex.error),
+        "ttfb_ms": ex.ttfb_ms,
+        "total_ms": ex.total_ms,
+    }
+
+
+def exchange_from_record(rec: Mapping[str, Any]) -> Exchange:
+    """The exchange of a spool line (:func:`exchange_record`)."""
+    return Exchange(
+        method=str(rec["method"]),
+        path=str(rec["path"]),
+        started_at=float(rec["started_at"]),
+        t0=0.0,
+        request=_capture(rec["request"]),
+        request_content_type=rec.get("request_content_type"),
+        request_encoding=rec.get("request_encoding"),
+        session_header=rec.get("session_header"),
+        response=_capture(rec["response"]),
+        status=rec.get("status"),
+        response_content_type=rec.get("response_content_type"),
+        response_encoding=rec.get("response_encoding"),
+        outcome=str(rec.get("outcome") or "complete"),
+        error=rec.get("error"),
+        ttfb_ms=rec.get("ttfb_ms"),
+        total_ms=rec.get("total_ms"),
+        ended_at=rec.get("ended_at"),
+    )
+
+
 class Recorder:
     """Takes finished exchanges from the relay and records, audits and prints them.
 
-    ``printer`` receives each printed line (``None``: silent); ``observer`` each recorded model
-    call (:class:`RecordedExchange`). :meth:`close` drains the queue.
+    ``store``: the store, or its target (a path or a URL) for the recorder to open, on its own
+    thread: a ``--workers`` process started while the store is away keeps relaying, and its
+    exchanges are spooled until the store opens. ``printer``
+    receives each printed line (``None``: silent); ``warn`` each line about the recording
+    itself -- a store that failed, a recorder behind the relay, exchanges not recorded --
+    whatever ``printer`` is (stderr by default; ``--quiet`` silences ``printer`` only).
+    ``observer`` receives each recorded model call (:class:`RecordedExchange`).
+
+    What it guarantees (docs/proxy.md, "The store"):
+
+    * **a bounded backlog**: past ``backlog_limit`` exchanges or ``backlog_bytes`` of bodies
+      waiting, :meth:`admit` holds new requests until the recorder catches up (the relay
+      calls it before relaying a request), with a warning;
+    * **nothing dropped when the store fails**: an exchange the store refuses (down, frozen
+      past its stall limit, full, read-only) goes to this process's spool in the store's
+      recovery folder (``store/recovery.py``), and so does every later one until the store
+      answers again -- tried again after 1 s, then at most every 30 s -- when the spool is
+      recorded first, in order. A spool left by a process that is gone (stopped with the
+      store away, or killed) is imported when the next recorder opens the store;
+    * **counted**: ``recorded``, ``spooled`` (kept, not yet recorded), ``lost`` (neither: a
+      spool that could not be written either, or an exchange the recorder cannot read), said
+      by :meth:`summary`. :meth:`close` drains the queue.
     """
 
     def __init__(
         self,
-        store: Store,
+        store: Store | str,
         upstream: str,
         *,
         printer: Callable[[str], None] | None = print,
         counter: TokenCounter | None = None,
         observer: Callable[[RecordedExchange], None] | None = None,
+        warn: Callable[[str], None] | None = stderr_line,
+        name: str = "ctxwright proxy",
+        spool_prefix: str = "proxy",
+        backlog_limit: int = BACKLOG_LIMIT,
+        backlog_bytes: int = BACKLOG_BYTES,
+        behind_at: int = BEHIND_AT,
     ) -> None:
-        self.store = store
+        self.upstream = upstream
         self.observer = observer
         self._observer_failed = False
-        self.log = ProxyLog(store)
         self.printer = printer
-        self.placer = SessionPlacer(store, upstream)
+        self.name = name
+        self.warnings = Warnings(warn or (lambda _line: None))
+        self._counter = counter
+        self.store: Store | None = None
+        self._owns_store = False
+        self._target = store.target if isinstance(store, Store) else store
+        if isinstance(store, Store):
+            self._ready(store)
+        self._earlier_done = False
         self.reader = RecordReader()
-        self.audits = LiveAudits(store, counter or TokenCounter(cache_size=TOKEN_MEMO))
+        self.spool_prefix = spool_prefix
+        self._spool: Spool | None = None
+        self._retry_at = 0.0
+        self._retry_s = RETRY_FIRST_S
+        self.backlog_limit = max(1, backlog_limit)
+        self.backlog_bytes = max(1, backlog_bytes)
+        self.behind_at = behind_at
         self._queue: queue.SimpleQueue[Exchange | None] = queue.SimpleQueue()
         self.recorded = 0
-        self.failures = 0
+        self.spooled = 0
+        self.lost = 0
+        self.imported = 0
+        self.peak_backlog = 0
+        self.peak_backlog_bytes = 0
+        self.held = 0
+        self._handled = 0
         self._idle = threading.Condition()
         self._pending = 0
+        self._pending_bytes = 0
+        self._closing = False
         self._thread = threading.Thread(target=self._run, name="ctxwright-proxy-recorder", daemon=True)
         self._thread.start()
 
+    def _ready(self, store: Store) -> None:
+        """The parts that read and write the store, once it is open."""
+        self.store = store
+        self.log = ProxyLog(store)
+        self.placer = SessionPlacer(store, self.upstream)
+        self.audits = LiveAudits(store, self._counter or TokenCounter(cache_size=TOKEN_MEMO))
+
+    # -- the relay's side ----------------------------------------------------------------------
+    @property
+    def backlog(self) -> int:
+        """Exchanges submitted and not yet recorded, spooled or given up."""
+        return self._pending
+
+    def _over(self) -> bool:
+        return self._pending >= self.backlog_limit or self._pending_bytes >= self.backlog_bytes
+
     def submit(self, ex: Exchange) -> None:
         """Queue one finished exchange (called on the event loop; returns at once)."""
+        size = _bytes(ex)
         with self._idle:
             self._pending += 1
+            self._pending_bytes += size
+            backlog = self._pending
+            self.peak_backlog = max(self.peak_backlog, backlog)
+            self.peak_backlog_bytes = max(self.peak_backlog_bytes, self._pending_bytes)
         self._queue.put(ex)
+        if backlog >= self.behind_at:
+            self.warnings.say(
+                "behind",
+                f"{self.name}: the recorder is {backlog} exchange(s) behind (the store is slow or away); "
+                "answers end once they are recorded, and new requests wait past "
+                f"{self.backlog_limit} exchange(s) or {self.backlog_bytes // MIB} MB waiting",
+            )
+
+    def _say_full(self) -> None:
+        self.held += 1
+        self.warnings.say(
+            "full",
+            f"{self.name}: {self._pending} exchange(s) ({self._pending_bytes / MIB:,.0f} MB) wait for the recorder, "
+            f"the most it keeps ({self.backlog_limit} exchanges, {self.backlog_bytes // MIB} MB): new requests wait "
+            "until it catches up",
+        )
+
+    async def admit(self) -> None:
+        """Return once the backlog is under its bound (at once, normally): the relay awaits
+        this before it relays a request, so a recorder slower than the relay slows the relay
+        instead of growing the backlog without limit."""
+        if not self._over():
+            return
+        self._say_full()
+        while self._over() and not self._closing:
+            await asyncio.sleep(ADMIT_POLL_S)
+
+    def wait_room(self) -> None:
+        """:meth:`admit` for a caller on a thread of its own (the framework recorder)."""
+        if not self._over():
+            return
+        self._say_full()
+        with self._idle:
+            self._idle.wait_for(lambda: not self._over() or self._closing)
+
+    @property
+    def caught_up(self) -> bool:
+        """Whether the store is open and nothing waits in a spool: an exchange submitted now is
+        written promptly, so waiting for it costs a caller milliseconds."""
+        return self.store is not None and (self._spool is None or self._spool.count == 0)
 
     def wait_idle(self, timeout: float = 10.0, *, at_least: int = 0) -> bool:
         """Block until every submitted exchange is handled and at least ``at_least`` in all
         were (tests, benchmarks: an exchange is submitted just after its last byte is sent, so
         a client may see its answer before the proxy has submitted it)."""
         with self._idle:
-            return self._idle.wait_for(
-                lambda: self._pending == 0 and self.recorded + self.failures >= at_least, timeout
-            )
+            return self._idle.wait_for(lambda: self._pending == 0 and self._handled >= at_least, timeout)
 
     def close(self) -> None:
+        """Record (or spool) what is queued, then stop; a spool still holding exchanges stays
+        for the next recorder on this store, and :meth:`summary` says where."""
+        self._closing = True
         self._queue.put(None)
         self._thread.join()
+        if self._spool is not None:
+            self._spool.close()
+        self.warnings.flush()
+        if self._owns_store and self.store is not None:
+            self.store.close()
+
+    @property
+    def unrecorded(self) -> int:
+        """Exchanges of this process not in the store: spooled, or lost."""
+        return (self._spool.count if self._spool is not None else 0) + self.lost
+
+    def summary(self) -> str:
+        """What was recorded, and what was not: ``N exchange(s) recorded[; M kept in PATH ...][; L lost]``."""
+        text = f"{self.recorded} exchange(s) recorded"
+        if self.imported:
+            text += f" ({self.imported} of them from an earlier process's recovery file)"
+        kept = self._spool.count if self._spool is not None else 0
+        if kept and self._spool is not None:
+            text += f"; {kept} NOT recorded yet, {self._spool.how_to_import('ctxwright proxy')}"
+        if self.lost:
+            text += f"; {self.lost} NOT recorded (lost: see the lines above)"
+        return text
+
+    # -- the recorder's thread -----------------------------------------------------------------
+    def _away(self) -> bool:
+        return self.store is None or not self._earlier_done or (self._spool is not None and self._spool.count > 0)
 
     def _run(self) -> None:
+        self._attempt()
         while True:
-            ex = self._queue.get()
+            timeout = max(0.01, self._retry_at - time.monotonic()) if self._away() else None
+            try:
+                ex = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                self._attempt()
+                continue
             if ex is None:
                 return
-            ok = False
+            outcome = "lost"
             try:
-                self.record(ex)
-                ok = True
-            except Exception as exc:  # one exchange that cannot be recorded must not stop the others
-                if self.printer is not None:
-                    self.printer(f"ctxwright proxy: could not record {ex.method} {redact_query(ex.path)}: {exc}")
+                outcome = self._handle(ex)
+            except Exception as exc:  # a bug must not stop the recorder: the exchange is said lost
+                self.warnings.say("bug", f"{self.name}: could not record {ex.method} {redact_query(ex.path)}: {exc!r}")
             finally:
                 if not ex.written.done():
                     ex.written.set_result(None)  # an answer held until it is recorded may end now
+                size = _bytes(ex)
                 with self._idle:
-                    if ok:
+                    if outcome == "recorded":
                         self.recorded += 1
+                    elif outcome == "spooled":
+                        self.spooled += 1
                     else:
-                        self.failures += 1
+                        self.lost += 1
+                    self._handled += 1
                     self._pending -= 1
+                    self._pending_bytes -= size
                     self._idle.notify_all()
+
+    def _attempt(self) -> None:
+        """One try at the store (:meth:`_try_store`); the next one is not before ``_retry_s``."""
+        self._retry_at = time.monotonic() + self._retry_s
+        try:
+            self._try_store()
+        except Exception as exc:  # a spool that cannot be read or rewritten: said, tried again later
+            self.warnings.say("bug", f"{self.name}: the recorder met {exc!r}")
+
+    def _handle(self, ex: Exchange) -> str:
+        """Record one exchange, or spool it; ``recorded``, ``spooled`` or ``lost``."""
+        if self._away() and time.monotonic() >= self._retry_at:
+            self._attempt()
+        if not self._away():
+            try:
+                self.record(ex)
+                return "recorded"
+            except StoreUnusable as exc:
+                self._went_away(exc)
+            except Exception as exc:  # this exchange cannot be read: no spool would help
+                self.warnings.say(
+                    "unreadable", f"{self.name}: could not record {ex.method} {redact_query(ex.path)}: {exc}"
+                )
+                return "lost"
+        return self._keep(ex)
+
+    def _keep(self, ex: Exchange) -> str:
+        if self._spool is None:
+            self._spool = Spool(recovery_dir_for(self._target), self.spool_prefix)
+        try:
+            self._spool.add(exchange_record(ex))
+        except OSError as exc:
+            self.warnings.say(
+                "spool",
+                f"{self.name}: could not record {ex.method} {redact_query(ex.path)}, nor keep it in a recovery file "
+                f"({exc.strerror or exc}): it is lost",
+            )
+            return "lost"
+        return "spooled"
+
+    def _went_away(self, exc: StoreUnusable) -> None:
+        self._retry_at = time.monotonic() + self._retry_s
+        self._retry_s = min(self._retry_s * 2, RETRY_MAX_S)
+        self.warnings.say(
+            "store",
+            f"{self.name}: could not record into the store ({exc.reason}); exchanges are relayed all the same and "
+            "kept in a recovery file until it answers again",
+        )
+
+    def _try_store(self) -> None:
+        """Open the store if it is not open yet, import the spools left by processes that are
+        gone, then record this process's own spool, in order; when the store fails, the rest
+        stays spooled and is tried again later (:meth:`_went_away`)."""
+        if self.store is None:
+            try:
+                store = Store(self._target)
+            except StoreUnusable as exc:
+                self._went_away(exc)
+                return
+            self._owns_store = True
+            self._ready(store)
+        assert self.store is not None
+        if not self._earlier_done:
+            for spool in claim_spools(self.store.recovery_dir, self.spool_prefix):
+                if not self._import(spool, earlier=True):
+                    return
+            self._earlier_done = True
+        if self._spool is not None and self._spool.count:
+            self._import(self._spool, earlier=False)
+
+    def _import(self, spool: Spool, *, earlier: bool) -> bool:
+        """Record a spool's exchanges in order; ``False`` (the rest kept) when the store fails."""
+        records = spool.records()
+        done = 0
+        try:
+            for i, rec in enumerate(records):
+                try:
+                    ex = exchange_from_record(rec)
+                    self.record(ex)
+                except StoreUnusable as exc:
+                    spool.keep(records[i:])
+                    self._went_away(exc)
+                    return False
+                except Exception as exc:  # a line this version cannot read: never blocks the rest
+                    self.lost += 1
+                    self.warnings.say("unreadable", f"{self.name}: could not import a spooled exchange: {exc!r}")
+                    continue
+                done += 1
+                self.recorded += 1
+                self.imported += int(earlier)
+            where = spool.path
+            spool.keep([])
+        finally:
+            if earlier:
+                spool.close()
+        self._retry_s = RETRY_FIRST_S
+        if done or not earlier:
+            whose = "an earlier process's" if earlier else "this process's"
+            self.warnings.say("imported", f"{self.name}: recorded {done} exchange(s) from {whose} spool {where}")
+        return True
 
     def record(self, ex: Exchange) -> int:
         """Decode, place, audit and write one exchange; its row id."""
@@ -219,13 +586,13 @@ class Recorder:
             "outcome": ex.outcome,
             "error": ex.error or req_problem or resp_problem,
             "request_bytes": ex.request.size,
-            "request_sha256": ex.request.sha.hexdigest(),
+            "request_sha256": ex.request.hexdigest(),
             "request_content_type": ex.request_content_type,
             "request_encoding": ex.request_encoding,
             "request_body": req_plain,
             "request_parsed": int(isinstance(body, dict)),
             "response_bytes": ex.response.size,
-            "response_sha256": ex.response.sha.hexdigest(),
+            "response_sha256": ex.response.hexdigest(),
             "response_content_type": ex.response_content_type,
             "response_encoding": ex.response_encoding,
             "response_body": resp_plain,

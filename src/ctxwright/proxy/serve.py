@@ -1,21 +1,34 @@
-"""Running the proxy in the foreground (``ctxwright proxy``) or on a thread (tests, benchmarks)."""
+"""Running the proxy in the foreground (``ctxwright proxy``) or on a thread (tests, benchmarks).
+
+A served proxy holds the last piece of each complete answer until its exchange is recorded
+(``ProxyConfig.record_before_end``, at most :data:`HOLD_END_S`): a client that has its whole
+answer finds it in the store, even if the process is killed the moment after, and a recorder
+slower than the relay slows the answers' ends instead of queueing exchanges in memory (the
+backlog's bound, ``Recorder.admit``, covers the answers whose hold ran out). SIGTERM stops it
+as Ctrl-C does: the requests in flight finish and the recorder's queue is drained.
+"""
 
 from __future__ import annotations
 
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import uvicorn
 
 from ctxwright.errors import CtxwrightError
-from ctxwright.proxy.recorder import RecordedExchange, Recorder
+from ctxwright.proxy.recorder import BACKLOG_LIMIT, RecordedExchange, Recorder, stderr_line
 from ctxwright.proxy.server import ProxyConfig, ProxyThread, build_app, listening_socket, uvicorn_config
 from ctxwright.store.sessions import Store
 
 #: the GIL switch interval of a serving proxy (CPython's default is 5 ms)
 SWITCH_INTERVAL_S = 0.0005
+#: the longest a served proxy holds the end of an answer for its record (a store that slow is
+#: away: the exchange is then spooled, ``proxy/recorder.py``)
+HOLD_END_S = 30.0
 
 
 @dataclass
@@ -35,9 +48,14 @@ class RecordingProxy:
         port: int = 0,
         printer: Callable[[str], None] | None = None,
         observer: Callable[[RecordedExchange], None] | None = None,
+        warn: Callable[[str], None] | None = stderr_line,
+        backlog_limit: int = BACKLOG_LIMIT,
     ) -> RecordingProxy:
-        recorder = Recorder(store, config.upstream, printer=printer, observer=observer)
-        thread = ProxyThread(build_app(config, recorder.submit), host, port, config.clients).start()
+        recorder = Recorder(
+            store, config.upstream, printer=printer, observer=observer, warn=warn, backlog_limit=backlog_limit
+        )
+        app = build_app(config, recorder.submit, recorder.admit)
+        thread = ProxyThread(app, host, port, config.clients).start()
         return cls(thread, recorder)
 
     @property
@@ -77,11 +95,12 @@ def serve(
     port: int,
     printer: Callable[[str], None] = print,
     observer: Callable[[RecordedExchange], None] | None = None,
+    warn: Callable[[str], None] = stderr_line,
 ) -> Recorder:
-    """Serve until interrupted (Ctrl-C); the recorder is drained before this returns."""
+    """Serve until interrupted (Ctrl-C, SIGTERM); the recorder is drained before this returns."""
     sock = bind(host, port)
     try:
-        return serve_on(sock, config, store, printer=printer, observer=observer)
+        return serve_on(sock, config, store, printer=printer, observer=observer, warn=warn)
     finally:
         sock.close()
 
@@ -89,26 +108,38 @@ def serve(
 def serve_on(
     sock: socket.socket,
     config: ProxyConfig,
-    store: Store,
+    store: Store | str,
     *,
     printer: Callable[[str], None] = print,
     observer: Callable[[RecordedExchange], None] | None = None,
+    warn: Callable[[str], None] = stderr_line,
 ) -> Recorder:
     """Serve on a bound socket until interrupted -- one proxy, or one of ``--workers``'
     processes sharing the socket (``proxy/workers.py``); the recorder is drained before this
-    returns. The socket is left open (its owner closes it)."""
+    returns. The socket is left open (its owner closes it). ``store`` may be a target the
+    recorder opens itself (a worker: relaying starts even while the store is away)."""
     # The recorder thread decodes, audits and writes while the event loop relays bytes; with
     # CPython's default 5 ms GIL switch interval the loop can wait that long for the GIL
     # after every socket call. A shorter interval bounds what recording adds to a request.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    recorder = Recorder(store, config.upstream, printer=printer, observer=observer)
-    app = build_app(config, recorder.submit)
+    if config.record_before_end is None:
+        config = replace(config, record_before_end=HOLD_END_S)
+    recorder = Recorder(store, config.upstream, printer=printer, observer=observer, warn=warn)
+    app = build_app(config, recorder.submit, recorder.admit)
     host, port = sock.getsockname()[:2]
     server = uvicorn.Server(uvicorn_config(app, host, port, config.clients))
+    # uvicorn stops cleanly on SIGTERM too, then raises the signal again with the handler it
+    # found: left at the default, that ends the process before the recorder's queue is drained
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler) if main else None
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass  # uvicorn shuts down cleanly on Ctrl-C, then raises it again for the caller: a normal stop here
     finally:
-        recorder.close()
+        try:
+            recorder.close()
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
     return recorder

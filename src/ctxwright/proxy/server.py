@@ -41,7 +41,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
@@ -111,7 +111,7 @@ class ProxyConfig:
 class Capture:
     """A body as it passes: its size and sha256 always, its bytes up to ``cap``."""
 
-    __slots__ = ("cap", "data", "over", "sha", "size")
+    __slots__ = ("_hex", "cap", "data", "over", "sha", "size")
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
@@ -119,6 +119,21 @@ class Capture:
         self.size = 0
         self.sha = hashlib.sha256()
         self.over = False
+        self._hex: str | None = None
+
+    @classmethod
+    def restored(cls, cap: int, data: bytes | None, size: int, sha256: str) -> Capture:
+        """A body read back from a spool (``proxy/recorder.py``): its bytes (``None``: over the
+        cap), its size and the sha256 taken when it passed."""
+        c = cls(cap)
+        c.data = None if data is None else bytearray(data)
+        c.over = data is None
+        c.size = size
+        c._hex = sha256
+        return c
+
+    def hexdigest(self) -> str:
+        return self._hex if self._hex is not None else self.sha.hexdigest()
 
     def add(self, chunk: bytes) -> None:
         self.size += len(chunk)
@@ -351,9 +366,15 @@ async def _close(upstream: httpx.Response, *, clean: bool) -> None:
         await connection.aclose()
 
 
-def build_app(config: ProxyConfig, done: Callable[[Exchange], None]) -> Starlette:
+def build_app(
+    config: ProxyConfig,
+    done: Callable[[Exchange], None],
+    admit: Callable[[], Awaitable[None]] | None = None,
+) -> Starlette:
     """The proxy as an ASGI app; ``done(exchange)`` is called once per exchange, on the event
-    loop, when it ends (it must return at once: the recorder queues it)."""
+    loop, when it ends (it must return at once: the recorder queues it). ``admit()`` is awaited
+    before each request is relayed (``Recorder.admit``: it holds new requests while the
+    recorder's backlog is full)."""
     base = httpx.URL(config.upstream)
     base_path = base.raw_path.rstrip(b"/")
     timeout = httpx.Timeout(
@@ -375,6 +396,8 @@ def build_app(config: ProxyConfig, done: Callable[[Exchange], None]) -> Starlett
             yield
 
     async def relay(request: Request) -> Response:
+        if admit is not None:
+            await admit()
         scope = request.scope
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
         query: bytes = scope.get("query_string") or b""

@@ -17,6 +17,12 @@ the parent leaves no worker serving. And a worker holds the last piece of each c
 answer until its exchange is written (``ProxyConfig.record_before_end``): a client that got its
 whole answer finds it recorded, even when the worker is killed right after. Ctrl-C (or SIGTERM to the parent) stops every worker the
 way one proxy stops: requests in flight finish, the recorder's queue is drained.
+
+A worker does not need its store to start: it opens it on its recorder's thread
+(``proxy/recorder.py``), and while the store is away -- a PostgreSQL server restarting -- it
+relays all the same and keeps its exchanges in a recovery file, recorded once the store
+answers. So a worker replaced while the store is down serves at once instead of exiting, and
+the parent never takes a store outage for workers that cannot start.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any
 
 from ctxwright.errors import CtxwrightError
-from ctxwright.proxy.serve import bind, serve_on
+from ctxwright.proxy.serve import HOLD_END_S, bind, serve_on
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -42,8 +48,6 @@ if TYPE_CHECKING:
     from ctxwright.proxy.recorder import RecordedExchange
     from ctxwright.proxy.server import ProxyConfig
 
-#: the longest a worker holds the end of an answer for its record (a store that slow is down)
-HOLD_END_S = 30.0
 #: the most workers one machine is given (a typo such as ``--workers 4000`` is refused)
 MAX_WORKERS = 64
 #: a worker that exits this soon after it started counts as failing to start
@@ -76,27 +80,28 @@ def _worker(
     quiet: bool,
     make_observer: Callable[[], Observer | None] | None,
 ) -> None:
-    """One worker: its own store connection, recorder and event loop on the shared socket."""
+    """One worker: its own store connection (opened by its recorder), recorder and event loop
+    on the shared socket."""
     _end_with_parent(parent)
     # Its own process group: a Ctrl-C at the terminal reaches the parent only, which passes it
     # on once -- a second SIGINT makes uvicorn drop the requests in flight.
     os.setpgid(0, 0)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C
-    from ctxwright.store.sessions import Store
 
     def out(line: str) -> None:
         print(line, flush=True)
 
     observer = make_observer() if make_observer is not None else None
+
+    def warn(line: str) -> None:
+        print(line.replace("ctxwright proxy:", f"ctxwright proxy: worker {index}:", 1), file=sys.stderr, flush=True)
+
     try:
-        store = Store(target)
-    except CtxwrightError as exc:
-        print(f"ctxwright proxy: worker {index}: {exc}", file=sys.stderr, flush=True)
-        os._exit(2)
-    try:
-        recorder = serve_on(sock, config, store, printer=(lambda _l: None) if quiet else out, observer=observer)
+        recorder = serve_on(
+            sock, config, target, printer=(lambda _l: None) if quiet else out, observer=observer, warn=warn
+        )
         print(
-            f"ctxwright proxy: worker {index} (pid {os.getpid()}) stopped; {recorder.recorded} exchange(s) recorded",
+            f"ctxwright proxy: worker {index} (pid {os.getpid()}) stopped; {recorder.summary()}",
             file=sys.stderr,
             flush=True,
         )
@@ -104,7 +109,6 @@ def _worker(
         close = getattr(observer, "close", None)
         if callable(close):
             close()
-        store.close()
 
 
 def serve_workers(

@@ -83,6 +83,15 @@ def _data_dir() -> Path:
     return Path(user_data_dir("ctxwright", appauthor=False))
 
 
+def recovery_dir_for(target: str | Path) -> Path:
+    """The recovery folder of the store at ``target`` (``store/recovery.py``), known without
+    opening it: a process that cannot reach its store keeps what it could not write there."""
+    if is_url(target):
+        digest = hashlib.sha256(redact(str(target).strip()).encode("utf-8")).hexdigest()[:16]
+        return _data_dir() / FOLDER / f"postgresql-{digest}"
+    return Path(target).parent / FOLDER
+
+
 class Store:
     """One database: an SQLite file (WAL mode) or a ``postgresql://`` URL. Thread-safe: tool
     threads may record concurrently.
@@ -104,13 +113,11 @@ class Store:
             self.path: Path | None = None
             self.target: str = str(target).strip()
             self.db = PostgresDatabase(self.target, wait_s=self.wait_s, setup=self._open)
-            digest = hashlib.sha256(self.db.location.encode("utf-8")).hexdigest()[:16]
-            self.recovery_dir = _data_dir() / FOLDER / f"postgresql-{digest}"
         else:
             self.path = Path(target)
             self.target = str(self.path)
             self.db = SqliteDatabase(self.path, wait_s=self.wait_s, check_file=check_file, setup=self._open)
-            self.recovery_dir = self.path.parent / FOLDER
+        self.recovery_dir = recovery_dir_for(self.target)
         self.location = self.db.location
 
     def _open(self, db: Connection, dialect: Dialect) -> None:
