@@ -39,6 +39,22 @@ from ctxwright.store.sessions import Store
 #: one hash per message)
 HEADS_PER_QUERY = 500
 
+#: The ``upstream`` a session recorded in process by a framework's own HTTP client is stored
+#: with (``integrations/recording.py``): it has no upstream URL, and this is what tells it
+#: from a ``ctxwright proxy`` session in the one list of sessions.
+FRAMEWORK_UPSTREAM = "framework"
+
+#: The kind of session a stored ``upstream`` marks (anything else, a URL, is ``proxy``): one
+#: table, so a later recorder of wire sessions adds its marker here and every listing and
+#: command that resolves an id names its kind.
+UPSTREAM_KINDS = {FRAMEWORK_UPSTREAM: "framework"}
+
+
+def session_kind(upstream: str | None) -> str:
+    """``proxy``, ``framework`` (or another :data:`UPSTREAM_KINDS` kind) for a stored upstream."""
+    return UPSTREAM_KINDS.get(upstream or "", "proxy")
+
+
 #: The columns of one ``proxy_exchanges`` row a caller may write (``id`` is assigned).
 PROXY_EXCHANGE_COLUMNS = (
     "session_id",
@@ -200,7 +216,8 @@ class ProxyLog:
         return 0 if row is None else int(row["n"])
 
     def session_rows(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """Every proxy session, newest first, with its counts and time span."""
+        """Every proxy and framework session, newest first, with its counts, time span and
+        ``kind`` (:func:`session_kind`)."""
         rows = self.db.fetchall(
             """SELECT s.id AS id, s.created_at AS created_at, s.grouped_by AS grouped_by, s.group_key AS group_key,
                    s.api AS api, s.upstream AS upstream,
@@ -211,7 +228,7 @@ class ProxyLog:
             + ("" if limit is None else " LIMIT ?"),
             () if limit is None else (limit,),
         )
-        return [dict(r) for r in rows]
+        return [{**dict(r), "kind": session_kind(r["upstream"])} for r in rows]
 
     def session_row(self, session_id: str) -> dict[str, Any]:
         """One proxy session by id or unique id prefix (``store/ids.py``); :class:`SessionNotFound`
@@ -221,7 +238,7 @@ class ProxyLog:
         row = self.db.fetchone(f"SELECT {cols} FROM proxy_sessions WHERE id=?", (sid,))
         if row is None:  # deleted in between
             raise SessionNotFound(f"proxy session {session_id!r} is no longer in {self.db.location}")
-        return dict(row)
+        return {**dict(row), "kind": session_kind(row["upstream"])}
 
     def exchange_rows(self, session_id: str | None) -> list[dict[str, Any]]:
         """The exchanges of one proxy session in call order (``None``: those of no session,
@@ -241,4 +258,11 @@ class ProxyLog:
         return out
 
 
-__all__ = ["HEADS_PER_QUERY", "PROXY_EXCHANGE_COLUMNS", "ProxyLog"]
+__all__ = [
+    "FRAMEWORK_UPSTREAM",
+    "HEADS_PER_QUERY",
+    "PROXY_EXCHANGE_COLUMNS",
+    "UPSTREAM_KINDS",
+    "ProxyLog",
+    "session_kind",
+]
