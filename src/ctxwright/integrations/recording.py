@@ -58,7 +58,7 @@ from ctxwright.integrations.compaction import WireCompactor
 from ctxwright.integrations.status import WireStatus
 from ctxwright.proxy.recorder import RecordedExchange, Recorder
 from ctxwright.proxy.server import DEFAULT_RECORD_CAP, Capture, Exchange
-from ctxwright.proxy.store import ProxyLog
+from ctxwright.proxy.store import FRAMEWORK_UPSTREAM, ProxyLog
 from ctxwright.store.database import normalize_target
 from ctxwright.store.sessions import Store
 
@@ -189,7 +189,7 @@ class FrameworkRecorder:
         self._on_warning = on_warning
         self.recorder = Recorder(
             self.store,
-            "framework",
+            FRAMEWORK_UPSTREAM,  # what tells a framework's session from a proxy's (proxy/store.py)
             printer=None,
             observer=self._observe,
             warn=lambda line: print(line, file=sys.stderr, flush=True),
