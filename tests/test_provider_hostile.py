@@ -22,7 +22,7 @@ from ctxwright.backends.anthropic import AnthropicBackend
 from ctxwright.backends.openai_responses import ResponsesBackend
 from ctxwright.core.messages import Message
 from ctxwright.core.request import ChatRequest
-from ctxwright.errors import BackendError, ReplyTooLarge
+from ctxwright.errors import BackendError, MalformedResponse, ReplyTooLarge
 from ctxwright.proxy.server import ProxyThread
 
 SECRET = "sk-ant-hostile-0123456789abcdef"
@@ -393,3 +393,22 @@ def test_base_url_credentials_are_redacted_in_errors(hostile: Hostile) -> None:
         backend.complete(request())
     one_line_error(info.value)
     assert SECRET not in json.dumps(backend.recipe_record())
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize("stream", [False, True])
+def test_malformed_reply_advice_is_each_apis_own(hostile: Hostile, kind: str, stream: bool) -> None:
+    """A reply that is not the API's says what to check; the Anthropic SDK adds /v1/messages
+    itself, so its base URL must not end in /v1 -- the OpenAI advice ("ends in /v1") would
+    send the user to /v1/v1/messages."""
+    if stream:
+        hostile.reply = lambda r: Response(b"data: <html>\n\n", media_type="text/event-stream")
+    else:
+        hostile.reply = lambda r: Response(b"<html>a login page</html>", media_type="application/json")
+    with pytest.raises(MalformedResponse) as info:
+        BACKENDS[kind](hostile, stream=stream).complete(request())
+    text = one_line_error(info.value)
+    if kind == "anthropic":
+        assert "without /v1" in text and "ends in /v1" not in text, text
+    else:
+        assert "ends in /v1" in text, text

@@ -24,6 +24,7 @@ __all__ = [
     "ConfigError",
     "ContextWindowExceeded",
     "CtxwrightError",
+    "DeadlinePassed",
     "DynamicSectionInPrefix",
     "EventFormatError",
     "FrontMatterRefused",
@@ -227,15 +228,16 @@ class ContextWindowExceeded(BackendError):
 
 
 class MalformedResponse(BackendError):
-    """The backend answered, but not in a shape we can read. The message ends with what to check."""
+    """The backend answered, but not in a shape we can read. The message ends with what to check:
+    ``hint`` when the backend gives its own (the Anthropic base URL has no /v1), else :attr:`HINT`."""
 
     HINT = (
         "Check that the base URL is the API root of an OpenAI-compatible server (it ends in /v1) "
         "and that no proxy in between rewrites the replies."
     )
 
-    def __init__(self, message: str) -> None:
-        super().__init__(f"{message} -- {self.HINT}")
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(f"{message} -- {hint or self.HINT}")
 
 
 class ReplyTooLarge(MalformedResponse):
@@ -244,6 +246,19 @@ class ReplyTooLarge(MalformedResponse):
     (``backends/bounded_http.py``). Never retried: the same server sends the same reply."""
 
     HINT = "Check the server at the base URL, and any proxy in between, then retry."
+
+
+class DeadlinePassed(CtxwrightError):
+    """A try's time (``timeout``, the whole answer included) ran out while a backend waited on
+    the server (``backends/bounded_http.py``). Raised inside the SDK's HTTP client, as that
+    client's own timeout error too; the backend turns it into a :class:`BackendUnavailable`
+    that says so (and retries), so a caller never sees this type."""
+
+    def __init__(self, seconds: float, received: int) -> None:
+        super().__init__(f"the try's {seconds:g} s ran out after {received:,} bytes of the answer")
+        self.seconds = seconds
+        #: bytes read from the server during the try (0: it sent nothing at all)
+        self.received = received
 
 
 # -- tools ---------------------------------------------------------------------------------

@@ -36,8 +36,21 @@ from typing import Any
 import anthropic
 
 from ctxwright.backends.base import Backend
-from ctxwright.backends.bounded_http import bounded_client, redirect_hint
-from ctxwright.backends.openai_compat import _cause, _chain, _error_fields, _is_context_error, _sse_events
+from ctxwright.backends.bounded_http import (
+    TryDeadline,
+    bounded_client,
+    deadline_message,
+    deadline_reason,
+    redirect_hint,
+)
+from ctxwright.backends.openai_compat import (
+    _cause,
+    _chain,
+    _deadline_of,
+    _error_fields,
+    _is_context_error,
+    _sse_events,
+)
 from ctxwright.backends.retry import backoff, should_retry
 from ctxwright.cache.breakpoints import MODES, PromptBlock, place_breakpoints
 from ctxwright.cache.minimums import minimum_tokens
@@ -102,6 +115,8 @@ class _Stream:
     partial: dict[int, list[str]] = field(default_factory=dict)
     texts: dict[tuple[int, str], list[str]] = field(default_factory=dict)
     done: bool = False
+    #: server-sent events read (keep-alive comments are not events)
+    events: int = 0
 
     def joined(self) -> list[dict[str, Any]]:
         """The content blocks in index order, their text and thinking deltas joined."""
@@ -168,12 +183,15 @@ class AnthropicBackend(Backend):
         #: the previous request's blocks (role and canonical JSON, without cache_control)
         self._previous: list[str] | None = None
         key = api_key or os.environ.get(api_key_env) or "not-needed"
+        #: each try's time, the whole answer included (the SDK's timeout bounds one read only)
+        self._deadline = TryDeadline()
         kwargs: dict[str, Any] = {
             "api_key": key,
             "max_retries": 0,
             "timeout": self.timeout,
-            # replies bounded once decoded, redirects not followed (they would carry x-api-key)
-            "http_client": bounded_client(anthropic.DefaultHttpxClient),
+            # replies bounded once decoded, every try timed, redirects not followed (they would
+            # carry x-api-key): backends/bounded_http.py
+            "http_client": bounded_client(anthropic.DefaultHttpxClient, self._deadline),
         }
         if base_url is not None:
             kwargs["base_url"] = base_url
@@ -313,7 +331,8 @@ class AnthropicBackend(Backend):
         attempt = 0
         while True:
             sent_at = self.clock()
-            result = self._try(rendered.body, sink)
+            with self._deadline.running(self.timeout):
+                result = self._try(rendered.body, sink)
             if isinstance(result, Completion):
                 raw = dict(result.usage.raw)
                 raw["cache"] = {**rendered.cache, "sent_at": sent_at}
@@ -383,12 +402,15 @@ class AnthropicBackend(Backend):
             ) as response:
                 try:
                     for data in _sse_events(response.iter_lines()):
+                        got.events += 1
                         failure = self._take_event(got, data, sink)
                         if failure is not None:
                             return failure
                 except (BackendError, anthropic.AnthropicError):
                     raise
                 except Exception as exc:  # the transport failed mid-stream (the SDK's HTTP client's own errors)
+                    if _deadline_of(exc) is not None:
+                        return self._out_of_time(exc, f", {got.events} streamed event(s)")
                     return _Failure(
                         BackendUnavailable(
                             f"the streamed reply from {self.shown_url} broke off ({_cause(exc)}); check the network "
@@ -422,11 +444,11 @@ class AnthropicBackend(Backend):
         try:
             event = json.loads(data)
         except json.JSONDecodeError as exc:
-            raise MalformedResponse(f"{self.shown_url} sent a stream event that is not JSON: {data[:200]!r}") from exc
+            raise _malformed(f"{self.shown_url} sent a stream event that is not JSON: {data[:200]!r}") from exc
         try:
             return self._fold(got, event, sink)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise MalformedResponse(
+            raise _malformed(
                 f"{self.shown_url} sent a stream event of the wrong shape ({type(exc).__name__}: {exc}): {data[:200]!r}"
             ) from exc
 
@@ -459,9 +481,7 @@ class AnthropicBackend(Backend):
                 try:
                     got.blocks.setdefault(i, {})["input"] = json.loads(raw) if raw.strip() else {}
                 except json.JSONDecodeError as exc:
-                    raise MalformedResponse(
-                        f"{self.shown_url} streamed tool input that is not JSON: {raw[:200]!r}"
-                    ) from exc
+                    raise _malformed(f"{self.shown_url} streamed tool input that is not JSON: {raw[:200]!r}") from exc
         elif etype == "message_delta":
             delta = as_object(event.get("delta"))
             if "stop_reason" in delta:
@@ -488,13 +508,11 @@ class AnthropicBackend(Backend):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise MalformedResponse(
+            raise _malformed(
                 f"{self.shown_url} answered HTTP 200 but the body is not JSON ({exc.msg}); it starts with {text[:200]!r}"
             ) from exc
         if not isinstance(data, dict) or not isinstance(data.get("content"), list):
-            raise MalformedResponse(
-                f"{self.shown_url} answered HTTP 200 without a Messages API reply (no content list)"
-            )
+            raise _malformed(f"{self.shown_url} answered HTTP 200 without a Messages API reply (no content list)")
         return self._completion(data, latency_ms)
 
     def _completion(self, data: dict[str, Any], latency_ms: float) -> Completion:
@@ -543,21 +561,25 @@ class AnthropicBackend(Backend):
 
     # -- failures ---------------------------------------------------------------------------
 
+    def _out_of_time(self, exc: BaseException, detail: str = "") -> _Failure:
+        """A try whose time ran out (``backends/bounded_http.py``: the whole answer, streamed
+        or not, within ``timeout``); retried as any timeout."""
+        passed = _deadline_of(exc)
+        received = passed.received if passed is not None else 0
+        return _Failure(
+            BackendUnavailable(deadline_message(self.shown_url, self.timeout, self.max_retries + 1, received, detail)),
+            retryable=True,
+            reason=deadline_reason(self.timeout, received),
+            cause=exc,
+        )
+
     def _failure(self, exc: anthropic.AnthropicError) -> _Failure:
         url = self.shown_url
         too_large = next((e for e in _chain(exc) if isinstance(e, ReplyTooLarge)), None)
         if too_large is not None:  # the SDK wraps what the bounded client raised as a connection error
             return _Failure(too_large, retryable=False, reason="the reply is too large", cause=exc)
-        if isinstance(exc, anthropic.APITimeoutError):
-            return _Failure(
-                BackendUnavailable(
-                    f"{url} did not answer within {self.timeout:g} s: raise the timeout (--timeout SECONDS), "
-                    "or check the service's status"
-                ),
-                retryable=True,
-                reason=f"no answer within {self.timeout:g} s",
-                cause=exc,
-            )
+        if isinstance(exc, anthropic.APITimeoutError) or _deadline_of(exc) is not None:
+            return self._out_of_time(exc)
         if isinstance(exc, anthropic.APIConnectionError):
             inner = redact(_cause(exc))
             return _Failure(
@@ -689,6 +711,19 @@ def _tool_choice(choice: str) -> dict[str, Any]:
     if choice == "none":
         return {"type": "none"}
     return {"type": "tool", "name": choice}
+
+
+#: What to check when a reply is not a Messages API reply. Not the OpenAI advice: the Anthropic
+#: SDK adds /v1/messages itself, so a base URL ending in /v1 asks for /v1/v1/messages.
+MALFORMED_HINT = (
+    "Check that the base URL is the API root of a server of the Anthropic Messages API, without /v1 "
+    "(e.g. https://api.anthropic.com), and that no proxy in between rewrites the replies."
+)
+
+
+def _malformed(message: str) -> MalformedResponse:
+    """A :class:`MalformedResponse` ending with the Anthropic advice (:data:`MALFORMED_HINT`)."""
+    return MalformedResponse(message, hint=MALFORMED_HINT)
 
 
 def _one_line(text: str) -> str:

@@ -51,7 +51,13 @@ from typing import Any
 import openai
 
 from ctxwright.backends.base import Backend
-from ctxwright.backends.bounded_http import bounded_client, redirect_hint
+from ctxwright.backends.bounded_http import (
+    TryDeadline,
+    bounded_client,
+    deadline_message,
+    deadline_reason,
+    redirect_hint,
+)
 from ctxwright.backends.retry import backoff, should_retry
 from ctxwright.cache.routing import header_name, prefix_sha256, routing_key
 from ctxwright.core.messages import Message, Usage, canonical_json
@@ -63,6 +69,7 @@ from ctxwright.errors import (
     BackendError,
     BackendUnavailable,
     ContextWindowExceeded,
+    DeadlinePassed,
     MalformedResponse,
     ReplyTooLarge,
     ResponseTruncated,
@@ -70,7 +77,7 @@ from ctxwright.errors import (
 
 _PLACEHOLDER_KEY = "not-needed"
 
-#: Seconds without an answer (a read that receives no byte) before a try is given up.
+#: Seconds one try may take, the whole answer included (streamed or not), before it is given up.
 DEFAULT_TIMEOUT_S = 120.0
 #: Retries after the first try. Each is announced (``Retry`` events), so a dead
 #: server costs at most (1 + 2) × timeout, on screen, instead of 4 × 120 s in silence.
@@ -188,12 +195,14 @@ class OpenAIBackend(Backend):
         # Local servers (vLLM, Ollama, llama.cpp) accept any key, but the SDK refuses to
         # start without one, so a missing key becomes a harmless placeholder.
         key = api_key or os.environ.get(api_key_env) or _PLACEHOLDER_KEY
+        #: each try's time, the whole answer included (the SDK's timeout bounds one read only)
+        self._deadline = TryDeadline()
         kwargs: dict[str, Any] = {
             "api_key": key,
             "max_retries": 0,
             "timeout": self.timeout,
-            # replies bounded once decoded, redirects not followed (backends/bounded_http.py)
-            "http_client": bounded_client(openai.DefaultHttpxClient),
+            # replies bounded once decoded, every try timed, redirects not followed (backends/bounded_http.py)
+            "http_client": bounded_client(openai.DefaultHttpxClient, self._deadline),
         }
         if base_url is not None:
             kwargs["base_url"] = base_url
@@ -280,7 +289,8 @@ class OpenAIBackend(Backend):
     def _retrying(self, body: dict[str, Any], sink: EventSink, headers: Mapping[str, str]) -> Completion:
         attempt = 0
         while True:
-            result = self._try(body, sink, headers)
+            with self._deadline.running(self.timeout):
+                result = self._try(body, sink, headers)
             if isinstance(result, Completion):
                 return result
             if not result.retryable or attempt >= self.max_retries:
@@ -374,20 +384,23 @@ class OpenAIBackend(Backend):
             sink(StreamFallback(reason="the server sends no usage in streamed replies", url=self.shown_url))
         return completion
 
+    def _out_of_time(self, exc: BaseException | None, detail: str = "") -> _Failure:
+        """A try whose time ran out (``backends/bounded_http.py``: the whole answer, streamed
+        or not, within ``timeout``); retried as any timeout."""
+        passed = _deadline_of(exc)
+        received = passed.received if passed is not None else 0
+        return _Failure(
+            BackendUnavailable(deadline_message(self.shown_url, self.timeout, self.max_retries + 1, received, detail)),
+            retryable=True,
+            reason=deadline_reason(self.timeout, received),
+            cause=exc,
+        )
+
     def _stream_broken(self, exc: BaseException | None, got: _Assembly) -> _Failure:
-        """A stream that stopped before its end: a read timeout, or cut off mid-transfer."""
+        """A stream that stopped before its end: out of time, or cut off mid-transfer."""
         names = {type(e).__name__ for e in _chain(exc)} if exc is not None else set()
-        if any("Timeout" in n for n in names):
-            return _Failure(
-                BackendUnavailable(
-                    f"{self.shown_url} stopped sending the streamed reply for {self.timeout:g} s after "
-                    f"{got.chunks} chunk(s). The model may be overloaded: raise the timeout (--timeout SECONDS, "
-                    "Harness(timeout=...)), or check the server."
-                ),
-                retryable=True,
-                reason=f"no data for {self.timeout:g} s mid-stream",
-                cause=exc,
-            )
+        if _deadline_of(exc) is not None or any("Timeout" in n for n in names):
+            return self._out_of_time(exc, f", {got.chunks} streamed chunk(s)")
         if exc is not None and not names & {"RemoteProtocolError", "ReadError", "ConnectionResetError"}:
             raise exc
         return _Failure(
@@ -466,18 +479,8 @@ class OpenAIBackend(Backend):
         if too_large is not None:  # the SDK wraps what the bounded client raised as a connection error
             return _Failure(too_large, retryable=False, reason="the reply is too large", cause=exc)
         url = self.shown_url
-        if isinstance(exc, openai.APITimeoutError):
-            tries = self.max_retries + 1
-            return _Failure(
-                BackendUnavailable(
-                    f"{url} did not answer within {self.timeout:g} s ({tries} tr{'y' if tries == 1 else 'ies'}). "
-                    "The model may be overloaded, still loading, or slow on this prompt: raise the timeout "
-                    "(--timeout SECONDS, Harness(timeout=...)), or check the server."
-                ),
-                retryable=True,
-                reason=f"no answer within {self.timeout:g} s",
-                cause=exc,
-            )
+        if isinstance(exc, openai.APITimeoutError) or _deadline_of(exc) is not None:
+            return self._out_of_time(exc)
         if isinstance(exc, openai.APIConnectionError):
             return self._connection_failure(exc)
         if isinstance(exc, openai.APIStatusError):
@@ -740,6 +743,13 @@ def _chain(exc: BaseException) -> list[BaseException]:
         out.append(inner)
         inner = inner.__cause__ or inner.__context__
     return out
+
+
+def _deadline_of(exc: BaseException | None) -> DeadlinePassed | None:
+    """The :class:`DeadlinePassed` in ``exc``'s chain (the SDK wraps it as a connection error)."""
+    if exc is None:
+        return None
+    return next((e for e in _chain(exc) if isinstance(e, DeadlinePassed)), None)
 
 
 def _cause(exc: BaseException) -> str:

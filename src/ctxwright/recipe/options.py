@@ -177,8 +177,8 @@ class ModelOptions:
         accepts="float | None",
         record="when_given",
         default_text="120",
-        help="""seconds the served model may take to answer (without sending a byte) before a try is given
-        up (``backend="openai"``). ``None``: 120.""",
+        help="""seconds the served model may take to answer, the whole answer included (streamed or not),
+        before a try is given up (served backends). ``None``: 120.""",
     )
     max_retries: int | None = opt(
         keyword="max_retries",
