@@ -177,7 +177,10 @@ class Warnings:
 
 
 def stderr_line(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """One line on stderr in one write: ``--workers`` processes share the stream, and
+    ``print`` writes the newline apart, so two workers' lines would run into each other."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def _bytes(ex: Exchange) -> int:
@@ -386,9 +389,9 @@ class Recorder:
 
     @property
     def caught_up(self) -> bool:
-        """Whether the store is open and nothing waits in a spool: an exchange submitted now is
-        written promptly, so waiting for it costs a caller milliseconds."""
-        return self.store is not None and (self._spool is None or self._spool.count == 0)
+        """Whether the store is open and nothing waits, in the queue or a spool: an exchange
+        submitted now is written promptly, so waiting for it costs a caller milliseconds."""
+        return self._pending == 0 and self.store is not None and (self._spool is None or self._spool.count == 0)
 
     def wait_idle(self, timeout: float = 10.0, *, at_least: int = 0) -> bool:
         """Block until every submitted exchange is handled and at least ``at_least`` in all
@@ -440,6 +443,8 @@ class Recorder:
                 self._attempt()
                 continue
             if ex is None:
+                if self._away():
+                    self._attempt()  # one last try: what the store takes now is not left for the next start
                 return
             outcome = "lost"
             try:

@@ -32,7 +32,6 @@ import multiprocessing
 import os
 import signal
 import socket
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -40,6 +39,7 @@ from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any
 
 from ctxwright.errors import CtxwrightError
+from ctxwright.proxy.recorder import stderr_line
 from ctxwright.proxy.serve import HOLD_END_S, bind, serve_on
 
 if TYPE_CHECKING:
@@ -89,22 +89,19 @@ def _worker(
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C
 
     def out(line: str) -> None:
-        print(line, flush=True)
+        sys.stdout.write(line + "\n")  # one write: the workers share stdout (see stderr_line)
+        sys.stdout.flush()
 
     observer = make_observer() if make_observer is not None else None
 
     def warn(line: str) -> None:
-        print(line.replace("ctxwright proxy:", f"ctxwright proxy: worker {index}:", 1), file=sys.stderr, flush=True)
+        stderr_line(line.replace("ctxwright proxy:", f"ctxwright proxy: worker {index}:", 1))
 
     try:
         recorder = serve_on(
             sock, config, target, printer=(lambda _l: None) if quiet else out, observer=observer, warn=warn
         )
-        print(
-            f"ctxwright proxy: worker {index} (pid {os.getpid()}) stopped; {recorder.summary()}",
-            file=sys.stderr,
-            flush=True,
-        )
+        stderr_line(f"ctxwright proxy: worker {index} (pid {os.getpid()}) stopped; {recorder.summary()}")
     finally:
         close = getattr(observer, "close", None)
         if callable(close):
@@ -126,7 +123,7 @@ def serve_workers(
     (restarts included). ``target`` is the store (a path or a URL) each worker opens."""
     if not 1 <= workers <= MAX_WORKERS:
         raise CtxwrightError(f"--workers {workers}: give a number of processes from 1 to {MAX_WORKERS}")
-    tell = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    tell = say or stderr_line
     if config.record_before_end is None:
         config = replace(config, record_before_end=HOLD_END_S)
     sock = bind(host, port)
