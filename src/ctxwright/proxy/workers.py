@@ -32,6 +32,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
