@@ -16,12 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import importlib.util
 import itertools
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -53,7 +51,6 @@ from ctxwright.integrations.recording import FrameworkRecorder, PrefixWarning
 from ctxwright.proxy.log import proxy_session_requests
 from fakeserver import FakeOpenAIServer as F
 
-ROOT = Path(__file__).resolve().parents[1]
 STATIC = "You are a weather assistant. Answer in one short sentence, after looking the weather up."
 
 
@@ -393,39 +390,6 @@ def test_compaction_is_rare_deep_append_only_between_and_keeps_every_invariant(t
     # what the placeholders took away: the line counts; not the paths, the calls still show them
     assert lost == {"1907", "2007", "2107"}
     assert [c.tool_call_id for c in compact.ledger] == ["read_src_a.py", "read_src_bb.py", "read_src_ccc.py"]
-
-
-# -- the example -------------------------------------------------------------------------------
-
-
-def load_example() -> ModuleType:
-    path = ROOT / "examples" / "integrations" / "langchain_agent.py"
-    spec = importlib.util.spec_from_file_location("langchain_agent_example", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_example_runs_and_says_how_to_audit_its_session(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    example = load_example()
-    db = tmp_path / "example.db"
-    add_call = F.reply_tool_calls([("call_1", "add", json.dumps({"a": 17, "b": 25}))])
-    with F([add_call, F.reply_text("17 + 25 = 42")]) as srv:
-        assert example.main([srv.url, "--db", str(db), "--model", "fake-model"]) == 0
-        assert srv.rejected == []
-        assert srv.requests[1]["messages"][3] == {"role": "tool", "content": "42", "tool_call_id": "call_1"}
-        assert srv.requests[1]["messages"][2]["content"] == ""  # null_content="": what llama's server needs
-    out = capsys.readouterr().out.splitlines()
-    assert out[0] == "17 + 25 = 42"
-    sid = out[1].split()[1].rstrip(":")
-    assert out[1] == f"session {sid}: ctxwright audit --proxy-session {sid} --db {db}"
-    assert cli(["audit", "--proxy-session", sid, "--json", "--db", str(db)]) == 0
-    rows = json.loads(capsys.readouterr().out)["requests"]
-    assert [r["cause"] for r in rows] == ["first", "append"]
 
 
 # -- a real server -----------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import importlib.util
 import itertools
 import json
 import sys
@@ -52,8 +51,6 @@ from ctxwright.tools.registry import ERROR_INVALID_ARGUMENTS, ERROR_INVALID_JSON
 sys.path.insert(0, str(Path(__file__).parent))
 from fakeserver import FakeOpenAIServer as F
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "examples" / "integrations" / "openai_agents_agent.py"
 STATIC = "You are a weather assistant. Answer in one short sentence and use the tool for facts."
 
 
@@ -632,25 +629,6 @@ def test_without_the_sdk_the_import_says_which_extra(monkeypatch: pytest.MonkeyP
     monkeypatch.delitem(sys.modules, "ctxwright.integrations.openai_agents")
     with pytest.raises(ConfigError, match=r"pip install 'ctxwright\[openai-agents\]'"):
         importlib.import_module("ctxwright.integrations.openai_agents")
-
-
-# -- the example ---------------------------------------------------------------------------------
-
-
-def test_the_example_runs_and_names_its_session(tmp_path: Path, capsys) -> None:
-    spec = importlib.util.spec_from_file_location("openai_agents_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    db = tmp_path / "example.db"
-    with F(_script(tool_calls=1)) as srv:
-        assert example.main(["Weather in Paris?", "--base-url", srv.url, "--model", "fake-model", "--db", str(db)]) == 0
-    out = capsys.readouterr().out
-    assert "It is sunny." in out
-    (sid,) = [line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("session ")]
-    assert f"ctxwright audit --proxy-session {sid} --db {db}" in out
-    assert srv.rejected == [] and len(srv.requests) == 2
-    assert _causes(db, sid) == ["first", "append"]  # its clock is frozen out of the prefix
 
 
 # -- a real server ---------------------------------------------------------------------------------

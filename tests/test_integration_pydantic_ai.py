@@ -349,22 +349,6 @@ def test_without_pydantic_ai_the_import_says_what_to_install(monkeypatch: pytest
         importlib.import_module("ctxwright.integrations.pydantic_ai")
 
 
-def test_the_example_runs_against_the_fake_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    sys.path.insert(0, str(Path(__file__).parents[1] / "examples" / "integrations"))
-    try:
-        example = importlib.import_module("pydantic_ai_agent")
-    finally:
-        sys.path.pop(0)
-    db = tmp_path / "ex.db"
-    with F([F.reply_tool_calls([("call_1", "add", '{"a": 2, "b": 3}')]), F.reply_text("5")]) as srv:
-        example.main(["--base-url", srv.url, "--model", "fake-model", "--db", str(db)])
-    assert srv.rejected == []
-    out = capsys.readouterr().out
-    sid = out.split("session ")[1].split(":")[0]
-    assert f"ctxwright audit --proxy-session {sid} --db {db}" in out
-    assert [r["audit"]["cause"] for r in stored(db, sid)] == ["first", "append"]
-
-
 @pytest.mark.slow
 def test_an_agent_against_llama_cpp_server_is_recorded_append_only(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python's server extra is not installed")

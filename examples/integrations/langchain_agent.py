@@ -1,10 +1,14 @@
 """A LangChain v1 agent (``create_agent``, one tool, a dynamic system prompt) whose every model
 call ctxwright records and audits, with the system prompt kept frozen.
 
-    python examples/integrations/langchain_agent.py [BASE_URL] [--db PATH] [--model NAME]
+    python examples/integrations/langchain_agent.py [--base-url URL] [--model NAME] [--db PATH] [PROMPT]
 
-BASE_URL defaults to ``$OPENAI_BASE_URL``, else a local llama.cpp server at
-http://127.0.0.1:8080/v1; the database to ctxwright's own (``$CTXWRIGHT_DB``).
+The three examples in this folder take the same arguments and store in the same place:
+``--base-url`` (default ``$OPENAI_BASE_URL``, else a local server at http://127.0.0.1:8080/v1),
+``--model`` (default ``$AGENT_MODEL``, else ``smollm2``), ``--db`` (default ctxwright's own store,
+``$CTXWRIGHT_DB``, which ``ctxwright audit`` reads without ``--db``) and the prompt. Needs
+``pip install 'ctxwright[langchain]'``. The system prompt changes on every call (a message count);
+``FrozenSystemPrompt`` keeps what is sent append-only.
 """
 
 from __future__ import annotations
@@ -33,27 +37,24 @@ def with_step(request: ModelRequest) -> str:  # the kind of prompt that breaks t
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("base_url", nargs="?", default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1"))
-    p.add_argument("--db", default=str(default_db_target()))
+    p.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1"))
     p.add_argument("--model", default=os.environ.get("AGENT_MODEL", "smollm2"))
-    args = p.parse_args(argv)
-    api_key = os.environ.get("OPENAI_API_KEY", "sk-local")
+    p.add_argument("--db", default=str(default_db_target()), help="the ctxwright store (default: its own)")
+    p.add_argument("prompt", nargs="?", default="What is 17 + 25? Use the add tool.")
+    a = p.parse_args(argv)
+    api_key = os.environ.get("OPENAI_API_KEY", "not-needed")
+    # the adapter sends a tool-call turn's "content": null as "" by default (llama-cpp-python's
+    # server answers the null with HTTP 500)
     model, recorder = recorded_chat_model(
-        args.db,
-        model=args.model,
-        base_url=args.base_url,
-        api_key=api_key,
-        max_retries=0,
-        max_tokens=64,
-        null_content="",  # a tool-call turn's "content": null, which llama-cpp-python's server rejects
+        a.db, model=a.model, base_url=a.base_url, api_key=api_key, max_retries=0, max_tokens=64
     )
     with recorder:
         # FrozenSystemPrompt after with_step: it sees the prompt with_step built, sends the first one
         agent = create_agent(model, tools=[add], middleware=[with_step, FrozenSystemPrompt()])
-        state = agent.invoke({"messages": [{"role": "user", "content": "What is 17 + 25?"}]}, {"recursion_limit": 8})
+        state = agent.invoke({"messages": [{"role": "user", "content": a.prompt}]}, {"recursion_limit": 8})
         print(state["messages"][-1].text)
         sid = recorder.session_id
-        print(f"session {sid}: ctxwright audit --proxy-session {sid} --db {args.db}")
+    print(f"session {sid}: ctxwright audit --proxy-session {sid} --db {a.db}")
     return 0
 
 

@@ -97,7 +97,7 @@ def recorded_chat_model(
     name: str | None = None,
     on_warning: Callable[[PrefixWarning], None] | None = None,
     recorder: FrameworkRecorder | None = None,
-    null_content: str | None = None,
+    null_content: str | None = "",
     **chat_options: Any,
 ) -> tuple[ChatOpenAI, FrameworkRecorder]:
     """A ``ChatOpenAI`` whose every call (sync or async, streamed or not) is recorded into
@@ -108,9 +108,10 @@ def recorded_chat_model(
     by default). ``on_warning`` receives the frozen-prefix warnings (default: stderr, once per
     segment). ``recorder``: an existing recorder instead (``db``, ``name``, ``on_warning``
     unused; e.g. one session for several models). ``null_content``: send an assistant
-    message's ``"content": null`` (what LangChain sends with tool calls) as this text instead --
-    ``""`` for llama-cpp-python's server, which answers the null with HTTP 500; the recording
-    is what was sent. ``chat_options`` go to ``ChatOpenAI`` unchanged (``temperature``,
+    message's ``"content": null`` (what LangChain sends with tool calls) as this text instead,
+    on the recorder made or given -- by default ``""``, as llama-cpp-python's server answers the
+    null with HTTP 500 and OpenAI and the other servers take either; ``None`` sends the null as
+    it is. The recording is what was sent. ``chat_options`` go to ``ChatOpenAI`` unchanged (``temperature``,
     ``max_tokens``, ``max_retries``, ``streaming`` ...); ``base_url`` / ``api_key`` default to
     the ``openai`` SDK's environment variables as ``ChatOpenAI`` reads them.
     """
@@ -124,8 +125,7 @@ def recorded_chat_model(
         options["base_url"] = base_url
     if api_key is not None:
         options["api_key"] = api_key
-    if null_content is not None:
-        recorder.null_content = null_content
+    recorder.null_content = null_content
     sync_client, async_client = recorder.http_client(), recorder.async_http_client()
     try:
         chat = ChatOpenAI(model=model, http_client=sync_client, http_async_client=async_client, **options)

@@ -74,7 +74,10 @@ class CtxwrightProvider(ModelProvider):
     to it; a new random one by default). ``on_warning`` receives each frozen-prefix warning
     (default: printed to stderr, once per segment). ``recorder``: an existing
     :class:`FrameworkRecorder` instead (``db``, ``name``, ``on_warning`` then unused).
-    ``http_client_kwargs`` go to the recording ``httpx.AsyncClient`` (``event_hooks``,
+    ``null_content``: send an assistant message's ``"content": null`` (what the SDK sends with
+    tool calls) as this text instead, on the recorder made or given -- by default ``""``, as
+    llama-cpp-python's server answers the null with HTTP 500 and OpenAI and the other servers
+    take either; ``None`` sends the null as it is. ``http_client_kwargs`` go to the recording ``httpx.AsyncClient`` (``event_hooks``,
     ``verify``...), ``client_kwargs`` to ``AsyncOpenAI`` (``max_retries``, ``timeout``...).
     """
 
@@ -88,6 +91,7 @@ class CtxwrightProvider(ModelProvider):
         name: str | None = None,
         on_warning: Callable[[PrefixWarning], None] | None = None,
         recorder: FrameworkRecorder | None = None,
+        null_content: str | None = "",
         http_client_kwargs: dict[str, Any] | None = None,
         **client_kwargs: Any,
     ) -> None:
@@ -98,6 +102,7 @@ class CtxwrightProvider(ModelProvider):
             self._owns_recorder = True
         else:
             self._owns_recorder = False
+        recorder.null_content = null_content
         self.recorder = recorder
         self.default_model = model
         # a local server takes any key; the SDK insists on one

@@ -23,8 +23,9 @@
   (:mod:`~ctxwright.integrations.deferred`), so the tool list every call sends is small and
   byte-identical for the session; the model finds a tool's schema with ``search_tools`` (a tool
   result, appended to the history) and runs the tool with ``call_tool``.
-* ``recorded_model(..., null_content="")``: for llama-cpp-python's server, which answers the
-  ``"content": null`` pydantic-ai sends with a tool call with HTTP 500.
+* ``"content": null``, what pydantic-ai sends with a tool call, goes out as ``""`` by default
+  (``null_content=""``): llama-cpp-python's server answers the null with HTTP 500, and OpenAI
+  and the other servers take either; ``null_content=None`` sends the null as it is.
 
 pydantic-ai sends the agent's instructions as *several* system messages, the literal ones first
 and the dynamic ones after them (its own split so that the literal part stays cacheable).
@@ -98,7 +99,7 @@ def recorded_model(
     on_warning: Callable[[PrefixWarning], None] | None = None,
     recorder: FrameworkRecorder | None = None,
     settings: Any = None,
-    null_content: str | None = None,
+    null_content: str | None = "",
     compactor: WireCompactor | None = None,
     **client_kwargs: Any,
 ) -> tuple[OpenAIChatModel, FrameworkRecorder]:
@@ -112,8 +113,9 @@ def recorded_model(
     default ``OPENAI_API_KEY``, else a placeholder (local servers need none).
     ``settings`` are the model's default ``ModelSettings``; ``client_kwargs`` go to
     ``AsyncOpenAI`` (``max_retries``, ``timeout``...). ``null_content``: send an assistant
-    message's ``"content": null`` as this text instead (``""`` for llama-cpp-python's server,
-    which rejects the null). ``compactor``: a ``WireCompactor`` that compacts what each call
+    message's ``"content": null`` as this text instead (default ``""``: llama-cpp-python's
+    server rejects the null; ``None`` sends it as it is), on the recorder made or given.
+    ``compactor``: a ``WireCompactor`` that compacts what each call
     sends, ctxwright's invariants kept (one per conversation: its memory of what it cleared is
     that conversation's). Both rewrite the request before it is recorded
     (the recorder's ``null_content`` and ``compactor``). Returns the model and its recorder;
@@ -123,8 +125,7 @@ def recorded_model(
         if db is None:
             raise ConfigError("recorded_model needs db= (the ctxwright store to record into) or recorder=")
         recorder = FrameworkRecorder(db, name=name, framework="pydantic-ai", on_warning=on_warning, fixes=FIXES)
-    if null_content is not None:
-        recorder.null_content = null_content
+    recorder.null_content = null_content
     if compactor is not None:
         recorder.compactor = compactor
     http_client = recorder.async_http_client()
