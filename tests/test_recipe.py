@@ -64,7 +64,7 @@ def _resume(rec: dict[str, Any], given: dict[str, Any] | None = None, d=SERVED, 
 def test_every_option_is_declared_once_and_the_defaults_are_a_served_new_session():
     specs = list(options(Recipe))
     keywords = [s.keyword for s in specs if s.keyword]
-    assert len(keywords) == len(set(keywords)) == 60
+    assert len(keywords) == len(set(keywords)) == 61
     flags = flag_names()
     assert len(flags) == len(set(flags))
     assert Recipe.resolve({}, None, SERVED) == Recipe()
@@ -171,6 +171,7 @@ def _legacy_options(args: argparse.Namespace) -> dict[str, Any]:
         status=args.status,
         status_mode=args.status_mode,
         cache_price_ratio=args.cache_price_ratio,
+        status_fields=args.status_fields,  # added with the status field choice (after the recipe)
         todo=args.todo,
         delegate=args.delegate,
         skills=args.skills,
@@ -323,6 +324,7 @@ def test_compaction_given_every_way():
         ({"defence": "strong"}, "not a defence level; use one of none, warning, tags, gate, provenance"),
         ({"defence": "warning", "sanitize": True}, "sanitize=True needs a defence level with tags"),
         ({"reasoning": "think"}, "unknown reasoning mode 'think'"),
+        ({"status_fields": ["-cwd", "-home"]}, "unknown field '-home'; use counters, repeats, todo"),
         ({"mcp_servers": ["x"], "mcp_timeout": 0}, "mcp_timeout=0: give the seconds an MCP tool call may take"),
         ({"allow_skill_scripts": True, "skill_script_timeout": 0}, "skill_script_timeout=0: give a number of seconds"),
     ],
@@ -381,6 +383,7 @@ _VALUES: dict[str, st.SearchStrategy[Any]] = {
     "status": st.booleans(),
     "status_mode": st.sampled_from(["auto", "replace", "append"]),
     "cache_price_ratio": st.floats(0, 1),
+    "status_fields": st.sampled_from([["-cwd", "-os"], ["counters", "error"], "env,-cwd"]),
     "todo": st.booleans(),
     "delegate": st.booleans(),
     "read_result": st.booleans(),

@@ -11,7 +11,7 @@ import pytest
 
 from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.backends.scripted import ScriptedBackend, call
-from ctxwright.core.events import StatusEvent
+from ctxwright.core.events import StatusEvent, ToolEvent
 from ctxwright.core.messages import Message
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.request import ChatRequest
@@ -258,3 +258,115 @@ def test_resumed_status_session_audits_like_the_live_one(mode, store):
         r.reusable_prefix_bytes for r in live.auditor.rows
     ]
     assert [r.cause for r in rebuilt.auditor.rows] == [r.cause for r in live.auditor.rows]
+
+
+# -- which fields are sent (status_fields) ---------------------------------------------------
+
+
+def _keys(text: str) -> list[str]:
+    return [line.split(":", 1)[0] for line in text.splitlines()[1:-1]]
+
+
+def test_status_fields_drop_or_choose_and_refuse_unknown_names() -> None:
+    from ctxwright.errors import ConfigError
+    from ctxwright.status.bar import ENV_KEYS, FIELDS, status_fields
+
+    assert status_fields(None) == FIELDS
+    dropped = status_fields(["-cwd", "-os"])
+    assert "cwd" not in dropped and "os" not in dropped and {"shell", "python", "git_branch", "todo"} <= set(dropped)
+    assert status_fields("all,-cwd,-os") == dropped == status_fields("-cwd -os")
+    assert status_fields(["error", "counters"]) == ("counters", "error")  # the block's order, not the list's
+    assert status_fields(["env", "-cwd"]) == tuple(k for k in ENV_KEYS if k != "cwd")
+    for bad, words in [
+        (["-cwd", "-sos"], "unknown field '-sos'; use counters, repeats"),
+        ("cwd,home", "unknown field 'home'"),
+        (["env", "-env"], "keeps no field; to send no status, turn the bar off"),
+        (3, "give a list of field names"),
+    ]:
+        with pytest.raises(ConfigError) as exc:
+            status_fields(bad)  # type: ignore[arg-type]
+        assert words in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
+    with pytest.raises(ConfigError) as exc:
+        status_fields(["nope"])
+    assert all(name in str(exc.value) for name in (*FIELDS, "env", "all"))  # every valid name, listed
+
+
+def test_env_lines_are_shown_one_by_one() -> None:
+    s = Session.start(Prefix.build("sys"))
+    hand_built(s)
+    bar = StatusBar(StatusConfig(items=("error", "shell", "python")), cwd="/secret/project")
+    text = bar.render(bar.values(s))
+    assert _keys(text) == ["last_error", "shell", "python"] and "/secret/project" not in text
+
+
+def test_status_fields_leave_cwd_and_os_out_of_what_is_sent_and_a_resume_keeps_them(tmp_path: Path) -> None:
+    from ctxwright import Harness
+
+    db = tmp_path / "agent.db"
+    workspace = tmp_path / "private-project"
+    workspace.mkdir()
+    first = ScriptedBackend(["hello there"])
+    with Harness(system="S.", backend=first, db=db, workspace=workspace, status_fields=["-cwd", "-os"]) as h:
+        h.run("hi")
+        sid = h.session_id
+    second = ScriptedBackend(["hello again"])
+    with Harness.resume(sid, backend=second, db=db, workspace=workspace) as h2:  # no status_fields given
+        h2.run("and again")
+        record = h2.session.meta["harness"]
+    for backend in (first, second):
+        status = backend.requests[-1].messages[-1].content or ""
+        assert status.startswith(STATUS_OPEN)
+        keys = _keys(status)
+        assert "cwd" not in keys and "os" not in keys and "shell" in keys and "last_error" in keys
+        assert str(workspace) not in json.dumps([m.content for m in backend.requests[-1].messages])
+    assert "cwd" not in record["status"]["fields"] and "shell" in record["status"]["fields"]
+    # the default sends them (what docs/status-bar.md warns about)
+    third = ScriptedBackend(["hi"])
+    with Harness(system="S.", backend=third, workspace=workspace) as h3:
+        h3.run("hi")
+    assert {"cwd", "os"} <= set(_keys(third.requests[-1].messages[-1].content or ""))
+
+
+def test_an_unknown_status_field_is_one_line_on_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ctxwright.cli.main import main
+
+    code = main(["run", "--db", str(tmp_path / "a.db"), "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
+                 "--status-fields", "all,-cwd,-home", "hi"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and len(err.splitlines()) == 1, err
+    assert "unknown field '-home'" in err and "cwd, os, shell" in err and "Traceback" not in err
+
+
+# -- last_error after the repeat note -------------------------------------------------------
+
+
+def test_last_error_carries_the_message_after_a_repeat_note(tmp_path: Path) -> None:
+    from ctxwright import Harness, tool
+
+    @tool
+    def get_current_time() -> str:
+        """The time now."""
+        raise RuntimeError("the clock service is offline")
+
+    replies = [Message(role="assistant", tool_calls=(call("get_current_time", {}, f"t{i}"),)) for i in range(4)]
+    backend = ScriptedBackend([*replies, "I cannot read the clock."])
+    with Harness(system="S.", tools=[get_current_time], backend=backend, max_repeats=3, timestamps=True) as h:
+        h.run("what time is it?")
+        events = h.session.events
+    noted = [ev for ev in events if isinstance(ev, ToolEvent) and "[ctxwright:" in (ev.message.content or "")]
+    assert noted, "the fourth identical call gets the repeat note"
+    status = backend.requests[-1].messages[-1].content or ""
+    line = next(li for li in status.splitlines() if li.startswith("last_error: "))
+    assert line == "last_error: get_current_time: RuntimeError: the clock service is offline", line
+
+
+def test_last_error_of_a_plain_text_failure_is_its_text() -> None:
+    s = Session.start(Prefix.build("sys"))
+    s.add_user("go")
+    s.add_assistant(Message(role="assistant", tool_calls=(call("fetch", {}, "f1"),)))
+    s.add_tool_result("f1", "connection refused\nby host", tool_name="fetch", ok=False)
+    assert (
+        StatusBar(StatusConfig(items=("error",))).values(s)["last_error"] == "fetch: error: connection refused by host"
+    )

@@ -376,6 +376,7 @@ def components_for(recipe: Recipe, backend: Backend, stored: Session | None, on_
     )
     if recipe.status.enabled:
         status = StatusConfig(
+            items=recipe.status.fields,
             mode=recipe.status.mode,
             max_iterations=recipe.limits.max_iterations,
             max_repeats=recipe.limits.max_repeats,

@@ -17,6 +17,7 @@ and a new user message starts afresh (a new task may rightly need the same call)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -24,7 +25,7 @@ from ctxwright.core.events import AssistantEvent, Event, UserEvent
 from ctxwright.core.incremental import EventFold
 from ctxwright.core.messages import ToolCall, canonical_json
 
-__all__ = ["DEFAULT_MAX_REPEATS", "RepeatTracker", "call_key", "repeat_counts", "repeat_note"]
+__all__ = ["DEFAULT_MAX_REPEATS", "RepeatTracker", "call_key", "repeat_counts", "repeat_note", "without_note"]
 
 #: Identical calls in a row that are allowed before the model is told.
 DEFAULT_MAX_REPEATS = 3
@@ -112,3 +113,17 @@ def repeat_note(call: ToolCall, count: int, limit: int) -> str:
         "its result will not change. Use the result you have, or change the arguments or the approach: "
         "one more identical call ends the run.]"
     )
+
+
+#: :func:`repeat_note` at the end of a result, as the loop appends it (after a line break)
+_NOTE_AT_END = re.compile(
+    r"\n?\[ctxwright: [^\n]* was called with these same arguments \d+ times in a row \(limit \d+\); "
+    r"its result will not change\.[^\n]*\]\Z"
+)
+
+
+def without_note(content: str) -> str:
+    """A result's content without the :func:`repeat_note` the loop appended to it, for a reader
+    of the tool's own text: a failed call's structured error is JSON only without the note
+    (the status bar's ``last_error``, ``status/bar.py``)."""
+    return _NOTE_AT_END.sub("", content, count=1)

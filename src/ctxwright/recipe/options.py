@@ -32,7 +32,7 @@ from ctxwright.mcp.connection import DEFAULT_TIMEOUT_S as MCP_DEFAULT_TIMEOUT_S
 from ctxwright.recipe.declare import BY_BACKEND, Flag, opt
 from ctxwright.skills.scripts import DEFAULT_SCRIPT_TIMEOUT_S
 from ctxwright.skills.tools import CATALOG_MODES, CatalogEntry, CatalogMode
-from ctxwright.status.bar import Mode
+from ctxwright.status.bar import FIELD_GROUPS, FIELDS, Mode
 from ctxwright.store.sessions import Store
 from ctxwright.tools.deferred import DeferConfig
 from ctxwright.tools.fusion import RANKERS
@@ -523,6 +523,23 @@ class StatusOptions:
         default_text=BY_BACKEND,
         help="""cached ÷ uncached input price, for ``status_mode="auto"``. ``None``: by backend (0.1 served,
         0 embedded); recorded resolved.""",
+    )
+    fields: tuple[str, ...] = opt(
+        FIELDS,
+        keyword="status_fields",
+        flag="--status-fields",
+        metavar="FIELDS",
+        cli_help="the status lines sent, comma-separated; -NAME drops one, e.g. --status-fields all,-cwd,-os "
+        f"(fields: {', '.join([*FIELDS, *FIELD_GROUPS])}; default: all, cwd and os included)",
+        accepts="Sequence[str] | str | None",
+        default_text="all",
+        help=f"""which lines the status shows, and so sends to the model's provider (the ``env`` lines
+        ``cwd`` and ``os`` are the working directory's path and the OS string): field names
+        ({", ".join(f"``{f}``" for f in FIELDS)}; ``env`` and ``all`` for groups) as a list or one
+        comma-separated string. ``-name`` drops a field: ``["-cwd", "-os"]`` is every field but those two;
+        names alone keep just those (``["counters", "todo", "error"]``). An unknown name is refused with
+        the valid ones. ``None``: on resume, the session's; else every field. Recorded resolved, so a
+        resume renders the same lines.""",
     )
 
 

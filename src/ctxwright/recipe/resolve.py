@@ -48,6 +48,7 @@ from ctxwright.recipe.options import (
     TodoOptions,
 )
 from ctxwright.skills.tools import CATALOG_MODES, CatalogEntry, CatalogMode
+from ctxwright.status.bar import status_fields
 from ctxwright.tools.deferred import DeferConfig
 
 __all__ = ["compaction_from_dict", "compaction_overrides", "compaction_to_dict", "resolve"]
@@ -162,6 +163,7 @@ def resolve(given: Mapping[str, Any], recorded: Mapping[str, Any] | None, defaul
         enabled=src.on("status", "status", "enabled", d.features),
         mode=src.pick("status_mode", "status", "mode", StatusOptions.mode),
         cache_price_ratio=src.pick("cache_price_ratio", "status", "cache_price_ratio", d.cache_price_ratio),
+        fields=status_fields(src.pick("status_fields", "status", "fields", None)),
     )
     recipe = Recipe(
         model=model,

@@ -41,7 +41,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -49,7 +49,8 @@ from ctxwright.cache.stale_cost import keeping_pays
 from ctxwright.core.events import AssistantEvent, BreakerEvent, Event, MessageEvent, StatusEvent, ToolEvent
 from ctxwright.core.incremental import EventFold
 from ctxwright.core.messages import Message, ToolCall
-from ctxwright.core.repeats import RepeatTracker, call_key
+from ctxwright.core.repeats import RepeatTracker, call_key, without_note
+from ctxwright.errors import ConfigError
 
 if TYPE_CHECKING:
     from ctxwright.core.session import Session
@@ -60,6 +61,12 @@ ITEMS = ("counters", "repeats", "todo", "time", "timing", "error", "env", "budge
 #: The keys of the ``env`` item (:meth:`StatusBar.environment`): fixed for a session, so the model
 #: reads them in every status while a terminal echo needs them once (``cli/progress.py``).
 ENV_KEYS = ("cwd", "os", "shell", "python", "git_branch")
+#: What ``status_fields`` chooses from, in the order the block shows them: the items, with
+#: ``env`` as its own lines -- the working directory's path and the OS string go to the
+#: provider in every status on a served model, and a user may keep one without the others.
+FIELDS = (*ITEMS[: ITEMS.index("env")], *ENV_KEYS, *ITEMS[ITEMS.index("env") + 1 :])
+#: Names that stand for several fields in ``status_fields``.
+FIELD_GROUPS: dict[str, tuple[str, ...]] = {"all": FIELDS, "env": ENV_KEYS}
 STATUS_OPEN, STATUS_CLOSE = "<agent_status>", "</agent_status>"
 
 #: Fixed text for the system prompt (part of the stable prefix): what to do with the readings.
@@ -72,6 +79,46 @@ The last message before each of your turns is an <agent_status> block written by
 - Keep the TODO list current: one item in_progress at a time."""
 
 
+def status_fields(spec: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The fields a ``status_fields`` value keeps, in :data:`FIELDS` order.
+
+    ``spec``: field names (:data:`FIELDS`, or ``env`` / ``all`` for a group), as a list or one
+    string split on commas and spaces (the command line's ``--status-fields all,-cwd``). A name
+    keeps its field(s); ``-name`` drops them. Only drops: every field but those
+    (``["-cwd", "-os"]``); names: just those, less any drops (``["env", "-cwd"]``). ``None``:
+    every field. An unknown name, or a choice that keeps nothing, is a :class:`ConfigError`."""
+    if spec is None:
+        return FIELDS
+    valid = ", ".join([*FIELDS, *FIELD_GROUPS])
+    if not isinstance(spec, str | Sequence):
+        raise ConfigError(f"status_fields={spec!r}: give a list of field names ({valid}), e.g. ['-cwd', '-os']")
+    words = spec.replace(",", " ").split() if isinstance(spec, str) else list(spec)
+    keep: set[str] = set()
+    drop: set[str] = set()
+    named = False
+    for word in words:
+        name = word.strip() if isinstance(word, str) else ""
+        dropped = name.startswith("-")
+        name = name.removeprefix("-").removeprefix("+")
+        group = FIELD_GROUPS.get(name, (name,) if name in FIELDS else None)
+        if group is None:
+            raise ConfigError(
+                f"status_fields={spec!r}: unknown field {word!r}; use {valid} "
+                "(a leading '-' drops one: --status-fields all,-cwd,-os)"
+            )
+        if dropped:
+            drop.update(group)
+        else:
+            keep.update(group)
+            named = True
+    chosen = tuple(f for f in FIELDS if (f in keep or not named) and f not in drop)
+    if not chosen:
+        raise ConfigError(
+            f"status_fields={spec!r} keeps no field; to send no status, turn the bar off (status=False, --no-status)"
+        )
+    return chosen
+
+
 def choose_mode(S: float, R: float, N: float, alpha: float) -> Literal["append", "replace"]:
     """The book's rule: append when α·S·N/2 < (1−α)·R, else replace."""
     return "append" if keeping_pays(alpha, S, N, R) else "replace"
@@ -81,6 +128,8 @@ def choose_mode(S: float, R: float, N: float, alpha: float) -> Literal["append",
 class StatusConfig:
     """What the status bar shows and how it is updated."""
 
+    #: the items shown (:data:`ITEMS`); ``env`` shows every environment line, and one of
+    #: :data:`ENV_KEYS` alone shows that line (:func:`status_fields` gives such a tuple)
     items: tuple[str, ...] = ITEMS
     mode: Mode = "auto"
     #: per-tool limits; key ``"tool"`` or ``"tool[key value]"``
@@ -227,14 +276,19 @@ class StatusBar:
         ev = self.readings(session).last_failed
         if ev is None:
             return None
-        body = _STAMP.sub("", ev.message.content or "", count=1)
+        # the repeat note (core/repeats.py) may follow the error's JSON: read the JSON alone
+        body = without_note(_STAMP.sub("", ev.message.content or "", count=1)).strip()
         try:
-            err = json.loads(body or "{}").get("error", {})
-        except (json.JSONDecodeError, AttributeError):
-            err = {}
-        if not isinstance(err, dict):
-            err = {}
-        return f"{ev.tool_name}: {err.get('type', 'error')}: {err.get('message', '')}"[:200]
+            parsed = json.loads(body or "{}")
+        except json.JSONDecodeError:
+            parsed = None
+        err = parsed.get("error") if isinstance(parsed, dict) else None
+        if isinstance(err, dict):
+            kind, message = err.get("type") or ev.error_type or "error", err.get("message")
+        else:  # not a structured error (a tool that failed with plain text): its text is the message
+            kind, message = ev.error_type or "error", body
+        text = " ".join(str(message or "").split()) or "(no message)"
+        return f"{ev.tool_name}: {kind}: {text}"[:200]
 
     def repeated_call(self, session: Session) -> str | None:
         """While the latest tool call is one of more than ``max_repeats`` identical calls in
@@ -292,9 +346,10 @@ class StatusBar:
         if "error" in items:
             e = self.last_error(session)
             v["last_error"] = e or "none"
-        if "env" in items:
+        if "env" in items or any(k in items for k in ENV_KEYS):
             for k, val in self.environment().items():
-                v[k] = val
+                if "env" in items or k in items:
+                    v[k] = val
         if "compaction" in items:
             line = breaker_line(self.readings(session).last_breaker)
             if line:
