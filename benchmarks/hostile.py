@@ -33,14 +33,25 @@ command that runs to its end), beside the same process on a harmless input:
 5. **Workspace.** 2,000 reads (quick: 500) through ``read_file`` of a path whose folder (and
    a file) another process swaps for a symlink to a folder outside, as fast as it can; beside
    the same reads with no swapper. Leaks (a read that returned the outside file) are counted.
+6. **Proxy backlog.** 4 clients sending requests of 200 KB as fast as the proxy answers, through
+   one real ``ctxwright proxy --quiet`` process (SQLite store), ``--backlog-rounds`` rounds of
+   ``--backlog-requests`` requests per client (default 2 × 250; quick 2 × 60), then the proxy
+   is stopped with SIGINT (a clean stop), SIGTERM, or SIGKILL right after the last answer -- a
+   fresh proxy for each. Reported: answered vs recorded (matched by a marker in each request),
+   the backlog's peak (answered but not yet in the store, sampled every 20 ms from the
+   database), the proxy's RSS after each round and its peak, requests per second. With an
+   unbounded queue the recorder fell behind the relay without limit (RSS 642 -> 1,858 MB over
+   four rounds) and a stop lost what the queue held. ``--backlog-only`` runs this part alone.
 
-    python benchmarks/hostile.py [--quick] [--runs N] [--json PATH]
+    python benchmarks/hostile.py [--quick] [--runs N] [--json PATH] [--backlog-only]
 
 Targets: the proxy's peak RSS grows by under 64 MiB on a 256 MiB expansion and the row says
 "decoded size over the recording cap"; ctxwright's line splitting at least 50x faster than the
 SDK's loop at the largest size; the 30 MB MCP result fails with ``mcp_result_too_large`` within
 5 s and the next call answers within 5 s; each audit and skills case exits with its one-line
-refusal within 10 s in under 200 MiB of peak RSS; 0 leaks.
+refusal within 10 s in under 200 MiB of peak RSS; 0 leaks; the proxy backlog loses 0 answered
+exchanges however the proxy stops, and the proxy's RSS grows by under 64 MiB from one round of
+load to the next.
 """
 
 from __future__ import annotations
@@ -49,9 +60,11 @@ import argparse
 import codecs
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import re
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -337,6 +350,152 @@ def proxy_part(bomb_mib: int, tmp: Path) -> list[dict[str, Any]]:
     for r in rows:
         console.print(f"[dim]proxy {r['case']}: grew {r['growth_mib']:+.1f} MiB in {r['seconds']:.2f} s[/]")
     return rows
+
+
+# -- 6. the proxy backlog ----------------------------------------------------------------------
+
+#: the marker each backlog request carries, read back from the recorded bodies
+MARKER = re.compile(rb"bl-\d+-\d+-\d+")
+
+
+def _vm_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _recorded_markers(db: Path) -> list[str]:
+    if not db.exists():
+        return []
+    try:
+        with contextlib.closing(sqlite3.connect(db)) as con:
+            rows = con.execute("SELECT substr(request_body, 1, 200) FROM proxy_exchanges").fetchall()
+    except sqlite3.OperationalError:
+        return []
+    found = (MARKER.search(bytes(head or b"")) for (head,) in rows)
+    return [m.group(0).decode() for m in found if m]
+
+
+def _recorded_count(db: Path) -> int:
+    try:
+        with contextlib.closing(sqlite3.connect(db)) as con:
+            return int(con.execute("SELECT COUNT(*) FROM proxy_exchanges").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+
+
+def backlog_case(upstream: str, how: str, clients: int, each: int, rounds: int, size: int, tmp: Path) -> dict[str, Any]:
+    """A fresh ``ctxwright proxy --quiet`` under ``rounds`` rounds of load, then stopped by ``how``."""
+    import httpx
+
+    db, port = tmp / f"backlog-{how}.db", free_port()
+    cmd = [sys.executable, "-m", "ctxwright.cli.main", "proxy", "--quiet", "--db", str(db), "--upstream", upstream]
+    proxy = subprocess.Popen([*cmd, "--port", str(port)], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    answered: list[str] = []
+    lock = threading.Lock()
+    pad = "x" * size
+    headers = {"authorization": "Bearer sk-bench-not-a-key"}
+    rss_after: list[float] = []
+    peak_backlog = 0
+    done = threading.Event()
+
+    def client(r: int, c: int) -> None:
+        with httpx.Client(timeout=300) as http:
+            for i in range(each):
+                marker = f"bl-{r}-{c}-{i}"
+                body = {"model": "bench", "messages": [{"role": "user", "content": f"{marker} {pad}"}]}
+                resp = http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, headers=headers)
+                if resp.status_code == 200:
+                    with lock:
+                        answered.append(marker)
+
+    def sample() -> None:
+        nonlocal peak_backlog
+        while not done.is_set():
+            with lock:
+                n = len(answered)
+            peak_backlog = max(peak_backlog, n - _recorded_count(db))
+            time.sleep(0.02)
+
+    try:
+        wait_port(port, proxy, "the proxy")
+        t0 = time.perf_counter()
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        for r in range(rounds):
+            threads = [threading.Thread(target=client, args=(r, c)) for c in range(clients)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            rss_after.append(round(_vm_rss_kib(proxy.pid) / 1024, 1))
+        load_s = time.perf_counter() - t0
+        done.set()
+        sampler.join()
+        peak = vm_hwm_kib(proxy.pid)
+        proxy.send_signal(getattr(signal, how))
+        _, err = proxy.communicate(timeout=300)
+    finally:
+        done.set()
+        if proxy.poll() is None:
+            proxy.kill()
+            proxy.wait(30)
+    recorded = _recorded_markers(db)
+    return {
+        "stop": how,
+        "requests": clients * each * rounds,
+        "request_bytes": size,
+        "answered": len(answered),
+        "recorded": len(recorded),
+        "recorded_twice": len(recorded) - len(set(recorded)),
+        "lost": len(set(answered) - set(recorded)),
+        "backlog_peak": peak_backlog,
+        "rss_after_rounds_mib": rss_after,
+        "peak_rss_mib": round(peak / 1024, 1),
+        "seconds": round(load_s, 2),
+        "requests_per_s": round(len(answered) / load_s, 1),
+        "exit": proxy.returncode,
+        "stderr": err.decode("utf-8", "replace").strip()[-400:],
+    }
+
+
+def backlog_part(clients: int, each: int, rounds: int, size: int, tmp: Path) -> list[dict[str, Any]]:
+    up_port = free_port()
+    upstream = subprocess.Popen([sys.executable, __file__, "--serve-upstream", str(up_port), "1"], env=ENV)
+    try:
+        wait_port(up_port, upstream, "the upstream")
+        url = f"http://127.0.0.1:{up_port}"
+        rows = [backlog_case(url, how, clients, each, rounds, size, tmp) for how in ("SIGINT", "SIGTERM", "SIGKILL")]
+    finally:
+        stop(upstream)
+    for r in rows:
+        console.print(f"[dim]proxy backlog, {r['stop']}: {r['answered']} answered, {r['recorded']} recorded[/]")
+    return rows
+
+
+def backlog_table(rows: list[dict[str, Any]]) -> Any:
+    columns = ["stop", "requests", "answered", "recorded", "lost", "backlog peak", "RSS MiB after each round"]
+    columns += ["peak RSS MiB", "req/s"]
+    return table(
+        f"proxy backlog: 4 clients, requests of {rows[0]['request_bytes'] // 1000} KB, a fresh proxy per stop",
+        columns,
+        [
+            [r["stop"], r["requests"], r["answered"], r["recorded"], r["lost"], r["backlog_peak"],
+             " → ".join(f"{v:,.0f}" for v in r["rss_after_rounds_mib"]), r["peak_rss_mib"], r["requests_per_s"]]
+            for r in rows
+        ],
+    )  # fmt: skip
+
+
+def backlog_checks(rows: list[dict[str, Any]]) -> dict[str, bool]:
+    return {
+        "backlog_answered_lost==0": all(r["lost"] == 0 and r["answered"] == r["requests"] for r in rows),
+        "backlog_recorded_once": all(r["recorded_twice"] == 0 for r in rows),
+        "backlog_rss_growth_per_round_mib<64": all(
+            b - a < 64 for r in rows for a, b in itertools.pairwise(r["rss_after_rounds_mib"])
+        ),
+    }
 
 
 # -- 2. MCP line reading -----------------------------------------------------------------------
@@ -806,6 +965,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="smaller inputs, 3 runs (a smoke run, under a minute)")
     p.add_argument("--runs", type=int, help="runs per MCP line size (default 5, quick 3); the median is reported")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON here")
+    p.add_argument("--backlog-only", action="store_true", help="run only the proxy backlog part (6)")
+    p.add_argument("--backlog-requests", type=int, help="requests per client per round (default 250, quick 60)")
+    p.add_argument("--backlog-rounds", type=int, default=2, help="rounds of load per proxy (default 2)")
     p.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     p.add_argument("--serve-upstream", nargs=2, type=int, metavar=("PORT", "MIB"), help=argparse.SUPPRESS)
     p.add_argument("--serve-mcp", action="store_true", help=argparse.SUPPRESS)
@@ -828,6 +990,9 @@ def main(argv: list[str] | None = None) -> int:
     load_start = os.getloadavg()[0]
     started = time.perf_counter()
     res: dict[str, Any] = {}
+    each = args.backlog_requests or (60 if quick else 250)
+    if args.backlog_only:
+        return backlog_only(args, each, load_start, started)
     with tempfile.TemporaryDirectory(prefix="hostile-bench-") as tmp_name:
         tmp = Path(tmp_name)
         res["proxy"] = proxy_part(bomb_mib, tmp)
@@ -835,6 +1000,7 @@ def main(argv: list[str] | None = None) -> int:
         res["audit"] = audit_part(line_mib, tmp)
         res["skills"] = skills_part(tmp)
         res["workspace"] = child_json("workspace", str(reads))
+        res["backlog"] = backlog_part(4, each, args.backlog_rounds, 200_000, tmp)
     elapsed = time.perf_counter() - started
     load = os.getloadavg()[0]
 
@@ -913,6 +1079,8 @@ def main(argv: list[str] | None = None) -> int:
         "workspace_leaks==0": ws["plain"]["leaked"] == 0 and ws["swapped"]["leaked"] == 0,
         "workspace_race_ran": ws["swapped"]["swaps"] > 10 and sum(ws["swapped"]["refused"].values()) > 0,
     }
+    console.print(backlog_table(res["backlog"]))
+    checks.update(backlog_checks(res["backlog"]))
     for name, ok in checks.items():
         console.print(f"{'PASS' if ok else 'FAIL'}  {name}")
     console.print(
@@ -938,6 +1106,24 @@ def main(argv: list[str] | None = None) -> int:
             "pass": all(checks.values()),
         },
     )
+    return 0 if all(checks.values()) else 1
+
+
+def backlog_only(args: argparse.Namespace, each: int, load_start: float, started: float) -> int:
+    """``--backlog-only``: part 6 alone, its table, checks and JSON."""
+    with tempfile.TemporaryDirectory(prefix="hostile-bench-") as tmp_name:
+        rows = backlog_part(4, each, args.backlog_rounds, 200_000, Path(tmp_name))
+    console.print(backlog_table(rows))
+    checks = backlog_checks(rows)
+    for name, ok in checks.items():
+        console.print(f"{'PASS' if ok else 'FAIL'}  {name}")
+    elapsed, load = time.perf_counter() - started, os.getloadavg()[0]
+    console.print(
+        f"{elapsed:.0f} s in all; load average (1 min) {load_start:.1f} at the start, {load:.1f} at the end, "
+        f"on {os.cpu_count()} cores"
+    )
+    data = {"benchmark": "hostile", "machine": machine(), "quick": args.quick, "seconds": round(elapsed, 1)}
+    save(args, {**data, "backlog": rows, "checks": checks, "pass": all(checks.values())})
     return 0 if all(checks.values()) else 1
 
 
