@@ -146,7 +146,7 @@ class Proxy:
         self.pids: dict[int, int] = {}
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        wait_listening(self.port, self.proc, 90, "the proxy")  # type: ignore[arg-type]
+        wait_listening(self.port, self.proc, 90, "the proxy")
 
     def _read(self) -> None:
         assert self.proc.stderr is not None

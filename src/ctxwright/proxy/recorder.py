@@ -7,13 +7,15 @@ thread decodes it, places it in a session (``proxy/sessions.py``), audits it as
 ``ctxwright audit --proxy-session`` audits the stored session (``proxy/session_audit.py``:
 one computation, so the printed line and the offline audit agree), writes one row, and
 prints one line. One writer keeps the session placement and the audit in arrival order.
-Rows are written one by one as they arrive (autocommit, WAL), so a crash loses only
-exchanges still in flight or in the queue; closing the recorder drains the queue first.
+Rows are written one by one as they arrive (autocommit, WAL); a served proxy sends the end of
+each answer only once its row is written (``proxy/serve.py``), so a crash loses only the
+exchanges in flight, and closing the recorder drains the queue first.
 
-A call's number in its session is taken in the transaction that writes its row
-(``ProxyLog.record_call``): a write that fails (a full disk) leaves no gap in the numbers of
-the calls that follow, and another proxy process recording into the same store never takes
-the same number.
+What the store refuses is kept, not dropped (:class:`Recorder`): in this process's recovery
+file (``store/recovery.py``), recorded in order once the store answers again, or by the next
+recorder that opens the store. A call's number in its session is taken in the transaction that
+writes its row (``ProxyLog.record_call``): a write that fails takes no number, and another proxy
+process recording into the same store never takes the same number.
 
 An ``observer`` (``telemetry/exchanges.py``: a span per relayed call) is handed each model call
 once its row is written, on this thread: what it does can neither slow the relay nor lose a
@@ -252,13 +254,12 @@ class Recorder:
 
     ``store``: the store, or its target (a path or a URL) for the recorder to open, on its own
     thread: a ``--workers`` process started while the store is away keeps relaying, and its
-    exchanges are spooled until the store opens. ``printer``
-    receives each printed line (``None``: silent); ``warn`` each line about the recording
+    exchanges are spooled until the store opens. ``printer`` receives each printed line (``None``: silent); ``warn`` each line about the recording
     itself -- a store that failed, a recorder behind the relay, exchanges not recorded --
     whatever ``printer`` is (stderr by default; ``--quiet`` silences ``printer`` only).
     ``observer`` receives each recorded model call (:class:`RecordedExchange`).
 
-    What it guarantees (docs/proxy.md, "The store"):
+    What it guarantees (docs/proxy.md, "Nothing answered is lost"):
 
     * **a bounded backlog**: past ``backlog_limit`` exchanges or ``backlog_bytes`` of bodies
       waiting, :meth:`admit` holds new requests until the recorder catches up (the relay
@@ -266,8 +267,8 @@ class Recorder:
     * **nothing dropped when the store fails**: an exchange the store refuses (down, frozen
       past its stall limit, full, read-only) goes to this process's spool in the store's
       recovery folder (``store/recovery.py``), and so does every later one until the store
-      answers again -- tried again after 1 s, then at most every 30 s -- when the spool is
-      recorded first, in order. A spool left by a process that is gone (stopped with the
+      answers again -- tried again after 1 s, the wait doubling up to 30 s -- when the spool
+      is recorded first, in order. A spool left by a process that is gone (stopped with the
       store away, or killed) is imported when the next recorder opens the store;
     * **counted**: ``recorded``, ``spooled`` (kept, not yet recorded), ``lost`` (neither: a
       spool that could not be written either, or an exchange the recorder cannot read), said
