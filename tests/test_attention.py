@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -195,6 +196,9 @@ def test_from_json_refuses_what_is_not_a_map():
         (["abc", "--answer", "1"], "--answer goes with --request"),
         (["--request", "{req}", "--answer", "1", "-o", "{tmp}"], "is a folder"),
         (["nosuchsession"], "no session 'nosuchsession'"),
+        # half of a UTF-16 pair: the tokenizer's UTF-8 encoding failed on it after the model loaded
+        (["--request", "{surrogate}", "--answer", "1"], "messages[1].content holds a lone UTF-16 surrogate"),
+        (["--request", "{req}", "--answer", "a \udcff"], "--answer holds a character that is not text"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, capsys, args, says):
@@ -203,12 +207,16 @@ def test_bad_input_is_one_line(tmp_path, capsys, args, says):
     (tmp_path / "notjson.json").write_text("{]")
     (tmp_path / "nomsgs.json").write_text('{"messages": []}')
     (tmp_path / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    (tmp_path / "surrogate.json").write_text(
+        '{"messages": [{"role": "user", "content": "ok \\ud83d\\ude00"}, {"role": "user", "content": "x \\ud800"}]}'
+    )
     paths = {
         "req": req,
         "missing": tmp_path / "missing.json",
         "notjson": tmp_path / "notjson.json",
         "nomsgs": tmp_path / "nomsgs.json",
         "deep": tmp_path / "deep.json",
+        "surrogate": tmp_path / "surrogate.json",
         "tmp": tmp_path,
     }
     code = main(["attention", *(a.format(**paths) for a in args), "--db", str(tmp_path / "a.db")])
@@ -319,6 +327,11 @@ def test_attention_of_a_request_file_rows_sum_to_one_and_the_html_is_written(tmp
     assert sum(s["tokens"] for s in messages) == data["prompt_tokens"] + len(data["answer_tokens"]) - 1
     assert len(data["tokens"]["text"]) == data["prompt_tokens"] and len(data["answer_logprobs"]) == 6
     assert html.stat().st_size > 10_000
+    page = html.read_text(encoding="utf-8")
+    # "attention" once in the title; the answer rows read said as a count, not listed
+    assert f"<title>ctxwright attention · request {path}</title>" in page
+    (heading,) = re.findall(r'<div class="meta">model (.*?)</div>', page)
+    assert heading.endswith("answer tokens read: all 6") and "rows" not in heading, heading
     # the table, over a layer range
     assert main(["attention", "--request", str(path), "--answer", "2", "--layers", "15-24", "-o", str(html)]) == 0
     table = capsys.readouterr().out

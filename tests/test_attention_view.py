@@ -9,6 +9,7 @@ import json
 import re
 import stat
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,22 @@ def test_all_layers_by_default_and_no_frame():
         "shapes" not in figures(html)["a0-messages"]["layout"] or not figures(html)["a0-messages"]["layout"]["shapes"]
     )
     assert f"<td>{m.mean_share(m.messages()[0]):.1%}</td>" in html
+
+
+@pytest.mark.parametrize(
+    "rows,says",
+    [([0, 1, 2], "answer tokens read: all 3"), ([0, 2], "answer tokens read: 2 of 3 (0,2)")],
+)
+def test_the_heading_summarises_the_rows_read_and_does_not_repeat_the_answer(rows, says):
+    """The pipeline records which answer rows it read, one index per token: listed in the
+    heading, a long answer's were a dump of numbers."""
+    m = replace(make_map(), meta={"source": "request r.json", "answer": "The handbook is in room 4", "rows": rows})
+    view = attention_view(m, "a0")
+    assert dict(view.meta) == {"source": "request r.json", "answer tokens read": says.split(": ", 1)[1]}
+    html = render_html([m], title="request r.json")
+    (heading,) = re.findall(r'<div class="meta">model (.*?)</div>', html)
+    assert heading.endswith(f"source: request r.json · {says}"), heading
+    assert "<title>ctxwright attention · request r.json</title>" in html
 
 
 def test_layers_the_map_does_not_have_are_refused():

@@ -570,6 +570,42 @@ def test_the_endpoint_follows_the_specification_s_reading() -> None:
     assert endpoint_of("env", both) == "http://t:1/x"
 
 
+@pytest.mark.parametrize("command", ["run", "proxy", "env"])
+def test_an_otlp_url_that_does_not_parse_is_one_line_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """``http://[::1`` made urllib raise ValueError, which ended a run as "unexpected ValueError";
+    ``env``: the same URL in the environment's variable."""
+    from ctxwright.cli.main import main
+
+    bad = "http://[::1"
+    db = tmp_path / "never.db"
+    otlp = bad
+    if command == "env":
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", bad)
+        otlp = "env"
+    if command == "proxy":
+        argv = ["proxy", "--upstream", "http://127.0.0.1:9", "--port", str(free_port()), "--otlp", otlp]
+    else:
+        argv = ["run", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--otlp", otlp, "q"]
+    code = main(["--db", str(db), *argv])
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and "is not a URL (Invalid IPv6 URL)" in lines[0], lines
+    assert "unexpected" not in err and "Traceback" not in err
+    assert ("OTEL_EXPORTER_OTLP_ENDPOINT" if command == "env" else "--otlp http://[::1") in lines[0]
+    assert out == ""  # refused before a session started
+
+
+def test_an_otlp_port_out_of_range_is_refused() -> None:
+    for bad, why in (("http://h:99999", "Port out of range"), ("http://h:port", "Port could not be cast")):
+        with pytest.raises(ConfigError, match=why):
+            endpoint_of(bad)
+        with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+            endpoint_of("env", {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": bad})
+
+
 _NO_OTEL = (
     "import sys\n"
     "sys.modules['opentelemetry.sdk'] = None  # the otel extra not installed (the API comes with mcp)\n"

@@ -105,7 +105,8 @@ class AttentionView:
 
 
 def layer_ranges(layers: Sequence[int]) -> str:
-    """``[3, 4, 5, 9]`` as ``3-5,9``: the form ``--layers`` takes."""
+    """``[3, 4, 5, 9]`` as ``3-5,9``: the form ``--layers`` takes (and how the answer rows a map
+    read are said)."""
     out: list[str] = []
     run: list[int] = []
     for n in sorted(set(layers)):
@@ -313,12 +314,31 @@ def _strip(m: AttentionMap) -> tuple[go.Figure, str | None]:
     return fig, note
 
 
-def _meta(meta: dict[str, Any]) -> list[tuple[str, str]]:
+def _meta(m: AttentionMap) -> list[tuple[str, str]]:
+    """The map's provenance as the page lists it, one short text per entry. The answer has its
+    own line, so it is not repeated; the answer rows read (``meta["rows"]``, one index per
+    answer token) are said as a count and ranges -- listed, a long answer's rows were a dump of
+    numbers in the heading."""
     out = []
-    for k, v in meta.items():
+    for k, v in m.meta.items():
+        if k == "answer":
+            continue
+        if k == "rows":
+            out.append(("answer tokens read", _rows_text(v, len(m.answer_tokens))))
+            continue
         text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
         out.append((str(k), short(text, 160)))
     return out
+
+
+def _rows_text(rows: Any, answer_tokens: int) -> str:
+    """``all 12``, or ``3 of 12 (0-1,5)``: which answer tokens' attention the map averages."""
+    if not isinstance(rows, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in rows):
+        return short(json.dumps(rows, ensure_ascii=False, default=str), 160)
+    picked = sorted(set(rows))
+    if picked == list(range(answer_tokens)):
+        return f"all {answer_tokens:,}"
+    return f"{len(picked):,} of {answer_tokens:,} ({short(layer_ranges(picked), 120)})"
 
 
 def attention_view(
@@ -357,7 +377,7 @@ def attention_view(
         anchor=anchor,
         caption=caption or m.model,
         model=m.model,
-        meta=_meta(m.meta),
+        meta=_meta(m),
         answer=answer,
         answer_tokens=len(m.answer_tokens),
         prompt_tokens=m.prompt_tokens,

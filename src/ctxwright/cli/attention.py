@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from ctxwright.errors import BackendUnavailable, CtxwrightError
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 #: an ``--answer`` longer than this is refused (the reader explains at most 512 tokens)
 MAX_ANSWER_CHARS = 16_000
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def add_attention_parser(sub: Any) -> None:
@@ -103,7 +105,8 @@ def cmd_attention(args: argparse.Namespace) -> int:
     if out is not None:
         from ctxwright.attention.view import write_html
 
-        write_html([shown], out, title=f"attention · {meta['source']}")
+        # the page's heading is "ctxwright attention · <title>": the source alone, not "attention" again
+        write_html([shown], out, title=meta["source"])
         console.print(f"attention view written to {out}", highlight=False, markup=False)
     if args.png:
         from ctxwright.attention.view import write_png
@@ -128,6 +131,12 @@ def _output(args: argparse.Namespace) -> Path | None:
 def _answer_arg(text: str) -> str:
     if not text.strip():
         raise CtxwrightError("--answer is empty: give the text the model answered")
+    at = _lone_surrogate(text)
+    if at is not None:  # bytes of the command line that are not UTF-8 arrive as surrogates
+        raise CtxwrightError(
+            f"--answer holds a character that is not text at position {at} ({text[at]!r}: bytes that are not "
+            "UTF-8, or half of a UTF-16 pair); give the answer as UTF-8 text"
+        )
     if len(text) > MAX_ANSWER_CHARS:
         raise CtxwrightError(
             f"--answer is {len(text):,} characters; explain at most {MAX_ANSWER_CHARS:,} (a shorter answer)"
@@ -159,6 +168,12 @@ def _request_file(path_text: str) -> Any:
         raise CtxwrightError(f"--request {path_text} is not JSON ({exc}); give an OpenAI chat request body") from None
     except RecursionError:  # [[[[...]]]]: nested deeper than the parser recurses
         raise CtxwrightError(f"--request {path_text} nests too deeply to be a chat request body") from None
+    where = _surrogate_path(body)
+    if where is not None:
+        raise CtxwrightError(
+            f"--request {path_text}: {where} holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without "
+            "its pair), which is not text a model can read; fix that escape or write the character itself"
+        )
     msgs = body.get("messages") if isinstance(body, dict) else None
     if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
         raise CtxwrightError(
@@ -172,6 +187,33 @@ def _request_file(path_text: str) -> Any:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CtxwrightError(f"--request {path_text}: a message or tool is malformed ({exc})") from None
     return ChatRequest(messages=messages, tools=specs)
+
+
+def _lone_surrogate(text: str) -> int | None:
+    """Where ``text`` holds a surrogate code point, else ``None``. JSON's ``\\ud83d\\ude00``
+    pairs are joined into one character by the parser, so any surrogate left is half a pair
+    (or an undecodable byte of argv), and the model's tokenizer cannot encode it as UTF-8."""
+    found = _SURROGATE.search(text)
+    return found.start() if found is not None else None
+
+
+def _surrogate_path(body: Any) -> str | None:
+    """The JSON path (``messages[2].content``) of the first string, key or value, in ``body``
+    that holds a lone surrogate; walked without recursion (the body may nest deeply)."""
+    stack: list[tuple[str, Any]] = [("the body", body)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            if _lone_surrogate(value) is not None:
+                return path
+        elif isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                if _lone_surrogate(key) is not None:
+                    return f"a key of {path}"
+                stack.append((key if path == "the body" else f"{path}.{key}", item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+    return None
 
 
 def _text_content(m: dict[str, Any]) -> dict[str, Any]:

@@ -40,7 +40,7 @@ import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 from ctxwright.core.redact import redact
 from ctxwright.errors import ConfigError, TelemetryUnavailable
@@ -98,15 +98,32 @@ def endpoint_of(otlp: str, environ: Mapping[str, str] | None = None) -> str:
     if otlp == "env":
         traces = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
         if traces:
+            _parsed(traces, f"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={traces} (--otlp env)")
             return traces
-        base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or DEFAULT_ENDPOINT
-        return base.rstrip("/") + TRACES_PATH
-    parts = urlsplit(otlp.strip())
-    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"--otlp {redact(otlp)}: give the OTLP/HTTP endpoint's URL, e.g. {DEFAULT_ENDPOINT}")
+        base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+        if base:
+            _parsed(base, f"OTEL_EXPORTER_OTLP_ENDPOINT={base} (--otlp env)")
+        return (base or DEFAULT_ENDPOINT).rstrip("/") + TRACES_PATH
+    parts = _parsed(otlp.strip(), f"--otlp {otlp}")
     if parts.path.strip("/"):
         return otlp.strip()
     return urlunsplit((parts.scheme, parts.netloc, TRACES_PATH, parts.query, ""))
+
+
+def _parsed(url: str, given: str) -> SplitResult:
+    """``url`` split, when it is an http(s) URL with a host and a port that can be (``given``:
+    where it came from, for the message). Checked here, before a run starts: a URL that does
+    not parse (``http://[::1``, a port over 65535) would otherwise fail in the exporter's
+    thread, span after span, or as an unexplained ``ValueError``."""
+    advice = f"give the OTLP/HTTP endpoint's URL, e.g. {DEFAULT_ENDPOINT}"
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # a port that is not a number, or out of range, raises here
+    except ValueError as exc:
+        raise ConfigError(f"{redact(given)} is not a URL ({exc}); {advice}") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{redact(given)}: {advice}")
+    return parts
 
 
 # -- errors logged once -------------------------------------------------------------------------------
