@@ -380,7 +380,9 @@ def test_update_writes_the_new_trace_as_the_golden(anthropic_golden: tuple[Path,
     assert verdict(gate(golden, argv))["exit_code"] == 1
     updated = gate(golden, argv, "--update")
     assert updated.returncode == 0, updated.stderr
-    assert "golden updated" in updated.stderr
+    out = verdict(updated)  # the JSON says updated, with exit 0: never "fail" with exit 0
+    assert out["verdict"] == "updated" and out["updated"] == str(golden) and out["regressions"], out
+    assert out["headline"].startswith(f"UPDATED: {golden} now holds this run (3 calls); 1 change accepted"), out
     assert verdict(gate(golden, argv))["exit_code"] == 0
 
 

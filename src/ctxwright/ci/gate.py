@@ -9,7 +9,8 @@ That costs no API call, runs offline in CI, and is deterministic.
 The agent is any program: it is started with the environment the official SDKs read
 (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``)
 pointing at the replay, under ``mcp/supervise.py`` in a session of its own, so neither it nor
-anything it starts outlives the gate (a timeout, a Ctrl-C, the gate killed). Or it is a Python
+anything it starts outlives the gate (a timeout, a Ctrl-C, the gate killed) -- not even a child
+that started a session of its own: the supervisor is its subreaper and ends it too. Or it is a Python
 callable given that environment (:func:`ctxwright.testing.gate`).
 
 The result is the judge's (``ci/judge.py``), plus why the run could not be judged in full:
@@ -161,7 +162,8 @@ def _spawn(
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the supervisor (it ends the agent's whole group), SIGKILL if it lingers."""
+    """SIGTERM to the supervisor (it ends the agent's whole group and every child re-parented to
+    it, within its ``END_S``), SIGKILL if it lingers past :data:`STOP_GRACE_S`."""
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGTERM)
     try:

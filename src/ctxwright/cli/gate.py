@@ -4,7 +4,10 @@ Runs COMMAND against a replay of GOLDEN (``replay/``) and judges the requests it
 (``ci/judge.py``). Exit 0 when every rule holds, 1 with a regression (the verdict on the first
 line, then one line each), 2 when the run could not be judged. ``--json`` prints the same as
 one JSON object on stdout (the agent's own stdout then goes to stderr, so the JSON stays
-parseable); ``--update`` writes the run's trace over GOLDEN.
+parseable); ``--update`` writes the run's trace over GOLDEN -- only a run that replayed all
+of it (else GOLDEN is left as it was and the exit is 2), and then says ``UPDATED`` and what it
+accepts, never ``FAIL`` with exit 0. Ctrl-C (130) and SIGTERM (143) stop the agent and all it
+started, leave GOLDEN as it was, and say so in one line of the gate's own.
 """
 
 from __future__ import annotations
@@ -12,10 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
+from ctxwright.cli.replay import add_golden_limits, golden_limits
+from ctxwright.core.words import counted
 from ctxwright.errors import CtxwrightError
 
 #: Exit status when the run could not be judged (also every error of the gate itself: 1 is
@@ -50,16 +57,41 @@ def add_gate_parser(sub: Any) -> None:
     p.add_argument("--timeout", type=_seconds, default=600.0, metavar="S", help="longest run of COMMAND (600 s)")
     p.add_argument("--trace", metavar="PATH", help="also keep the run's trace (JSONL, a golden itself) there")
     p.add_argument("--json", action="store_true", help="print the judgement as JSON")
-    p.add_argument("--update", action="store_true", help="write the run's trace over GOLDEN (a file)")
+    p.add_argument(
+        "--update",
+        action="store_true",
+        help="write the run's trace over GOLDEN (a file), when the run replayed all of it",
+    )
+    add_golden_limits(p)
     p.set_defaults(func=cmd_gate)
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the gate is, as Ctrl-C's ``KeyboardInterrupt`` is: every
+    ``finally`` on the way out runs (the agent's supervisor is stopped and waited for, the
+    replay closed, a half-written ``--update`` removed) instead of the process just ending."""
+
+
+def _on_sigterm(_signum: int, _frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the stop under way is bounded
+    raise _Terminated
+
+
 def cmd_gate(args: argparse.Namespace) -> int:
-    """The gate's exit status; every failure of its own is one line and exit 2 (never 1)."""
+    """The gate's exit status; every failure of its own is one line and exit 2 (never 1).
+    Ctrl-C and SIGTERM end here too, with the gate's own line (not ``run``'s advice)."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         return _gate(args)
-    except KeyboardInterrupt:
-        raise
+    except KeyboardInterrupt as stop:
+        how = "stopped by SIGTERM" if isinstance(stop, _Terminated) else "interrupted"
+        kept = f"; {args.golden} is unchanged" if args.update and args.golden else ""
+        print(
+            f"ctxwright gate: {how} before a verdict: the agent and everything it started were ended{kept}",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGTERM if isinstance(stop, _Terminated) else 128 + signal.SIGINT
     except Exception as exc:
         if getattr(args, "debug", False):
             raise
@@ -67,6 +99,9 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
         print(f"ctxwright gate: {explain(exc)}", file=sys.stderr)
         return UNJUDGED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _gate(args: argparse.Namespace) -> int:
@@ -86,7 +121,9 @@ def _gate(args: argparse.Namespace) -> int:
             "--update writes a file: give GOLDEN as a file (ctxwright export ID --requests > golden.jsonl)"
         )
     store = args.db if getattr(args, "db", None) else None
-    golden = load_golden(args.golden, proxy_session=args.proxy_session, session=args.session, store=store)
+    golden = load_golden(
+        args.golden, proxy_session=args.proxy_session, session=args.session, store=store, **golden_limits(args)
+    )
     tolerances = Tolerances(args.max_reuse_drop, args.max_token_increase, args.max_cost_increase)
     pricing = pricing_from_args(args)
     stdout = sys.stderr.buffer if args.json else None
@@ -110,15 +147,46 @@ def _gate(args: argparse.Namespace) -> int:
     target = Path(args.golden)
     with replacing(target) as tmp:  # the golden is replaced only when the block ends without error
         result = run(tmp)
-        if result.divergences or result.status != 0:
+        incomplete = _incomplete(result)
+        if incomplete is not None:
             _print(result, args.json)
             raise CtxwrightError(
-                "not updated: the run did not replay the whole recording; record a new golden through "
-                "`ctxwright proxy` instead"
+                f"not updated, {target} is unchanged: the run did not replay the whole recording ({incomplete}); "
+                "fix the run, or record a new golden through `ctxwright proxy`"
             )
-    _print(result, args.json)
-    print(f"ctxwright gate: golden updated: {target} ({result.judgement.run.calls} calls)", file=sys.stderr)
+    _print_updated(result, target, args.json)
     return 0
+
+
+def _incomplete(result: Any) -> str | None:
+    """Why the run cannot replace the golden (``None``: it can): it was not judged in full --
+    the agent failed or was stopped, it made fewer calls than the golden (an agent that exits 0
+    after none would write an empty golden), or it left the recording."""
+    j = result.judgement
+    if j.unjudged:
+        return str(j.unjudged[0])
+    if result.divergences:
+        return f"it left the recording: {result.divergences[0]}"
+    if result.status != 0:
+        return "the agent was stopped" if result.status is None else f"the agent exited with status {result.status}"
+    return None
+
+
+def _print_updated(result: Any, target: Path, as_json: bool) -> None:
+    """What ``--update`` prints when it replaced the golden: ``UPDATED`` and the changes it
+    accepts (the regressions against the old golden), never ``FAIL`` -- the exit is 0."""
+    j = result.judgement
+    accepted = [r.line for r in j.regressions]
+    what = f"{counted(len(accepted), 'change')} accepted against the old golden" if accepted else "no change"
+    headline = f"UPDATED: {target} now holds this run ({counted(j.run.calls, 'call')}); {what}"
+    if as_json:
+        out = {**result.to_json(), "verdict": "updated", "exit_code": 0, "headline": headline, "updated": str(target)}
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        print(headline)
+        for line in accepted:
+            print(f"  {line}")
+    sys.stdout.flush()
 
 
 def _print(result: Any, as_json: bool) -> None:

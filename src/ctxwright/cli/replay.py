@@ -69,7 +69,45 @@ def add_replay_parser(sub: Any) -> None:
     s.add_argument("--body-timeout", type=float, default=60.0, metavar="S", help="default 60 s")
     s.add_argument("--max-connections", type=int, default=256, metavar="N", help="default 256")
     s.add_argument("--quiet", action="store_true", help="do not print a line per call")
+    add_golden_limits(s)
     s.set_defaults(func=cmd_replay_serve)
+
+
+def add_golden_limits(p: argparse.ArgumentParser) -> None:
+    """The bounds on a golden (``replay/golden.py``), for ``replay serve`` and ``gate``."""
+    from ctxwright.replay.golden import MAX_GOLDEN_BYTES, MAX_GOLDEN_CALLS, MAX_GOLDEN_MESSAGES
+
+    mb = MAX_GOLDEN_BYTES // (1024 * 1024)
+    p.add_argument("--max-golden-mb", type=_count, default=mb, metavar="MB", help=f"largest golden file (default {mb})")
+    p.add_argument(
+        "--max-golden-calls", type=_count, default=MAX_GOLDEN_CALLS, metavar="N", help=f"default {MAX_GOLDEN_CALLS:,}"
+    )
+    p.add_argument(
+        "--max-golden-messages",
+        type=_count,
+        default=MAX_GOLDEN_MESSAGES,
+        metavar="N",
+        help=f"messages in all the golden's requests together (default {MAX_GOLDEN_MESSAGES:,})",
+    )
+
+
+def golden_limits(args: argparse.Namespace) -> dict[str, int]:
+    """The keywords of ``load_golden`` the bounds' flags give."""
+    return {
+        "max_bytes": args.max_golden_mb * 1024 * 1024,
+        "max_calls": args.max_golden_calls,
+        "max_messages": args.max_golden_messages,
+    }
+
+
+def _count(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a number above 0")
+    return v
 
 
 def cmd_replay_serve(args: argparse.Namespace) -> int:
@@ -92,6 +130,7 @@ def cmd_replay_serve(args: argparse.Namespace) -> int:
         proxy_session=args.proxy_session,
         session=args.session,
         store=Path(store) if store else None,
+        **golden_limits(args),
     )
     for note in golden.notes:
         print(f"ctxwright replay: note: {note}", file=sys.stderr, flush=True)

@@ -30,7 +30,13 @@ a record that is not a model call.
 **Bounds.** A log file must be a regular file (a device never ends and a FIFO blocks until a
 writer comes: ``open_log`` of the audit refuses the devices, this module the FIFOs too), at
 most ``max_bytes`` in all and each record at most the audit's
-:data:`~ctxwright.audit.logs.MAX_RECORD_BYTES`.
+:data:`~ctxwright.audit.logs.MAX_RECORD_BYTES`. A golden of any source holds at most
+``max_calls`` records and ``max_messages`` messages in all its requests: held as Python
+objects and indexed by the audit, a short message costs about a hundred times its bytes (a
+36 MB request of a million one-word messages took 1.3 GB), and placing each call in its
+conversation costs time per call (200,000 calls: minutes). The bound is checked as the file
+is read, so a golden past it is refused at once, in one line naming the bound and the flag
+that raises it.
 """
 
 from __future__ import annotations
@@ -38,13 +44,14 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ctxwright.audit.compare import Auditor
 from ctxwright.audit.logs import MAX_RECORD_BYTES, ParseProblem, is_anthropic, open_log, read_records
+from ctxwright.core.words import counted
 from ctxwright.errors import CtxwrightError, GoldenUnusable
 from ctxwright.replay.turns import (
     ANTHROPIC,
@@ -61,8 +68,14 @@ from ctxwright.replay.turns import (
     turn_from_response,
 )
 
-#: the most bytes a golden log file may hold
-MAX_GOLDEN_BYTES = 1024 * 1024 * 1024
+#: the most bytes a golden log file may hold (``--max-golden-mb``)
+MAX_GOLDEN_BYTES = 256 * 1024 * 1024
+#: the most records (model calls) a golden may hold (``--max-golden-calls``): hundreds of
+#: agent runs' worth; each costs about a millisecond to place and judge
+MAX_GOLDEN_CALLS = 10_000
+#: the most messages (or Responses input items) all of a golden's requests may hold together
+#: (``--max-golden-messages``): about 1.4 KB of memory each once read, so about 300 MB at most
+MAX_GOLDEN_MESSAGES = 200_000
 
 
 @dataclass
@@ -118,11 +131,14 @@ def load_golden(
     session: str | None = None,
     store: Path | str | None = None,
     max_bytes: int = MAX_GOLDEN_BYTES,
+    max_calls: int = MAX_GOLDEN_CALLS,
+    max_messages: int = MAX_GOLDEN_MESSAGES,
 ) -> Golden:
     """The golden from exactly one of ``source`` (a request log file), ``proxy_session`` (a
     ``ctxwright proxy`` session id) or ``session`` (a stored session id), the last two from
-    the database ``store`` (default: ctxwright's). Raises
-    :class:`~ctxwright.errors.GoldenUnusable` (one line) when it cannot be replayed."""
+    the database ``store`` (default: ctxwright's), within the bounds (see the module
+    docstring). Raises :class:`~ctxwright.errors.GoldenUnusable` (one line) when it cannot be
+    replayed."""
     given = [x for x in (source, proxy_session, session) if x is not None]
     if len(given) != 1:
         raise GoldenUnusable(
@@ -132,12 +148,14 @@ def load_golden(
     notes: list[str] = []
     if source is not None:
         name = str(source)
-        records = list(_file_records(Path(source), max_bytes))
+        records = list(_bounded(name, _file_records(Path(source), max_bytes, max_messages), max_calls, max_messages))
     elif proxy_session is not None:
         name, records = _proxy_records(proxy_session, store)
     else:
         assert session is not None
         name, records = _session_records(session, store, notes)
+    if source is None:
+        records = list(_bounded(name, records, max_calls, max_messages))
     golden = build_golden(name, records, notes)
     if not golden.conversations:
         why = f": {golden.notes[0]}" if golden.notes else ""
@@ -148,8 +166,41 @@ def load_golden(
 # -- the sources ------------------------------------------------------------------------------
 
 
-def _file_records(path: Path, max_bytes: int) -> Iterator[tuple[str, Any]]:
-    """(where, record) of each line of a JSONL log at ``path``."""
+def _bounded(
+    name: str, records: Iterable[tuple[str, Any]], max_calls: int, max_messages: int
+) -> Iterator[tuple[str, Any]]:
+    """``records`` up to the bounds on calls and messages; one line naming the bound past it."""
+    messages = 0
+    for count, (where, record) in enumerate(records, start=1):
+        if count > max_calls:
+            raise GoldenUnusable(
+                f"{name} holds more than {counted(max_calls, 'model call')}, the most a golden may hold "
+                "(raise it with --max-golden-calls N)"
+            )
+        body = record.get("request", record) if isinstance(record, dict) else None
+        if isinstance(body, dict):
+            for key in ("messages", "input"):
+                if isinstance(body.get(key), list):
+                    messages += len(body[key])
+        if messages > max_messages:
+            raise _too_many_messages(name, where, max_messages)
+        yield where, record
+
+
+def _too_many_messages(name: str, where: str, max_messages: int) -> GoldenUnusable:
+    return GoldenUnusable(
+        f"{name}: its requests hold more than {counted(max_messages, 'message')} in all ({where} "
+        "passes it), the most a golden may hold (raise it with --max-golden-messages N)"
+    )
+
+
+def _file_records(path: Path, max_bytes: int, max_messages: int) -> Iterator[tuple[str, Any]]:
+    """(where, record) of each line of a JSONL log at ``path``. Messages are counted in the
+    raw bytes too, before a line is parsed -- ``"role"`` keys, which an escaped quote inside a
+    string cannot fake -- against twice ``max_messages`` (a recorded reply has roles too; the
+    exact count, after parsing, is :func:`_bounded`'s), so that one line of a million short
+    messages is refused before it costs a gigabyte to parse."""
+    roles = 0
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
@@ -172,7 +223,10 @@ def _file_records(path: Path, max_bytes: int) -> Iterator[tuple[str, Any]]:
             number += 1
             total += len(raw)
             if total > max_bytes:
-                raise GoldenUnusable(f"{path} is larger than {max_bytes:,} bytes, the most a golden may hold")
+                raise GoldenUnusable(
+                    f"{path} is larger than {max_bytes:,} bytes, the most a golden may hold "
+                    "(raise it with --max-golden-mb N)"
+                )
             if len(raw) > MAX_RECORD_BYTES + int(raw.endswith(b"\n")):
                 raise GoldenUnusable(
                     f"{path} line {number} is longer than {MAX_RECORD_BYTES:,} bytes, the cap on one record"
@@ -182,6 +236,9 @@ def _file_records(path: Path, max_bytes: int) -> Iterator[tuple[str, Any]]:
                 line = line[3:]
             if not line:
                 continue
+            roles += line.count(b'"role"')
+            if roles > 2 * max_messages:
+                raise _too_many_messages(str(path), f"line {number}", max_messages)
             try:
                 yield f"line {number}", json.loads(line)
             except (ValueError, RecursionError):

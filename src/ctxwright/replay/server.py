@@ -30,7 +30,9 @@ such calls out.
 **Bounds** (hostile or broken clients): the body at most ``max_body`` bytes, decoded too (413,
 connection closed); the head and body timeouts and the connection cap of
 ``proxy/limits.py`` (uvicorn's protocol with a head deadline; 408 for a stalled body); loopback
-by default. The trace path must be a regular file or new (a FIFO would stall every call).
+by default. The trace path must be a regular file or new (a FIFO would stall every call), and
+not a symbolic link (written through, it would truncate whatever the link points to; refused
+as the store's private files refuse one, ``store/private.py``).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from ctxwright.replay.answers import answer_body, dumps, error_body, stream_byte
 from ctxwright.replay.golden import Golden
 from ctxwright.replay.matching import Matcher, Placement
 from ctxwright.replay.validate import refusal
+from ctxwright.store.private import open_private
 
 #: the largest request body accepted (decoded), as ``--max-body`` says in MB
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
@@ -101,17 +104,22 @@ class TraceWriter:
 
     def __init__(self, path: Path) -> None:
         try:
-            mode = os.stat(path).st_mode
+            mode = os.lstat(path).st_mode
         except FileNotFoundError:
             mode = None
         except OSError as exc:
             raise CtxwrightError(
                 f"--trace {path}: {exc.strerror or exc}; give a file in a folder you can write"
             ) from None
+        if mode is not None and stat.S_ISLNK(mode):
+            raise CtxwrightError(
+                f"--trace {path} is a symbolic link: the trace is not written through it (that would overwrite "
+                "its target); give the path of a regular file"
+            )
         if mode is not None and not stat.S_ISREG(mode):
             raise CtxwrightError(f"--trace {path} is not a regular file; give a file to (over)write, e.g. trace.jsonl")
-        try:
-            self._f: IO[bytes] = path.open("wb")
+        try:  # O_NOFOLLOW: a link planted after the check is refused too; 0600: it holds the prompts
+            self._f: IO[bytes] = open_private(path)
         except OSError as exc:
             raise CtxwrightError(f"--trace {path}: cannot write it ({exc.strerror or exc})") from None
         self.path = path
