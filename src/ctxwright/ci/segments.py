@@ -54,6 +54,7 @@ from ctxwright.core.markdown import headings
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.core.wire_order import wire_order
+from ctxwright.core.words import counted
 
 SegmentKind = Literal["system", "tool"]
 ChangeKind = Literal["changed", "added", "removed", "moved"]
@@ -471,10 +472,10 @@ def _describe(r: _Raw, before: Sequence[SegmentLike], after: Sequence[SegmentLik
         return f"{a.name} moved{where}{swap}: same bytes, another place in the prefix"
     if r.change == "added" and r.after is not None:
         a = after[r.after]
-        return f"{a.name} added{' at ' + _place(a) if _place(a) else ''} ({a.tokens:,} tokens)"
+        return f"{a.name} added{' at ' + _place(a) if _place(a) else ''} ({counted(a.tokens, 'token')})"
     if r.change == "removed" and r.before is not None:
         b = before[r.before]
-        return f"{b.name} removed ({b.tokens:,} tokens)"
+        return f"{b.name} removed ({counted(b.tokens, 'token')})"
     assert r.after is not None
     a = after[r.after]
     also = ""
