@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from ctxwright.backends.scripted import call
 from ctxwright.cli.main import main
 from ctxwright.core.messages import Message
 from ctxwright.report import from_log, from_store, render_html, write_report
-from ctxwright.report.html import MAX_BARS, MAX_ROWS, buckets
+from ctxwright.report.html import MAX_BARS, MAX_ROWS, PROMPT_MARKS, buckets, parts_note
 
 EVIL = "</script><script>alert('x')</script><img src=x onerror=alert(1)>"
 
@@ -90,9 +91,11 @@ def test_a_stored_session_shows_every_part_compaction_status_and_tool(tmp_path):
     ]
     names = [t["name"] for t in figs[0]["data"]]
     assert {"system + tools", "status", "compaction notes", "tool results", "latest user"} <= set(names)
-    # each bar of the part chart adds up to the part sums of its call
+    # each bar of the part chart adds up to the part sums of its call; a mark over it is its prompt count
     by_name = {t["name"]: t["y"] for t in figs[0]["data"]}
+    marks = by_name.pop(PROMPT_MARKS)
     assert sum(v[3] for v in by_name.values()) == sum(s.calls[3].parts.values())
+    assert marks == [c.prompt_tokens for c in s.calls]
     assert "status_replaced" in html and "compaction" in html
     # self-contained: plotly.js inline, nothing fetched
     assert "<script src" not in html and "<link" not in html
@@ -458,3 +461,34 @@ def test_a_stored_session_on_a_server_without_cached_counts_says_unknown(tmp_pat
     head = _headline(out.read_text())
     assert "cached unknown" in head and "estimated reusable prefix" in head
     assert not re.search(r"cached [\d,]+", head), head
+
+
+def _parts_notes(html: str) -> list[str]:
+    notes = re.findall(r'<p class="note parts-note">(.*?)</p>', html, re.S)
+    return [" ".join(unescape(n).split()) for n in notes]
+
+
+def test_the_parts_and_the_prompt_count_agree_or_a_note_says_why(tmp_path):
+    """The part chart counts each part's text with ctxwright's counter; the prompt tokens are the
+    server's count of the request its chat template rendered. Where the totals differ, a note
+    under the headline gives both totals and says why; where they agree, no note."""
+    # the server's count: 40 tokens more than the parts per call (its template's role markers)
+    log = _appending_log(tmp_path / "differ.jsonl", None)
+    data = from_log(log)
+    (s,) = data.sessions
+    parts = [sum(c.parts.values()) for c in s.calls]
+    with (tmp_path / "server.jsonl").open("w") as f:
+        for line, n in zip(log.read_text().splitlines(), parts, strict=True):
+            f.write(json.dumps({"request": json.loads(line), "response": {"usage": {"prompt_tokens": n + 40}}}) + "\n")
+    html = render_html(from_log(tmp_path / "server.jsonl"))
+    (note,) = _parts_notes(html)
+    total = sum(parts)
+    assert f"The parts add up to {total:,} tokens" in note and f"the prompt tokens to {total + 120:,} (+120, " in note
+    assert "the provider's own count of the request as its chat template rendered it" in note
+    assert note.endswith("The marks over the bars of the part chart are the prompt tokens.")
+    # a log whose usage is exactly the parts: they agree, no note
+    with (tmp_path / "same.jsonl").open("w") as f:
+        for line, n in zip(log.read_text().splitlines(), parts, strict=True):
+            f.write(json.dumps({"request": json.loads(line), "response": {"usage": {"prompt_tokens": n}}}) + "\n")
+    assert _parts_notes(render_html(from_log(tmp_path / "same.jsonl"))) == []
+    assert parts_note(from_log(tmp_path / "same.jsonl").sessions[0], "x") is None

@@ -74,6 +74,55 @@ def test_a_session_report_loads_and_draws_every_chart(tmp_path):
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
 
 
+#: every table's box, and the page, no wider than what shows them: nothing scrolls sideways
+WIDTHS = {
+    "too_wide": "[...document.querySelectorAll('table')].map(t => [t.closest('section').id, "
+    "t.parentElement.scrollWidth, t.parentElement.clientWidth, t.rows[0].cells.length])"
+    ".filter(([, scroll, client]) => scroll > client)",
+    "tables": "document.querySelectorAll('table').length",
+    "page": "[document.documentElement.scrollWidth, document.documentElement.clientWidth]",
+    "parts_note": "document.querySelectorAll('p.parts-note').length",
+}
+
+
+def test_every_table_fits_a_1400_pixel_window(tmp_path):
+    """The widest tables the report draws -- the calls table with every part, the cost columns and
+    the provider-cache columns, the compactions with their lost identifiers -- fit a 1400 px
+    window: text and headers wrap, nothing scrolls sideways. A screenshot at that width is kept."""
+    from ctxwright.report import from_store, write_report
+
+    replies = [Message(role="assistant", tool_calls=(call("fetch", {"page": i}, f"p{i}"),)) for i in range(8)]
+    with Harness(
+        system="You read pages.",
+        tools=[fetch],
+        backend=ScriptedBackend([*replies, "done"]),
+        db=tmp_path / "a.db",
+        compaction=CompactionConfig(results_dir=tmp_path, window_tokens=2048, keep_recent_results=2),
+        status=True,
+        status_mode="replace",
+    ) as h:
+        h.run("read the pages " + EVIL)
+        data = from_store(h.store, h.session_id)
+    for c in data.sessions[0].calls[1:]:  # the provider's own verdict: two more columns
+        c.cache = {"cause": "ttl_expired", "evidence": "idle 6m40s past the 5m TTL", "age_s": 400, "ttl_s": 300}
+    page = write_report(data, tmp_path / "wide.html", Prices(input=2.0, cached=0.2, output=8.0))
+    shot = tmp_path / "wide.png"
+    result = open_page(
+        page,
+        expressions={**CHECKS, **WIDTHS},
+        ready="document.body && document.body.dataset.chartsDrawn",
+        screenshot=shot,
+        width=1400,
+    )
+    _check(result, charts=4)
+    ev = result.evaluated
+    assert ev["tables"] >= 5  # index, breaks, provider cache, compactions, tools, calls
+    assert ev["too_wide"] == [], ev["too_wide"]
+    assert ev["page"][0] <= ev["page"][1] == 1400
+    assert ev["parts_note"] == 1  # the scripted counts differ from the parts: said, under the headline
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_a_large_log_report_loads_and_draws(tmp_path):
     """3,000 requests in 3 conversations, one of them with a divergence inside markup."""
     from ctxwright.report import from_log, write_report

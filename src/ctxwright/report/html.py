@@ -64,6 +64,8 @@ COLORS: dict[str, str] = {
 
 #: the name of a reusable prefix standing where the provider reported no cached count
 ESTIMATED_REUSABLE = "reusable prefix (cached not reported: estimate)"
+#: the name of the marks over the part chart's bars: each call's prompt tokens, as in the table
+PROMPT_MARKS = "prompt tokens (as in the table)"
 
 
 def buckets(n: int, max_bars: int = MAX_BARS) -> list[tuple[int, int]]:
@@ -102,7 +104,51 @@ def _parts_chart(s: SessionData, runs: list[tuple[int, int]], labels: list[str])
     for part in present:
         ys = [round(_mean([s.calls[i].parts.get(part, 0) for i in range(a, b)])) for a, b in runs]
         fig.add_bar(x=labels, y=ys, name=LABELS.get(part, part), marker_color=COLORS.get(part))
+    # the prompt count the headline and the table give, as a mark over each bar: where the two
+    # differ (another tokenizer, the chat template's markers) it shows, and parts_note says why
+    prompts = [round(_mean([s.calls[i].prompt_tokens or 0 for i in range(a, b)])) for a, b in runs]
+    fig.add_scatter(
+        x=labels,
+        y=prompts,
+        mode="markers",
+        name=PROMPT_MARKS,
+        marker={"symbol": "line-ew-open", "size": 16, "color": "#222", "line": {"width": 2}},
+    )
     return fig
+
+
+def parts_note(s: SessionData, token_source: str) -> str | None:
+    """Why the parts (the part chart, the table's part columns) and the prompt tokens (the
+    headline, the table's column) add up to different totals, when they do; ``None`` when they
+    agree. They are two counts of two things: each part is ctxwright's count of that part's text
+    (``token_source``), the prompt tokens are the provider's count of the request its chat
+    template rendered -- another tokenizer, role markers, the tools in the template's own format
+    -- or, where the provider reported no usage, ctxwright's count of the request as sent."""
+    if not s.calls:
+        return None
+    parts = sum(sum(c.parts.values()) for c in s.calls)
+    prompt = s.prompt_tokens
+    if parts == prompt:
+        return None
+    counted = sum(c.prompt_counted for c in s.calls)
+    if counted == len(s.calls):
+        whose = "ctxwright's count of each request as sent (the provider reported no usage)"
+    else:
+        whose = (
+            "the provider's own count of the request as its chat template rendered it (its tokenizer, role "
+            "markers, the tools in the template's own format)"
+        )
+        if counted:
+            whose += (
+                f"; ctxwright's count for the {counted:,} call{'s' if counted > 1 else ''} it reported no usage for"
+            )
+    diff = prompt - parts
+    share = f", {diff / prompt:+.1%}" if prompt else ""
+    return (
+        f"The parts add up to {parts:,} tokens over the session's calls and the prompt tokens to {prompt:,} "
+        f"({diff:+,}{share}): each part is ctxwright's count of that part's text ({token_source}); the prompt "
+        f"tokens are {whose}. The marks over the bars of the part chart are the prompt tokens."
+    )
 
 
 def _cache_chart(s: SessionData, runs: list[tuple[int, int]], labels: list[str]) -> go.Figure:
@@ -226,6 +272,8 @@ class SessionView:
     reusable_text: str
     #: the cost counts reusable prefixes as cached where the provider reported no cached count
     cost_estimated: bool
+    #: why the parts and the prompt tokens add up to different totals (``None``: they agree)
+    parts_note: str | None = None
     #: the session's stored attention maps, drawn by the attention page's renderer
     attention: list[AttentionView] = field(default_factory=list)
     attention_left_out: int = 0
@@ -246,7 +294,7 @@ def _attention(i: int, s: SessionData) -> list[AttentionView]:
     return out
 
 
-def _view(i: int, s: SessionData, prices: Pricing | None, chart: bool) -> SessionView:
+def _view(i: int, s: SessionData, prices: Pricing | None, chart: bool, token_source: str = "") -> SessionView:
     charts: list[Chart] = []
     stats = tool_stats(s)
     if chart and s.calls:
@@ -277,6 +325,7 @@ def _view(i: int, s: SessionData, prices: Pricing | None, chart: bool) -> Sessio
         cached_text=cached_text(s),
         reusable_text=reusable_text(s),
         cost_estimated=len(s.reported) < len(s.calls),
+        parts_note=parts_note(s, token_source),
         attention=_attention(i, s),
         attention_left_out=max(0, len(s.attention) - MAX_ATTENTION_MAPS),
     )
@@ -315,7 +364,7 @@ def render_html(data: ReportData, prices: Prices | Pricing | None = None) -> str
                 r = c.priced(pricing)
                 if r is not None:
                     used[pricing.describe(r.price)] = None
-    views = [_view(i, s, prices, i < MAX_CHARTED_SESSIONS) for i, s in enumerate(data.sessions)]
+    views = [_view(i, s, prices, i < MAX_CHARTED_SESSIONS, data.token_source) for i, s in enumerate(data.sessions)]
     return render_page(
         "report.html.j2",
         charts=sum(len(v.charts) + sum(len(a.charts) for a in v.attention) for v in views),
