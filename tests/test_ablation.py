@@ -403,6 +403,10 @@ def test_ablate_runs_the_shipped_domain_end_to_end_with_every_arm_scored(tmp_pat
     assert rates["without Refunds"][0] < len(tasks) and rates["without Role"] == rates["full"]
     assert "prompt ablation" in captured.out and "without Refunds" in captured.out
     assert re.search(r"full\s+│\s+24\s+│\s+24/24 100%", captured.out)
+    assert data["complete"] is True and data["runs_done"] == data["runs_total"] == len(data["runs"])
+    lines = [x for x in captured.err.splitlines() if x.startswith("[")]
+    assert len(lines) == len(data["runs"])
+    assert all(re.search(r"about [\d h]+ (s|min) left", x) for x in lines[:-1]) and "left" not in lines[-1]
 
 
 @pytest.mark.parametrize(
@@ -453,3 +457,131 @@ def test_ablate_on_the_embedded_model(tmp_path, capsys):
     assert all(r["stop_reason"] != "backend_error" and r["prompt_tokens"] for r in data["runs"])
     full, without = data["arms"]
     assert full["prompt_tokens"] > without["prompt_tokens"] + 50  # the section's tokens left the prompt
+
+
+# -- a stopped ablation keeps what it did --------------------------------------------------------
+
+ORACLE_FLAGS = ["--model", "oracle", "--no-todo", "--no-delegate", "--no-read-result", "--no-status"]
+ARMS3 = ["--limit", "3", "--only", "Refunds", "--only", "Answer format"]  # 3 arms x 3 tasks = 9 runs
+
+
+def _read(path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):  # not written yet (a half-written file never exists)
+        return None
+
+
+@pytest.mark.slow
+def test_a_killed_ablation_leaves_its_runs_and_resumes_where_it_stopped(tmp_path, capsys):
+    """``ctxwright ablate --json`` as a subprocess, killed with SIGKILL once its first arm is in the
+    file: the file is whole JSON with every run so far and the first arm's summary, marked
+    incomplete; the same command refuses to overwrite it, and with ``--resume`` makes only the
+    missing runs and completes the file."""
+    import dataclasses
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    tasks = load_tasks(TASKS, limit=3)
+    oracle = _oracle(tasks)
+    out = tmp_path / "ablation.json"
+    args = ["ablate", "--system", str(POLICY), "--tasks", str(TASKS), *ARMS3, *ORACLE_FLAGS, "--json", str(out)]
+    with F(fallback=lambda body: dataclasses.replace(oracle(body), delay_s=0.3)) as srv:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ctxwright", *args, "--base-url", srv.url],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while (data := _read(out)) is None or not data["arms"]:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                assert time.monotonic() < deadline, "the first arm was never written"
+                time.sleep(0.05)
+            os.kill(proc.pid, signal.SIGKILL)
+        finally:
+            proc.kill()
+            proc.wait(timeout=30)
+            err = proc.stderr.read() if proc.stderr else ""
+        assert "about" in err and "left" in err  # the estimate of the time remaining, after the first run
+        stopped = _read(out)
+        assert stopped is not None and stopped["complete"] is False and stopped["runs_total"] == 9
+        assert [a["arm"] for a in stopped["arms"]] == ["full"] and stopped["arms"][0]["runs"] == 3
+        assert 3 <= stopped["runs_done"] == len(stopped["runs"]) < 9
+        assert [(r["arm"], r["task"]) for r in stopped["runs"][:3]] == [("full", t.id) for t in tasks]
+        assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []  # no half-written file
+
+        # the same command without --resume refuses to overwrite the stopped one
+        capsys.readouterr()
+        assert main([*args, "--base-url", srv.url]) == 2
+        assert "add --resume to continue it" in capsys.readouterr().err
+        assert _read(out) == stopped
+
+        before = len(srv.requests)
+        assert main([*args, "--base-url", srv.url, "--resume"]) == 0
+        made = len(srv.requests) - before
+    done = _read(out)
+    assert done["complete"] is True and done["runs_done"] == 9
+    assert [a["arm"] for a in done["arms"]] == ["full", "without Refunds", "without Answer format"]
+    assert done["runs"][: stopped["runs_done"]] == stopped["runs"]  # kept as they were, not made again
+    assert sorted((r["arm"], r["task"]) for r in done["runs"]) == sorted(
+        (a, t.id) for a in ("full", "without Refunds", "without Answer format") for t in tasks
+    )
+    assert 0 < made <= 3 * (9 - stopped["runs_done"])  # at most a few model calls per missing run
+
+
+def test_resume_refuses_another_plan_and_needs_json(tmp_path, capsys):
+    out = tmp_path / "a.json"
+    out.write_text(json.dumps({"complete": False, "runs_done": 1, "runs_total": 9, "plan": {"model": "x"}}))
+    with F(fallback=_oracle(load_tasks(TASKS))) as srv:
+        base = ["ablate", "--system", str(POLICY), "--tasks", str(TASKS), *ARMS3, "--base-url", srv.url, *ORACLE_FLAGS]
+        assert main([*base, "--json", str(out), "--resume"]) == 2
+        err = capsys.readouterr().err
+        assert "its backend differ from this command's" in err and len(err.strip().splitlines()) == 1
+        assert main([*base, "--resume"]) == 2
+        assert "give --json PATH too" in capsys.readouterr().err
+    assert srv.requests == []  # refused before any model call
+
+
+def test_the_checkpoint_writes_at_arm_ends_and_at_most_every_interval(tmp_path):
+    from ctxwright.ablation import AblationResult
+    from ctxwright.ablation.results import Checkpoint
+
+    out = tmp_path / "a.json"
+    built = []
+
+    def so_far():
+        built.append(1)
+        return AblationResult(arms=[], runs=[], tasks=1, trials=1, complete=False, runs_total=5)
+
+    cp = Checkpoint(out, min_interval_s=3600)
+    cp(so_far, False)
+    cp(so_far, False)
+    assert cp.writes == 0 and not out.exists() and built == []  # inside the interval: nothing built or written
+    cp(so_far, True)  # an arm ended
+    assert cp.writes == 1 and json.loads(out.read_text())["complete"] is False
+    cp.flush()
+    assert cp.writes == 1  # nothing new since
+    cp(so_far, False)
+    cp.flush()  # a stop: the latest state, whatever the time
+    assert cp.writes == 2 and len(built) == 2
+
+
+def test_duration_reads_as_a_wait():
+    from ctxwright.cli.ablate import duration
+
+    assert [duration(s) for s in (0.4, 40, 89, 90, 725, 3599, 3600, 4 * 3600 + 5 * 60)] == [
+        "0 s",
+        "40 s",
+        "89 s",
+        "2 min",
+        "12 min",
+        "1 h 00 min",
+        "1 h 00 min",
+        "4 h 05 min",
+    ]

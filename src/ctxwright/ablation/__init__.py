@@ -4,7 +4,8 @@
 the full prompt, and the prompt with one section removed (``sections.py``, ``arms.py``) -- on
 tasks scored by code (``tasks.py``, ``scoring.py``), each run on a fresh environment
 (``env.py``), and prints each arm's success rate with its Wilson interval (``stats.py``).
-``run.py`` drives it; ``cli/ablate.py`` is the command.
+``run.py`` drives it; ``results.py`` writes its JSON as the runs go and reads a stopped one back
+to resume it; ``cli/ablate.py`` is the command.
 
 Why a package of its own: it is an experiment *on* the harness (it builds ordinary Harness
 sessions), not a part of any session, and none of the agent's modules depend on it.

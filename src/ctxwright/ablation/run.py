@@ -14,6 +14,7 @@ that is closed at the end.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -30,7 +31,16 @@ from ctxwright.errors import AblationInputError, BackendError
 from ctxwright.harness import Harness
 from ctxwright.recipe import Recipe, options
 
-__all__ = ["MAX_RUNS", "MAX_TRIALS", "AblationResult", "ArmSummary", "RunRecord", "Runner", "run_ablation"]
+__all__ = [
+    "MAX_RUNS",
+    "MAX_TRIALS",
+    "AblationResult",
+    "ArmSummary",
+    "RunRecord",
+    "Runner",
+    "make_plan",
+    "run_ablation",
+]
 
 #: trials per task and arm above this are refused (a greedy model repeats itself anyway)
 MAX_TRIALS = 100
@@ -97,6 +107,13 @@ class AblationResult:
     model: str = ""
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    #: ``False`` while runs are missing (an ablation stopped, or one still running): ``arms``
+    #: then summarises the finished arms only, ``runs`` every run so far
+    complete: bool = True
+    #: the runs the whole ablation makes (arms x tasks x trials)
+    runs_total: int = 0
+    #: what is measured (:func:`make_plan`): a resumed ablation must have the same
+    plan: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -105,10 +122,36 @@ class AblationResult:
             "tasks": self.tasks,
             "trials": self.trials,
             "seconds": round(self.seconds, 1),
+            "complete": self.complete,
+            "runs_done": len(self.runs),
+            "runs_total": self.runs_total or len(self.runs),
             **self.extra,
+            "plan": self.plan,
             "arms": [asdict(a) for a in self.arms],
             "runs": [asdict(r) for r in self.runs],
         }
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def make_plan(arms: Sequence[Arm], tasks: Sequence[Task], trials: int, backend: str, model: str) -> dict[str, Any]:
+    """What an ablation measures: each arm with a hash of its system prompt, each task with a
+    hash of its prompt, environment and checks, the trials, the backend and the model. A resumed
+    ablation (``ablation/results.py``) must have the same plan, or its runs measure another thing."""
+
+    def task_hash(t: Task) -> str:
+        scored = (t.prompt, t.env, t.expected_calls, t.forbidden_calls, sorted(t.expected_state.items()))
+        return _sha(repr((*scored, t.expected_answer)))
+
+    return {
+        "backend": backend,
+        "model": model,
+        "trials": trials,
+        "arms": [{"name": a.name, "system_sha256": _sha(a.system)} for a in arms],
+        "tasks": [{"id": t.id, "sha256": task_hash(t)} for t in tasks],
+    }
 
 
 def _rate(values: Sequence[bool | None]) -> float | None:
@@ -252,9 +295,17 @@ def run_ablation(
     *,
     trials: int = 1,
     on_run: Callable[[int, int, RunRecord], None] | None = None,
+    resume: AblationResult | None = None,
+    on_progress: Callable[[Callable[[], AblationResult], bool], None] | None = None,
 ) -> AblationResult:
     """Every arm on every task ``trials`` times, arm by arm (so an arm's prefix stays cached),
     each run reported to ``on_run(done, total, record)`` as it ends.
+
+    ``resume``: an ablation of the same plan stopped before its end (``ablation/results.py``
+    reads it): its runs are kept and not made again. ``on_progress(so_far, arm_ended)`` is
+    called after every run made and every arm ended; ``so_far()`` builds the ablation up to that
+    moment (``complete=False`` until the last run) -- what a stop must not lose
+    (``results.Checkpoint`` writes it, at most every few seconds).
 
     A first run that fails on the model call (a server that is down, a model that does not
     load) stops the ablation with that error: every other run would fail the same way, and
@@ -268,27 +319,46 @@ def run_ablation(
             "use fewer tasks (--limit), arms (--only) or trials"
         )
     runner.check(tasks)
+    plan = make_plan(arms, tasks, trials, runner.backend.name, str(runner.backend.model))
+    kept = {(r.arm, r.task, r.trial): r for r in (resume.runs if resume is not None else ())}
+    before = resume.seconds if resume is not None else 0.0
     start = time.perf_counter()
     records: list[RunRecord] = []
     summaries: list[ArmSummary] = []
+
+    def so_far() -> AblationResult:
+        return AblationResult(
+            arms=list(summaries),
+            runs=list(records),
+            tasks=len(tasks),
+            trials=trials,
+            backend=runner.backend.name,
+            model=str(runner.backend.model),
+            seconds=before + time.perf_counter() - start,
+            complete=len(records) == total,
+            runs_total=total,
+            plan=plan,
+        )
+
     for arm in arms:
         mine: list[RunRecord] = []
         for task in tasks:
             for trial in range(1, trials + 1):
-                rec = runner.run_one(arm, task, trial)
-                if rec.stop_reason == "backend_error" and all(r.stop_reason == "backend_error" for r in records):
-                    raise BackendError(f"the first model call failed, so no arm can be scored: {rec.error}")
-                mine.append(rec)
-                records.append(rec)
-                if on_run is not None:
-                    on_run(len(records), total, rec)
+                rec = kept.get((arm.name, task.id, trial))
+                if rec is None:
+                    rec = runner.run_one(arm, task, trial)
+                    if rec.stop_reason == "backend_error" and all(r.stop_reason == "backend_error" for r in records):
+                        raise BackendError(f"the first model call failed, so no arm can be scored: {rec.error}")
+                    mine.append(rec)
+                    records.append(rec)
+                    if on_run is not None:
+                        on_run(len(records), total, rec)
+                    if on_progress is not None and len(mine) < len(tasks) * trials:
+                        on_progress(so_far, False)
+                else:
+                    mine.append(rec)
+                    records.append(rec)
         summaries.append(summarise(arm, mine))
-    return AblationResult(
-        arms=summaries,
-        runs=records,
-        tasks=len(tasks),
-        trials=trials,
-        backend=runner.backend.name,
-        model=str(runner.backend.model),
-        seconds=time.perf_counter() - start,
-    )
+        if on_progress is not None:
+            on_progress(so_far, True)
+    return so_far()

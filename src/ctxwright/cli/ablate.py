@@ -15,8 +15,8 @@ ablation's own is declared here.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,16 @@ def add_ablate_parser(sub: Any) -> None:
     )
     own.add_argument("--empty", action="store_true", help="add an arm with no system prompt at all")
     own.add_argument("--list", action="store_true", help="print the sections and arms, run nothing")
-    own.add_argument("--json", metavar="PATH", help="also write every run and arm summary as JSON here")
+    own.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write every run and arm summary as JSON here, as the runs go (a stopped ablation keeps what it did)",
+    )
+    own.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the stopped ablation --json PATH holds: its runs are kept, only the missing ones are made",
+    )
     own.add_argument("--quiet", action="store_true", help="no line per run on stderr, only the table")
     ab.set_defaults(func=cmd_ablate)
 
@@ -111,7 +120,8 @@ def _builder(spec: str) -> Any:
 
 def cmd_ablate(args: argparse.Namespace) -> int:
     from ctxwright.ablation.arms import make_arms
-    from ctxwright.ablation.run import MAX_TRIALS, Runner, run_ablation
+    from ctxwright.ablation.results import Checkpoint, read_results, stopped_runs
+    from ctxwright.ablation.run import MAX_TRIALS, Runner, make_plan, run_ablation
     from ctxwright.ablation.tasks import load_tasks
     from ctxwright.cli.main import approver, console, err_console
     from ctxwright.recipe import given_from_args
@@ -121,6 +131,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         raise AblationInputError(f"--trials {args.trials}: give 1 to {MAX_TRIALS}")
     if args.limit is not None and args.limit < 1:
         raise AblationInputError(f"--limit {args.limit}: give at least 1")
+    if args.resume and args.json is None:
+        raise AblationInputError("--resume continues the ablation a --json file holds: give --json PATH too")
     if args.json is not None:
         out = Path(args.json).expanduser()
         if not out.parent.is_dir() or out.is_dir():
@@ -133,39 +145,98 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         for a in arms:
             console.print(Text(f"  {a.name}  ({len(a.system):,} characters)"))
         return 0
+    if args.json is not None and not args.resume:
+        stopped = stopped_runs(args.json)
+        if stopped is not None:
+            raise AblationInputError(
+                f"--json {args.json} holds an ablation stopped after {stopped[0]:,} of {stopped[1]:,} runs: add "
+                "--resume to continue it, or give another file"
+            )
     extra = [import_tool(spec) for spec in args.tool] if args.tool else []
     options = given_from_args(args, approver=approver)
     total = len(arms) * len(tasks) * args.trials
+    clock = _Clock()
 
     def progress(done: int, total: int, rec: Any) -> None:
+        left = clock.left(total - done)
         if args.quiet:
             return
         mark = "pass" if rec.success else "FAIL"
         why = "" if rec.success or not rec.problems else f" · {rec.problems[0]}"
+        eta = f" · about {duration(left)} left" if done < total else ""
         err_console.print(
-            Text(f"[{done}/{total}] {rec.arm} · {rec.task} #{rec.trial}: {mark} ({rec.seconds:.1f} s){why}"),
+            Text(f"[{done}/{total}] {rec.arm} · {rec.task} #{rec.trial}: {mark} ({rec.seconds:.1f} s){eta}{why}"),
             style="dim",
             soft_wrap=True,
         )
 
+    checkpoint = Checkpoint(args.json) if args.json is not None else None
     with Runner(options, tools=extra) as runner:
         b = runner.backend
+        resume = None
+        if args.resume:
+            plan = make_plan(arms, tasks, args.trials, b.name, str(b.model))
+            resume = read_results(args.json, plan)
+        kept = len(resume.runs) if resume is not None else 0
         console.print(
             Text(
                 f"ablation: {len(arms)} arms x {len(tasks)} tasks x {args.trials} trial(s) = {total} runs · "
-                f"backend {b.name} · model {b.model}",
+                f"backend {b.name} · model {b.model}" + (f" · {kept} run(s) kept from {args.json}" if kept else ""),
                 style="dim",
             ),
             soft_wrap=True,
         )
-        result = run_ablation(runner, arms, tasks, trials=args.trials, on_run=progress)
+        clock.start()
+        try:
+            result = run_ablation(
+                runner, arms, tasks, trials=args.trials, on_run=progress, resume=resume, on_progress=checkpoint
+            )
+        except KeyboardInterrupt:
+            if checkpoint is None:
+                err_console.print(Text("interrupted; no --json file was given, so nothing was kept", style="red"))
+                return 130
+            checkpoint.flush()
+            err_console.print(
+                Text(
+                    f"interrupted; the runs so far are in {args.json}: continue with the same command and --resume",
+                    style="red",
+                ),
+                soft_wrap=True,
+            )
+            return 130
     print_table(result, console)
-    if args.json is not None:
-        Path(args.json).expanduser().write_text(
-            json.dumps(result.to_dict(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
+    if checkpoint is not None:
+        checkpoint(lambda: result, True)
         console.print(Text(f"wrote {args.json}", style="dim"))
     return 0
+
+
+class _Clock:
+    """The time the runs left will take, at the pace of the runs this command has made so far
+    (a resumed ablation's kept runs took no time here)."""
+
+    def __init__(self) -> None:
+        self.start()
+
+    def start(self) -> None:
+        self._t0 = time.monotonic()
+        self._made = 0
+
+    def left(self, runs_left: int) -> float:
+        """Called as each run ends: the estimate for the ``runs_left`` after it."""
+        self._made += 1
+        return (time.monotonic() - self._t0) / self._made * runs_left
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` as a person reads a wait: ``40 s``, ``12 min``, ``4 h 05 min``."""
+    s = round(seconds)
+    if s < 90:
+        return f"{s} s"
+    m = round(seconds / 60)
+    if m < 60:
+        return f"{m} min"
+    return f"{m // 60} h {m % 60:02d} min"
 
 
 def _pct(x: float | None) -> str:
