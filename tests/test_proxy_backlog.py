@@ -143,9 +143,14 @@ class Proxy:
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
         self.err: list[str] = []
+        self.out: list[str] = []
         self.pids: dict[int, int] = {}
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        assert self.proc.stdout is not None
+        stdout = self.proc.stdout
+        self._out_reader = threading.Thread(target=lambda: self.out.extend(stdout), daemon=True)
+        self._out_reader.start()
         wait_listening(self.port, self.proc, 90, "the proxy")
 
     def _read(self) -> None:
@@ -161,12 +166,14 @@ class Proxy:
         return f"http://127.0.0.1:{self.port}"
 
     def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
-        """Send ``sig``; the exit status and stdout."""
+        """Send ``sig``; the exit status and stdout (both streams are read by threads of their
+        own to the end: ``communicate`` would race them for the lines)."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        out, _ = self.proc.communicate(timeout=120)
-        self._reader.join(10)
-        return self.proc.returncode, out
+        self.proc.wait(120)
+        self._reader.join(30)
+        self._out_reader.join(30)
+        return self.proc.returncode, "".join(self.out)
 
 
 def _load(url: str, clients: int, each: int, size: int, tag: str) -> tuple[set[str], list[str]]:
