@@ -392,3 +392,25 @@ def test_the_framework_recorder_returns_the_answer_while_its_store_is_stopped_or
     store.close()
     assert [len(json.loads(r["request_body"])["messages"]) for r in rows] == [1, 3, 5, 7, 9, 11, 13, 15]
     assert [r["call_index"] for r in rows] == list(range(8))
+
+
+def test_a_spool_is_taken_over_only_once_its_writer_is_gone(tmp_path: Path) -> None:
+    """The lock that keeps a live process's recovery file from being imported under it."""
+    from ctxwright.store.recovery import Spool, claim_spools
+
+    folder = tmp_path / "ctxwright-recovery"
+    writer = Spool(folder, "proxy")
+    path = writer.add({"n": 1})
+    writer.add({"n": 2})
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert list(claim_spools(folder, "proxy")) == []  # its writer holds it
+    writer.close()
+    (taken,) = claim_spools(folder, "proxy")
+    assert taken.count == 2 and [r["n"] for r in taken.records()] == [1, 2]
+    assert list(claim_spools(folder, "proxy")) == []  # another importer passes it over
+    taken.keep([{"n": 2}])  # the first one imported, the store failed on the second
+    taken.close()
+    (again,) = claim_spools(folder, "proxy")
+    assert [r["n"] for r in again.records()] == [2]
+    again.keep([])
+    assert not path.exists() and list(claim_spools(folder, "proxy")) == []
