@@ -399,9 +399,9 @@ def test_compaction_is_rare_deep_append_only_between_and_keeps_every_invariant(t
 def test_two_turns_against_llama_cpp_server_are_recorded_append_only(tmp_path: Path) -> None:
     """Two turns of one thread (a checkpointer keeps the history), the dynamic prompt changed
     between them: the second call is an append of the first, the note last. At temperature 0
-    the tiny model answers without calling the tool (measured); a tool loop would die on its
-    second call here anyway, as LangChain sends the tool-call turn with ``"content": null``,
-    which this server answers with HTTP 500 (tests/llamaserver.py)."""
+    the tiny model answers without calling the tool (measured); a tool loop would go on too, as
+    the adapter sends the ``"content": null`` of LangChain's tool-call turn as ``""`` by default
+    (this server answers the null with HTTP 500: tests/llamaserver.py)."""
     pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python's server extra is not installed")
     from langgraph.checkpoint.memory import InMemorySaver
 
