@@ -41,7 +41,10 @@ def add_attention_parser(sub: Any) -> None:
         "status-bar line and system-prompt section (embedded model)",
     )
     ap.add_argument(
-        "session", nargs="?", help="a stored session ID (a unique start is enough) run on the embedded model"
+        "session",
+        nargs="?",
+        help="a stored session ID (a unique start is enough) run on the embedded model (a run session: one recorded "
+        "from the wire is explained through --request)",
     )
     ap.add_argument("--call", type=int, metavar="N", help="which call of the session (default: its last)")
     ap.add_argument("--request", metavar="REQ.json", help="an OpenAI chat request body to explain instead of a session")
@@ -87,6 +90,7 @@ def cmd_attention(args: argparse.Namespace) -> int:
     else:
         if args.answer is not None:
             raise CtxwrightError("--answer goes with --request; a stored session's answer is the one it recorded")
+        _run_session_only(args)
         store, session_id, call_index, request, answer, meta = _stored_call(args)
     try:
         with AttentionReader(args.gguf) as reader:
@@ -223,6 +227,23 @@ def _text_content(m: dict[str, Any]) -> dict[str, Any]:
         text = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
         return {**m, "content": text}
     return m
+
+
+def _run_session_only(args: argparse.Namespace) -> None:
+    """SESSION_ID may name a session of any kind (``cli/sessions.py``); only a run's calls are
+    rebuilt and answered in-process, so one recorded from the wire is refused in one line."""
+    from ctxwright.cli.sessions import SessionRef, named, refuse
+
+    ref = named(args, args.session, files=False, usage="ctxwright attention SESSION_ID")
+    if isinstance(ref, SessionRef) and ref.from_the_wire:
+        raise refuse(
+            ref,
+            "attention",
+            "it was recorded from the wire; give one of its requests with --request FILE --answer TEXT "
+            f"(`ctxwright export {ref.id}` prints them)",
+        )
+    if isinstance(ref, SessionRef):
+        args.session = ref.id
 
 
 def _stored_call(args: argparse.Namespace) -> tuple[Any, str, int, Any, str, dict[str, Any]]:

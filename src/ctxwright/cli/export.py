@@ -1,7 +1,10 @@
-"""``ctxwright export ID``: a stored session as JSON; with ``--requests``, every model call
-as one JSON line: ``{"request": body, "response": {"usage": ...}, "ctxwright": {...}}`` --
-the OpenAI chat-completions body that was sent, the usage the server reported, and what the
-live audit knew of the call (its session, a compaction before it).
+"""``ctxwright export ID``: a stored session as the file to keep, audit or replay -- a run
+session as JSON; a proxy or framework session, and a run session with ``--requests``, as
+one JSON line per model call. A run's call lines are
+``{"request": body, "response": {"usage": ...}, "ctxwright": {...}}`` -- the OpenAI
+chat-completions body that was sent, the usage the server reported, and what the live audit
+knew of the call (its session, a compaction before it). ``ctxwright show ID --json`` is not
+this file: it is what the view shows, as data.
 
 Why: the store keeps events, not requests (a request repeats its whole history; storing
 each would grow the database quadratically). The bodies are rebuilt by the renderer that
@@ -27,13 +30,14 @@ def add_export_parser(sub: Any) -> None:
         "export",
         help="print a stored session as JSON, or with --requests each model call's request body (JSONL)",
     )
-    ex.add_argument("id", nargs="?", help="session ID (a unique prefix is enough)")
     ex.add_argument(
-        "--proxy-session",
-        metavar="ID",
-        help="instead, a session recorded by `ctxwright proxy`: one {request, response} line per model call, "
-        "as it went over the wire (a golden trace for `ctxwright gate`)",
+        "id",
+        nargs="?",
+        help="a session ID of any kind (a unique start is enough); a proxy or framework session is exported as "
+        "one {request, response} line per model call, as it went over the wire (a golden trace for "
+        "`ctxwright gate`)",
     )
+    ex.add_argument("--proxy-session", metavar="ID", help="alias of ID for a proxy or framework session")
     ex.add_argument(
         "--requests",
         action="store_true",
@@ -55,22 +59,24 @@ def _ranges(indices: list[int]) -> str:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from ctxwright.cli.main import _store
+    from ctxwright.cli.sessions import SessionRef, named
     from ctxwright.store.export import request_bodies, session_export
-    from ctxwright.store.sessions import Store
 
-    if bool(args.id) == bool(args.proxy_session):
-        raise CtxwrightError("give a session ID, or --proxy-session ID for a session `ctxwright proxy` recorded")
-    store = Store(args.db) if args.db else Store()
-    if args.proxy_session:
+    ref = named(args, args.id, proxy_session=args.proxy_session, files=False, usage="ctxwright export ID")
+    if not isinstance(ref, SessionRef):
+        raise CtxwrightError("give a session ID: ctxwright export ID (`ctxwright sessions` lists them)")
+    store = _store(args)
+    if ref.from_the_wire:  # its calls are already request lines: --requests changes nothing
         try:
-            return _export_proxy_session(store, args.proxy_session)
+            return _export_proxy_session(store, ref.id)
         finally:
             store.close()
     try:
         if not args.requests:
-            print(json.dumps(session_export(store, args.id), ensure_ascii=False, indent=1))
+            print(json.dumps(session_export(store, ref.id), ensure_ascii=False, indent=1))
             return 0
-        sid, bodies, missing = request_bodies(store, args.id)
+        sid, bodies, missing = request_bodies(store, ref.id)
     finally:
         store.close()
     if not bodies and not missing:
@@ -106,15 +112,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _export_proxy_session(store: Any, ref: str) -> int:
-    """The proxy session's model calls as the records ``ctxwright audit`` and ``ctxwright
-    gate`` read (``proxy/log.py``, the one reader of a proxy session)."""
+    """A proxy or framework session's model calls (``ref``: its full id) as the records
+    ``ctxwright audit`` and ``ctxwright gate`` read (``proxy/log.py``, the one reader of a
+    session recorded from the wire)."""
     from ctxwright.proxy.log import proxy_session_requests
-    from ctxwright.proxy.store import ProxyLog
 
-    sid = str(ProxyLog(store).session_row(ref)["id"])
-    records = proxy_session_requests(store, sid)
+    records = proxy_session_requests(store, ref)
     if not records:
-        raise CtxwrightError(f"proxy session {sid} has no model calls: there is nothing to export")
+        raise CtxwrightError(f"session {ref} has no model calls: there is nothing to export")
     out = sys.stdout
     for record in records:
         out.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -41,9 +41,14 @@ def add_gate_parser(sub: Any) -> None:
         "and judges the requests it sends: prefix byte-identical, append-only, reuse/tokens/cost within "
         "tolerances. Exit 0: pass; 1: a regression; 2: the run could not be judged.",
     )
-    p.add_argument("golden", nargs="?", help="the golden trace: a request log or replay trace (JSONL)")
-    p.add_argument("--proxy-session", metavar="ID", help="use a session recorded by `ctxwright proxy` as the golden")
-    p.add_argument("--session", metavar="ID", help="use a stored ctxwright session as the golden")
+    p.add_argument(
+        "golden",
+        nargs="?",
+        metavar="GOLDEN",
+        help="the golden: a request log or replay trace (JSONL), or a stored session's ID of any kind (from --db)",
+    )
+    p.add_argument("--proxy-session", metavar="ID", help="alias of GOLDEN for a proxy or framework session's ID")
+    p.add_argument("--session", metavar="ID", help="alias of GOLDEN for a run session's ID")
     p.add_argument("--max-reuse-drop", type=_share, default=0.02, metavar="F", help="default 0.02")
     p.add_argument("--max-token-increase", type=_share, default=0.10, metavar="F", help="default 0.10 (10%%)")
     p.add_argument("--max-cost-increase", type=_share, default=0.10, metavar="F", help="default 0.10 (10%%)")
@@ -113,9 +118,7 @@ def _gate(args: argparse.Namespace) -> int:
     command = list(getattr(args, "agent_command", None) or [])  # the words after -- (cli/main.py)
     if not command:
         raise CtxwrightError("no command to run: ctxwright gate GOLDEN -- COMMAND [ARGS...]")
-    sources = [s for s in (args.golden, args.proxy_session, args.session) if s]
-    if len(sources) != 1:
-        raise CtxwrightError("give one golden: a trace FILE, --proxy-session ID or --session ID")
+    _golden_source(args)
     if args.update and not args.golden:
         raise CtxwrightError(
             "--update writes a file: give GOLDEN as a file (ctxwright export ID --requests > golden.jsonl)"
@@ -187,6 +190,30 @@ def _print_updated(result: Any, target: Path, as_json: bool) -> None:
         for line in accepted:
             print(f"  {line}")
     sys.stdout.flush()
+
+
+def _golden_source(args: argparse.Namespace) -> None:
+    """GOLDEN as a file, or a session ID of any kind (``cli/sessions.py``), set on ``args`` as
+    ``golden`` (a file), ``session`` (a run's) or ``proxy_session`` (one recorded from the wire)."""
+    from ctxwright.cli.sessions import SessionRef, named
+
+    ref = named(
+        args,
+        args.golden,
+        session=args.session,
+        proxy_session=args.proxy_session,
+        files=True,
+        usage="ctxwright gate GOLDEN -- COMMAND (a trace FILE or a session ID)",
+    )
+    if ref is None:
+        raise CtxwrightError("give one golden: a trace FILE or a session ID (ctxwright gate GOLDEN -- COMMAND)")
+    args.golden, args.session, args.proxy_session = None, None, None
+    if not isinstance(ref, SessionRef):
+        args.golden = ref
+    elif ref.from_the_wire:
+        args.proxy_session = ref.id
+    else:
+        args.session = ref.id
 
 
 def _print(result: Any, as_json: bool) -> None:

@@ -1,5 +1,6 @@
-"""``ctxwright lock [SOURCE] [--session ID | --proxy-session ID] [--file ctxwright.lock] [--check]``:
-write the lock of an agent's frozen prefix, or check the prefix against it (``ci/lock.py``).
+"""``ctxwright lock (FILE | ID) [--file ctxwright.lock] [--check]``: write the lock of an agent's
+frozen prefix, or check the prefix against it (``ci/lock.py``). ID is a stored session of any
+kind (``--session`` and ``--proxy-session`` are its aliases); its store is ``--db``.
 
 Exit codes, for CI: 0 the lock was written, or the prefix matches it; 1 the prefix changed
 (each change printed, then what it costs per call); 2 it could not be judged (no lock, a lock
@@ -31,14 +32,14 @@ def add_lock_parser(sub: Any) -> None:
     lk.add_argument(
         "source",
         nargs="?",
+        metavar="FILE|ID",
         help="a request log or golden trace (JSONL, the `ctxwright audit` format; - for stdin): the prefix of its "
-        "first request is locked",
+        "first request is locked; or a stored session's ID, of any kind (from --db)",
     )
-    lk.add_argument("--session", metavar="ID", help="a stored Harness session's frozen prefix instead")
-    lk.add_argument("--proxy-session", metavar="ID", help="a session recorded by `ctxwright proxy` instead")
-    lk.add_argument(
-        "--store", metavar="PATH", help="the database of --session / --proxy-session (default: --db, $CTXWRIGHT_DB)"
-    )
+    lk.add_argument("--session", metavar="ID", help="alias of ID for a run session")
+    lk.add_argument("--proxy-session", metavar="ID", help="alias of ID for a proxy or framework session")
+    # the store is --db, as for every command; --store is kept for the scripts that give it
+    lk.add_argument("--store", dest="db", default=argparse.SUPPRESS, metavar="PATH", help=argparse.SUPPRESS)
     lk.add_argument("--file", default=LOCK_FILE, metavar="PATH", help=f"the lock file (default {LOCK_FILE})")
     lk.add_argument(
         "--check",
@@ -62,27 +63,45 @@ def _command(args: argparse.Namespace) -> str:
         parts += ["--session", args.session]
     if args.proxy_session is not None:
         parts += ["--proxy-session", args.proxy_session]
-    if args.store is not None:
-        parts += ["--store", args.store]
+    if getattr(args, "db", None) is not None:
+        parts += ["--db", args.db]
     if args.file != LOCK_FILE:
         parts += ["--file", args.file]
     return shlex.join(parts)
 
 
+def _read_prefix(args: argparse.Namespace, store: str | None) -> Any:
+    """The prefix of what the command names: a file, or a session of any kind (``cli/sessions.py``)."""
+    from ctxwright.ci.lock import read_prefix
+    from ctxwright.cli.sessions import SessionRef, named
+
+    ref = named(
+        args,
+        args.source,
+        session=args.session,
+        proxy_session=args.proxy_session,
+        files=True,
+        usage="ctxwright lock FILE or ctxwright lock ID",
+    )
+    if not isinstance(ref, SessionRef):
+        return read_prefix(ref, store=store)
+    if ref.from_the_wire:
+        return read_prefix(proxy_session=ref.id, store=store)
+    return read_prefix(session=ref.id, store=store)
+
+
 def cmd_lock(args: argparse.Namespace) -> int:
-    from ctxwright.ci.lock import check_lock, lock_of, read_lock, read_prefix, render_lock, write_lock
+    from ctxwright.ci.lock import check_lock, lock_of, read_lock, render_lock, write_lock
     from ctxwright.cli.audit import pricing_from_args
 
     if args.source is None and args.session is None and args.proxy_session is None:
-        raise CtxwrightError(
-            "give the prefix to lock: ctxwright lock TRACE.jsonl (or --session ID, or --proxy-session ID)"
-        )
+        raise CtxwrightError("give the prefix to lock: ctxwright lock TRACE.jsonl (or a session ID)")
     command = _command(args)
     pricing = pricing_from_args(args)  # a bad --prices file is refused before anything is read
-    store = args.store if args.store is not None else getattr(args, "db", None)
+    store = getattr(args, "db", None)
     if args.check:
         lock = read_lock(args.file, regenerate=command)  # no lock: nothing to judge, before reading a source
-        prefix = read_prefix(args.source, session=args.session, proxy_session=args.proxy_session, store=store)
+        prefix = _read_prefix(args, store)
         result = check_lock(lock, prefix, pricing=pricing)
         if args.json:
             print(json.dumps({"lock": args.file, "source": prefix.source, **result.to_json()}, ensure_ascii=False))
@@ -104,7 +123,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
         for note in result.notes:
             out.write(f"note: {note}\n")
         return 0 if result.matches else 1
-    prefix = read_prefix(args.source, session=args.session, proxy_session=args.proxy_session, store=store)
+    prefix = _read_prefix(args, store)
     lock, _ = lock_of(prefix)
     written = write_lock(args.file, render_lock(lock, command=command))
     others = (

@@ -12,7 +12,7 @@ import sqlite3
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -222,126 +222,165 @@ def id_column(table: Table, ids: list[str]) -> None:
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
+    """Every session in the store, of every kind (``cli/sessions.py``), newest first."""
+    from ctxwright.cli.sessions import RUN, all_sessions
+
     store = _store(args)
-    rows = store.list_sessions(limit=args.limit)
+    rows = all_sessions(store, args.limit)
     if args.json:
-        print(json.dumps(rows, ensure_ascii=False, indent=1))
+        print(json.dumps(rows, ensure_ascii=False, indent=1, default=str))
         return 0
     t = Table(title=Text(f"sessions in {store.location}"))
     id_column(t, [r["id"] for r in rows])
-    for c in ("created", "backend", "model", "events", "calls", "first message"):
+    for c in ("kind", "created", "backend / api", "model / upstream", "events", "calls", "first message / key"):
         t.add_column(c)
     for r in rows:  # stored text is shown as it is, never read as console markup
+        run = r["kind"] == RUN
+        key = f"{r.get('grouped_by') or ''} {r.get('group_key') or ''}".strip()
         t.add_row(
             Text(r["id"]),
+            Text(r["kind"]),
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_at"])),
-            Text(r["backend"] or ""),
-            Text(r["model"] or ""),
-            str(r["events"]),
+            Text((r.get("backend") if run else r.get("api")) or ""),
+            Text((r.get("model") if run else r.get("upstream")) or ""),
+            str(r["events"]) if run else "-",
             str(r["calls"]),
-            Text((r["first_user"] or "")[:60]),
+            Text(((r.get("first_user") or "") if run else key)[:60]),
         )
     console.print(t)
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    """One session of any kind: a run's trajectory (``cli/show.py``), a wire session's calls
+    (``cli/show_proxy.py``). ``--json`` prints the view's data, not the session file
+    (``ctxwright export ID``)."""
     from ctxwright.cli.audit import pricing_from_args
+    from ctxwright.cli.sessions import refuse, resolve_session
     from ctxwright.cli.show import render_session
 
     pricing = pricing_from_args(args)  # a bad --prices file is refused before anything is read
     store = _store(args)
-    if not args.compactions and _recorded_from_the_wire(store, args.id):
+    ref = resolve_session(store, args.id)
+    if ref.from_the_wire:
+        if args.compactions:
+            raise refuse(ref, "show --compactions", "it was recorded from the wire, where no ctxwright compaction ran")
         from ctxwright.cli.show_proxy import render_proxy_session
 
-        render_proxy_session(store, args.id, console, as_json=args.json)
+        render_proxy_session(store, ref.id, console, as_json=args.json)
         return 0
     if args.compactions:
         from ctxwright.cli.show import render_compactions
 
-        render_compactions(store, args.id, console, as_json=args.json)
+        render_compactions(store, ref.id, console, as_json=args.json)
         return 0
-    render_session(store, args.id, console, as_json=args.json, wide=args.wide, pricing=pricing)
+    render_session(store, ref.id, console, as_json=args.json, wide=args.wide, pricing=pricing)
     return 0
 
 
-def _recorded_from_the_wire(store: Any, given: str) -> bool:
-    """Whether ``given`` names no ctxwright session but a proxy or framework session (recorded
-    from the wire, ``cli/show_proxy.py``); an unknown ID is left to the session view's error."""
-    from ctxwright.errors import SessionNotFound
-    from ctxwright.proxy.store import ProxyLog
-
-    try:
-        store.resolve(given)
-        return False
-    except SessionNotFound:
-        pass
-    try:
-        ProxyLog(store).session_row(given)
-        return True
-    except SessionNotFound:
-        return False
-
-
 def cmd_audit(args: argparse.Namespace) -> int:
+    """``audit FILE`` (a log, ``-`` for stdin) or ``audit ID`` (a session of any kind: a run's
+    export, a wire session's calls as the proxy audited them live)."""
     from ctxwright.cli.audit import audit_items, given_pricing, run_audit
+    from ctxwright.cli.sessions import named
 
     prices = given_pricing(args)
-    if args.proxy_session:
+
+    def audit(items: Any, source: str) -> int:
+        return audit_items(items, source, as_json=args.json, prices=prices, console=console)
+
+    target = named(
+        args,
+        args.file,
+        proxy_session=args.proxy_session,
+        files=True,
+        usage="ctxwright audit FILE or ctxwright audit ID",
+    )
+    if target is None:
+        raise CtxwrightError(
+            "give a log or a session to audit: ctxwright audit FILE (- for stdin) or ctxwright audit ID"
+        )
+    if isinstance(target, str):
+        return run_audit(target, as_json=args.json, prices=prices, console=console, max_record=args.max_record_bytes)
+    if target.from_the_wire:
         from ctxwright.cli.proxy import audit_proxy_session
 
-        if args.file:
-            raise CtxwrightError("give a log FILE or --proxy-session ID, not both")
-        return audit_proxy_session(
-            args,
-            lambda items, source: audit_items(items, source, as_json=args.json, prices=prices, console=console),
-        )
-    if not args.file:
-        raise CtxwrightError("give a log to audit: ctxwright audit FILE (or --proxy-session ID, or - for stdin)")
-    return run_audit(args.file, as_json=args.json, prices=prices, console=console, max_record=args.max_record_bytes)
+        args.proxy_session = target.id
+        return audit_proxy_session(args, audit)
+    from ctxwright.audit.logs import read_records
+    from ctxwright.store.export import session_export
+
+    store = _store(args)
+    try:
+        export = session_export(store, target.id)
+    finally:
+        store.close()
+    return audit(read_records([export]), f"session {target.id}")
+
+
+class Parser(argparse.ArgumentParser):
+    """Every ``ctxwright`` parser: a bad flag or value is one line on stderr -- what was wrong and
+    where the help is -- with argparse's exit status 2, not its usage block (``run``'s alone
+    was 44 lines, and the error sat under it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {' '.join(message.split())}; see `{self.prog} --help`\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ctxwright", description="Context engineering for LLM agents.")
+    p = Parser(prog="ctxwright", description="Context engineering for LLM agents.")
     p.add_argument("--version", action="version", version=f"ctxwright {_version()}")
     _add_global_options(p, None)
     sub = p.add_subparsers(dest="command", required=True)
 
-    r = sub.add_parser("run", help="run the agent on a prompt")
+    r = sub.add_parser(
+        "run",
+        usage="ctxwright run [OPTIONS] [PROMPT]",  # the options are listed below, by group
+        help="run the agent on a prompt",
+    )
     r.add_argument("prompt", nargs="?", help=f"the task, or - to read it from stdin (default: {DEFAULT_PROMPT!r})")
-    from ctxwright.recipe import add_arguments
+    from ctxwright.recipe.flags import OUTPUT_GROUP, SESSION_GROUP, add_arguments, argument_group
 
-    add_arguments(r)  # every option's flags, from its one declaration (recipe/options.py)
-    r.add_argument(
+    run_groups = add_arguments(r)  # every option's flags, grouped, from its one declaration (recipe/options.py)
+    session_group = argument_group(r, run_groups, SESSION_GROUP)
+    output_group = argument_group(r, run_groups, OUTPUT_GROUP)
+    session_group.add_argument(
         "--resume", metavar="ID", help="continue a stored session, with the options it recorded (flags given override)"
     )
-    r.add_argument(
+    session_group.add_argument(
         "--continue",
         dest="continue_",
         action="store_true",
         help="continue the session used last (top-level) in the database, like --resume ID",
     )
-    r.add_argument(
+    session_group.add_argument(
         "--take-over",
         action="store_true",
         help="continue a session another process is recorded as running (after checking it is gone)",
     )
-    r.add_argument("--wide", action="store_true", help="the per-call table with all its columns (wider than 80)")
-    r.add_argument(
+    output_group.add_argument(
+        "--wide", action="store_true", help="the per-call table with all its columns (wider than 80)"
+    )
+    output_group.add_argument(
         "--report",
         metavar="PATH",
         help="at the end of the run, write the session's HTML report there (as `ctxwright report ID -o PATH`)",
     )
     r.set_defaults(func=cmd_run)
 
-    s = sub.add_parser("sessions", help="list stored sessions")
-    s.add_argument("--limit", type=int, default=30)
-    s.add_argument("--json", action="store_true")
+    s = sub.add_parser("sessions", help="list stored sessions of every kind (run, proxy, framework), newest first")
+    s.add_argument("--limit", type=int, default=30, metavar="N", help="at most N sessions (default 30)")
+    s.add_argument("--json", action="store_true", help="print the rows as JSON (each kind's fields, and its kind)")
     s.set_defaults(func=cmd_sessions)
 
     sh = sub.add_parser("show", help="print one session: messages, tool calls, per-call usage")
-    sh.add_argument("id", help="session ID, or a proxy or framework session's (a unique start of it is enough)")
-    sh.add_argument("--json", action="store_true")
+    sh.add_argument("id", help="a session ID of any kind (a unique start of it is enough)")
+    sh.add_argument(
+        "--json",
+        action="store_true",
+        help="print what the view shows as JSON (a run's: the session, and what each event is sent as, each "
+        "call's cost, the totals); the session file to keep or audit is `ctxwright export ID`",
+    )
     sh.add_argument("--wide", action="store_true", help="the calls table with all its columns (wider than 80)")
     sh.add_argument(
         "--compactions",
@@ -358,10 +397,12 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument(
         "file",
         nargs="?",
+        metavar="FILE|ID",
         help="JSONL of request bodies or {request, response} pairs (OpenAI or Anthropic), "
-        "or a session export from `ctxwright show ID --json`; a regular file or a pipe, - for stdin",
+        "or a session file from `ctxwright export ID`; a regular file or a pipe, - for stdin; or a stored "
+        "session's ID, of any kind",
     )
-    au.add_argument("--proxy-session", metavar="ID", help="audit a session recorded by `ctxwright proxy` instead")
+    au.add_argument("--proxy-session", metavar="ID", help="alias of ID for a proxy or framework session")
     au.add_argument("--json", action="store_true", help="print the audit as JSON")
     from ctxwright.cli.audit import add_price_options, add_record_cap_option
 
@@ -400,11 +441,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_attention_parser(sub)
     for command in sub.choices.values():  # `ctxwright show ID --db x.db` as well as `ctxwright --db x.db show ID`
-        _add_global_options(command, argparse.SUPPRESS)
+        _add_global_options(session_group if command is r else command, argparse.SUPPRESS)
     return p
 
 
-def _add_global_options(parser: argparse.ArgumentParser, default: Any) -> None:
+def _add_global_options(parser: Any, default: Any) -> None:
     """``--db`` and ``--debug``, before the command or after it. On a command's parser the
     default is ``SUPPRESS``: an option not given there leaves what was given before the
     command in place, instead of resetting it."""
@@ -443,7 +484,10 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     argv, agent = split_agent_command(argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the command's own parser, so the line names its help
+        _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     if agent is not None:
         args.agent_command = agent
     try:
@@ -464,6 +508,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:
         return _failed(exc, args)
+
+
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the subcommand ``args`` were parsed for (``parser`` itself when none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found = action.choices.get(getattr(args, "command", None) or "")
+            if isinstance(found, argparse.ArgumentParser):
+                return found
+    return parser
 
 
 def split_agent_command(argv: list[str]) -> tuple[list[str], list[str] | None]:

@@ -1,6 +1,6 @@
-"""``ctxwright report (ID | --proxy-session ID | FILE) -o report.html``: the report of a stored
-session, of a session the proxy recorded, or of any request log ``ctxwright audit`` reads, as
-one HTML file that opens offline (``report/``)."""
+"""``ctxwright report (ID | FILE) -o report.html``: the report of a stored session of any kind
+(a run, or one the proxy or a framework recorded from the wire) or of any request log
+``ctxwright audit`` reads, as one HTML file that opens offline (``report/``)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,11 @@ def add_report_parser(sub: Any) -> None:
     rp.add_argument(
         "target",
         nargs="?",
-        help="a stored session ID (a unique prefix is enough), or a request log file (anything "
+        metavar="ID|FILE",
+        help="a stored session's ID, of any kind (a unique start is enough), or a request log file (anything "
         "`ctxwright audit` reads)",
     )
-    rp.add_argument("--proxy-session", metavar="ID", help="a session recorded by `ctxwright proxy`")
+    rp.add_argument("--proxy-session", metavar="ID", help="alias of ID for a proxy or framework session")
     rp.add_argument("-o", "--output", required=True, metavar="PATH", help="the HTML file to write")
     add_price_options(rp)
     rp.set_defaults(func=cmd_report)
@@ -38,8 +39,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     prices = pricing_from_args(args)
     if (args.target is None) == (args.proxy_session is None):
         raise CtxwrightError(
-            "name what to report: a session ID, a log FILE, or --proxy-session ID (one of them), "
-            "e.g. ctxwright report SESSION_ID -o report.html"
+            "name what to report: a session ID or a log FILE (one of them), e.g. ctxwright report SESSION_ID "
+            "-o report.html"
         )
     out = Path(args.output).expanduser()
     if not out.parent.is_dir():
@@ -64,10 +65,20 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _gather(args: argparse.Namespace) -> Any:
     from ctxwright.cli.audit import pricing_from_args
-    from ctxwright.store.sessions import Store
+    from ctxwright.cli.main import _store
+    from ctxwright.cli.sessions import SessionRef, named
 
-    if args.proxy_session is not None:
-        return _proxy(args)
+    ref = named(args, args.target, proxy_session=args.proxy_session, files=True, usage="ctxwright report ID|FILE")
+    if isinstance(ref, SessionRef):
+        from ctxwright.report import from_proxy, from_store
+
+        store = _store(args)
+        try:
+            if ref.from_the_wire:
+                return from_proxy(store, ref.id, pricing=pricing_from_args(args))
+            return from_store(store, ref.id)
+        finally:
+            store.close()
     target = Path(args.target).expanduser()
     if target.is_file():
         from ctxwright.report import from_log
@@ -84,31 +95,4 @@ def _gather(args: argparse.Namespace) -> Any:
         return data
     if target.exists():
         raise CtxwrightError(f"{args.target} is not a file: give a request log file or a session ID")
-    from ctxwright.errors import AmbiguousSessionId, SessionNotFound
-    from ctxwright.report import from_store
-
-    store = Store(args.db) if args.db else Store()
-    try:
-        return from_store(store, args.target)
-    except AmbiguousSessionId:
-        raise  # it names the sessions that start so; "no file of that name" would mislead
-    except SessionNotFound:
-        raise CtxwrightError(
-            f"no session {args.target} in {store.location} and no file of that name: give a session ID "
-            "(`ctxwright sessions` lists them; --db names another database) or a request log file"
-        ) from None
-    finally:
-        store.close()
-
-
-def _proxy(args: argparse.Namespace) -> Any:
-    """A proxy session; an unknown id is the store's one line (it says how to list them)."""
-    from ctxwright.cli.audit import pricing_from_args
-    from ctxwright.report import from_proxy
-    from ctxwright.store.sessions import Store
-
-    store = Store(args.db) if args.db else Store()
-    try:
-        return from_proxy(store, args.proxy_session, pricing=pricing_from_args(args))
-    finally:
-        store.close()
+    raise CtxwrightError(f"{args.target}: the report reads a request log from a file; write it to one first")

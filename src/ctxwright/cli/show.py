@@ -56,7 +56,7 @@ def render_session(
 ) -> None:
     data = session_export(store, session_id)
     if as_json:
-        print(json.dumps(data, ensure_ascii=False, indent=1))
+        print(json.dumps(view_data(data, pricing or Pricing()), ensure_ascii=False, indent=1))
     else:
         _render(data, console, "", wide=wide, pricing=pricing or Pricing())
 
@@ -143,18 +143,86 @@ def _current_view(data: dict[str, Any], events: list[Event]) -> dict[int, Messag
     return {seq: m for seq, m in r.shown_entries() if seq is not None}
 
 
-def _view_note(ev: Event, shown: dict[int, Message] | None) -> Text:
-    """What the next request does with a recorded message: nothing to say when it is sent as
-    recorded; else that it is no longer sent, or is sent shortened by a compaction."""
+def _sent_as(ev: Event, shown: dict[int, Message] | None) -> tuple[str, str | None] | None:
+    """What the next request does with a recorded message: ``("as recorded", None)``, ``("no
+    longer sent", None)`` or ``("changed", the text it is sent as)`` after a compaction; ``None``
+    for an event that is no message, or when the view cannot be rebuilt."""
     if shown is None or not isinstance(ev, MessageEvent):
-        return Text("")
+        return None
     now = shown.get(ev.seq)
     if now is None:
-        return Text(" (no longer sent)", style="dim")
+        return "no longer sent", None
     if now.content != ev.message.content:
-        c = now.content or ""
-        return Text(f" (now sent as: {c[:80]}{'…' if len(c) > 80 else ''})", style="dim")
-    return Text("")
+        return "changed", now.content or ""
+    return "as recorded", None
+
+
+def _view_note(ev: Event, shown: dict[int, Message] | None) -> Text:
+    """The note after a recorded message (:func:`_sent_as`): nothing when it is sent as recorded."""
+    state = _sent_as(ev, shown)
+    if state is None or state[0] == "as recorded":
+        return Text("")
+    if state[1] is None:
+        return Text(f" ({state[0]})", style="dim")
+    c = state[1]
+    return Text(f" (now sent as: {c[:80]}{'…' if len(c) > 80 else ''})", style="dim")
+
+
+def _ratios(calls: list[CallRecord]) -> tuple[float | None, float | None] | None:
+    """Hit ratio and efficiency over the calls whose cached tokens were reported; ``None``
+    when none were."""
+    known = [c for c in calls if c.cached_tokens is not None and c.prompt_tokens]
+    if not known:
+        return None
+    return cache_ratios(
+        sum(c.cached_tokens or 0 for c in known),
+        sum(c.prompt_tokens or 0 for c in known),
+        sum(c.audit.reusable_prefix_tokens or 0 for c in known),
+    )
+
+
+def view_data(data: dict[str, Any], pricing: Pricing) -> dict[str, Any]:
+    """``show ID --json``: what the view shows, as data -- the session as exported (so the
+    audit still reads it) with its ``kind`` and a ``view``: what the next request sends for each
+    recorded message (:func:`_sent_as`), each call's cause and cost, and the totals the view
+    prints under the calls. The session file to keep or re-import is ``ctxwright export ID``:
+    this adds what the view computes, which depends on the prices and on this ctxwright."""
+    events, unreadable = _parse_events(data.get("events") or [])
+    shown = _current_view(data, events)
+    messages = []
+    for ev in events:
+        state = _sent_as(ev, shown)
+        if state is not None:
+            messages.append({"seq": ev.seq, "sent": state[0], **({"now": state[1]} if state[1] is not None else {})})
+    calls = [CallRecord.from_dict(c) for c in data.get("calls") or []]
+    costs = [call_cost_of(c, pricing, data.get("model")) for c in calls]
+    hit, eff = _ratios(calls) or (None, None)
+    found = [r for r in costs if r is not None]
+    view = {
+        "messages": messages,
+        "unreadable_events": [{"seq": seq, "problem": problem} for seq, problem in unreadable],
+        "calls": [
+            {
+                "call_index": c.call_index,
+                "cause": _cause(c),
+                "cost_usd": None if r is None else r.cost,
+                "if_held_usd": None if r is None else r.if_held,
+            }
+            for c, r in zip(calls, costs, strict=True)
+        ],
+        "summary": {
+            "calls": len(calls),
+            "hit_ratio": hit,
+            "efficiency": eff,
+            "cost_usd": sum(r.cost for r in found) if found else None,
+            "if_held_usd": sum(r.if_held for r in found) if found else None,
+            "priced_calls": len(found),
+            "keep_warm_refreshes": sum(1 for c in calls if c.audit.cause == KEEP_WARM),
+            "expiries": sum(1 for c in calls if (c.audit.cache or {}).get("cause") == "ttl_expired"),
+        },
+    }
+    children = [view_data(c, pricing) for c in data.get("children") or []]
+    return {"kind": "run", **data, "view": view, "children": children}
 
 
 def _line(indent: str, seq: int, label: str, style: str, *parts: str | tuple[str, str] | Text) -> Text:
@@ -307,13 +375,9 @@ def _render(
             tokens, usd = expiry_total([dict(c.audit.cache or {}) for c in expired])
             cost = f", ${usd:.4f} more than reads" if usd is not None else ""
             say(Text(f"{indent}expiries: {len(expired)} ({tokens:,} tokens re-written{cost})"))
-        known = [call for call in calls if call.cached_tokens is not None and call.prompt_tokens]
-        if known:
-            hit, eff = cache_ratios(
-                sum(call.cached_tokens or 0 for call in known),
-                sum(call.prompt_tokens or 0 for call in known),
-                sum(call.audit.reusable_prefix_tokens or 0 for call in known),
-            )
+        ratios = _ratios(calls)
+        if ratios is not None:
+            hit, eff = ratios
             eff_text = f"{eff:.1%}" if eff is not None else "n/a (nothing reusable)"
             say(Text(f"{indent}hit ratio {hit:.1%} (Σcached ÷ Σprompt) · efficiency {eff_text} (Σcached ÷ Σreusable)"))
         found = [r for r in costs if r is not None]

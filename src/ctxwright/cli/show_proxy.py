@@ -5,7 +5,8 @@ Why its own view: such a session has no ctxwright events -- its calls are the by
 over the wire -- so there is no trajectory to render. What a person wants from ``show`` is still
 there: each call in order with its status, what the live audit said of it (cause, reusable and
 cached tokens), how many messages it sent, the newest of them, and the answer. ``--json`` prints
-the session with every call's request and answer as recorded.
+that view's data: the session (with its ``kind``) and every call's status, audit, request and
+answer as recorded (``ctxwright export ID`` writes the calls as a request log instead).
 """
 
 from __future__ import annotations
@@ -74,7 +75,11 @@ def render_proxy_session(store: Store, session_id: str, console: Console, *, as_
             }
             for r in rows
         ]
-        print(json.dumps({"session": session, "calls": calls}, ensure_ascii=False, indent=1, default=str))
+        print(
+            json.dumps(
+                {"kind": session["kind"], "session": session, "calls": calls}, ensure_ascii=False, indent=1, default=str
+            )
+        )
         return
     key = f" {session['grouped_by']}={session['group_key']}" if session.get("group_key") else ""
     console.print(
@@ -100,7 +105,11 @@ def render_proxy_session(store: Store, session_id: str, console: Console, *, as_
         )
     console.print(t)
     console.print(
-        Text(f"ctxwright audit --proxy-session {session['id']} audits it again; report --proxy-session draws it")
+        Text(
+            f"ctxwright audit {session['id']} audits it again; ctxwright report {session['id']} -o report.html "
+            "draws it; ctxwright export ID writes its calls as a request log"
+        ),
+        soft_wrap=True,
     )
 
 

@@ -329,6 +329,8 @@ class Store:
         return out
 
     def list_sessions(self, limit: int = 50, include_children: bool = False) -> list[dict[str, Any]]:
+        """The Harness sessions, newest first (``kind`` ``run``; the CLI lists them with the
+        proxy's and frameworks' sessions, ``cli/sessions.py``)."""
         where = "" if include_children else "WHERE s.parent_id IS NULL"
         rows = self.db.fetchall(
             f"""SELECT s.id AS id, s.created_at AS created_at, s.backend AS backend, s.model AS model,
@@ -341,6 +343,7 @@ class Store:
         return [
             {
                 "id": r["id"],
+                "kind": "run",
                 "created_at": r["created_at"],
                 "backend": r["backend"],
                 "model": r["model"],
