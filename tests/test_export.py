@@ -189,19 +189,21 @@ def test_a_failed_call_is_exported_and_named_not_audited(tmp_path, capsys):
     """A call the server refused was sent (its body is exported) but never answered: the live
     audit has no row for it, and the audit of the export names it on stderr instead."""
     db = tmp_path / "c.db"
-    with F([F.error(400, {"error": {"message": "bad request"}}), F.reply_text("ok")]) as srv:
-        assert _run(db, srv.url, "--max-retries", "0", "hi") == 2
+    with F([F.reply_text("ok"), F.error(400, {"error": {"message": "bad request"}}), F.reply_text("ok")]) as srv:
+        assert _run(db, srv.url, "hi") == 0
         sid = Store(db).list_sessions()[0]["id"]
-        assert _run(db, srv.url, "--resume", sid, "again") == 0
+        assert _run(db, srv.url, "--max-retries", "0", "--resume", sid, "again") == 2
+        assert _run(db, srv.url, "--resume", sid, "once more") == 0
     records, _ = _export_records(db, sid, capsys)
-    assert "error" in records[0]["ctxwright"] and "error" not in records[1]["ctxwright"]
+    assert ["error" in r["ctxwright"] for r in records] == [False, True, False]
     path = tmp_path / "requests.jsonl"
     path.write_text("".join(canonical_json(r) + "\n" for r in records))
     assert main(["audit", str(path), "--json"]) == 0
     cap = capsys.readouterr()
     live = [c.audit.cause for c in Store(db).calls(sid) if c.error is None]
-    assert [r["cause"] for r in json.loads(cap.out)["requests"]] == live == ["first"]
-    assert "line 1: call 0 of session" in cap.err and "not audited" in cap.err
+    assert [r["cause"] for r in json.loads(cap.out)["requests"]] == live
+    assert len(live) == 2 and live[0] == "first"
+    assert "line 2: call 1 of session" in cap.err and "not audited" in cap.err
 
 
 def test_a_bad_ctxwright_object_is_a_problem_of_its_line(tmp_path, capsys):
