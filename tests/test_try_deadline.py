@@ -237,3 +237,32 @@ def test_a_silent_server_did_not_answer(slow: Slow) -> None:
             backend.close()
     assert took < BOUND_S
     assert "did not answer within 1 s" in message and "bytes received" not in message, message
+
+
+@pytest.mark.parametrize("package", ["httpx", "httpx2"])
+def test_the_deadline_holds_under_both_http_packages_the_sdks_bring(slow: Slow, package: str) -> None:
+    """Older openai and anthropic releases use ``httpx`` (over ``httpcore``), newer ones
+    ``httpx2`` (over ``httpcore2``): the deadline raises each package's own ``ReadTimeout``,
+    which is also a ``DeadlinePassed`` carrying what had arrived; outside a try, nothing is cut."""
+    import importlib
+
+    from ctxwright.backends.bounded_http import TryDeadline, bounded_client
+    from ctxwright.backends.openai_compat import _chain
+    from ctxwright.errors import DeadlinePassed
+
+    http = importlib.import_module(package)
+    deadline = TryDeadline()
+    client = bounded_client(http.Client, deadline)
+    try:
+        slow.mode = "drip"
+        started = time.monotonic()
+        with pytest.raises(http.ReadTimeout) as info, deadline.running(1.0):
+            client.post(slow.url + "/x", content=b"{}", timeout=30.0)
+        assert time.monotonic() - started < BOUND_S
+        passed = next(e for e in _chain(info.value) if isinstance(e, DeadlinePassed))
+        assert passed.seconds == 1.0 and passed.received > 0
+        slow.mode = "ok"
+        slow.ok_body = {"ok": True}
+        assert client.post(slow.url + "/x", content=b"{}", timeout=30.0).json() == {"ok": True}
+    finally:
+        client.close()
