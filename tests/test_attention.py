@@ -219,6 +219,9 @@ def test_bad_input_is_one_line(tmp_path, capsys, args, says):
         "surrogate": tmp_path / "surrogate.json",
         "tmp": tmp_path,
     }
+    from ctxwright.store.sessions import Store
+
+    Store(tmp_path / "a.db").close()  # a store that exists (reading commands create none), without that session
     code = main(["attention", *(a.format(**paths) for a in args), "--db", str(tmp_path / "a.db")])
     err = capsys.readouterr().err
     assert code == 2 and says in err and "Traceback" not in err
