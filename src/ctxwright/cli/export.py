@@ -43,7 +43,8 @@ def add_export_parser(sub: Any) -> None:
         action="store_true",
         help="one line per model call: {request, response, ctxwright} -- the chat-completions body that was "
         "sent (model, messages, tools, tool_choice, max_tokens, temperature, ...), rebuilt from the store, with "
-        "the usage the server reported; `ctxwright audit` reads it",
+        "the usage the server reported; `ctxwright audit` reads it (a proxy or framework session's export is "
+        "already one line per call)",
     )
     ex.set_defaults(func=cmd_export)
 
