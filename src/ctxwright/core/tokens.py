@@ -305,9 +305,84 @@ class LedgerMismatch:
 
     counted: int
     reported: int
-    #: ``tools_dropped``, ``prompt_cut`` or ``template_adds``
+    #: ``tools_dropped``, ``results_dropped``, ``tools_and_results_dropped``, ``part_dropped`` (the tools or
+    #: the results, the count cannot tell), ``prompt_cut`` or ``template_adds``
     kind: str
     message: str
+
+
+def _near(missing: int, size: int) -> bool:
+    """Whether ``missing`` tokens are about ``size`` (the margin of :data:`MISMATCH_RATIO`)."""
+    return size > 0 and abs(missing - size) <= max(MISMATCH_MIN_TOKENS, MISMATCH_RATIO * size)
+
+
+def _dropped(ledger: Ledger, missing: int, tool_choice: str | None, head: str) -> tuple[str, str] | None:
+    """The part of the request a server that counted ``missing`` tokens fewer left out, as
+    ``(kind, message)``; ``None`` when no part matches (the prompt was cut, or more went).
+
+    Why several candidates: the count alone cannot tell the tool definitions from the tool
+    results when both are about the missing size. llama-cpp-python's
+    ``chatml-function-calling`` -- the template this check used to recommend -- renders no
+    ``tool`` message at all, so its prompts lack the tool results, not the tools; naming the
+    tools whenever their size matched fired on exactly that server. A part is named only when
+    every way that fits the count leaves it out; when the tools alone and the results alone
+    would each explain it, the message says it is one or the other."""
+    tools, results = ledger.tools, ledger.tool_results
+    # each way the server may have left parts out, and whether its size matches what is missing
+    ways = [({"tools"}, tools), ({"results"}, results)]
+    if tools and results:
+        ways.append(({"tools", "results"}, tools + results))
+    fitting = [parts for parts, size in ways if _near(missing, size)]
+    if not fitting:
+        return None
+    # a part is named when every way that fits leaves it out: "the tools" or "the tools and the
+    # results" fitting alike still means the tools are missing
+    sure = set.intersection(*fitting)
+    none = tool_choice == "none"
+    if sure == {"tools"}:
+        if none:
+            return (
+                "tools_dropped",
+                f"{head}: about the {tools:,} tokens of the tool definitions are missing. The server probably left "
+                'the tools out because tool_choice is "none" (llama-cpp-python\'s chatml-function-calling does): the '
+                "prompt's start changes, so this call reuses no cached prefix of the calls before it.",
+            )
+        return (
+            "tools_dropped",
+            f"{head}: about the {tools:,} tokens of the tool definitions are missing, so the server probably dropped "
+            "the tools (its chat template or chat format has no tool support) and the model cannot see them. Start "
+            "the server with a tool-capable template (llama.cpp: --jinja; llama-cpp-python: --chat_format "
+            "chatml-function-calling).",
+        )
+    if sure == {"results"}:
+        return (
+            "results_dropped",
+            f"{head}: about the {results:,} tokens of the tool results are missing, so the server's chat template "
+            "probably renders no tool messages (llama-cpp-python's chatml-function-calling renders none) and the "
+            "model does not see what its tools returned. Serve it with a template that renders tool results "
+            "(llama.cpp: llama-server --jinja with the model's own template).",
+        )
+    if sure == {"tools", "results"}:
+        why = (
+            'tool_choice is "none", for which the server leaves the tools out, and its template renders no tool '
+            "messages (llama-cpp-python's chatml-function-calling does both); the prompt's start changes, so this "
+            "call reuses no cached prefix of the calls before it"
+            if none
+            else "its chat template renders neither the tools nor the tool messages, so the model sees neither; "
+            "check its chat format"
+        )
+        return (
+            "tools_and_results_dropped",
+            f"{head}: about the {tools:,} tokens of the tool definitions and the {results:,} of the tool results "
+            f"are missing: {why}.",
+        )
+    return (
+        "part_dropped",
+        f"{head}: {missing:,} fewer, about what the tool definitions ({tools:,}) or the tool results "
+        f"({results:,}) hold, so the server's chat template probably left one of them out (llama-cpp-python's "
+        "chatml-function-calling renders no tool messages; a template without tool support drops the tools). "
+        "Check the server's chat format.",
+    )
 
 
 def check_reported(
@@ -316,7 +391,7 @@ def check_reported(
     """Compare the server's ``prompt_tokens`` with the ledger's total; ``None`` within the
     margin (or when the server reported none). ``source`` names the tokenizer that counted
     the ledger (``TokenCounter.source``); ``tool_choice`` is the request's. The message
-    says what probably happened."""
+    says what probably happened (:func:`_dropped` for a part the server left out)."""
     if reported is None:
         return None
     counted = ledger.total
@@ -326,26 +401,9 @@ def check_reported(
     head = f"the server counted {reported:,} prompt tokens, ctxwright {counted:,} (by {source})"
     if diff < 0:
         missing = -diff
-        if ledger.tools and abs(missing - ledger.tools) <= max(MISMATCH_MIN_TOKENS, MISMATCH_RATIO * ledger.tools):
-            if tool_choice == "none":
-                return LedgerMismatch(
-                    counted,
-                    reported,
-                    "tools_dropped",
-                    f"{head}: about the {ledger.tools:,} tokens of the tool definitions are missing. The server "
-                    'probably left the tools out because tool_choice is "none" (llama-cpp-python\'s '
-                    "chatml-function-calling does): the prompt's start changes, so this call reuses no cached "
-                    "prefix of the calls before it.",
-                )
-            return LedgerMismatch(
-                counted,
-                reported,
-                "tools_dropped",
-                f"{head}: about the {ledger.tools:,} tokens of the tool definitions are missing, so the server "
-                "probably dropped the tools (its chat template or chat format has no tool support) and the model "
-                "cannot see them. Start the server with a tool-capable template (llama.cpp: --jinja; "
-                "llama-cpp-python: --chat_format chatml-function-calling).",
-            )
+        dropped = _dropped(ledger, missing, tool_choice, head)
+        if dropped is not None:
+            return LedgerMismatch(counted, reported, *dropped)
         return LedgerMismatch(
             counted,
             reported,
