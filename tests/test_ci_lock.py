@@ -273,7 +273,7 @@ def test_an_unknown_session_and_a_missing_store_are_one_line(tmp_path: Path) -> 
     _session(db, SYSTEM)
     assert "nope" in _one_line_exit_2(_cli("lock", "--session", "nope", "--store", str(db), cwd=tmp_path))
     line = _one_line_exit_2(_cli("lock", "--session", "x", "--store", str(tmp_path / "none.db"), cwd=tmp_path))
-    assert "no database" in line and not (tmp_path / "none.db").exists()
+    assert "no ctxwright database" in line and not (tmp_path / "none.db").exists()
 
 
 def test_a_proxy_session_is_a_source(tmp_path: Path) -> None:

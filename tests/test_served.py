@@ -279,9 +279,8 @@ def test_a_server_that_drops_the_tools_is_warned_about(tmp_path: Path, capsys: p
     """The default tools and prompt, on a server that answers 390 prompt tokens (what
     llama-cpp-python's server with ``--chat_format chatml`` reported for this request)."""
     with S([S.reply_text("It is 10:00.", usage=S.usage_openai(390, 8))]) as srv:
-        code = main(
-            ["--db", str(tmp_path / "d.db"), "run", "--base-url", srv.url, "--model", "m", "--max-iterations", "1"]
-        )
+        run = ["--db", str(tmp_path / "d.db"), "run", "--base-url", srv.url, "--model", "m", "--max-iterations", "1"]
+        code = main([*run, "What's the current time and weather in Vancouver?"])
         out = capsys.readouterr()
     assert code == 0
     assert re.search(

@@ -54,6 +54,7 @@ __all__ = [
     "SkillPathError",
     "SkillToolError",
     "StoreLocked",
+    "StoreMissing",
     "StoreReadOnly",
     "StoreUnusable",
     "StoreWriteFailed",
@@ -114,6 +115,12 @@ class NotADatabase(StoreUnusable):
 
 class SchemaTooNew(StoreUnusable):
     """The database was written by a newer ctxwright, with migrations this build does not know."""
+
+
+class StoreMissing(StoreUnusable):
+    """A command that only reads was pointed at a store that does not exist: no file there, or
+    a database without ctxwright's tables. Nothing was created (a mistyped ``--db`` used to
+    leave a new database, and its folders, behind)."""
 
 
 class StoreLocked(StoreUnusable):

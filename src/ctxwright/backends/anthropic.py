@@ -33,7 +33,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import anthropic
+from ctxwright.errors import ConfigError
+
+try:
+    import anthropic
+except ImportError:  # the SDK is the anthropic extra's, not a dependency of every install
+    raise ConfigError(
+        "the anthropic backend needs Anthropic's SDK, which is not installed: pip install 'ctxwright[anthropic]'"
+    ) from None
 
 from ctxwright.backends.base import Backend
 from ctxwright.backends.bounded_http import (
@@ -62,7 +69,6 @@ from ctxwright.core.usage import as_object, read_usage
 from ctxwright.errors import (
     BackendError,
     BackendUnavailable,
-    ConfigError,
     ContextWindowExceeded,
     MalformedResponse,
     ReplyTooLarge,

@@ -179,17 +179,12 @@ def _log_prefix(source: str | Path, max_record: int) -> PrefixSource:
 
 
 def _store(path: str | Path | None) -> Any:
-    from ctxwright.store.database import is_url
+    """The store a session is read from: an existing one, or one line saying there is none
+    (``Store(must_exist=True)``) -- never a new file or table made for a mistyped name."""
+    from ctxwright.store.database import normalize_target
     from ctxwright.store.sessions import Store
 
-    if path is None:
-        return Store()
-    if is_url(path):
-        return Store(str(path))
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise CtxwrightError(f"--store {path}: no database there; give the SQLite file ctxwright run or proxy wrote")
-    return Store(p)
+    return Store(None if path is None else normalize_target(path), must_exist=True)
 
 
 def _session_prefix(session: str, store_path: str | Path | None) -> PrefixSource:

@@ -20,6 +20,7 @@ from rich.text import Text
 from rich.traceback import Traceback
 
 from ctxwright.cli.progress import RunPrinter, calls_table
+from ctxwright.core.progress import BackendFailed
 from ctxwright.errors import CtxwrightError
 
 if TYPE_CHECKING:
@@ -31,13 +32,20 @@ if TYPE_CHECKING:
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)  # one line per error, never folded
 
-DEFAULT_PROMPT = "What's the current time and weather in Vancouver?"
+#: the question ``make demo`` asks (the demo's tools answer it); a run is never given it unasked
+DEMO_PROMPT = "What's the current time and weather in Vancouver?"
 
 
 def _store(args: argparse.Namespace) -> Any:
+    """The store a command that reads sessions opens (``--db``, else ``$CTXWRIGHT_DB`` or the
+    user data dir's): an existing one, or one line saying there is none -- never a new file,
+    folder or table made by a mistyped ``--db`` (``Store(must_exist=True)``). The commands that
+    record (``run``, ``proxy``) create theirs."""
+    from ctxwright.store.database import normalize_target
     from ctxwright.store.sessions import Store
 
-    return Store(args.db) if args.db else Store()
+    db = getattr(args, "db", None)
+    return Store(normalize_target(db) if db else None, must_exist=True)
 
 
 def _looks_like_path(value: str) -> bool:
@@ -52,7 +60,9 @@ def _looks_like_path(value: str) -> bool:
 def _system_text(value: str) -> str:
     """``--system``: the text of an existing file; a value that looks like a path
     (:func:`_looks_like_path`) and is no file is refused -- a mistyped file name used to become
-    the system prompt, silently -- and any other value is the text itself (as it always was)."""
+    the system prompt, silently -- and any other value is the text itself (as it always was),
+    with a warning on stderr when it is one word: ``--system myprompt`` is far likelier a file
+    name without its extension than an 8-character prompt."""
     path = Path(value)
     try:  # a long prompt is no file name the OS takes (ENAMETOOLONG), nor one with a NUL or ~nobody
         path = path.expanduser()
@@ -65,6 +75,15 @@ def _system_text(value: str) -> str:
         if _looks_like_path(value):
             raise CtxwrightError(
                 f"--system {value}: no such file; check the name, or give the prompt itself with --system-text"
+            )
+        if value and not any(c.isspace() for c in value):
+            err_console.print(
+                Text.assemble(
+                    ("ctxwright: warning:", "yellow"),
+                    f" --system {value}: no file of that name, so these {len(value)} characters are the system "
+                    "prompt; check the file name, or give the text with --system-text to say it is the prompt",
+                ),
+                soft_wrap=True,
             )
         return value
     try:
@@ -120,20 +139,35 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CtxwrightError(f'{how} needs a follow-up message: ctxwright run {how} "follow-up"')
     if not args.prompt and (tools is not None or system is not None) and not args.resume:
         raise CtxwrightError('give your agent its task: ctxwright run --system ... --tool ... "the task"')
+    if not args.prompt and not args.resume:  # a run without a task used to answer a demo question, unasked
+        raise CtxwrightError(
+            f'give the agent its task: ctxwright run "the task" (to try it: ctxwright run "{DEMO_PROMPT}")'
+        )
     from ctxwright.recipe import given_from_args
 
     options = given_from_args(args, approver=approver)  # only the flags given: on --resume the rest is the session's
+    if options.get("backend") == "anthropic":  # an install without its SDK is refused before a store is made
+        import ctxwright.backends.anthropic  # noqa: F401
     from ctxwright.cache.prices import load_prices
 
     prices = load_prices(args.prices) if args.prices is not None else None  # refused before a model loads
     printer = RunPrinter(console, err_console)
+
+    def on_event(event: Any) -> None:
+        """The printer, but for the failure of the run's model call: that is said once, by
+        :func:`_failed_run` at the end, with what was kept (the printer would say it first)."""
+        if isinstance(event, BackendFailed):
+            printer.close()
+            return
+        printer(event)
+
     with Harness(
         system,
         tools,
         db=args.db or default_db_target(),
         resume=args.resume,
         take_over=args.take_over,
-        on_event=printer,
+        on_event=on_event,
         prices=prices,
         **options,
     ) as h:
@@ -144,33 +178,55 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             console.print(Text(f"session {s.id} · backend {b.name} · model {b.model}", style="dim"), soft_wrap=True)
         try:
-            result = h.run(args.prompt or (None if args.resume else DEFAULT_PROMPT))
+            result = h.run(args.prompt)
         finally:
             printer.close()
-        _print_summary(h.agent, result, wide=args.wide, pricing=h.pricing)
-        if args.report is not None:
+        answered = bool(result.calls)
+        if answered:  # a run no model answered has no table to show, only its error
+            _print_summary(h.agent, result, wide=args.wide, pricing=h.pricing)
+        # a new session no model answered holds only the command line: it is not kept
+        discarded = (
+            result.stop_reason == "backend_error"
+            and not answered
+            and not args.resume
+            and s.recovery is None
+            and h.store is not None
+            and h.store.discard_unanswered(s.id)
+        )
+        if args.report is not None and not discarded:
             written = h.report(args.report)
             console.print(Text(f"report written to {written} (opens offline)", style="dim"), soft_wrap=True)
     if result.stop_reason == "backend_error":
-        err_console.print(
-            Text.assemble(
-                ("The model call failed:", "red"),
-                f" {result.error or ''}\nEvery event before the failure is saved; continue with: "
-                f'ctxwright run --resume {s.id} "..."',
-            )
-        )
-        return 2
+        raise _failed_run(result.error or "", s.id, discarded=discarded)
     return 0
 
 
+def _failed_run(error: str, session_id: str, *, discarded: bool) -> CtxwrightError:
+    """The one line of a run whose model call failed (after its retries): the failure, what
+    was kept of the session, and how to go on."""
+    error = error.rstrip(". ")
+    if discarded:
+        return CtxwrightError(
+            f"the model call failed: {error}. No model answered and nothing but the task was recorded, so session "
+            f"{session_id} was not kept: run the command again once that is fixed"
+        )
+    return CtxwrightError(
+        f"the model call failed: {error}. Every event before the failure is saved; continue with: "
+        f'ctxwright run --resume {session_id} "..."'
+    )
+
+
 def _latest_session(db: str | Path) -> str:
-    """``--continue``: the top-level session of ``db`` used last."""
-    from ctxwright.store.database import is_url
+    """``--continue``: the top-level session of ``db`` used last (a store that is not there
+    is not created for it)."""
+    from ctxwright.errors import StoreMissing
+    from ctxwright.store.database import normalize_target
     from ctxwright.store.sessions import Store
 
-    if not is_url(db) and not Path(db).expanduser().exists():
-        raise CtxwrightError(f'no session to continue in {db}: start one with ctxwright run "the task"')
-    store = Store(db)
+    try:
+        store = Store(normalize_target(db), must_exist=True)
+    except StoreMissing:
+        raise CtxwrightError(f'no session to continue in {db}: start one with ctxwright run "the task"') from None
     try:
         sid = store.latest_session()
     finally:
@@ -338,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
         usage="ctxwright run [OPTIONS] [PROMPT]",  # the options are listed below, by group
         help="run the agent on a prompt",
     )
-    r.add_argument("prompt", nargs="?", help=f"the task, or - to read it from stdin (default: {DEFAULT_PROMPT!r})")
+    r.add_argument("prompt", nargs="?", help="the task, or - to read it from stdin")
     from ctxwright.recipe.flags import OUTPUT_GROUP, SESSION_GROUP, add_arguments, argument_group
 
     run_groups = add_arguments(r)  # every option's flags, grouped, from its one declaration (recipe/options.py)

@@ -249,17 +249,16 @@ def _file_records(path: Path, max_bytes: int, max_messages: int) -> Iterator[tup
 
 
 def _open_store(store: Path | str | None) -> Any:
-    from ctxwright.store.database import is_url, normalize_target
+    from ctxwright.errors import StoreMissing
+    from ctxwright.store.database import normalize_target
     from ctxwright.store.sessions import Store
     from ctxwright.store.sqlite import default_db_target
 
     target = normalize_target(store) if store is not None else default_db_target()
-    if is_url(target):
-        return Store(target)
-    path = Path(target)
-    if not path.is_file():
-        raise GoldenUnusable(f"no ctxwright database at {path}; give the one that holds the session with --store PATH")
-    return Store(path)
+    try:  # an existing store only: a mistyped --store creates nothing
+        return Store(target, must_exist=True)
+    except StoreMissing as exc:
+        raise GoldenUnusable(str(exc)) from None
 
 
 def _proxy_records(session_id: str, store: Path | str | None) -> tuple[str, list[tuple[str, Any]]]:

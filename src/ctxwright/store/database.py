@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from ctxwright.errors import StoreMissing
+
 T = TypeVar("T")
 
 #: the URL schemes that name a PostgreSQL store (libpq accepts both)
@@ -36,6 +38,26 @@ def is_url(target: object) -> bool:
 def normalize_target(target: str | Path) -> str | Path:
     """A ``--db`` value as the store opens it: a URL as given (trimmed), a path with ``~`` expanded."""
     return str(target).strip() if is_url(target) else Path(target).expanduser()
+
+
+#: any of these tables makes a database a ctxwright store (``sessions``: every schema since the
+#: first; ``_migrations``: every versioned one)
+STORE_TABLES = ("_migrations", "sessions")
+
+
+def missing_store(where: str, *, found: bool) -> StoreMissing:
+    """The one line for a store a reading command cannot open because there is none: no file
+    (``found`` false) or a database without ctxwright's tables. Only the commands that record
+    (``ctxwright run``, ``ctxwright proxy``) create a store, so a mistyped ``--db`` given to a
+    reader leaves nothing behind."""
+    if found:
+        what = f"{where} holds no ctxwright store (none of its tables); it was not changed"
+    else:
+        what = f"no ctxwright database at {where}; nothing was created"
+    return StoreMissing(
+        f"{what}. Check --db (or CTXWRIGHT_DB); `ctxwright run` or `ctxwright proxy` creates the store there.",
+        reason=what,
+    )
 
 
 class Cursor(Protocol):
@@ -148,12 +170,14 @@ def upsert_sql(table: str, columns: Sequence[str], key: Sequence[str]) -> str:
 
 __all__ = [
     "POSTGRES_SCHEMES",
+    "STORE_TABLES",
     "Connection",
     "Cursor",
     "Database",
     "Dialect",
     "exclusive_tx",
     "is_url",
+    "missing_store",
     "normalize_target",
     "upsert_sql",
 ]

@@ -187,13 +187,27 @@ def describe_problem(location: str, exc: Exception, *, connecting: bool = False)
             "time. Run one process per session (a second one is refused unless --take-over was given), then "
             "resume it."
         )
-    if state in ("55P03", "57014"):  # lock_not_available, query_canceled (lock_timeout)
+    if state == "55P03":  # lock_not_available: this store's lock_timeout (its wait_s) ran out
         reason = f"{where} kept a lock another process holds for longer than this store waits ({why})"
         return StoreLocked(
             f"{reason}; {unchanged}. Wait for that process to finish and run the command again, or raise "
             "CTXWRIGHT_DB_WAIT (seconds to wait, default 60).",
             reason=reason,
         )
+    if state == "57014":  # query_canceled: the server's statement_timeout, or a cancel request -- not a lock wait
+        if "statement timeout" in why.lower():
+            reason = (
+                f"{where} cancelled a statement that ran longer than its statement_timeout ({why}); the store "
+                "sets none, so it is the server's, the database's or the user's setting"
+            )
+            advice = (
+                "Raise or unset it for this user (ALTER ROLE ... SET statement_timeout = 0) or check the server's "
+                "load, then run the command again."
+            )
+        else:
+            reason = f"{where} cancelled a statement on request ({why}: pg_cancel_backend, or an administrator)"
+            advice = "Run the command again; if it keeps happening, ask who cancels this user's statements."
+        return StoreUnusable(f"{reason}; {unchanged}. {advice}", reason=reason)
     if state in ("25006", "42501"):  # read_only_sql_transaction, insufficient_privilege
         reason = f"cannot write {where}: {why}"
         return StoreReadOnly(

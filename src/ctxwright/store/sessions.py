@@ -26,12 +26,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxwright.core.events import MCP_TOOLS_KEY, SKILLS_CATALOG_KEY, Event, MessageEvent, UserEvent, event_from_row
+from ctxwright.core.events import (
+    MCP_TOOLS_KEY,
+    SKILLS_CATALOG_KEY,
+    Event,
+    MessageEvent,
+    StatusEvent,
+    UserEvent,
+    event_from_row,
+)
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.records import CALL_COLUMNS, CALL_JSON_COLUMNS, CallRecord, SessionRow
 from ctxwright.core.redact import redact
 from ctxwright.errors import AttentionError, CtxwrightError, SessionNotFound
-from ctxwright.store.database import Connection, Database, Dialect, is_url, upsert_sql
+from ctxwright.store.database import (
+    STORE_TABLES,
+    Connection,
+    Database,
+    Dialect,
+    is_url,
+    missing_store,
+    upsert_sql,
+)
 from ctxwright.store.ids import resolve_id
 from ctxwright.store.migrations import applied_in_order, check_file, check_schema, migrate
 from ctxwright.store.recovery import FOLDER, RecoveryLog
@@ -100,10 +116,17 @@ class Store:
     ``CTXWRIGHT_DB_WAIT`` or 60 s). ``db`` is the connection (``store/database.py``) the
     proxy's tables share. ``path`` is the SQLite file (``None`` for PostgreSQL), ``location``
     the store as printed (a URL without its password), ``target`` what reopens it.
+
+    ``must_exist``: for a command that only reads -- a store that is not there (no file, or a
+    database without ctxwright's tables) is :class:`~ctxwright.errors.StoreMissing` and
+    nothing is created: no folder, no file, no table. Only what records creates a store.
     """
 
-    def __init__(self, path: str | Path | None = None, *, wait_s: float | None = None) -> None:
+    def __init__(
+        self, path: str | Path | None = None, *, wait_s: float | None = None, must_exist: bool = False
+    ) -> None:
         target = default_db_target() if path is None else path
+        self.must_exist = must_exist
         self.wait_s = wait_from_env() if wait_s is None else max(0.0, wait_s)
         self._lease_writes = 0  # lease writes through this connection (see lease_mark)
         self.db: Database
@@ -116,14 +139,20 @@ class Store:
         else:
             self.path = Path(target)
             self.target = str(self.path)
-            self.db = SqliteDatabase(self.path, wait_s=self.wait_s, check_file=check_file, setup=self._open)
+            self.db = SqliteDatabase(
+                self.path, wait_s=self.wait_s, check_file=check_file, setup=self._open, create=not must_exist
+            )
         self.recovery_dir = recovery_dir_for(self.target)
         self.location = self.db.location
 
     def _open(self, db: Connection, dialect: Dialect) -> None:
-        """Check the schema (reads only), then bring it forward (``store/migrations.py``)."""
+        """Check the schema (reads only), then bring it forward (``store/migrations.py``). A
+        store that must exist and has none of ctxwright's tables is refused before anything is
+        written (the migrations would create them in whatever database ``--db`` named)."""
         where = redact(self.target)
         applied = check_schema(db, where, dialect)
+        if self.must_exist and not any(dialect.has_table(db, t) for t in STORE_TABLES):
+            raise missing_store(where, found=True)
         if dialect.name == "sqlite":  # written only once the checks passed: WAL rewrites the header
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -223,6 +252,34 @@ class Store:
             ),
             (sid, call_index, time.time(), text),
         )
+
+    def discard_unanswered(self, session_id: str) -> bool:
+        """Delete a session that holds nothing but its opening -- the user's message and what
+        the options add before the first call (the status, a skills catalog or MCP listing, all
+        ``user``/``status`` events) -- and calls no model answered; ``True`` if it was deleted.
+
+        Why: a run whose first model call never got an answer (nothing listening at the base
+        URL, a name that does not resolve) left a session that only repeats the command line,
+        and ``--resume`` on it would send the task twice. Anything more -- an answer, a tool
+        result, a compaction, a child session, an attention map -- keeps the session whole;
+        the check and the deletion are one exclusive transaction."""
+        kinds = (UserEvent.KIND, StatusEvent.KIND)
+
+        def discard(db: Connection) -> bool:
+            marks = ", ".join("?" * len(kinds))
+            checks = (
+                (f"SELECT 1 FROM events WHERE session_id=? AND kind NOT IN ({marks})", (session_id, *kinds)),
+                ("SELECT 1 FROM calls WHERE session_id=? AND error IS NULL", (session_id,)),
+                ("SELECT 1 FROM sessions WHERE parent_id=?", (session_id,)),
+                ("SELECT 1 FROM attention_maps WHERE session_id=?", (session_id,)),
+            )
+            if any(db.execute(sql + " LIMIT 1", params).fetchone() is not None for sql, params in checks):
+                return False
+            for table, key in (("calls", "session_id"), ("events", "session_id"), ("sessions", "id")):
+                db.execute(f"DELETE FROM {table} WHERE {key}=?", (session_id,))
+            return True
+
+        return self.db.exclusive(f"lease {session_id}", discard)
 
     def recovery_log(self, session_id: str) -> RecoveryLog:
         """The recovery file a session writes to once this store refused a write (``store/recovery.py``)."""

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ctxwright.errors import NotADatabase, StoreLocked, StoreReadOnly, StoreUnusable
-from ctxwright.store.database import Connection, exclusive_tx
+from ctxwright.store.database import Connection, exclusive_tx, missing_store
 from ctxwright.store.private import create_private, private_dir
 
 #: seconds a read or write waits for another process's lock before it fails (env CTXWRIGHT_DB_WAIT)
@@ -127,6 +127,13 @@ def describe_problem(path: Path, exc: sqlite3.Error, waited_s: float | None = No
     )
 
 
+def _uri(path: Path, mode: str) -> str:
+    """``path`` as an SQLite ``file:`` URI opened in ``mode`` (``rw``: never created)."""
+    from urllib.parse import quote
+
+    return f"file:{quote(str(path.absolute()))}?mode={mode}"
+
+
 def wait_from_env() -> float:
     raw = os.environ.get("CTXWRIGHT_DB_WAIT")
     if not raw:
@@ -184,10 +191,13 @@ class SqliteDatabase:
         wait_s: float,
         check_file: Callable[[Path], None],
         setup: Callable[[sqlite3.Connection, SqliteDialect], None],
+        create: bool = True,
     ) -> None:
         """Open ``path``: ``check_file(path)`` first (nothing is written before it passes: a
         connection may create side files, WAL mode rewrites the header), then the file is
-        created private, connected, and ``setup(connection)`` runs (schema checks, migrations)."""
+        created private, connected, and ``setup(connection)`` runs (schema checks, migrations).
+        ``create=False``: a file that is not there is :class:`~ctxwright.errors.StoreMissing`,
+        and neither it nor its folders are made (``sqlite3.connect`` would create both)."""
         self.path = path
         self.location = str(path)
         self.dialect = SqliteDialect()
@@ -196,15 +206,21 @@ class SqliteDatabase:
         created = False
         if not memory:
             check_file(path)
-            try:  # private: folders made here 0700, the file 0600 (store/private.py)
-                private_dir(path.parent)
-                created = create_private(path)
-            except OSError as exc:
-                raise StoreUnusable(os_problem(path, exc)) from exc
+            if not create:
+                if not path.is_file():
+                    raise missing_store(str(path), found=False)
+            else:
+                try:  # private: folders made here 0700, the file 0600 (store/private.py)
+                    private_dir(path.parent)
+                    created = create_private(path)
+                except OSError as exc:
+                    raise StoreUnusable(os_problem(path, exc)) from exc
         self._lock = threading.RLock()
         busy_s = min(BUSY_TIMEOUT_S, wait_s)
         try:
-            self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=busy_s)
+            # mode=rw: a file removed since the check above is an error here, not created again
+            name, uri = (str(path), False) if create or memory else (_uri(path, "rw"), True)
+            self._db = sqlite3.connect(name, check_same_thread=False, isolation_level=None, timeout=busy_s, uri=uri)
         except sqlite3.Error as exc:
             raise describe_problem(path, exc) from exc
         self._db.row_factory = sqlite3.Row
