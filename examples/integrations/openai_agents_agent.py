@@ -44,7 +44,7 @@ async def run(prompt: str, base_url: str, model: str, db: str) -> int:
     config = RunConfig(model_provider=provider, call_model_input_filter=FrozenInstructions())
     try:
         try:
-            result = await Runner.run(agent, prompt, run_config=config, max_turns=6)
+            result = await Runner.run(agent, prompt, run_config=config, max_turns=3)
             print(result.final_output)
         except MaxTurnsExceeded as exc:  # a tiny local model may call the tool forever
             print(exc)

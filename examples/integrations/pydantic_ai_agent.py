@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with recorder:
         try:
-            print(agent.run_sync(a.prompt, usage_limits=UsageLimits(request_limit=6)).output)
+            print(agent.run_sync(a.prompt, usage_limits=UsageLimits(request_limit=3)).output)
         except UsageLimitExceeded as exc:  # a tiny local model may call the tool forever
             print(exc)
         sid = recorder.session_id
