@@ -98,9 +98,9 @@ def test_each_example_runs_into_the_default_store_with_null_content_filled(
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "17 + 25 = 42"
     sid = out[-1].split()[1].rstrip(":")
-    assert out[-1] == f"session {sid}: ctxwright audit --proxy-session {sid} --db {db}"
+    assert out[-1] == f"session {sid}: ctxwright audit {sid} --db {db}"
     assert [r["audit"]["cause"] for r in _rows(db, sid)] == ["first", "append"]  # the prefix held
-    assert cli(["audit", "--proxy-session", sid, "--json"]) == 0  # the default store: no --db needed
+    assert cli(["audit", sid, "--json"]) == 0  # the default store: no --db needed
     assert [r["cause"] for r in json.loads(capsys.readouterr().out)["requests"]] == ["first", "append"]
 
 

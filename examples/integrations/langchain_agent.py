@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         state = agent.invoke({"messages": [{"role": "user", "content": a.prompt}]}, {"recursion_limit": 8})
         print(state["messages"][-1].text)
         sid = recorder.session_id
-    print(f"session {sid}: ctxwright audit --proxy-session {sid} --db {a.db}")
+    print(f"session {sid}: ctxwright audit {sid} --db {a.db}")
     return 0
 
 

@@ -51,7 +51,7 @@ async def run(prompt: str, base_url: str, model: str, db: str) -> int:
         sid = provider.session_id
     finally:
         await provider.aclose()
-    print(f"session {sid}: ctxwright audit --proxy-session {sid} --db {db}")
+    print(f"session {sid}: ctxwright audit {sid} --db {db}")
     return 0
 
 

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         except UsageLimitExceeded as exc:  # a tiny local model may call the tool forever
             print(exc)
         sid = recorder.session_id
-    print(f"session {sid}: ctxwright audit --proxy-session {sid} --db {a.db}")
+    print(f"session {sid}: ctxwright audit {sid} --db {a.db}")
     return 0
 
 
