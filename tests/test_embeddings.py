@@ -382,6 +382,56 @@ def test_rows_of_the_wrong_size_or_kind_are_ignored_and_embedded_again(
     assert cache_of(path).get_many("another-model", [text_key(short)], DIM) == {}
 
 
+def test_cached_vectors_that_are_not_finite_unit_vectors_are_embedded_again_with_one_warning(
+    minilm: Any, tmp_path: Path, cache_of: Callable[..., VectorCache]
+) -> None:
+    path = tmp_path / "vectors.sqlite"
+    ToolIndex(CATALOG, ranker="hybrid", embedder=minilm, cache=cache_of(path))
+    good = minilm.embed([tool_text(CATALOG[2])])[0]
+    damaged = {
+        tool_text(CATALOG[0]): np.full(DIM, np.nan, dtype=np.float32),
+        tool_text(CATALOG[1]): good * 3,  # finite, but not of unit length
+        tool_text(CATALOG[3]): np.where(np.arange(DIM) == 0, np.inf, good).astype(np.float32),
+    }
+    db = sqlite3.connect(path)
+    for text, vector in damaged.items():
+        db.execute("UPDATE vectors SET vec = ? WHERE key = ?", (vector.tobytes(), text_key(text)))
+    db.commit()
+    db.close()
+    warnings: list[str] = []
+    counter = Counting(minilm)
+    cache = cache_of(path, warn=warnings.append)
+    index = ToolIndex(CATALOG, ranker="hybrid", embedder=counter, cache=cache)
+    assert sorted(counter.texts) == sorted(damaged)  # the damaged ones only, embedded again
+    assert len(warnings) == 1 and "\n" not in warnings[0] and "3 vector(s)" in warnings[0]
+    assert str(path) in warnings[0]
+    assert names(index.search("is it going to rain in Paris"))[0] == "get_weather"
+    again = Counting(minilm)
+    ToolIndex(CATALOG, ranker="hybrid", embedder=again, cache=cache)
+    assert again.texts == [] and len(warnings) == 1  # repaired in place: read back, nothing to say
+
+
+class Broken:
+    """An embedder whose every vector is NaN (a damaged model file, a bad export)."""
+
+    model_id = "broken"
+    dim = DIM
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
+        return np.full((len(texts), DIM), np.nan, dtype=np.float32)
+
+
+def test_nan_vectors_never_blank_the_bm25_side_of_the_hybrid(tmp_path: Path) -> None:
+    cache = VectorCache(tmp_path / "vectors.sqlite")
+    index = ToolIndex(CATALOG, ranker="hybrid", embedder=Broken(), cache=cache)
+    assert index.search("weather for a city", mode="bm25")[0].name == "get_weather"
+    hits = index.search("weather for a city")
+    assert hits and hits[0].name == "get_weather" and all(np.isfinite(h.score) for h in hits)
+    assert names(index.search("send an email message")) == names(index.search("send an email message", mode="bm25"))
+    assert index.search("weather for a city", mode="embed") == []  # no usable vector: meaning finds nothing
+    assert cache.get_many("broken", [text_key(tool_text(s)) for s in CATALOG], DIM) == {}  # never cached
+
+
 def test_max_rows_bounds_the_file_least_recently_used_first(
     tmp_path: Path, cache_of: Callable[..., VectorCache]
 ) -> None:
@@ -416,8 +466,8 @@ def test_threads_share_a_cache_file(tmp_path: Path, shared: bool, cache_of: Call
         try:
             start.wait()
             for i in range(60):
-                mine = {f"t{me}-{i}-{j}": np.full(DIM, me + i + j, dtype=np.float32) for j in range(3)}
-                cache.put_many(MODEL_ID, {**mine, "common": np.zeros(DIM, dtype=np.float32)})
+                mine = {f"t{me}-{i}-{j}": np.eye(DIM, dtype=np.float32)[me * 180 + i * 3 + j] for j in range(3)}
+                cache.put_many(MODEL_ID, {**mine, "common": np.eye(DIM, dtype=np.float32)[DIM - 1]})
                 got = cache.get_many(MODEL_ID, [*mine, "common", f"t{1 - me}-{i}-0"], DIM)
                 assert all(np.array_equal(got[k], v) for k, v in mine.items()) and "common" in got
         except BaseException as exc:  # reported by the main thread

@@ -174,3 +174,28 @@ def test_the_real_catalog_benchmark_runs_every_ranker_and_judges_by_its_targets(
     assert data["pass"]["hybrid_recall_at_5_bfcl"] == (rankers["hybrid"]["recall_at_5"] >= 0.92)
     scale = data["scale"]
     assert scale["tools"] == 300 and scale["index_rebuild_from_cache_s"] < scale["index_build_s"]
+
+
+@pytest.mark.slow
+def test_the_catalog_benchmark_measures_only_the_rankers_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--rankers bm25,hybrid``: those two arms only, and no verdict on an arm left out (the
+    BM25 rule needs ``bm25 before``); a misspelt ranker is refused before anything runs."""
+    import catalogs
+    import tool_catalogs
+
+    small = catalogs.bfcl_sets(("live_parallel",))
+    out = tmp_path / "c.json"
+    real = tool_catalogs.load_sets
+    tool_catalogs.load_sets = lambda which, quick: (small, {})  # type: ignore[assignment]
+    try:
+        assert tool_catalogs.main(["--big", "0", "--rankers", "bm25,hybrid", "--json", str(out)]) == 0
+        with pytest.raises(SystemExit):
+            tool_catalogs.main(["--big", "0", "--rankers", "bm25,hybird"])
+    finally:
+        tool_catalogs.load_sets = real
+    assert "unknown ranker(s) hybird; use bm25 before, bm25," in capsys.readouterr().err
+    data = json.loads(out.read_text())
+    assert set(data["sets"][0]["rankers"]) == {"bm25", "hybrid"}
+    assert set(data["pass"]) == {"hybrid_recall_at_5_bfcl"}

@@ -14,7 +14,8 @@ so a fact past the excerpt is as lost from view as one a compaction hid
 Ranking is BM25 with the index code tool search uses (``tools/search.py``: :func:`tokenize`,
 :func:`bm25_index`, :func:`best_scored`), over passages of about :data:`PASSAGE_CHARS`
 characters; each passage's identifiers (``identifiers.py``) are tokens too, whole and
-lowercased, so a query for ``PROJ-4821`` or a URL matches that exact value.
+lowercased, so a query for ``PROJ-4821`` or a URL matches that exact value. A lone digit is a
+token (``tokenize(digits=True)``): "document 2" finds document 2, not every document.
 
 Trust: a passage is as trusted as the event it came from. The tool is declared trusted and
 its result is marked external (``ToolResult.external``) when any passage it returns came
@@ -82,8 +83,9 @@ def passages(text: str, size: int = PASSAGE_CHARS) -> list[str]:
 
 
 def tokens_of(text: str) -> list[str]:
-    """A passage's (or a query's) search tokens: :func:`tokenize` plus its whole identifiers."""
-    return tokenize(text) + [i.lower() for i in extract(text, limit=50)]
+    """A passage's (or a query's) search tokens: :func:`tokenize` with lone digits kept, plus
+    its whole identifiers."""
+    return tokenize(text, digits=True) + [i.lower() for i in extract(text, limit=50)]
 
 
 def shortened_seqs(events: list[Event]) -> set[int]:

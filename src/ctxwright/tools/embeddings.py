@@ -19,7 +19,9 @@ Embedding a catalog is the slow part (a few milliseconds a tool), so vectors are
 disk (:class:`VectorCache`, SQLite) keyed by the model and the sha256 of the exact text
 embedded -- which is derived from the tool's schema (:func:`tool_text`): a second build of the
 same catalog reads its vectors back, and a changed description gets a new vector, never a
-stale one.
+stale one. A cached vector is used only when it is a finite unit vector (:func:`usable`): a
+damaged or foreign row of the right size (all NaN, say) is embedded again, with one warning,
+rather than trusted -- a NaN cosine would compare false everywhere and sink every tool.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import logging
 import os
 import sqlite3
 import threading
@@ -48,6 +51,7 @@ __all__ = [
     "default_cache_path",
     "embed_cached",
     "load_embedder",
+    "usable",
 ]
 
 #: the model's id in the cache: a vector from another model (or export) is never reused
@@ -63,6 +67,8 @@ BATCH = 32
 DIM = 384
 #: how the extra is installed, said in every error about it
 INSTALL = "pip install 'ctxwright[embeddings]'"
+#: how far a vector's length may be from 1 and still be the model's (float32 rounding is ~1e-7)
+UNIT_TOLERANCE = 1e-3
 
 
 class Embedder(Protocol):
@@ -72,6 +78,15 @@ class Embedder(Protocol):
     dim: int
 
     def embed(self, texts: Sequence[str]) -> np.ndarray[Any, np.dtype[np.float32]]: ...
+
+
+def usable(vector: np.ndarray[Any, np.dtype[np.float32]]) -> bool:
+    """Whether ``vector`` can be one of the model's: every value finite and length 1 (every
+    :class:`Embedder` normalises). Anything else in the cache was damaged or written by
+    something else; searching with it gives NaN or skewed cosines."""
+    if not bool(np.isfinite(vector).all()):
+        return False
+    return abs(float(np.linalg.norm(vector)) - 1.0) <= UNIT_TOLERANCE
 
 
 def _missing(what: str) -> ConfigError:
@@ -173,9 +188,10 @@ class VectorCache:
     """Vectors by ``(model, sha256 of the text)``, in SQLite (WAL), shared by processes.
 
     Best effort by design: the cache only saves time. A file that cannot be opened, is not
-    a database, or fails mid-way is reported once through ``warn`` and the cache goes on in
-    memory for this process; rows of the wrong size (a damaged or foreign file) are ignored
-    and embedded again."""
+    a database, or fails mid-way is reported once through ``warn`` (without one: the
+    ``ctxwright`` logger) and the cache goes on in memory for this process; rows of the wrong
+    size are ignored and embedded again, and so are rows of the right size that are not finite
+    unit vectors (:func:`usable`), reported once."""
 
     path: Path | None = None
     max_rows: int = MAX_ROWS
@@ -191,6 +207,8 @@ class VectorCache:
         #: the file works (set false at the first failure: memory from then on)
         self._usable = self.path is not None
         self._lock = threading.Lock()
+        #: vectors refused by :func:`usable` have been reported (once per cache object)
+        self._reported_bad = False
         if self._usable:
             with self._lock, self._connect() as db:
                 if db is not None:
@@ -233,11 +251,34 @@ class VectorCache:
         if db is not None:
             with contextlib.suppress(sqlite3.Error):
                 db.close()
-        if self.warn is not None:
-            self.warn(
-                f"the embedding cache {self.path} cannot be used ({exc}); vectors are kept in memory for this "
-                "run (delete the file, or point CTXWRIGHT_EMBEDDINGS at another)"
+        self._say(
+            f"the embedding cache {self.path} cannot be used ({exc}); vectors are kept in memory for this "
+            "run (delete the file, or point CTXWRIGHT_EMBEDDINGS at another)"
+        )
+
+    def _say(self, message: str) -> None:
+        (self.warn or logging.getLogger("ctxwright").warning)(message)
+
+    def _checked(self, found: dict[str, bytes], size: int) -> dict[str, np.ndarray[Any, np.dtype[np.float32]]]:
+        """The rows of ``found`` that are vectors of the model (right size, :func:`usable`);
+        the others are left out, to be embedded again, and reported once."""
+        out: dict[str, np.ndarray[Any, np.dtype[np.float32]]] = {}
+        bad = 0
+        for k, v in found.items():
+            if len(v) != size:
+                continue
+            vector = np.frombuffer(v, dtype=np.float32)
+            if usable(vector):
+                out[k] = vector
+            else:
+                bad += 1
+        if bad and not self._reported_bad:
+            self._reported_bad = True
+            self._say(
+                f"{bad} vector(s) in the embedding cache {self.path or '(memory)'} are not finite unit vectors "
+                "(a damaged or foreign file); those tools are embedded again and their rows replaced"
             )
+        return out
 
     def get_many(self, model: str, keys: Sequence[str], dim: int) -> dict[str, np.ndarray[Any, np.dtype[np.float32]]]:
         """The vectors found for ``keys`` (those of the wrong size are left out)."""
@@ -245,7 +286,7 @@ class VectorCache:
         found: dict[str, bytes] = {k: v for k in keys if (v := self._memory.get((model, k))) is not None}
         wanted = [k for k in dict.fromkeys(keys) if k not in found]
         if not wanted:
-            return {k: np.frombuffer(v, dtype=np.float32) for k, v in found.items() if len(v) == size}
+            return self._checked(found, size)
         with self._lock, self._connect() as db:
             for start in range(0, len(wanted) if db is not None else 0, _CHUNK):
                 assert db is not None
@@ -262,7 +303,7 @@ class VectorCache:
                 db.execute(
                     f"UPDATE vectors SET used = ? WHERE model = ? AND key IN ({marks})", (time.time(), model, *part)
                 )
-        return {k: np.frombuffer(v, dtype=np.float32) for k, v in found.items() if len(v) == size}
+        return self._checked(found, size)
 
     def put_many(self, model: str, items: dict[str, np.ndarray[Any, np.dtype[np.float32]]]) -> None:
         rows = [(model, k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in items.items()]
@@ -293,8 +334,9 @@ def text_key(text: str) -> str:
 def embed_cached(
     embedder: Embedder, texts: Sequence[str], cache: VectorCache | None = None
 ) -> np.ndarray[Any, np.dtype[np.float32]]:
-    """Vectors of ``texts``, one row each: read from ``cache`` where it has them, the rest
-    embedded (once per distinct text) and stored."""
+    """Vectors of ``texts``, one row each: read from ``cache`` where it has them (finite unit
+    vectors only), the rest embedded (once per distinct text) and stored -- except a vector the
+    model itself returned unusable, which is used for this run but never cached."""
     keys = [text_key(t) for t in texts]
     have = cache.get_many(embedder.model_id, keys, embedder.dim) if cache is not None else {}
     missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in have}
@@ -302,7 +344,7 @@ def embed_cached(
         vectors = embedder.embed(list(missing.values()))
         new = dict(zip(missing, vectors, strict=True))
         if cache is not None:
-            cache.put_many(embedder.model_id, new)
+            cache.put_many(embedder.model_id, {k: v for k, v in new.items() if usable(v)})
         have.update(new)
     out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
     for i, k in enumerate(keys):

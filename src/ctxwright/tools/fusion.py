@@ -39,16 +39,29 @@ HYBRID_WEIGHT = 0.3
 RRF_K = 60
 
 
+def finite(scores: np.ndarray[Any, np.dtype[np.float32]]) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """``scores`` with every NaN or infinity as 0 (no evidence either way). Why: a NaN
+    compares false with everything and poisons every sum it enters, so one damaged vector
+    (``tools/embeddings.py`` refuses those it can see) would sink its tool in both rankers,
+    and an all-NaN side would blank the fused ranking -- BM25's exact word matches included."""
+    scores = np.asarray(scores, dtype=np.float32)
+    if bool(np.isfinite(scores).all()):
+        return scores
+    return np.where(np.isfinite(scores), scores, np.float32(0.0)).astype(np.float32)
+
+
 def weighted_sum(
     bm25: np.ndarray[Any, np.dtype[np.float32]] | None,
     cosine: np.ndarray[Any, np.dtype[np.float32]],
     weight: float = HYBRID_WEIGHT,
 ) -> np.ndarray[Any, np.dtype[np.float32]]:
     """``weight``·BM25/max(BM25) + (1−``weight``)·cosine, per tool; BM25 ``None`` (no query
-    word in the index) or all zero counts as zero."""
-    out = (1.0 - weight) * cosine
+    word in the index) or all zero counts as zero, and a score that is not finite on either
+    side counts as zero on that side (:func:`finite`): one bad side never blanks the other."""
+    out = (1.0 - weight) * finite(cosine)
     if bm25 is not None:
-        top = float(bm25.max())
+        bm25 = finite(bm25)
+        top = float(bm25.max()) if bm25.size else 0.0
         if top > 0:
             out = out + weight * (bm25 / top)
     return np.asarray(out, dtype=np.float32)

@@ -65,7 +65,7 @@ from bm25s.stopwords import STOPWORDS_EN_PLUS
 
 from ctxwright.core.request import ToolSpec
 from ctxwright.errors import ConfigError, ToolCatalogError, ToolSearchError
-from ctxwright.tools.fusion import RANKERS, Ranker, weighted_sum
+from ctxwright.tools.fusion import RANKERS, Ranker, finite, weighted_sum
 
 if TYPE_CHECKING:
     from ctxwright.tools.embeddings import Embedder, VectorCache
@@ -82,6 +82,7 @@ __all__ = [
     "best_scored",
     "bm25_index",
     "bm25_scores",
+    "numbered",
     "tokenize",
     "tool_text",
     "tool_tokens",
@@ -174,16 +175,50 @@ def _norm(word: str) -> str | None:
     return _singular(word)
 
 
-def tokenize(text: str, *, identifiers: bool = False) -> list[str]:
-    """The search tokens of text: words split on punctuation, lowercased, stopwords dropped,
-    plurals folded. A camelCase identifier ("listOpenIssues", "channelId") is split into its
-    parts and also kept whole; in prose a capitalised word such as "GitHub" or "PagerDuty" is a
-    proper name and stays one token (split, it would count a service's name two or three times
-    over in every description that mentions it). ``identifiers=True`` (names, parameter names)
-    splits every camelCase word. Words in other scripts are kept whole, lowercased."""
+def _lone_digit(chunk: str) -> bool:
+    return len(chunk) == 1 and chunk.isdigit()
+
+
+def tokenize(text: str, *, identifiers: bool = False, digits: bool = False) -> list[str]:
+    """The search tokens of text: words split on punctuation, lowercased, stopwords and
+    one-character words dropped, plurals folded. A camelCase identifier ("listOpenIssues",
+    "channelId") is split into its parts and also kept whole; in prose a capitalised word such
+    as "GitHub" or "PagerDuty" is a proper name and stays one token (split, it would count a
+    service's name two or three times over in every description that mentions it).
+    ``identifiers=True`` (names, parameter names) splits every camelCase word. Words in other
+    scripts are kept whole, lowercased.
+
+    ``digits=True`` keeps a lone digit as a token: ``recall`` searches passages by it
+    ("document 2", "step 3"; without it, "document 2" found documents 9, 8 and 1). Tool search
+    does not: kept in its documents, lone digits lowered recall@5 on the public sets of
+    ``benchmarks/tool_catalogs.py`` (a query's values, "0.5" or "5 heads", matched any
+    description with a 5); a numbered name part is matched instead (:func:`numbered`)."""
+    if not digits:
+        return [
+            token for chunk in _CHUNK.findall(text) for token in _chunk_tokens(chunk, identifiers or chunk[0].islower())
+        ]
     return [
-        token for chunk in _CHUNK.findall(text) for token in _chunk_tokens(chunk, identifiers or chunk[0].islower())
+        token
+        for chunk in _CHUNK.findall(text)
+        for token in ((chunk,) if _lone_digit(chunk) else _chunk_tokens(chunk, identifiers or chunk[0].islower()))
     ]
+
+
+def numbered(text: str) -> tuple[str, ...]:
+    """The numbered parts of a name or a query: each lone digit with the word before it, as one
+    token (``Weather_1_GetWeather`` -> ``weather_1``, "report for stage 4" -> ``stage_4``,
+    ``v2.1`` -> ``v2_1``). Tool search ranks a tool whose name or parameter names have a
+    numbered part the query names above those that match only its words
+    (:meth:`ToolIndex.search`): "stage 4" means ``stage_4_report``, not the first stage_N.
+    Kept out of the BM25 documents, which stay as measured (:func:`tokenize`)."""
+    out: list[str] = []
+    prev: str | None = None
+    for chunk in _CHUNK.findall(text):
+        if _lone_digit(chunk) and prev is not None:
+            out.append(f"{prev}_{chunk}")
+        word = chunk.lower()
+        prev = None if chunk.isdigit() or word in _STOPWORDS else _singular(word)
+    return tuple(dict.fromkeys(out))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -344,6 +379,8 @@ class ToolIndex:
                 self._expand.setdefault(_singular(word.lower()), []).append(action)
         self._specs: dict[str, ToolSpec] = {}
         self._tokens: dict[str, list[str]] = {}
+        #: the index's tools (positions) by each numbered part of their names (:func:`numbered`)
+        self._numbered: dict[str, list[int]] = {}
         self._order: list[str] = []
         self._position: dict[str, int] = {}
         self._bm25: bm25s.BM25 | None = None
@@ -416,6 +453,10 @@ class ToolIndex:
             self._order = list(self._specs)
             self._position = {name: i for i, name in enumerate(self._order)}
             self._bm25 = bm25_index([self._tokens[name] for name in self._order])
+            self._numbered = {}
+            for position, name in enumerate(self._order):
+                for part in numbered(name):
+                    self._numbered.setdefault(part, []).append(position)
             self._matrix = (
                 np.stack([self._vectors[name] for name in self._order]) if self._vectors and self._order else None
             )
@@ -464,8 +505,7 @@ class ToolIndex:
         if bm25 is None:
             return []
         exact = query if query in self._specs else None
-        # a query without spaces may be a name: its whole lowercased form is a token too
-        scores = bm25_scores(bm25, self._query_tokens(query))
+        scores = self._word_scores(bm25, query)
         hits: list[SearchHit] = []
         if exact is not None:
             position = self._position[exact]
@@ -489,12 +529,27 @@ class ToolIndex:
 
     def _raw_scores(self, query: str) -> tuple[np.ndarray[Any, np.dtype[np.float32]] | None, Any]:
         """BM25's scores (``None`` when no query word is indexed) and the cosines (``None``
-        without an embedding ranker), in index order; the caller holds the lock."""
+        without an embedding ranker), in index order; the caller holds the lock. A cosine that
+        is not finite (a damaged vector, a query the model could not embed) is 0, so it
+        neither matches nor hides what BM25 matches (``fusion.finite``)."""
         bm25 = self._index()
-        words = bm25_scores(bm25, self._query_tokens(query)) if bm25 is not None else None
+        words = self._word_scores(bm25, query) if bm25 is not None else None
         if self._matrix is None or self._embedder is None:
             return words, None
-        return words, self._matrix @ self._embedder.embed([query])[0]
+        return words, finite(self._matrix @ self._embedder.embed([query])[0])
+
+    def _word_scores(self, bm25: bm25s.BM25, query: str) -> np.ndarray[Any, np.dtype[np.float32]] | None:
+        """BM25's scores for the query's tokens (a query without spaces may be a name: its
+        whole lowercased form is a token too), with the tools whose name has a numbered part
+        the query names (:func:`numbered`: "stage 4", ``stage_4_report``) raised above every
+        other by the query's best score; ``None`` when nothing matches."""
+        scores = bm25_scores(bm25, self._query_tokens(query))
+        boosted = sorted({p for part in numbered(query) for p in self._numbered.get(part, ())})
+        if not boosted:
+            return scores
+        out = np.zeros(len(self._order), dtype=np.float32) if scores is None else scores.copy()
+        out[boosted] += max(float(out.max()), 1.0)
+        return out
 
     def _search_embedded(self, query: str, limit: int, *, hybrid: bool) -> list[SearchHit]:
         """``embed``: the tools closest in meaning (cosine of the normalised vectors, at least
