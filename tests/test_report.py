@@ -19,6 +19,7 @@ from ctxwright.cli.main import main
 from ctxwright.core.messages import Message
 from ctxwright.report import from_log, from_store, render_html, write_report
 from ctxwright.report.html import MAX_BARS, MAX_ROWS, PROMPT_MARKS, buckets, parts_note
+from ctxwright.store.sessions import Store
 
 EVIL = "</script><script>alert('x')</script><img src=x onerror=alert(1)>"
 
@@ -227,6 +228,7 @@ def test_report_bad_input_is_one_line(tmp_path, capsys, args, says):
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n{]\n")
     args = [a.format(log=log, bad=bad) for a in args]
+    Store(tmp_path / "a.db").close()  # a store that exists: a reader creates none (tests/test_cli_store_open.py)
     code = main(["report", *args, "-o", str(tmp_path / "r.html"), "--db", str(tmp_path / "a.db")])
     err = capsys.readouterr().err
     assert code == 2 and says in err and "Traceback" not in err
