@@ -46,8 +46,6 @@ from ctxwright.backends.base import Backend
 from ctxwright.backends.bounded_http import (
     TryDeadline,
     bounded_client,
-    deadline_message,
-    deadline_reason,
     redirect_hint,
 )
 from ctxwright.backends.openai_compat import (
@@ -55,8 +53,10 @@ from ctxwright.backends.openai_compat import (
     _chain,
     _deadline_of,
     _error_fields,
+    _Failure,
     _is_context_error,
     _sse_events,
+    out_of_time,
 )
 from ctxwright.backends.retry import backoff, should_retry
 from ctxwright.cache.breakpoints import MODES, PromptBlock, place_breakpoints
@@ -91,15 +91,6 @@ _THINKING_TYPES = ("thinking", "redacted_thinking")
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
 #: The longest tail of blocks treated as rewritten on every call (a status message: 1 or 2).
 _MAX_VOLATILE_TAIL = 3
-
-
-@dataclass
-class _Failure:
-    error: BackendError
-    retryable: bool
-    reason: str
-    wait_s: float | None = None
-    cause: BaseException | None = None
 
 
 @dataclass
@@ -416,7 +407,9 @@ class AnthropicBackend(Backend):
                     raise
                 except Exception as exc:  # the transport failed mid-stream (the SDK's HTTP client's own errors)
                     if _deadline_of(exc) is not None:
-                        return self._out_of_time(exc, f", {got.events} streamed event(s)")
+                        return out_of_time(
+                            self.shown_url, self.timeout, self.max_retries + 1, exc, f", {got.events} streamed event(s)"
+                        )
                     return _Failure(
                         BackendUnavailable(
                             f"the streamed reply from {self.shown_url} broke off ({_cause(exc)}); check the network "
@@ -567,25 +560,13 @@ class AnthropicBackend(Backend):
 
     # -- failures ---------------------------------------------------------------------------
 
-    def _out_of_time(self, exc: BaseException, detail: str = "") -> _Failure:
-        """A try whose time ran out (``backends/bounded_http.py``: the whole answer, streamed
-        or not, within ``timeout``); retried as any timeout."""
-        passed = _deadline_of(exc)
-        received = passed.received if passed is not None else 0
-        return _Failure(
-            BackendUnavailable(deadline_message(self.shown_url, self.timeout, self.max_retries + 1, received, detail)),
-            retryable=True,
-            reason=deadline_reason(self.timeout, received),
-            cause=exc,
-        )
-
     def _failure(self, exc: anthropic.AnthropicError) -> _Failure:
         url = self.shown_url
         too_large = next((e for e in _chain(exc) if isinstance(e, ReplyTooLarge)), None)
         if too_large is not None:  # the SDK wraps what the bounded client raised as a connection error
             return _Failure(too_large, retryable=False, reason="the reply is too large", cause=exc)
         if isinstance(exc, anthropic.APITimeoutError) or _deadline_of(exc) is not None:
-            return self._out_of_time(exc)
+            return out_of_time(self.shown_url, self.timeout, self.max_retries + 1, exc)
         if isinstance(exc, anthropic.APIConnectionError):
             inner = redact(_cause(exc))
             return _Failure(

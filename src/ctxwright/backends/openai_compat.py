@@ -384,23 +384,13 @@ class OpenAIBackend(Backend):
             sink(StreamFallback(reason="the server sends no usage in streamed replies", url=self.shown_url))
         return completion
 
-    def _out_of_time(self, exc: BaseException | None, detail: str = "") -> _Failure:
-        """A try whose time ran out (``backends/bounded_http.py``: the whole answer, streamed
-        or not, within ``timeout``); retried as any timeout."""
-        passed = _deadline_of(exc)
-        received = passed.received if passed is not None else 0
-        return _Failure(
-            BackendUnavailable(deadline_message(self.shown_url, self.timeout, self.max_retries + 1, received, detail)),
-            retryable=True,
-            reason=deadline_reason(self.timeout, received),
-            cause=exc,
-        )
-
     def _stream_broken(self, exc: BaseException | None, got: _Assembly) -> _Failure:
         """A stream that stopped before its end: out of time, or cut off mid-transfer."""
         names = {type(e).__name__ for e in _chain(exc)} if exc is not None else set()
         if _deadline_of(exc) is not None or any("Timeout" in n for n in names):
-            return self._out_of_time(exc, f", {got.chunks} streamed chunk(s)")
+            return out_of_time(
+                self.shown_url, self.timeout, self.max_retries + 1, exc, f", {got.chunks} streamed chunk(s)"
+            )
         if exc is not None and not names & {"RemoteProtocolError", "ReadError", "ConnectionResetError"}:
             raise exc
         return _Failure(
@@ -480,7 +470,7 @@ class OpenAIBackend(Backend):
             return _Failure(too_large, retryable=False, reason="the reply is too large", cause=exc)
         url = self.shown_url
         if isinstance(exc, openai.APITimeoutError) or _deadline_of(exc) is not None:
-            return self._out_of_time(exc)
+            return out_of_time(self.shown_url, self.timeout, self.max_retries + 1, exc)
         if isinstance(exc, openai.APIConnectionError):
             return self._connection_failure(exc)
         if isinstance(exc, openai.APIStatusError):
@@ -743,6 +733,19 @@ def _chain(exc: BaseException) -> list[BaseException]:
         out.append(inner)
         inner = inner.__cause__ or inner.__context__
     return out
+
+
+def out_of_time(url: str, timeout: float, tries: int, exc: BaseException | None, detail: str = "") -> _Failure:
+    """A try whose time ran out (``backends/bounded_http.py``: the whole answer, streamed or
+    not, within ``timeout``); retried as any timeout. One text for every HTTP backend."""
+    passed = _deadline_of(exc)
+    received = passed.received if passed is not None else 0
+    return _Failure(
+        BackendUnavailable(deadline_message(url, timeout, tries, received, detail)),
+        retryable=True,
+        reason=deadline_reason(timeout, received),
+        cause=exc,
+    )
 
 
 def _deadline_of(exc: BaseException | None) -> DeadlinePassed | None:
