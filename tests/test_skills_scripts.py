@@ -153,7 +153,7 @@ def test_output_is_returned_promptly_when_a_child_keeps_stdout_open(tmp_path):
 def test_a_child_that_left_the_group_does_not_hide_the_output_nor_hold_the_call(tmp_path):
     """Hostile probe: the child moves to a session of its own (so killing the script's group
     does not reach it) and holds stdout and stderr open; what the script wrote still comes back,
-    after a short grace, well before the script's timeout."""
+    well before the script's timeout, and the child is gone (the supervisor is its subreaper)."""
     escape = (
         "import subprocess, sys\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True)\n"
@@ -169,8 +169,52 @@ def test_a_child_that_left_the_group_does_not_hide_the_output_nor_hold_the_call(
         assert "exited with code 0" in out
         assert "<stdout>\nhello from the script\n" in out, out
         assert elapsed < 30, elapsed  # the script's timeout is 60 s
+        assert _wait_dead(child), f"the script's child {child} left its group and survived it"
     finally:
         _kill(child)
+
+
+#: A script whose child leaves the script's session (``setsid``), ignores SIGTERM and writes its
+#: pid to ``child.pid``; the script waits for that file, then exits -- or hangs, with ``hang``.
+ESCAPER = """import os, subprocess, sys, time
+child = (
+    "import os, signal, time\\n"
+    "os.setsid()\\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
+    "open('child.tmp', 'w').write(str(os.getpid()))\\n"
+    "os.rename('child.tmp', 'child.pid')\\n"
+    "time.sleep(300)\\n"
+)
+subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+while not os.path.exists("child.pid"):
+    time.sleep(0.02)
+print("child started", flush=True)
+if sys.argv[1:] == ["hang"]:
+    time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("hang", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_a_setsid_child_that_ignores_sigterm_does_not_outlive_the_script(tmp_path, hang):
+    """Hostile probe: a daemon-like child (own session, SIGTERM ignored, no pipe of the
+    script's) is out of reach of any killpg; it is re-parented to the supervisor, which ends
+    it with SIGKILL after its grace -- when the script exits and when it is timed out."""
+    folder = make_skill(tmp_path / "skills", "escaper", {"scripts/escape.py": ESCAPER})
+    scripts = runner(tmp_path / "skills", timeout_s=5 if hang else 60)
+    child = 0
+    try:
+        if hang:
+            with pytest.raises(SkillToolError, match="did not finish within 5 s") as info:
+                scripts.run("escaper", "scripts/escape.py", ["hang"])
+            assert "child started" in str(info.value)
+        else:
+            out = scripts.run("escaper", "scripts/escape.py")
+            assert "exited with code 0" in out and "child started" in out
+        child = int((folder / "child.pid").read_text())
+        assert _wait_dead(child), f"the script's setsid child {child} survived it"
+    finally:
+        if child:
+            _kill(child)
 
 
 def test_only_files_under_scripts_can_run(tmp_path):

@@ -8,7 +8,7 @@ That costs no API call, runs offline in CI, and is deterministic.
 
 The agent is any program: it is started with the environment the official SDKs read
 (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``)
-pointing at the replay, under ``mcp/supervise.py`` in a session of its own, so neither it nor
+pointing at the replay, under ``core/supervise.py`` in a session of its own, so neither it nor
 anything it starts outlives the gate (a timeout, a Ctrl-C, the gate killed) -- not even a child
 that started a session of its own: the supervisor is its subreaper and ends it too. Or it is a Python
 callable given that environment (:func:`ctxwright.testing.gate`).
@@ -32,8 +32,8 @@ from typing import IO, Any
 
 from ctxwright.cache.prices import Pricing
 from ctxwright.ci.judge import Call, Judgement, Tolerances, calls_of, judge
+from ctxwright.core.supervise import find_executable, launch_argv
 from ctxwright.errors import GateError
-from ctxwright.mcp.supervise import find_executable, launch_argv
 from ctxwright.replay.golden import Golden
 from ctxwright.replay.server import ReplayServer
 
@@ -175,7 +175,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _executable(command: str, env: Mapping[str, str], cwd: str | Path | None) -> str:
-    """The file ``command`` runs (``mcp/supervise.py``'s lookup, as for an MCP server), or a
+    """The file ``command`` runs (``core/supervise.py``'s lookup, as for an MCP server), or a
     :class:`GateError` saying it is not there -- before anything starts."""
     try:
         return find_executable(command, env, str(cwd) if cwd is not None else None)

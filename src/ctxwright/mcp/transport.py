@@ -12,7 +12,7 @@ environment and its process-group kill), and differs where the SDK's own did har
 * **Invalid lines.** A line that is not a JSON-RPC message is counted (``LineStats``), not
   logged with a traceback; when it names the request it answered, that request fails at
   once instead of waiting for its timeout.
-* **Processes.** The server runs under ``mcp/supervise.py`` in a session of its own, which
+* **Processes.** The server runs under ``core/supervise.py`` in a session of its own, which
   ends the server's whole process group -- and, as their subreaper, the server's descendants
   that left it (``setsid``, a daemon) -- when the server exits, when this side closes it,
   and when ctxwright dies (SIGTERM, SIGKILL: ``PR_SET_PDEATHSIG``). The SDK killed the
@@ -40,8 +40,8 @@ from mcp.client.stdio import get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
+from ctxwright.core.supervise import END_S, find_executable, launch_argv
 from ctxwright.mcp.lines import Line, LineSplitter, LineStats, cut_reply_id, reply_id
-from ctxwright.mcp.supervise import END_S, find_executable, launch_argv
 
 __all__ = ["DROPPED", "launch_argv", "stdio_transport"]
 

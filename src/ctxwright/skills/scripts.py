@@ -14,18 +14,23 @@ CLI ``--allow-skill-scripts``), and when it is on, a run is fenced in:
 * the skill's folder as working directory (the specification's relative paths,
   ``scripts/extract.py``, ``references/...``, resolve the way the author wrote them),
   standard input closed (a script that asks a question gets end-of-file, not a hang);
-* its own process group, killed when the script exits -- every time, not only at the
-  timeout: what a script leaves running in the background (``server &``) is no part of its
-  result and would outlive the agent, holding a port or a CPU. A child that moved itself to
-  a new session (``setsid``, a daemon) has left the group, and POSIX offers no way to find it
-  again; it is not waited for (see below);
-* a timeout: when the time is up the whole group is killed and the model gets a tool error
-  saying so, with what the script printed until then;
+* under ctxwright's supervisor (``core/supervise.py``, as MCP servers and the CI gate's agent),
+  in a process group of its own that is ended when the script exits -- every time, not only
+  at the timeout: what a script leaves running in the background (``server &``) is no part of
+  its result and would outlive the agent, holding a port or a CPU. On Linux that includes a
+  child that left the group (``setsid``, a daemon's double fork): the supervisor is the
+  subreaper it is re-parented to, and ends it too. Nothing a script starts outlives the call,
+  nor ctxwright when it dies (``PR_SET_PDEATHSIG``). The supervisor ends them with SIGTERM and
+  SIGKILL a second later (:data:`~ctxwright.core.supervise.END_S` at most), and the call
+  returns once they are gone. Its exit code is the script's (``128 + N`` for a script ended
+  by signal ``N``, as a shell reports it);
+* a timeout: when the time is up the supervisor ends the script and everything it started,
+  and the model gets a tool error saying so, with what the script printed until then;
 * its pipes read as data arrives, not in blocks or until end-of-file: a child that inherited
   stdout and keeps it open (``echo hello; sleep 300 &``) must not hide what the script wrote,
-  nor hold the call until the timeout. When the script exits its group is killed, what the
-  pipes still hold is collected, and a pipe still held open :data:`DRAIN_GRACE_S` later (by a
-  child that escaped the group) is abandoned;
+  nor hold the call until the timeout. Once the supervisor exits, what the pipes still hold
+  is collected, and a pipe still held open :data:`DRAIN_GRACE_S` later (only where there is
+  no subreaper, not Linux: by a child that escaped the group) is abandoned;
 * its output is bounded in memory while it is read (a head and a tail of each stream) and
   returned as an ordinary tool result, so it passes the same result budget, disk offload
   and ``read_result`` paging as every other tool result (``compaction/budget.py``): a
@@ -50,6 +55,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ctxwright.core.supervise import END_S, find_executable, launch_argv
 from ctxwright.errors import SkillToolError
 from ctxwright.skills.tools import RUN_SKILL_SCRIPT_TOOL, SCRIPTS_DIR, SkillTools
 from ctxwright.tools.registry import Tool
@@ -63,9 +69,13 @@ TAIL_BYTES = 256 * 1024
 #: Seconds the loop waits beyond the script's own timeout before it abandons the call, so
 #: the script's kill (and its clear message) comes first.
 LOOP_MARGIN_S = 10.0
-#: Seconds to keep reading once the script has exited (or timed out) and its group is
-#: killed: the group's pipes close at once, so this is only ever waited for in full when a
-#: child that left the group holds a pipe -- it may do so forever.
+#: Seconds the supervisor has, once told to stop (timeout, Ctrl-C), to end the script and
+#: everything it started (it takes at most its ``END_S``) before it is SIGKILLed itself.
+STOP_GRACE_S = END_S + 3.0
+#: Seconds to keep reading once the supervisor has exited: everything the script started is
+#: gone by then and the pipes close at once, so this is only ever waited for in full where
+#: there is no subreaper (not Linux) and a child that left the group holds a pipe -- it may
+#: do so forever.
 DRAIN_GRACE_S = 1.0
 #: Seconds between two checks of whether the script has exited, where the kernel cannot
 #: signal it on a file descriptor (no ``pidfd_open``: not Linux, or before 5.3).
@@ -158,23 +168,26 @@ class SkillScripts:
         out, err = StreamCapture(self.head_bytes, self.tail_bytes), StreamCapture(self.head_bytes, self.tail_bytes)
         started = time.perf_counter()
         try:
+            executable = find_executable(argv[0], os.environ, str(skill.folder))
             proc = subprocess.Popen(
-                argv,
+                launch_argv(executable, argv),
                 cwd=skill.folder,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                start_new_session=True,  # its own process group, killed when it ends
+                start_new_session=True,  # the supervisor's own session; the script gets a group of its own
             )
         except OSError as exc:
             raise SkillToolError(f"cannot start {script!r}: {exc.strerror or exc}") from None
         assert proc.stdout is not None and proc.stderr is not None
         try:
             with _Pipes(proc, {proc.stdout.fileno(): out, proc.stderr.fileno(): err}) as pipes:
-                try:
+                exited = False
+                try:  # the supervisor exits once the script did and nothing it started is left
                     exited = pipes.read_until_exit(self.timeout_s)
-                finally:  # exited, timed out, or Ctrl-C: the group goes, whatever it left running
-                    _kill_group(proc)
+                finally:  # timed out, or Ctrl-C: the supervisor ends the script and what it started
+                    if not exited:
+                        _stop(proc, pipes)
                 pipes.drain(DRAIN_GRACE_S)
         finally:
             code = proc.wait()
@@ -289,27 +302,17 @@ def _exit_fd(pid: int) -> int | None:
 
 
 def _exited(proc: subprocess.Popen[bytes]) -> bool:
-    """Whether the script has exited, without reaping it where the OS allows (``WNOWAIT``): a
-    reaped leader's pid -- its group's id -- could be reused before the group is killed."""
-    waitid = getattr(os, "waitid", None)
-    if waitid is None or proc.returncode is not None:
-        return proc.poll() is not None
-    try:
-        return waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:  # already reaped
-        return True
+    """Whether the supervisor has exited: the script did, and nothing it started is left."""
+    return proc.poll() is not None
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the script's process group (it leads its own session, so the group's id is its
-    pid); the caller reaps the script. Called before the script is reaped where the OS allows
-    (:func:`_exited`), so the id cannot have been reused; elsewhere the id stays reserved as
-    long as a member of the group is alive, and an empty group has nothing to kill."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:  # the group is empty
-        pass
-    except PermissionError:  # macOS, for a group of zombies: at least the script itself
+def _stop(proc: subprocess.Popen[bytes], pipes: _Pipes) -> None:
+    """SIGTERM to the supervisor: it ends the script's group and every child re-parented to it
+    (within its ``END_S``), while what they still print is read; SIGKILL to the supervisor if
+    it lingers past :data:`STOP_GRACE_S` (only what the kernel does not let die lingers)."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    if not pipes.read_until_exit(STOP_GRACE_S):
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
 

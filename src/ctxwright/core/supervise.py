@@ -1,10 +1,12 @@
 """The process between ctxwright and a program it starts (an MCP server, the agent under the
-CI gate): it makes sure that nothing the program started outlives ctxwright, whichever way
-ctxwright ends. (The docstring says "server" for the program.)
+CI gate, a skill's script): it makes sure that nothing the program started outlives ctxwright,
+whichever way ctxwright ends. (The docstring says "server" for the program.) It lives in
+``core`` because the layers that start programs (``mcp``, ``skills``, ``ci``) may not import
+one another; it imports nothing of ctxwright.
 
 Run as ``python -I -S supervise.py PARENT_PID EXECUTABLE ARGV0 ARGS...`` (only the standard
 library, no ``site``: it starts in a few milliseconds and cannot pick up a stray module), in
-a session of its own (the transport spawns it with ``start_new_session``). Why a process,
+a session of its own (its caller spawns it with ``start_new_session``). Why a process,
 not a flag on the server's: a server's own children are not ours to reach once it has
 exited, and nothing runs in ctxwright after a SIGKILL. So this process
 
