@@ -139,6 +139,31 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys, args: list[str
     assert "Traceback" not in lines[0]
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["replay", "serve", "--session", "abc", "--store", "postgresql://u:p@db.example:5433/ctx?sslmode=require"],
+        ["--db", "postgresql://u:p@db.example:5433/ctx?sslmode=require", "replay", "serve", "--session", "abc"],
+    ],
+)
+def test_a_postgresql_store_reaches_the_golden_loader_as_given(monkeypatch, capsys, args: list[str]) -> None:
+    """``--store`` (an alias of ``--db``) and ``--db`` pass a URL on as text: ``Path()`` made
+    ``postgresql://`` into ``postgresql:/``, an SQLite file name."""
+    from ctxwright.errors import CtxwrightError
+    from ctxwright.replay import golden as golden_module
+
+    seen: list[object] = []
+
+    def fake_load_golden(*_a: object, store: object = None, **_kw: object) -> None:
+        seen.append(store)
+        raise CtxwrightError("stop here")
+
+    monkeypatch.setattr(golden_module, "load_golden", fake_load_golden)
+    assert main(args) == 2
+    assert seen == ["postgresql://u:p@db.example:5433/ctx?sslmode=require"]
+    assert "stop here" in capsys.readouterr().err
+
+
 # -- hostile clients ------------------------------------------------------------------------
 
 

@@ -49,8 +49,13 @@ def add_replay_parser(sub: Any) -> None:
     s.add_argument(
         "--session", metavar="ID", help="replay a stored ctxwright session (as `ctxwright export ID --requests`)"
     )
+    # the store is --db, as for every command (a path or a postgresql:// URL); --store is its alias here
     s.add_argument(
-        "--store", metavar="PATH", help="the database holding --proxy-session/--session (default: --db, or ctxwright's)"
+        "--store",
+        dest="db",
+        default=argparse.SUPPRESS,
+        metavar="PATH|URL",
+        help="the database holding --proxy-session/--session: an alias of --db (default: ctxwright's)",
     )
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=0, help="port to listen on (default 0: a free one, printed)")
@@ -124,12 +129,11 @@ def cmd_replay_serve(args: argparse.Namespace) -> int:
         limits = ClientLimits(args.header_timeout, args.body_timeout, args.max_connections)
     except ValueError as exc:
         raise CtxwrightError(str(exc)) from None
-    store = args.store or getattr(args, "db", None)
     golden = load_golden(
         args.golden,
         proxy_session=args.proxy_session,
         session=args.session,
-        store=Path(store) if store else None,
+        store=getattr(args, "db", None) or None,  # as given: Path() would turn postgresql:// into postgresql:/
         **golden_limits(args),
     )
     for note in golden.notes:
