@@ -72,6 +72,35 @@ def test_a_reader_given_a_missing_store_says_so_and_creates_nothing(tmp_path, ca
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no folder, no file, no report
 
 
+@pytest.mark.parametrize("command", [["sessions"], ["replay", "serve", "--session", "abc"]])
+def test_a_missing_default_store_says_what_chose_it_not_to_check_a_db_never_given(
+    tmp_path, monkeypatch, capsys, command
+):
+    """No --db: the line names the default's source -- the user data dir, or CTXWRIGHT_DB when
+    it is set -- and sends the user to --db only when one was given."""
+    monkeypatch.delenv("CTXWRIGHT_DB", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # platformdirs' user data dir
+    assert main(command) == 2
+    line = _one_line(capsys.readouterr().err)
+    default = tmp_path / "data" / "ctxwright" / "ctxwright.db"
+    assert f"no ctxwright database at {default}" in line
+    assert "No --db was given and CTXWRIGHT_DB is not set, so this is the default store in the user data dir" in line
+    assert "Check --db" not in line and "ctxwright run" in line
+
+    env_db = tmp_path / "env" / "x.db"
+    monkeypatch.setenv("CTXWRIGHT_DB", str(env_db))
+    assert main(command) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"no ctxwright database at {env_db}" in line
+    assert "No --db was given, so this is the store CTXWRIGHT_DB names: check CTXWRIGHT_DB, or give --db" in line
+
+    given = tmp_path / "given.db"  # --db given (CTXWRIGHT_DB still set): the --db is what to check
+    assert main(["--db", str(given), *command]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"no ctxwright database at {given}" in line and "Check --db (or CTXWRIGHT_DB)" in line
+    assert list(tmp_path.iterdir()) == []  # nothing created anywhere
+
+
 def test_a_mistyped_db_in_the_current_folder_leaves_no_file(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["show", "abc", "--db", "typo.db"]) == 2

@@ -252,11 +252,9 @@ def _open_store(store: Path | str | None) -> Any:
     from ctxwright.errors import StoreMissing
     from ctxwright.store.database import normalize_target
     from ctxwright.store.sessions import Store
-    from ctxwright.store.sqlite import default_db_target
 
-    target = normalize_target(store) if store is not None else default_db_target()
-    try:  # an existing store only: a mistyped --store creates nothing
-        return Store(target, must_exist=True)
+    try:  # an existing store only: a mistyped --db creates nothing; None: the default store
+        return Store(normalize_target(store) if store is not None else None, must_exist=True)
     except StoreMissing as exc:
         raise GoldenUnusable(str(exc)) from None
 

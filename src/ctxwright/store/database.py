@@ -18,6 +18,7 @@ one :class:`~ctxwright.errors.StoreUnusable` naming the store and the fix.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -45,19 +46,27 @@ def normalize_target(target: str | Path) -> str | Path:
 STORE_TABLES = ("_migrations", "sessions")
 
 
-def missing_store(where: str, *, found: bool) -> StoreMissing:
+def missing_store(where: str, *, found: bool, by_default: bool = False) -> StoreMissing:
     """The one line for a store a reading command cannot open because there is none: no file
     (``found`` false) or a database without ctxwright's tables. Only the commands that record
     (``ctxwright run``, ``ctxwright proxy``) create a store, so a mistyped ``--db`` given to a
-    reader leaves nothing behind."""
+    reader leaves nothing behind. ``by_default``: no ``--db`` named the store (``Store(None)``),
+    so the line says what did -- ``CTXWRIGHT_DB`` when it is set (as ``default_db_path`` reads
+    it), else the user data dir -- instead of sending the user to check a ``--db`` never given."""
     if found:
         what = f"{where} holds no ctxwright store (none of its tables); it was not changed"
     else:
         what = f"no ctxwright database at {where}; nothing was created"
-    return StoreMissing(
-        f"{what}. Check --db (or CTXWRIGHT_DB); `ctxwright run` or `ctxwright proxy` creates the store there.",
-        reason=what,
-    )
+    if not by_default:
+        hint = "Check --db (or CTXWRIGHT_DB)"
+    elif os.environ.get("CTXWRIGHT_DB"):
+        hint = "No --db was given, so this is the store CTXWRIGHT_DB names: check CTXWRIGHT_DB, or give --db"
+    else:
+        hint = (
+            "No --db was given and CTXWRIGHT_DB is not set, so this is the default store in the user data dir; "
+            "give --db (or set CTXWRIGHT_DB) for another"
+        )
+    return StoreMissing(f"{what}. {hint}; `ctxwright run` or `ctxwright proxy` creates the store there.", reason=what)
 
 
 class Cursor(Protocol):

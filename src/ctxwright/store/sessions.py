@@ -127,6 +127,7 @@ class Store:
     ) -> None:
         target = default_db_target() if path is None else path
         self.must_exist = must_exist
+        self.by_default = path is None  # no --db: a missing store's message says what chose it
         self.wait_s = wait_from_env() if wait_s is None else max(0.0, wait_s)
         self._lease_writes = 0  # lease writes through this connection (see lease_mark)
         self.db: Database
@@ -140,7 +141,12 @@ class Store:
             self.path = Path(target)
             self.target = str(self.path)
             self.db = SqliteDatabase(
-                self.path, wait_s=self.wait_s, check_file=check_file, setup=self._open, create=not must_exist
+                self.path,
+                wait_s=self.wait_s,
+                check_file=check_file,
+                setup=self._open,
+                create=not must_exist,
+                by_default=self.by_default,
             )
         self.recovery_dir = recovery_dir_for(self.target)
         self.location = self.db.location
@@ -152,7 +158,7 @@ class Store:
         where = redact(self.target)
         applied = check_schema(db, where, dialect)
         if self.must_exist and not any(dialect.has_table(db, t) for t in STORE_TABLES):
-            raise missing_store(where, found=True)
+            raise missing_store(where, found=True, by_default=self.by_default)
         if dialect.name == "sqlite":  # written only once the checks passed: WAL rewrites the header
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")

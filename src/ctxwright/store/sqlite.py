@@ -192,12 +192,14 @@ class SqliteDatabase:
         check_file: Callable[[Path], None],
         setup: Callable[[sqlite3.Connection, SqliteDialect], None],
         create: bool = True,
+        by_default: bool = False,
     ) -> None:
         """Open ``path``: ``check_file(path)`` first (nothing is written before it passes: a
         connection may create side files, WAL mode rewrites the header), then the file is
         created private, connected, and ``setup(connection)`` runs (schema checks, migrations).
         ``create=False``: a file that is not there is :class:`~ctxwright.errors.StoreMissing`,
-        and neither it nor its folders are made (``sqlite3.connect`` would create both)."""
+        and neither it nor its folders are made (``sqlite3.connect`` would create both);
+        ``by_default``: no ``--db`` named ``path``, and the message says what did."""
         self.path = path
         self.location = str(path)
         self.dialect = SqliteDialect()
@@ -208,7 +210,7 @@ class SqliteDatabase:
             check_file(path)
             if not create:
                 if not path.is_file():
-                    raise missing_store(str(path), found=False)
+                    raise missing_store(str(path), found=False, by_default=by_default)
             else:
                 try:  # private: folders made here 0700, the file 0600 (store/private.py)
                     private_dir(path.parent)
