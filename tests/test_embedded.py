@@ -4,6 +4,7 @@ prefix reuse across calls, the rendering rules, and the clear errors."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -254,3 +255,29 @@ def test_a_resumed_session_shows_the_prefill_a_fresh_model_does_again(backend, t
     assert (resumed.reusable_tokens or 0) >= (live.prompt_tokens or 0) * 0.8
     assert summary.efficiency is not None and summary.efficiency < 0.7
     assert stored.audit.reusable_prefix_tokens == resumed.reusable_tokens
+
+
+def test_ctxwright_threads_caps_every_local_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``CTXWRIGHT_THREADS`` is the one cap on a local model's threads (core/threads.py): the
+    embedded backend and the attention reader take it; a bad value is one line naming it."""
+    from ctxwright.core.threads import default_threads
+    from ctxwright.errors import ConfigError
+
+    monkeypatch.setenv("CTXWRIGHT_THREADS", "1")
+    assert default_threads() == 1
+    monkeypatch.setenv("CTXWRIGHT_THREADS", "3")
+    assert default_threads() == 3
+    monkeypatch.delenv("CTXWRIGHT_THREADS")
+    assert default_threads() == min(2, os.cpu_count() or 1)
+    monkeypatch.setenv("CTXWRIGHT_THREADS", "1")
+    from ctxwright.backends.embedded import EmbeddedBackend
+
+    one = EmbeddedBackend(n_ctx=256)
+    try:
+        assert one._n_threads == 1 and one.llm.context_params.n_threads == 1
+    finally:
+        one.close()
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("CTXWRIGHT_THREADS", bad)
+        with pytest.raises(ConfigError, match="CTXWRIGHT_THREADS"):
+            default_threads()

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ctxwright.core.threads import default_threads
 from ctxwright.errors import AttentionError, BackendUnavailable
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ class AttentionReader:
         if not self.model_path.is_file():
             raise AttentionError(f"--gguf {self.model_path} is not a file; name a GGUF chat model")
         self.model = MODEL_NAME if self.model_path.name == MODEL_FILE else self.model_path.stem
-        self._threads = n_threads or min(2, os.cpu_count() or 1)
+        self._threads = n_threads or default_threads()
         try:
             self.llm = llama_cpp.Llama(
                 model_path=str(self.model_path), n_ctx=64, n_batch=64, n_threads=self._threads, verbose=False

@@ -44,6 +44,7 @@ from ctxwright.backends.base import Backend
 from ctxwright.core.messages import Message, ToolCall, Usage, canonical_json
 from ctxwright.core.progress import EventSink, Token
 from ctxwright.core.request import ChatRequest, Completion, ToolSpec
+from ctxwright.core.threads import default_threads
 from ctxwright.errors import BackendUnavailable, ContextWindowExceeded
 
 if TYPE_CHECKING:
@@ -372,7 +373,7 @@ class EmbeddedBackend(Backend):
         #: For answer-only replies: the 135M model loops ("Canada, 2022-…, Canada, 2022-…") at
         #: temperature 0 without one; on tool calls it distorts arguments, so it is off there.
         self.repeat_penalty = 1.2
-        self._n_threads = n_threads or min(2, os.cpu_count() or 1)
+        self._n_threads = n_threads or default_threads()
         self._seed = seed
         try:
             self.llm = Llama(

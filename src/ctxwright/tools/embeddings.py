@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ctxwright.core.threads import default_threads
 from ctxwright.errors import ConfigError
 
 __all__ = [
@@ -126,7 +127,7 @@ class MiniLM:
         tok.enable_padding(pad_id=0, pad_token="[PAD]")
         self._tokenizer = tok
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or min(2, os.cpu_count() or 1)
+        options.intra_op_num_threads = threads or default_threads()
         options.inter_op_num_threads = 1
         options.log_severity_level = 3  # its warnings are about graph fusions, not ours to act on
         self._session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
