@@ -76,12 +76,16 @@ chromium:
 postgres:
 	$(call apt_package,postgresql,ls /usr/lib/postgresql/*/bin/initdb,the PostgreSQL store's tests)
 
-# Lint and types first (CI runs `make test`, so it enforces them), then the whole suite.
+# Lint and types first (CI runs `make test`, so it enforces them), then the whole suite on
+# TEST_WORKERS processes (pytest-xdist; a test file stays on one worker, so its module fixtures
+# start once; each local model then takes one thread: tests/conftest.py). The 30 slowest tests
+# are listed at the end, so CI shows where its time goes. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP_DEV) chromium postgres
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 bench: $(STAMP_DEV)
 	$(BIN)/python benchmarks/run_all.py

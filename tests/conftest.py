@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -7,6 +8,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+# `make test` runs the suite on two workers (pytest-xdist). llama.cpp's threads spin while they
+# wait, so two models of two threads each on a 2-core machine slow each other down many times over;
+# one thread per model keeps the workers from fighting (core/threads.py). Subprocesses inherit it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("CTXWRIGHT_THREADS", "1")
 
 from proxy_upstream import Upstream
 

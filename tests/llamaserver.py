@@ -26,6 +26,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
+from ctxwright.core.threads import default_threads
 from ports import free_port
 
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -73,7 +74,7 @@ class LlamaServer:
             "--n_ctx",
             str(self.n_ctx),
             "--n_threads",
-            "2",
+            str(default_threads()),  # 1 under `make test`'s parallel workers (tests/conftest.py)
             "--host",
             "127.0.0.1",
             "--port",

@@ -450,10 +450,14 @@ def test_ablate_list_shows_the_arms(capsys):
 @pytest.mark.slow
 def test_ablate_on_the_embedded_model(tmp_path, capsys):
     out = tmp_path / "a.json"
-    assert _ablate("--limit", "2", "--only", "Refunds", "--json", str(out), "--quiet") == 0
+    # One task, two model calls per run, short answers: what is tested is that the arms run on the
+    # real model and the section leaves the prompt, not how well a 135M model serves customers
+    # (benchmarks/ablation measures that); unbounded, this one test took half an hour on a loaded CI box.
+    small = ("--limit", "1", "--max-iterations", "2", "--max-tokens", "48")
+    assert _ablate(*small, "--only", "Refunds", "--json", str(out), "--quiet") == 0
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["backend"] == "embedded" and [a["arm"] for a in data["arms"]] == ["full", "without Refunds"]
-    assert len(data["runs"]) == 4 and all(isinstance(r["success"], bool) for r in data["runs"])
+    assert len(data["runs"]) == 2 and all(isinstance(r["success"], bool) for r in data["runs"])
     assert all(r["stop_reason"] != "backend_error" and r["prompt_tokens"] for r in data["runs"])
     full, without = data["arms"]
     assert full["prompt_tokens"] > without["prompt_tokens"] + 50  # the section's tokens left the prompt

@@ -324,7 +324,7 @@ def test_the_report_command_draws_and_counts_saved_maps(tmp_path, capsys):
     store.close()
     out = tmp_path / "r.html"
     assert main(["report", sid, "-o", str(out), "--db", str(tmp_path / "a.db")]) == 0
-    assert "1 attention map(s)" in capsys.readouterr().out
+    assert "1 attention map," in capsys.readouterr().out
     assert "<h3>Attention · call 0</h3>" in out.read_text()
 
 

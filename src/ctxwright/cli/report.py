@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ctxwright.core.words import counted
 from ctxwright.errors import CtxwrightError
 
 
@@ -53,12 +54,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     write_report(data, out, prices)
     calls = sum(len(s.calls) for s in data.sessions)
     maps = sum(len(s.attention) for s in data.sessions)
-    drawn = f", {maps} attention map(s)" if maps else ""  # saved by `ctxwright attention`
+    drawn = f", {counted(maps, 'attention map')}" if maps else ""  # saved by `ctxwright attention`
     console.print(
-        f"report written to {out} ({len(data.sessions)} session(s), {calls:,} call(s){drawn}, "
+        f"report written to {out} ({counted(len(data.sessions), 'session')}, {counted(calls, 'call')}{drawn}, "
         f"{out.stat().st_size / 1e6:.1f} MB; opens offline)",
         highlight=False,
         markup=False,
+        soft_wrap=True,  # one line a script can read, however long the path
     )
     return 0
 
