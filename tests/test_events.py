@@ -176,12 +176,14 @@ def test_append_assigns_seq_and_persists_typed_events(store):
 
 
 def test_no_kind_strings_or_payload_keys_read_outside_events_py():
-    """The point of typed events: one module knows kind names and payload keys."""
+    """The point of typed events: one module knows kind names and payload keys. (A session has
+    a kind too -- run, proxy, framework -- and one module knows those: cli/sessions.py.)"""
     bad = re.compile(r"\.kind\s*(==|!=|in\b)|\.payload\s*[\[.]|\bev\.get\(\"kind\"\)")
+    owners = {Path("core/events.py"), Path("cli/sessions.py")}
     offenders = [
         f"{p.relative_to(SRC)}:{n}"
         for p in SRC.rglob("*.py")
-        if p.name != "events.py"
+        if p.relative_to(SRC) not in owners
         for n, line in enumerate(p.read_text().splitlines(), 1)
         if bad.search(line)
     ]

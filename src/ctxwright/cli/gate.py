@@ -71,32 +71,38 @@ def add_gate_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_gate)
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the gate is, as Ctrl-C's ``KeyboardInterrupt`` is: every
-    ``finally`` on the way out runs (the agent's supervisor is stopped and waited for, the
-    replay closed, a half-written ``--update`` removed) instead of the process just ending."""
+#: Set when SIGTERM arrived: the ``KeyboardInterrupt`` raised for it is then said as SIGTERM's.
+_TERMINATED = threading.Event()
 
 
 def _on_sigterm(_signum: int, _frame: object) -> None:
+    """SIGTERM, raised where the gate is as Ctrl-C's ``KeyboardInterrupt`` is: every ``finally``
+    on the way out runs (the agent's supervisor is stopped and waited for, the replay closed, a
+    half-written ``--update`` removed) instead of the process just ending. (A plain
+    ``KeyboardInterrupt``, not a subclass: every exception class lives in ``errors.py``, and
+    one derived from ``Exception`` would be caught on the way out.)"""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the stop under way is bounded
-    raise _Terminated
+    _TERMINATED.set()
+    raise KeyboardInterrupt
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
     """The gate's exit status; every failure of its own is one line and exit 2 (never 1).
     Ctrl-C and SIGTERM end here too, with the gate's own line (not ``run``'s advice)."""
     main_thread = threading.current_thread() is threading.main_thread()
+    _TERMINATED.clear()  # a gate run before this one in the same process (a test) was another
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         return _gate(args)
-    except KeyboardInterrupt as stop:
-        how = "stopped by SIGTERM" if isinstance(stop, _Terminated) else "interrupted"
+    except KeyboardInterrupt:
+        terminated = _TERMINATED.is_set()
+        how = "stopped by SIGTERM" if terminated else "interrupted"
         kept = f"; {args.golden} is unchanged" if args.update and args.golden else ""
         print(
             f"ctxwright gate: {how} before a verdict: the agent and everything it started were ended{kept}",
             file=sys.stderr,
         )
-        return 128 + signal.SIGTERM if isinstance(stop, _Terminated) else 128 + signal.SIGINT
+        return 128 + signal.SIGTERM if terminated else 128 + signal.SIGINT
     except Exception as exc:
         if getattr(args, "debug", False):
             raise
