@@ -21,6 +21,7 @@ from rich.traceback import Traceback
 
 from ctxwright.cli.progress import RunPrinter, calls_table
 from ctxwright.core.progress import BackendFailed
+from ctxwright.core.words import counted
 from ctxwright.errors import CtxwrightError
 
 if TYPE_CHECKING:
@@ -244,27 +245,27 @@ def _print_summary(agent: Agent, result: RunResult, *, wide: bool = False, prici
         console.print(
             f"cache: hit ratio {summ.hit_ratio:.1%} (Σcached ÷ Σprompt) · efficiency "
             f"{summ.efficiency if summ.efficiency is None else format(summ.efficiency, '.1%')} "
-            f"(Σcached ÷ Σreusable) over {summ.requests} call(s) of this session"
+            f"(Σcached ÷ Σreusable) over {counted(summ.requests, 'call')} of this session"
         )
     if summ.est_cost is not None and summ.est_cost_if_held is not None:
         priced = "" if summ.priced_requests == summ.requests else f" ({summ.priced_requests} priced)"
         console.print(
             f"cost: {summ.est_cost:,.5f} USD · if the cache had held {summ.est_cost_if_held:,.5f} over "
-            f"{summ.requests} call(s){priced}",
+            f"{counted(summ.requests, 'call')}{priced}",
             highlight=False,
         )
     comp = [r for r in result.calls if r.cause == "compaction"]
     if comp:
         cost = sum((r.prompt_tokens or 0) - (r.reusable_tokens or 0) for r in comp)
         console.print(
-            f"compaction: {sum(len(r.compactions) for r in result.calls)} layer run(s) before "
-            f"{len(comp)} call(s); their cache cost: {cost:,} prompt tokens prefilled again"
+            f"compaction: {counted(sum(len(r.compactions) for r in result.calls), 'layer run')} before "
+            f"{counted(len(comp), 'call')}; their cache cost: {cost:,} prompt tokens prefilled again"
         )
     console.print(
         Text.assemble(
             "stop reason: ",
             (result.stop_reason, "bold"),
-            f" after {result.iterations} iteration(s) · session {agent.session.id} · tokens counted by "
+            f" after {counted(result.iterations, 'iteration')} · session {agent.session.id} · tokens counted by "
             f"{agent.counter.source}",
         ),
         soft_wrap=True,
