@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ctxwright.audit.compare import TOKEN_MEMO, AuditRequest, AuditRow
@@ -49,7 +50,7 @@ from ctxwright.proxy.session_audit import LiveAudits
 from ctxwright.proxy.sessions import SessionPlacer
 from ctxwright.proxy.store import ProxyLog
 from ctxwright.store.recovery import Spool, claim_spools
-from ctxwright.store.sessions import Store, recovery_dir_for
+from ctxwright.store.sessions import Store, recovery_dir_for, spool_store
 
 MIB = 1024 * 1024
 #: exchanges waiting for the recorder past which new requests wait before they are relayed
@@ -495,7 +496,7 @@ class Recorder:
 
     def _keep(self, ex: Exchange) -> str:
         if self._spool is None:
-            self._spool = Spool(recovery_dir_for(self._target), self.spool_prefix)
+            self._spool = Spool(recovery_dir_for(self._target), self.spool_prefix, spool_store(self._target))
         try:
             self._spool.add(exchange_record(ex))
         except OSError as exc:
@@ -530,7 +531,9 @@ class Recorder:
             self._ready(store)
         assert self.store is not None
         if not self._earlier_done:
-            for spool in claim_spools(self.store.recovery_dir, self.spool_prefix):
+            for spool in claim_spools(
+                self.store.recovery_dir, self.spool_prefix, spool_store(self._target), self._spool_problem
+            ):
                 if not self._import(spool, earlier=True):
                     return
             self._earlier_done = True
@@ -539,15 +542,15 @@ class Recorder:
 
     def _import(self, spool: Spool, *, earlier: bool) -> bool:
         """Record a spool's exchanges in order; ``False`` (the rest kept) when the store fails."""
-        records = spool.records()
         done = 0
+        where = spool.path
         try:
-            for i, rec in enumerate(records):
+            for rec in spool.records():
                 try:
                     ex = exchange_from_record(rec)
                     self.record(ex)
                 except StoreUnusable as exc:
-                    spool.keep(records[i:])
+                    spool.keep_rest()
                     self._went_away(exc)
                     return False
                 except Exception as exc:  # a line this version cannot read: never blocks the rest
@@ -557,9 +560,9 @@ class Recorder:
                 done += 1
                 self.recorded += 1
                 self.imported += int(earlier)
-            where = spool.path
             spool.keep([])
         finally:
+            self._say_skipped(spool, where)
             if earlier:
                 spool.close()
         self._retry_s = RETRY_FIRST_S
@@ -567,6 +570,20 @@ class Recorder:
             whose = "an earlier process's" if earlier else "this process's"
             self.warnings.say("imported", f"{self.name}: recorded {done} exchange(s) from {whose} spool {where}")
         return True
+
+    def _spool_problem(self, line: str) -> None:
+        self.warnings.say("spool-file", f"{self.name}: {line}")
+
+    def _say_skipped(self, spool: Spool, where: Path | None) -> None:
+        """Lines of a spool that were not exchanges: counted lost, and said."""
+        if spool.skipped:
+            self.lost += spool.skipped
+            self.warnings.say(
+                "unreadable",
+                f"{self.name}: {spool.skipped} line(s) of {where} could not be read (cut short by a crash, "
+                "not JSON, or too long): counted lost, the rest imported",
+            )
+            spool.skipped = 0
 
     def record(self, ex: Exchange) -> int:
         """Decode, place, audit and write one exchange; its row id."""

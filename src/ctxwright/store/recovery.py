@@ -29,13 +29,15 @@ same file.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import stat
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ctxwright.core.events import Event, event_from_row
 from ctxwright.core.messages import canonical_json
@@ -168,6 +170,13 @@ def import_pending(store: Store, session_id: str) -> int:
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+MIB = 1024 * 1024
+#: The longest line a spool holds (one exchange, its two bodies as base64). The writer refuses
+#: a longer one (said lost) and a reader skips it, reading it in chunks: a planted or corrupt
+#: file of hundreds of MB without a newline must not be read into memory whole.
+SPOOL_LINE_MAX = 256 * MIB
+_CHUNK = MIB
+_HEADER = "spool"
 
 
 def _lock(fd: int, *, wait: bool) -> bool:
@@ -184,34 +193,81 @@ def _lock(fd: int, *, wait: bool) -> bool:
     return True
 
 
+def _line(record: Mapping[str, Any]) -> bytes:
+    return (canonical_json(dict(record)) + "\n").encode("utf-8", "surrogatepass")
+
+
+def _lines(f: BinaryIO) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """``(offset, record)`` for each line from ``f``'s position on; ``None`` for a line that is
+    not a record -- cut short by a crash while it was written (the last one, no newline), not
+    JSON or not UTF-8 (garbage), or over :data:`SPOOL_LINE_MAX` (read past in chunks).
+    Memory: one line of at most :data:`SPOOL_LINE_MAX` bytes."""
+    pos = f.tell()
+    while True:
+        line = f.readline(SPOOL_LINE_MAX + 1)
+        if not line:
+            return
+        at, pos = pos, pos + len(line)
+        if not line.endswith(b"\n"):
+            if len(line) <= SPOOL_LINE_MAX:
+                yield at, None  # the file's last line, cut short
+                return
+            del line
+            while chunk := f.readline(_CHUNK):
+                pos += len(chunk)
+                if chunk.endswith(b"\n"):
+                    break
+            yield at, None
+            continue
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, nested past the parser's depth
+            rec = None
+        yield at, rec if isinstance(rec, dict) else None
+
+
 class Spool:
     """A JSON-lines file of records a process could not store yet, held locked while it is
     open (see the module docstring). Made by its writer (:meth:`__init__`, the file is created
     on the first :meth:`add`) or taken over from a writer that is gone (:func:`claim_spools`).
 
-    ``count``: records in the file. :meth:`records` reads them back in order; :meth:`keep`
-    leaves only the ones not imported (a new file renamed over the old one, locked before the
-    rename: no other process ever opens it unlocked), removing the file when none is left."""
+    ``store``: which store the records are for. Two SQLite files in one folder share its
+    recovery folder, so the file's first line names its store and an importer passes over the
+    files of another one (a file without that line, from an earlier version, is imported).
 
-    def __init__(self, folder: Path, prefix: str) -> None:
+    ``count``: records in the file. :meth:`records` reads them back in order, one line in
+    memory at a time; ``skipped`` counts the lines it could not read. :meth:`keep` (or
+    :meth:`keep_rest`) leaves only the ones not imported (a new file renamed over the old one,
+    locked before the rename: no other process ever opens it unlocked), removing the file when
+    none is left."""
+
+    def __init__(self, folder: Path, prefix: str, store: str = "") -> None:
         self.folder = folder
         self.prefix = prefix
+        self.store = store
         self.path: Path | None = None
         self.count = 0
+        self.skipped = 0
         self._fd: int | None = None
+        self._at = 0
 
     @classmethod
-    def _taken(cls, path: Path, fd: int, count: int) -> Spool:
-        spool = cls(path.parent, path.name.split("-", 1)[0])
-        spool.path, spool._fd, spool.count = path, fd, count
+    def _taken(cls, path: Path, fd: int, store: str) -> Spool:
+        spool = cls(path.parent, path.name.split("-", 1)[0], store)
+        spool.path, spool._fd = path, fd
+        spool.count = sum(1 for _ in spool.records())
         return spool
 
     def _open(self) -> int:
-        """Create this process's file, locked: in the store's folder, else (a read-only
-        folder) in a fresh private temporary one, whose path the caller says."""
+        """Create this process's file, locked, its first line naming the store: in the store's
+        folder, else (a read-only folder) in a fresh private temporary one, whose path the
+        caller says."""
         name = f"{self.prefix}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
         last: OSError | None = None
         for folder in (self.folder, None):
+            fd = -1
             try:
                 where = (
                     private_dir(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="ctxwright-recovery-"))
@@ -220,60 +276,118 @@ class Spool:
                 with open_private(path, append=True) as f:
                     fd = os.dup(f.fileno())
                 _lock(fd, wait=True)  # a new name: nobody else holds it
+                self._write(fd, _line({"type": _HEADER, "store": self.store}))
             except OSError as exc:
                 last = exc
+                if fd >= 0:
+                    os.close(fd)
                 continue
             self.path, self._fd = path, fd
             return fd
         assert last is not None
         raise last
 
+    @staticmethod
+    def _write(fd: int, line: bytes) -> None:
+        """Append ``line`` durably, or leave the file as it was: a write cut short by a full
+        disk would otherwise glue the next record to half of this one, losing both."""
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
+
     def add(self, record: Mapping[str, Any]) -> Path:
-        """Append one record and make it durable (``fsync``) before returning; its file."""
+        """Append one record and make it durable (``fsync``) before returning; its file.
+        ``OSError`` when it cannot be kept (a full disk, a record over :data:`SPOOL_LINE_MAX`)."""
+        line = _line(record)
+        if len(line) > SPOOL_LINE_MAX:
+            raise OSError(
+                errno.EFBIG,
+                f"a record of {len(line) / MIB:,.0f} MB is over the {SPOOL_LINE_MAX // MIB} MB a recovery file's line "
+                "holds (a lower --record-cap keeps it under)",
+            )
         fd = self._fd if self._fd is not None else self._open()
-        line = (canonical_json(dict(record)) + "\n").encode("utf-8", "surrogatepass")
-        view = memoryview(line)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        self._write(fd, line)
         self.count += 1
         assert self.path is not None
         return self.path
 
-    def records(self) -> list[dict[str, Any]]:
-        """The records in the file, in order (a last line cut short by a crash is left out)."""
-        if self._fd is None or self.path is None:
-            return []
-        out: list[dict[str, Any]] = []
-        with open(os.open(self.path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC), "rb") as f:
-            for line in f:
-                with contextlib.suppress(ValueError):
-                    rec = json.loads(line)
-                    if isinstance(rec, dict):
-                        out.append(rec)
-        return out
+    def _reader(self) -> BinaryIO:
+        assert self.path is not None
+        return open(os.open(self.path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC), "rb")
 
-    def keep(self, records: Sequence[Mapping[str, Any]]) -> None:
+    def records(self) -> Iterator[dict[str, Any]]:
+        """The records in the file, in order, read one at a time; the lines that are not
+        records (see :func:`_lines`) are counted in ``skipped``, each once."""
+        if self._fd is None or self.path is None:
+            return
+        self.skipped = 0
+        with self._reader() as f:
+            for at, rec in _lines(f):
+                if rec is None:
+                    self.skipped += 1
+                elif rec.get("type") != _HEADER:
+                    self._at = at
+                    yield rec
+
+    def keep(self, records: Sequence[Mapping[str, Any]] | Iterator[Mapping[str, Any]]) -> None:
         """Leave only ``records`` in the file; with none left the file is removed and closed."""
         if self._fd is None or self.path is None:
             return
-        if not records:
+        fresh = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex[:8]}")
+        fd = -1
+        n = 0
+        try:
+            with open_private(fresh) as f:
+                fd = os.dup(f.fileno())
+                _lock(fd, wait=True)
+                f.write(_line({"type": _HEADER, "store": self.store}))
+                for rec in records:
+                    f.write(_line(rec))
+                    n += 1
+                f.flush()
+                os.fsync(f.fileno())
+            if n:
+                os.replace(fresh, self.path)
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                fresh.unlink()
+            raise
+        if not n:
+            fresh.unlink()
+            os.close(fd)
             with contextlib.suppress(OSError):
                 self.path.unlink()
             self.count = 0
             self.close()
             return
-        fresh = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex[:8]}")
-        with open_private(fresh) as f:
-            fd = os.dup(f.fileno())
-            _lock(fd, wait=True)
-            for rec in records:
-                f.write((canonical_json(dict(rec)) + "\n").encode("utf-8", "surrogatepass"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(fresh, self.path)
         os.close(self._fd)
-        self._fd, self.count = fd, len(records)
+        self._fd, self.count = fd, n
+
+    def keep_rest(self) -> None:
+        """Leave in the file the record :meth:`records` yielded last and those after it (the
+        store failed on it), streamed: never the whole file in memory."""
+        if self._fd is None or self.path is None:
+            return
+        with self._reader() as f:
+            f.seek(self._at)
+            rest = (rec for rec in self._rest(f))
+            self.keep(rest)
+
+    def _rest(self, f: BinaryIO) -> Iterator[dict[str, Any]]:
+        for _, rec in _lines(f):
+            if rec is None:
+                self.skipped += 1
+            elif rec.get("type") != _HEADER:
+                yield rec
 
     def close(self) -> None:
         """Stop writing: the lock is released, the file (if any records) stays for the next
@@ -293,37 +407,91 @@ class Spool:
         return f"kept in {self.path}; move it to {self.folder}/ and the next {what} on this store imports it"
 
 
-def claim_spools(folder: Path, prefix: str) -> Iterator[Spool]:
-    """The spools of ``prefix`` in ``folder`` whose writers are gone, oldest first, each
-    locked by this process until closed (a file another importer took meanwhile, or removed
-    once imported, is passed over)."""
+def _store_of(fd: int) -> str | None:
+    """The store named by a spool's first line; ``None`` when it has no such line."""
+    with open(os.dup(fd), "rb") as f:
+        f.seek(0)
+        first = f.readline(64 * 1024)
+    with contextlib.suppress(ValueError, RecursionError):
+        rec = json.loads(first)
+        if isinstance(rec, dict) and rec.get("type") == _HEADER:
+            return str(rec.get("store") or "")
+    return None
+
+
+def claim_spools(
+    folder: Path, prefix: str, store: str = "", problem: Callable[[str], None] | None = None
+) -> Iterator[Spool]:
+    """The spools of ``prefix`` for ``store`` in ``folder`` whose writers are gone, oldest
+    first, each locked by this process until closed (a file another importer took
+    meanwhile, or removed once imported, is passed over, and so is another store's file).
+
+    ``problem`` receives one line for each file left alone that the user should look at: not
+    a regular file (a symlink is never followed, nor removed), another user's, or not
+    readable. The listing is read once: thousands of files cost one stat each."""
+    say = problem or (lambda _line: None)
     try:
-        paths = sorted(folder.glob(f"{prefix}-*.jsonl"), key=lambda p: p.stat().st_mtime)
-    except OSError:
+        names = os.listdir(folder)
+    except FileNotFoundError:
         return
-    for path in paths:
+    except OSError as exc:
+        say(f"cannot list {folder} ({exc.strerror or exc}): its recovery files are not imported; make it readable")
+        return
+    found: list[tuple[float, str]] = []
+    for name in names:
+        if not (name.startswith(f"{prefix}-") and name.endswith(".jsonl")):
+            continue
+        try:
+            st = os.lstat(folder / name)
+        except OSError:
+            continue  # imported and removed by another process since the listing
+        if not stat.S_ISREG(st.st_mode):
+            say(f"{folder / name} is not a regular file (a symlink?): left alone, not followed; remove it")
+            continue
+        found.append((st.st_mtime, name))
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    for _, name in sorted(found):
+        path = folder / name
         try:
             fd = os.open(path, os.O_RDWR | _NOFOLLOW | _CLOEXEC)
-        except OSError:
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            say(
+                f"cannot open {path} ({exc.strerror or exc}): its exchanges are not recorded; "
+                "make it readable and writable by this user, or run this on the store as its owner"
+            )
             continue
         try:
             if not _lock(fd, wait=False):
                 os.close(fd)  # its writer is alive
                 continue
             st = os.fstat(fd)
-            if st.st_nlink == 0 or path.stat().st_ino != st.st_ino:
+            if st.st_nlink == 0 or os.lstat(path).st_ino != st.st_ino or not stat.S_ISREG(st.st_mode):
                 os.close(fd)  # imported (or rewritten) by another process since it was listed
                 continue
-        except OSError:
+            if uid is not None and st.st_uid != uid:
+                os.close(fd)
+                say(
+                    f"{path} belongs to another user (uid {st.st_uid}): left alone (a recovery file is written by "
+                    "its own user); chown it to import it"
+                )
+                continue
+            owner = _store_of(fd)
+            if owner is not None and store and owner != store:
+                os.close(fd)  # another store's file, in a folder they share
+                continue
+            spool = Spool._taken(path, fd, store)
+        except OSError as exc:
             os.close(fd)
+            say(f"cannot read {path} ({exc.strerror or exc}): its exchanges are not recorded; check the file")
             continue
-        spool = Spool._taken(path, fd, 0)
-        spool.count = len(spool.records())
         yield spool
 
 
 __all__ = [
     "FOLDER",
+    "SPOOL_LINE_MAX",
     "RecoveryLog",
     "Spool",
     "claim_spools",

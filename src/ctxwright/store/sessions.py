@@ -103,9 +103,20 @@ def recovery_dir_for(target: str | Path) -> Path:
     """The recovery folder of the store at ``target`` (``store/recovery.py``), known without
     opening it: a process that cannot reach its store keeps what it could not write there."""
     if is_url(target):
-        digest = hashlib.sha256(redact(str(target).strip()).encode("utf-8")).hexdigest()[:16]
-        return _data_dir() / FOLDER / f"postgresql-{digest}"
+        return _data_dir() / FOLDER / f"postgresql-{_url_digest(target)}"
     return Path(target).parent / FOLDER
+
+
+def _url_digest(target: str | Path) -> str:
+    """A PostgreSQL store's name on disk: its URL without the password, hashed."""
+    return hashlib.sha256(redact(str(target).strip()).encode("utf-8")).hexdigest()[:16]
+
+
+def spool_store(target: str | Path) -> str:
+    """What a recovery spool names as its store (``store/recovery.py``, :class:`Spool`): the
+    SQLite file's name, since two files in one folder share :func:`recovery_dir_for` (a
+    PostgreSQL store's folder is its own: the same digest)."""
+    return _url_digest(target) if is_url(target) else Path(target).name
 
 
 class Store:
