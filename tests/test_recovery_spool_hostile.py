@@ -242,6 +242,44 @@ def test_two_importers_starting_at_once_record_each_exchange_exactly_once(tmp_pa
     assert not list((tmp_path / "ctxwright-recovery").glob("proxy-*.jsonl"))
 
 
+@pytest.mark.slow
+def test_an_importer_killed_midway_leaves_a_file_the_next_one_resumes_after(tmp_path: Path) -> None:
+    """``kill -9`` between two imported exchanges: the next importer starts after the last one
+    the file notes as stored (it recorded them all again before), so at most the exchange being
+    written at the kill's instant is recorded twice."""
+    db = tmp_path / "a.db"
+    _import(db)
+    expected = [f"m{i}" for i in range(150)]
+    _spool(db, expected)
+    code = textwrap.dedent(
+        f"""
+        import sys, time
+        sys.path.insert(0, {SRC!r})
+        from ctxwright.proxy.recorder import Recorder
+        real = Recorder.record
+        def slow(self, ex):
+            time.sleep(0.01)  # the kill lands here, almost always: between two exchanges
+            return real(self, ex)
+        Recorder.record = slow
+        Recorder({str(db)!r}, "http://127.0.0.1:9", printer=None).close()
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 90
+        while len(_markers(db)) < 30:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.005)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert len(_markers(db)) < len(expected)
+    rec, lines = _import(db)
+    counts = collections.Counter(_markers(db))
+    assert set(counts) == set(expected) and rec.lost == 0, lines
+    assert sum(n - 1 for n in counts.values()) <= 1, counts.most_common(3)
+
+
 def test_the_store_failing_mid_import_keeps_the_rest_once(tmp_path: Path, monkeypatch: Any) -> None:
     db = tmp_path / "a.db"
     _import(db)

@@ -560,6 +560,14 @@ class Recorder:
                 done += 1
                 self.recorded += 1
                 self.imported += int(earlier)
+                try:
+                    spool.mark_done()
+                except OSError as exc:
+                    self.warnings.say(
+                        "spool",
+                        f"{self.name}: could not note in {where} what is imported ({exc.strerror or exc}); were this "
+                        "process killed before the import ends, the next one would record those exchanges again",
+                    )
             spool.keep([])
         finally:
             self._say_skipped(spool, where)

@@ -177,6 +177,12 @@ MIB = 1024 * 1024
 SPOOL_LINE_MAX = 256 * MIB
 _CHUNK = MIB
 _HEADER = "spool"
+#: digits of the header's ``done`` offset, fixed so it is rewritten in place (:meth:`Spool.mark_done`)
+_DONE_WIDTH = 20
+
+
+def _header(store: str) -> bytes:
+    return _line({"type": _HEADER, "store": store, "done": "0" * _DONE_WIDTH})
 
 
 def _lock(fd: int, *, wait: bool) -> bool:
@@ -197,8 +203,8 @@ def _line(record: Mapping[str, Any]) -> bytes:
     return (canonical_json(dict(record)) + "\n").encode("utf-8", "surrogatepass")
 
 
-def _lines(f: BinaryIO) -> Iterator[tuple[int, dict[str, Any] | None]]:
-    """``(offset, record)`` for each line from ``f``'s position on; ``None`` for a line that is
+def _lines(f: BinaryIO) -> Iterator[tuple[int, int, dict[str, Any] | None]]:
+    """``(offset, end offset, record)`` for each line from ``f``'s position on; ``None`` for a line that is
     not a record -- cut short by a crash while it was written (the last one, no newline), not
     JSON or not UTF-8 (garbage), or over :data:`SPOOL_LINE_MAX` (read past in chunks).
     Memory: one line of at most :data:`SPOOL_LINE_MAX` bytes."""
@@ -210,14 +216,14 @@ def _lines(f: BinaryIO) -> Iterator[tuple[int, dict[str, Any] | None]]:
         at, pos = pos, pos + len(line)
         if not line.endswith(b"\n"):
             if len(line) <= SPOOL_LINE_MAX:
-                yield at, None  # the file's last line, cut short
+                yield at, pos, None  # the file's last line, cut short
                 return
             del line
             while chunk := f.readline(_CHUNK):
                 pos += len(chunk)
                 if chunk.endswith(b"\n"):
                     break
-            yield at, None
+            yield at, pos, None
             continue
         if not line.strip():
             continue
@@ -225,7 +231,7 @@ def _lines(f: BinaryIO) -> Iterator[tuple[int, dict[str, Any] | None]]:
             rec = json.loads(line)
         except (ValueError, RecursionError):  # not JSON, not UTF-8, nested past the parser's depth
             rec = None
-        yield at, rec if isinstance(rec, dict) else None
+        yield at, pos, rec if isinstance(rec, dict) else None
 
 
 class Spool:
@@ -252,6 +258,9 @@ class Spool:
         self.skipped = 0
         self._fd: int | None = None
         self._at = 0
+        self._end = 0
+        self._done = 0
+        self._done_at: int | None = None
 
     @classmethod
     def _taken(cls, path: Path, fd: int, store: str) -> Spool:
@@ -276,7 +285,7 @@ class Spool:
                 with open_private(path, append=True) as f:
                     fd = os.dup(f.fileno())
                 _lock(fd, wait=True)  # a new name: nobody else holds it
-                self._write(fd, _line({"type": _HEADER, "store": self.store}))
+                self._write(fd, _header(self.store))
             except OSError as exc:
                 last = exc
                 if fd >= 0:
@@ -329,12 +338,43 @@ class Spool:
             return
         self.skipped = 0
         with self._reader() as f:
-            for at, rec in _lines(f):
+            self._read_header(f)
+            for at, end, rec in _lines(f):
+                if at < self._done:
+                    continue  # in the store already: an import killed midway noted it
                 if rec is None:
                     self.skipped += 1
                 elif rec.get("type") != _HEADER:
-                    self._at = at
+                    self._at, self._end = at, end
                     yield rec
+
+    def _read_header(self, f: BinaryIO) -> None:
+        """The ``done`` offset of the file's first line, and where its digits are."""
+        first = f.readline(64 * 1024)
+        f.seek(0)
+        self._done, self._done_at = 0, None
+        with contextlib.suppress(ValueError, RecursionError):
+            rec = json.loads(first)
+            key = b'"done":"'
+            where = first.find(key)
+            if isinstance(rec, dict) and rec.get("type") == _HEADER and where >= 0:
+                self._done = int(str(rec.get("done")))
+                self._done_at = where + len(key)
+
+    def mark_done(self) -> None:
+        """Note in the file's first line that the records up to the last one :meth:`records`
+        yielded are in the store: a process killed mid-import leaves a file the next one
+        resumes after, instead of recording those exchanges twice. The digits are overwritten
+        in place (no new disk space: a full disk does not stop it) and ``fsync``-ed, as the
+        store's own write is. ``OSError`` when it cannot be written."""
+        if self._done_at is None or self.path is None:
+            return
+        fd = os.open(self.path, os.O_WRONLY | _NOFOLLOW | _CLOEXEC)
+        try:
+            os.pwrite(fd, b"%0*d" % (_DONE_WIDTH, self._end), self._done_at)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def keep(self, records: Sequence[Mapping[str, Any]] | Iterator[Mapping[str, Any]]) -> None:
         """Leave only ``records`` in the file; with none left the file is removed and closed."""
@@ -347,7 +387,7 @@ class Spool:
             with open_private(fresh) as f:
                 fd = os.dup(f.fileno())
                 _lock(fd, wait=True)
-                f.write(_line({"type": _HEADER, "store": self.store}))
+                f.write(_header(self.store))
                 for rec in records:
                     f.write(_line(rec))
                     n += 1
@@ -383,7 +423,7 @@ class Spool:
             self.keep(rest)
 
     def _rest(self, f: BinaryIO) -> Iterator[dict[str, Any]]:
-        for _, rec in _lines(f):
+        for _, _, rec in _lines(f):
             if rec is None:
                 self.skipped += 1
             elif rec.get("type") != _HEADER:
