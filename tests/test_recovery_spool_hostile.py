@@ -145,7 +145,7 @@ def test_thousands_of_spools_are_listed_once_and_claimed_one_fd_at_a_time(tmp_pa
     folder = tmp_path / "ctxwright-recovery"
     header = json.dumps({"type": "spool", "store": "a.db"})
     folder.mkdir()
-    for i in range(3000):
+    for i in range(2000):
         (folder / f"proxy-{i}-{i:08x}.jsonl").write_text(f'{header}\n{{"n": {i}}}\n')
     fds = len(os.listdir("/proc/self/fd"))
     seen = 0
@@ -155,7 +155,7 @@ def test_thousands_of_spools_are_listed_once_and_claimed_one_fd_at_a_time(tmp_pa
         assert [r["n"] for r in spool.records()] == [int(spool.path.name.split("-")[1])]  # type: ignore[union-attr]
         spool.keep([])
         seen += 1
-    assert seen == 3000 and not list(folder.iterdir())
+    assert seen == 2000 and not list(folder.iterdir())
     assert len(os.listdir("/proc/self/fd")) <= fds  # none left open
     assert time.monotonic() - t0 < 60
 
@@ -303,6 +303,61 @@ def test_the_store_failing_mid_import_keeps_the_rest_once(tmp_path: Path, monkey
     rec2, lines2 = _import(db)
     assert _markers(db) == [f"m{i}" for i in range(7)] and rec2.lost == 0, lines2
     assert not path.exists()
+
+
+def test_a_full_disk_as_the_store_fails_mid_import_leaves_the_file_resumable(tmp_path: Path, monkeypatch: Any) -> None:
+    """The store fails midway and the rest cannot be rewritten either: the file is left as it
+    is, said, and the next import starts after what it noted as recorded."""
+    db = tmp_path / "a.db"
+    _import(db)
+    path = _spool(db, [f"m{i}" for i in range(5)])
+    real = Recorder.record
+    calls = {"n": 0}
+
+    def flaky(self: Recorder, ex: Any) -> int:
+        calls["n"] += 1
+        if calls["n"] >= 3:
+            raise StoreUnusable("the store went away", reason="the store went away")
+        return real(self, ex)
+
+    def full(*_a: Any, **_k: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Recorder, "record", flaky)
+    monkeypatch.setattr(recovery, "open_private", full)
+    rec, lines = _import(db)
+    monkeypatch.undo()
+    assert _markers(db) == ["m0", "m1"] and rec.lost == 0, lines
+    said = [line for line in lines if "could not rewrite" in line]  # at each try (the close's last one too)
+    assert said and "(No space left on device); left as it is" in said[0] and str(path) in said[0]
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no half-written copy left
+    _import(db)
+    assert _markers(db) == [f"m{i}" for i in range(5)] and not path.exists()
+
+
+def test_a_disk_too_full_for_the_first_line_leaves_no_empty_file_behind(tmp_path: Path) -> None:
+    folder = tmp_path / "r"
+    code = textwrap.dedent(
+        f"""
+        import glob, resource, sys, tempfile
+        sys.path.insert(0, {SRC!r})
+        from pathlib import Path
+        from ctxwright.store.recovery import Spool
+        before = set(glob.glob(tempfile_glob := tempfile.gettempdir() + "/ctxwright-recovery-*"))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (10, resource.RLIM_INFINITY))
+        s = Spool(Path({str(folder)!r}), "proxy", "a.db")
+        lost = 0
+        for i in range(20):
+            try:
+                s.add({{"n": i}})
+            except OSError:
+                lost += 1
+        sys.stderr.write(f"{{lost}} {{len(set(glob.glob(tempfile_glob)) - before)}}\\n")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stderr.split() == ["20", "0"], out
+    assert list(folder.iterdir()) == []
 
 
 def test_a_full_disk_while_spooling_is_counted_lost_and_said_and_the_file_stays_whole(

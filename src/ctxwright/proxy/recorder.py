@@ -550,7 +550,14 @@ class Recorder:
                     ex = exchange_from_record(rec)
                     self.record(ex)
                 except StoreUnusable as exc:
-                    spool.keep_rest()
+                    try:
+                        spool.keep_rest()
+                    except OSError as err:  # a full disk: the file's note of what is imported still holds
+                        self.warnings.say(
+                            "spool",
+                            f"{self.name}: could not rewrite {where} without what is imported ({err.strerror or err}); "
+                            "left as it is: the next import resumes after what it notes as recorded",
+                        )
                     self._went_away(exc)
                     return False
                 except Exception as exc:  # a line this version cannot read: never blocks the rest

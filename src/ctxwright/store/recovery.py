@@ -272,17 +272,22 @@ class Spool:
     def _open(self) -> int:
         """Create this process's file, locked, its first line naming the store: in the store's
         folder, else (a read-only folder) in a fresh private temporary one, whose path the
-        caller says."""
+        caller says. What a failed attempt created is removed: on a full disk a file can still
+        be created but not written, and each exchange lost would leave an empty file (and a
+        temporary folder) behind."""
         name = f"{self.prefix}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
         last: OSError | None = None
         for folder in (self.folder, None):
             fd = -1
+            made: Path | None = None
+            path: Path | None = None
             try:
-                where = (
-                    private_dir(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="ctxwright-recovery-"))
-                )
-                path = where / name
-                with open_private(path, append=True) as f:
+                if folder is None:
+                    where = made = Path(tempfile.mkdtemp(prefix="ctxwright-recovery-"))
+                else:
+                    where = private_dir(folder)
+                with open_private(where / name, append=True) as f:
+                    path = where / name
                     fd = os.dup(f.fileno())
                 _lock(fd, wait=True)  # a new name: nobody else holds it
                 self._write(fd, _header(self.store))
@@ -290,7 +295,13 @@ class Spool:
                 last = exc
                 if fd >= 0:
                     os.close(fd)
+                with contextlib.suppress(OSError):
+                    if path is not None:
+                        path.unlink()
+                    if made is not None:
+                        made.rmdir()
                 continue
+            assert path is not None
             self.path, self._fd = path, fd
             return fd
         assert last is not None
