@@ -214,7 +214,7 @@ def test_report_command_for_a_session_and_a_log(tmp_path, capsys):
 @pytest.mark.parametrize(
     "args,says",
     [
-        (["nosuchsession"], "no session nosuchsession in"),
+        (["nosuchsession"], "no session 'nosuchsession' in"),
         ([], "name what to report"),
         (["x", "--proxy-session", "y"], "name what to report"),
         (["{log}", "--price-cached", "1"], "--price-cached and --price-output need --price-input"),

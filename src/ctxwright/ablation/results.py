@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable
@@ -99,15 +100,27 @@ def _load(path: Path) -> dict[str, Any] | None:
     """The file's JSON object, ``None`` when there is no file; anything unreadable is an
     :class:`AblationInputError` naming it."""
     try:
-        size = path.stat().st_size
+        st = path.stat()
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise AblationInputError(f"--json {path}: cannot read it ({exc.strerror or exc})") from None
-    if size > MAX_FILE_BYTES:
-        raise AblationInputError(f"--json {path}: {size:,} bytes, more than an ablation writes; give another file")
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read forever; a folder, a device...
+        raise AblationInputError(f"--json {path}: not a regular file; give a file such as ablation.json")
+    if st.st_size > MAX_FILE_BYTES:
+        raise AblationInputError(
+            f"--json {path}: {st.st_size:,} bytes, more than an ablation writes; give another file"
+        )
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        # O_NONBLOCK: should it be swapped for a FIFO since the stat, opening does not wait for a writer
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise AblationInputError(f"--json {path}: not a regular file; give a file such as ablation.json")
+            raw = f.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise AblationInputError(f"--json {path}: more than {MAX_FILE_BYTES:,} bytes; give another file")
+        data = json.loads(raw.decode("utf-8"))
     except (OSError, ValueError) as exc:
         raise AblationInputError(
             f"--json {path}: not an ablation's results file ({exc}); give another file, or remove it"
@@ -123,16 +136,54 @@ def stopped_runs(path: str | Path) -> tuple[int, int] | None:
     data = _load(Path(path).expanduser())
     if data is None or data.get("complete", True) is not False:
         return None
-    return int(data.get("runs_done") or 0), int(data.get("runs_total") or 0)
+    return _whole(data, "runs_done", path), _whole(data, "runs_total", path)
+
+
+def _whole(data: dict[str, Any], key: str, path: str | Path) -> int:
+    """``data[key]``, a count of 0 or more (absent: 0); another type names the file."""
+    value = data.get(key) or 0
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise AblationInputError(f"--json {path}: {key} is {str(value)[:40]!r}, not a count; give another file")
+    return value
 
 
 _RUN_FIELDS = {f.name for f in fields(RunRecord)}
 _ARM_FIELDS = {f.name for f in fields(ArmSummary)}
 
 
+#: the JSON types of a run's fields as ``RunRecord.to_dict`` writes them: a kept run is summed
+#: and averaged with the new ones, so a string where a bool or a number belongs would fail (or
+#: count wrong) only at the end of hours of runs
+_INT, _NUM, _STR, _NONE, _BOOL = (int,), (int, float), (str,), (type(None),), (bool,)
+_RUN_TYPES: dict[str, tuple[type, ...]] = {
+    "arm": _STR,
+    "task": _STR,
+    "trial": _INT,
+    "success": _BOOL,
+    "calls_ok": _BOOL + _NONE,
+    "state_ok": _BOOL + _NONE,
+    "answer_ok": _BOOL + _NONE,
+    "expected_calls": _INT,
+    "matched_calls": _INT,
+    "prompt_tokens": _INT + _NONE,
+    "answer": _STR + _NONE,
+    "stop_reason": _STR,
+    "seconds": _NUM,
+    "error": _STR + _NONE,
+}
+
+
 def _run(obj: Any, where: str) -> RunRecord:
     if not isinstance(obj, dict) or not {"arm", "task", "trial", "success"} <= obj.keys():
         raise AblationInputError(f"{where}: a run without arm, task, trial and success; give another file")
+    for key, types in _RUN_TYPES.items():
+        value = obj.get(key)
+        if key in obj and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+            raise AblationInputError(f"{where}: its {key} is {str(value)[:40]!r}, of the wrong type; give another file")
+    for key in ("calls", "problems"):
+        value = obj.get(key) or []
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise AblationInputError(f"{where}: its {key} is not a list of text; give another file")
     try:
         kwargs = {k: v for k, v in obj.items() if k in _RUN_FIELDS}
         kwargs["calls"] = tuple(kwargs.get("calls") or ())
@@ -140,6 +191,26 @@ def _run(obj: Any, where: str) -> RunRecord:
         return RunRecord(**kwargs)
     except TypeError as exc:
         raise AblationInputError(f"{where}: a run that is not an ablation's ({exc}); give another file") from None
+
+
+def _in_plan(records: list[RunRecord], plan: dict[str, Any], path: str | Path) -> None:
+    """Every kept run is one the plan makes, once: a run of another arm, task or trial would be
+    dropped when the file is next written, and a second copy of one would be silently lost."""
+    arms = {a.get("name") for a in plan.get("arms") or () if isinstance(a, dict)}
+    tasks = {t.get("id") for t in plan.get("tasks") or () if isinstance(t, dict)}
+    trials = int(plan.get("trials") or 0)
+    seen: dict[tuple[str, str, int], int] = {}
+    for i, r in enumerate(records, 1):
+        if r.arm not in arms or r.task not in tasks or not 1 <= r.trial <= trials:
+            raise AblationInputError(
+                f"--json {path}: run {i} (arm {r.arm[:40]!r}, task {r.task[:40]!r}, trial {r.trial}) is not one "
+                "of this ablation's; give another file"
+            )
+        first = seen.setdefault((r.arm, r.task, r.trial), i)
+        if first != i:
+            raise AblationInputError(
+                f"--json {path}: run {i} repeats run {first} (same arm, task and trial); give another file"
+            )
 
 
 def read_results(path: str | Path, plan: dict[str, Any]) -> AblationResult | None:
@@ -171,7 +242,9 @@ def read_results(path: str | Path, plan: dict[str, Any]) -> AblationResult | Non
     if not isinstance(runs, list):
         raise AblationInputError(f"--json {path}: no list of runs; give another file")
     records = [_run(r, f"--json {path}: run {i + 1}") for i, r in enumerate(runs)]
-    arms = [a for a in data.get("arms") or () if isinstance(a, dict)]
+    _in_plan(records, plan, path)
+    listed = data.get("arms")
+    arms = [a for a in listed if isinstance(a, dict)] if isinstance(listed, list) else []
     try:
         summaries = [ArmSummary(**{k: v for k, v in a.items() if k in _ARM_FIELDS}) for a in arms]
     except TypeError as exc:
@@ -186,6 +259,6 @@ def read_results(path: str | Path, plan: dict[str, Any]) -> AblationResult | Non
         model=str(plan["model"]),
         seconds=float(seconds) if isinstance(seconds, int | float) else 0.0,
         complete=data.get("complete", True) is not False,
-        runs_total=int(data.get("runs_total") or len(records)),
+        runs_total=_whole(data, "runs_total", path) or len(records),
         plan=plan,
     )

@@ -46,6 +46,7 @@ from ctxwright.backends.base import Backend
 from ctxwright.backends.bounded_http import (
     TryDeadline,
     bounded_client,
+    check_timeout,
     redirect_hint,
 )
 from ctxwright.backends.openai_compat import (
@@ -148,8 +149,7 @@ class AnthropicBackend(Backend):
         thinking: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        check_timeout(timeout)
         if max_retries < 0:
             raise ValueError(f"max_retries must be 0 or more, not {max_retries!r}")
         if ttl not in _TTL_CHOICES:

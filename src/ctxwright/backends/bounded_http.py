@@ -47,8 +47,10 @@ from ctxwright.errors import DeadlinePassed, ReplyTooLarge
 
 __all__ = [
     "MAX_REPLY_BYTES",
+    "MAX_TIMEOUT_S",
     "TryDeadline",
     "bounded_client",
+    "check_timeout",
     "deadline_message",
     "deadline_reason",
     "redirect_hint",
@@ -59,6 +61,21 @@ __all__ = [
 #: MB, a stream of it some 20 MB; 64 MB leaves room and still bounds a hostile server.
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 _PIECE = 64 * 1024
+#: The longest ``timeout`` a backend takes: a week, far above any model's answer. ``inf`` or
+#: ``1e309`` would reach ``time``/socket calls that take a C ``time_t`` and raise
+#: ``OverflowError`` mid-call; ``nan`` compares false with every deadline and never ends.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+
+
+def check_timeout(timeout: float) -> None:
+    """Refuse (``ValueError``, one line) a ``timeout`` that is not a number of seconds above 0
+    and at most :data:`MAX_TIMEOUT_S` -- the one rule of every served backend."""
+    if not (isinstance(timeout, int | float) and 0 < timeout <= MAX_TIMEOUT_S):
+        raise ValueError(
+            f"timeout must be a positive number of seconds up to {MAX_TIMEOUT_S:.0f} (a week), not {timeout!r}"
+        )
+
+
 _ACCEPTED = ("gzip", "deflate", "x-gzip")
 
 

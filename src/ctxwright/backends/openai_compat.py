@@ -54,6 +54,7 @@ from ctxwright.backends.base import Backend
 from ctxwright.backends.bounded_http import (
     TryDeadline,
     bounded_client,
+    check_timeout,
     deadline_message,
     deadline_reason,
     redirect_hint,
@@ -175,8 +176,7 @@ class OpenAIBackend(Backend):
         prompt_cache_key: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        check_timeout(timeout)
         if max_retries < 0:
             raise ValueError(f"max_retries must be 0 or more, not {max_retries!r}")
         self.model = model

@@ -385,6 +385,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ctxwright.cli.replay import _count  # the one "whole number above 0" of the flags
+
     p = Parser(prog="ctxwright", description="Context engineering for LLM agents.")
     p.add_argument("--version", action="version", version=f"ctxwright {_version()}")
     _add_global_options(p, None)
@@ -426,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("sessions", help="list stored sessions of every kind (run, proxy, framework), newest first")
-    s.add_argument("--limit", type=int, default=30, metavar="N", help="at most N sessions (default 30)")
+    s.add_argument("--limit", type=_count, default=30, metavar="N", help="at most N sessions (default 30)")
     s.add_argument("--json", action="store_true", help="print the rows as JSON (each kind's fields, and its kind)")
     s.set_defaults(func=cmd_sessions)
 

@@ -106,12 +106,13 @@ def golden_limits(args: argparse.Namespace) -> dict[str, int]:
 
 
 def _count(text: str) -> int:
+    shown = text if len(text) <= 40 else f"{text[:40]}..."  # a pasted megabyte stays one short line
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        raise argparse.ArgumentTypeError(f"{shown!r} is not a whole number") from None
     if v < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a number above 0")
+        raise argparse.ArgumentTypeError(f"{shown} is not a number above 0")
     return v
 
 

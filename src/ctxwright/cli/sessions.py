@@ -20,10 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ctxwright.core.words import quoted
 from ctxwright.errors import AmbiguousSessionId, CtxwrightError, SessionNotFound
 
 #: the kind of a session a Harness recorded (``ctxwright run``, ``Harness``, ``Context``)
 RUN = "run"
+#: the largest LIMIT both databases take (a 64-bit integer): ``--limit`` 10**20 means "all"
+_MOST = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ def resolve_session(store: Any, given: str) -> SessionRef:
     if found:
         names = ", ".join(str(r) for r in found)
         raise AmbiguousSessionId(
-            f"session ID {given!r} is ambiguous: sessions of several kinds in {store.location} start with it "
+            f"session ID {quoted(given)} is ambiguous: sessions of several kinds in {store.location} start with it "
             f"({names}{', ...' if ambiguous else ''}); give more of the ID"
         )
     if ambiguous is not None:
@@ -87,7 +90,7 @@ def all_sessions(store: Any, limit: int) -> list[dict[str, Any]]:
     ``kind``, ``created_at`` and ``calls`` in common."""
     from ctxwright.proxy.store import ProxyLog
 
-    limit = max(0, limit)
+    limit = min(max(0, limit), _MOST)
     rows = [*store.list_sessions(limit=limit), *ProxyLog(store).session_rows(limit=limit)]
     rows.sort(key=lambda r: float(r["created_at"] or 0.0), reverse=True)
     return rows[:limit]
@@ -150,7 +153,7 @@ def _lookup(args: argparse.Namespace, given: str, *, files: bool) -> SessionRef:
         if not files:
             raise
         raise SessionNotFound(
-            f"no session {given} in {store.location} and no file of that name: give a session ID "
+            f"no session {quoted(given)} in {store.location} and no file of that name: give a session ID "
             "(`ctxwright sessions` lists them; --db names another store) or a file"
         ) from None
     finally:

@@ -20,21 +20,25 @@ THREADS_ENV = "CTXWRIGHT_THREADS"
 #: The default without it: two threads (these models are small; more threads gain little on
 #: their matrix sizes), never more than the machine has.
 DEFAULT_MAX = 2
+#: The most it takes: more threads than any machine's cores only slow a model down, and the
+#: value goes to C code (llama.cpp's ``n_threads``, an ``int``).
+MAX_THREADS = 1024
 
 
 def default_threads() -> int:
-    """``CTXWRIGHT_THREADS`` when set (a whole number of at least 1; anything else is a one-line
+    """``CTXWRIGHT_THREADS`` when set (a whole number from 1 to :data:`MAX_THREADS`; anything else is a one-line
     error naming the variable), else ``min(2, cores)``."""
     raw = os.environ.get(THREADS_ENV, "").strip()
     if not raw:
         return min(DEFAULT_MAX, os.cpu_count() or 1)
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ConfigError(f"{THREADS_ENV}={raw!r}: give a whole number of threads of at least 1, or unset it")
+    # digits only: int() would take "1_000" and "+2", and a value past a C int reaches llama.cpp
+    value = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= len(str(MAX_THREADS)) else 0
+    if not 1 <= value <= MAX_THREADS:
+        shown = raw if len(raw) <= 20 else f"{raw[:20]}..."
+        raise ConfigError(
+            f"{THREADS_ENV}={shown!r}: give a whole number of threads from 1 to {MAX_THREADS}, or unset it"
+        )
     return value
 
 
-__all__ = ["DEFAULT_MAX", "THREADS_ENV", "default_threads"]
+__all__ = ["DEFAULT_MAX", "MAX_THREADS", "THREADS_ENV", "default_threads"]

@@ -1,4 +1,5 @@
-"""Counts in the sentences ctxwright prints: "1 call", "3 calls", never "1 calls" or "call(s)".
+"""Counts in the sentences ctxwright prints: "1 call", "3 calls", never "1 calls" or "call(s)";
+and what a user typed, repeated in a message (:func:`quoted`).
 
 One helper, so every message counts the same way; English plurals only (the messages are
 English), with the irregular plural given where a noun has one.
@@ -14,4 +15,18 @@ def counted(n: int, singular: str, plural: str | None = None) -> str:
     return f"{n:,} {singular if n == 1 else (plural or singular + 's')}"
 
 
-__all__ = ["counted"]
+#: characters of a user's value a message repeats: an argument may be a megabyte long
+QUOTED_CHARS = 80
+
+
+def quoted(given: str, limit: int = QUOTED_CHARS) -> str:
+    """``given`` as a message repeats it: quoted and escaped (``repr``: a newline, a NUL or a
+    lone surrogate from argv bytes that are not UTF-8 stays on the one line and prints on any
+    terminal), cut to ``limit`` characters with its length said -- a one-line error, whatever
+    was pasted."""
+    if len(given) <= limit:
+        return repr(given)
+    return f"{given[:limit]!r}... ({counted(len(given), 'character')})"
+
+
+__all__ = ["QUOTED_CHARS", "counted", "quoted"]

@@ -178,7 +178,7 @@ class ModelOptions:
         record="when_given",
         default_text="120",
         help="""seconds the served model may take to answer, the whole answer included (streamed or not),
-        before a try is given up (served backends). ``None``: 120.""",
+        before a try is given up (served backends): above 0, at most a week. ``None``: 120.""",
     )
     max_retries: int | None = opt(
         keyword="max_retries",

@@ -50,6 +50,7 @@ from ctxwright.core.events import AssistantEvent, BreakerEvent, Event, MessageEv
 from ctxwright.core.incremental import EventFold
 from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.repeats import RepeatTracker, call_key, without_note
+from ctxwright.core.words import quoted
 from ctxwright.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -91,8 +92,14 @@ def status_fields(spec: str | Sequence[str] | None) -> tuple[str, ...]:
         return FIELDS
     valid = ", ".join([*FIELDS, *FIELD_GROUPS])
     if not isinstance(spec, str | Sequence):
-        raise ConfigError(f"status_fields={spec!r}: give a list of field names ({valid}), e.g. ['-cwd', '-os']")
+        raise ConfigError(
+            f"status_fields={quoted(str(spec))}: give a list of field names ({valid}), e.g. ['-cwd', '-os']"
+        )
     words = spec.replace(",", " ").split() if isinstance(spec, str) else list(spec)
+    if not words:  # an empty --status-fields "" would otherwise keep every field, the opposite of what it says
+        raise ConfigError(
+            f"status_fields={quoted(str(spec))} names no field; give names ({valid}), or None for every field"
+        )
     keep: set[str] = set()
     drop: set[str] = set()
     named = False
@@ -103,7 +110,7 @@ def status_fields(spec: str | Sequence[str] | None) -> tuple[str, ...]:
         group = FIELD_GROUPS.get(name, (name,) if name in FIELDS else None)
         if group is None:
             raise ConfigError(
-                f"status_fields={spec!r}: unknown field {word!r}; use {valid} "
+                f"status_fields={quoted(str(spec))}: unknown field {quoted(str(word), 40)}; use {valid} "
                 "(a leading '-' drops one: --status-fields all,-cwd,-os)"
             )
         if dropped:
@@ -114,7 +121,7 @@ def status_fields(spec: str | Sequence[str] | None) -> tuple[str, ...]:
     chosen = tuple(f for f in FIELDS if (f in keep or not named) and f not in drop)
     if not chosen:
         raise ConfigError(
-            f"status_fields={spec!r} keeps no field; to send no status, turn the bar off (status=False, --no-status)"
+            f"status_fields={quoted(str(spec))} keeps no field; to send no status, turn the bar off (status=False, --no-status)"
         )
     return chosen
 

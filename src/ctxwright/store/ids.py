@@ -11,6 +11,7 @@ is compared as text, on the primary key's order (a range scan, not a scan of the
 
 from __future__ import annotations
 
+from ctxwright.core.words import quoted
 from ctxwright.errors import AmbiguousSessionId, SessionNotFound
 from ctxwright.store.database import Database
 
@@ -18,6 +19,19 @@ from ctxwright.store.database import Database
 SHOWN = 5
 #: above every character an ID can hold: ``start + _TOP`` bounds the IDs that begin with ``start``
 _TOP = "\U0010ffff"
+
+
+def unstorable(start: str) -> str | None:
+    """Why no stored ID can be ``start``, or ``None``: a lone surrogate (what Python makes of
+    argv bytes that are not UTF-8) cannot be encoded for either database, and PostgreSQL text
+    holds no NUL -- asking would be a driver error, not "no session"."""
+    if "\x00" in start:
+        return "it holds a NUL character"
+    try:
+        start.encode("utf-8")
+    except UnicodeEncodeError:
+        return "it is not valid text (bytes that are not UTF-8)"
+    return None
 
 
 def resolve_id(db: Database, table: str, given: str, *, what: str, listing: str) -> str:
@@ -33,6 +47,9 @@ def resolve_id(db: Database, table: str, given: str, *, what: str, listing: str)
     text = f"id{db.dialect.binary_collation}"
     if not start:
         raise SessionNotFound(f"no {what} ID given: give one (`{listing}` lists them)")
+    why = unstorable(start)
+    if why is not None:
+        raise SessionNotFound(f"no {what} {quoted(given)} {where}: {why}. Run `{listing}` to list the IDs.")
     row = db.fetchone(f"SELECT id FROM {table} WHERE id=?", (start,))
     if row is not None:
         return str(row["id"])
@@ -44,7 +61,7 @@ def resolve_id(db: Database, table: str, given: str, *, what: str, listing: str)
         return str(rows[0]["id"])
     if not rows:
         raise SessionNotFound(
-            f"no {what} {given!r} {where}. Run `{listing}` to list the IDs "
+            f"no {what} {quoted(given)} {where}. Run `{listing}` to list the IDs "
             "(or pass --db / CTXWRIGHT_DB if it lives in another database)."
         )
     n = db.fetchone(
@@ -54,8 +71,8 @@ def resolve_id(db: Database, table: str, given: str, *, what: str, listing: str)
     count = int(n["n"]) if n is not None else len(rows)
     names = ", ".join(str(r["id"]) for r in rows[:SHOWN]) + (", ..." if count > SHOWN else "")
     raise AmbiguousSessionId(
-        f"{what} ID {given!r} is ambiguous: {count:,} {what}s {where} start with it ({names}); give more of the ID"
+        f"{what} ID {quoted(given)} is ambiguous: {count:,} {what}s {where} start with it ({names}); give more of the ID"
     )
 
 
-__all__ = ["resolve_id"]
+__all__ = ["resolve_id", "unstorable"]
