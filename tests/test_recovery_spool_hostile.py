@@ -205,6 +205,24 @@ def test_another_users_or_unopenable_spool_is_left_alone_and_said(tmp_path: Path
     assert any(f"cannot open {locked} (Permission denied)" in line for line in lines), lines
 
 
+def test_a_copy_left_half_written_by_a_killed_import_is_removed_once_stale(tmp_path: Path) -> None:
+    folder = tmp_path / "ctxwright-recovery"
+    folder.mkdir()
+    old, young, held = (folder / f".proxy-1-aaaaaaaa.jsonl.{x}" for x in ("11111111", "22222222", "33333333"))
+    for p in (old, young, held):
+        p.write_text('{"half": ')
+    long_ago = time.time() - 3600
+    os.utime(old, (long_ago, long_ago))
+    os.utime(held, (long_ago, long_ago))
+    keep = os.open(held, os.O_RDWR)
+    try:
+        assert recovery._lock(keep, wait=False)  # a live keep() writing it
+        assert list(claim_spools(folder, "proxy", "a.db")) == []
+        assert not old.exists() and young.exists() and held.exists()
+    finally:
+        os.close(keep)
+
+
 def test_a_spool_of_another_store_sharing_the_folder_is_passed_over(tmp_path: Path) -> None:
     a, b = tmp_path / "a.db", tmp_path / "b.db"  # one folder: one ctxwright-recovery/ for both
     path = _spool(a, ["for-a"])

@@ -34,6 +34,7 @@ import json
 import os
 import stat
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -470,6 +471,31 @@ def _store_of(fd: int) -> str | None:
     return None
 
 
+#: how old a half-written copy (:meth:`Spool.keep`) must be before an importer removes it
+STALE_COPY_S = 60.0
+
+
+def _remove_stale_copy(path: Path) -> None:
+    """Remove the copy :meth:`Spool.keep` was writing when its process was killed: the
+    original is whole (the copy replaces it only once complete), so the copy only takes disk
+    space. Only an old one, no longer locked, and never through a symlink: a copy is locked
+    an instant after it is created, and a younger one may be in that instant."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or time.time() - st.st_mtime < STALE_COPY_S:
+            return
+        fd = os.open(path, os.O_RDWR | _NOFOLLOW | _CLOEXEC)
+    except OSError:
+        return
+    try:
+        if _lock(fd, wait=False) and os.lstat(path).st_ino == os.fstat(fd).st_ino:
+            path.unlink()
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def claim_spools(
     folder: Path, prefix: str, store: str = "", problem: Callable[[str], None] | None = None
 ) -> Iterator[Spool]:
@@ -490,6 +516,9 @@ def claim_spools(
         return
     found: list[tuple[float, str]] = []
     for name in names:
+        if name.startswith(f".{prefix}-") and ".jsonl." in name:
+            _remove_stale_copy(folder / name)
+            continue
         if not (name.startswith(f"{prefix}-") and name.endswith(".jsonl")):
             continue
         try:
