@@ -341,3 +341,15 @@ def test_timeout_bad_values_refused_before_any_call(value, capsys, tmp_path, mon
 def test_gate_timeout_bad_values(value, capsys, tmp_path):
     assert _rc(["gate", str(tmp_path / "g.jsonl"), f"--timeout={value}", "--", "true"]) == 2
     assert "--timeout" in _one_line(capsys)
+
+
+def test_a_value_starting_with_a_dash_is_shown_the_equals_form(capsys, tmp_path, monkeypatch):
+    """argparse reads ``--status-fields -cwd,-os`` as two flags; the line says to write ``=``, and
+    the ``=`` form works."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    assert _rc(["run", "--status-fields", "-cwd,-os", "hi"]) == 2
+    assert "--status-fields=-VALUE" in _one_line(capsys)
+    from ctxwright.cli.main import build_parser
+
+    args = build_parser().parse_args(["run", "--status-fields=-cwd,-os", "hi"])
+    assert args.status_fields == "-cwd,-os"

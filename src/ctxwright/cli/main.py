@@ -381,7 +381,12 @@ class Parser(argparse.ArgumentParser):
     was 44 lines, and the error sat under it)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {' '.join(message.split())}; see `{self.prog} --help`\n")
+        message = " ".join(message.split())
+        flag = message.removeprefix("argument ").split(":")[0].split("/")[-1]
+        if message.endswith(": expected one argument") and flag.startswith("--"):
+            # argparse takes a value that starts with '-' (--status-fields -cwd,-os) for a flag
+            message += f" (a value that starts with '-' goes after '=': {flag}=-VALUE)"
+        self.exit(2, f"{self.prog}: {message}; see `{self.prog} --help`\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
