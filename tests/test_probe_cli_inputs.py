@@ -52,6 +52,11 @@ def _seed(target: str) -> None:
     s.close()
 
 
+def _files(folder: Path) -> list[str]:
+    """The files in ``folder``, less SQLite's own (``-wal``/``-shm`` come and go with connections)."""
+    return sorted(p.name for p in folder.iterdir() if not p.name.endswith(("-wal", "-shm")))
+
+
 def _ids(target: str) -> list[str]:
     s = Store(target)
     try:
@@ -86,12 +91,14 @@ def test_a_bad_session_id_is_one_line_on_both_databases(db_target, command, caps
     monkeypatch.chdir(tmp_path)
     _seed(db_target)
     before = _ids(db_target)
+    files = _files(tmp_path)
     extra = {"report": ["-o", str(tmp_path / "r.html")], "gate": ["--", "true"]}.get(command, [])
     for given in BAD_IDS:
         assert _rc([command, given, "--db", db_target, *extra]) == 2, repr(given[:20])
         line = _one_line(capsys)
         assert len(line) < 500, line  # "no session ...", or "cannot read" for what looks like a path
     assert _ids(db_target) == before
+    assert _files(tmp_path) == files  # no report, lock or golden file written
 
 
 def test_wildcards_and_quotes_match_only_as_text(db_target, capsys):
