@@ -181,10 +181,9 @@ def _log_prefix(source: str | Path, max_record: int) -> PrefixSource:
 def _store(path: str | Path | None) -> Any:
     """The store a session is read from: an existing one, or one line saying there is none
     (``Store(must_exist=True)``) -- never a new file or table made for a mistyped name."""
-    from ctxwright.store.database import normalize_target
     from ctxwright.store.sessions import Store
 
-    return Store(None if path is None else normalize_target(path), must_exist=True)
+    return Store.existing(path)
 
 
 def _session_prefix(session: str, store_path: str | Path | None) -> PrefixSource:

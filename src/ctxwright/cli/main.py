@@ -42,11 +42,9 @@ def _store(args: argparse.Namespace) -> Any:
     user data dir's): an existing one, or one line saying there is none -- never a new file,
     folder or table made by a mistyped ``--db`` (``Store(must_exist=True)``). The commands that
     record (``run``, ``proxy``) create theirs."""
-    from ctxwright.store.database import normalize_target
     from ctxwright.store.sessions import Store
 
-    db = getattr(args, "db", None)
-    return Store(normalize_target(db) if db else None, must_exist=True)
+    return Store.existing(getattr(args, "db", None) or None)
 
 
 def _looks_like_path(value: str) -> bool:

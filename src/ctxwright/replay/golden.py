@@ -250,11 +250,10 @@ def _file_records(path: Path, max_bytes: int, max_messages: int) -> Iterator[tup
 
 def _open_store(store: Path | str | None) -> Any:
     from ctxwright.errors import StoreMissing
-    from ctxwright.store.database import normalize_target
     from ctxwright.store.sessions import Store
 
     try:  # an existing store only: a mistyped --db creates nothing; None: the default store
-        return Store(normalize_target(store) if store is not None else None, must_exist=True)
+        return Store.existing(store)
     except StoreMissing as exc:
         raise GoldenUnusable(str(exc)) from None
 

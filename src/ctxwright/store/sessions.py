@@ -162,6 +162,16 @@ class Store:
         self.recovery_dir = recovery_dir_for(self.target)
         self.location = self.db.location
 
+    @classmethod
+    def existing(cls, target: str | Path | None = None) -> Store:
+        """The store a command that only reads opens: ``target`` as ``--db`` gives it (a URL
+        trimmed, ``~`` expanded; ``None``: ``$CTXWRIGHT_DB`` or the user data dir's), and only if
+        it is there (``must_exist``) -- a mistyped name creates nothing. One opener for the
+        CLI, the lock and the gate's golden, which each had a copy."""
+        from ctxwright.store.database import normalize_target
+
+        return cls(None if target is None else normalize_target(target), must_exist=True)
+
     def _open(self, db: Connection, dialect: Dialect) -> None:
         """Check the schema (reads only), then bring it forward (``store/migrations.py``). A
         store that must exist and has none of ctxwright's tables is refused before anything is
