@@ -151,3 +151,13 @@ def test_the_cost_policy_compacts_fewer_times_more_deeply_and_keeps_every_invari
     # every cost-policy event says why it ran
     assert all(from_record(ev.extra.get("planner")) is not None for ev in comps_c)
     assert all(from_record(ev.extra.get("planner")).compact for ev in comps_c)
+
+
+def test_a_subnormal_alpha_that_underflows_is_keeping_forever() -> None:
+    """Found by the rule's hypothesis test: α = 5e-324 times a growth under 1 underflows to 0,
+    which divided by zero; the product that underflows means keeping never stops paying."""
+    import math
+
+    from ctxwright.cache.stale_cost import break_even_calls
+
+    assert break_even_calls(5e-324, 0.5, 100.0) == math.inf

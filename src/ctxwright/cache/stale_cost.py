@@ -35,6 +35,7 @@ def break_even_calls(alpha: float, growth_per_call: float, reprefill_tokens: flo
     """The N at which the rule turns when S grows by ``growth_per_call`` each call (S = g·N):
     α·g·N²/2 = (1−α)·R, so N = √(2(1−α)R / (α·g)); infinite when α or g is 0 (keeping is
     then always cheaper: only the window forces a removal)."""
-    if alpha <= 0 or growth_per_call <= 0:
+    rate = alpha * growth_per_call  # a subnormal α times a small growth underflows to 0
+    if alpha <= 0 or growth_per_call <= 0 or rate <= 0:
         return math.inf
-    return math.sqrt(2 * (1 - alpha) * max(0.0, reprefill_tokens) / (alpha * growth_per_call))
+    return math.sqrt(2 * (1 - alpha) * max(0.0, reprefill_tokens) / rate)
