@@ -170,7 +170,8 @@ def test_a_postgresql_store_reaches_the_golden_loader_as_given(monkeypatch, caps
 @pytest.fixture
 def small_server(tmp_path: Path):  # type: ignore[no-untyped-def]
     golden = load_golden(write_jsonl(tmp_path / "g.jsonl", GOLDENS["openai_chat"]()))
-    limits = ClientLimits(header_timeout=0.5, body_timeout=0.5, max_connections=8)
+    # 2 s, not less: the last request of the stall test must not itself time out on a loaded CI machine
+    limits = ClientLimits(header_timeout=2.0, body_timeout=2.0, max_connections=8)
     with ReplayServer.start(golden, limits=limits, max_body=64 * 1024) as srv:
         yield srv
 
