@@ -267,6 +267,39 @@ def test_sessions_by_prefix_continuity_interleaved(proxy):
         assert len({r["request"]["messages"][1]["content"] for r in records}) == 1  # one task per session
 
 
+def test_a_timestamp_in_the_system_prompt_stays_one_session_and_is_named_at_its_byte(proxy, capsys):
+    """The proxy's headline case, with no session header: an agent loop whose system prompt
+    carries the time. Each call is placed by the messages it repeats, so the three calls are
+    one session and every call after the first is ``system_changed`` at the timestamp's byte;
+    a second run of the same task (same first message, a new system prompt) is a session of
+    its own."""
+    from ctxwright.cli.main import main
+
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=OPENAI_KEY, max_retries=0)
+
+    def system(t: float) -> dict[str, str]:
+        return {"role": "system", "content": f"You are a helpful agent. Current time: {t:.6f}"}
+
+    for run in range(2):
+        history = [{"role": "user", "content": "What is in /tmp?"}]
+        for turn in range(3):
+            client.chat.completions.create(model="m", messages=[system(time.time() + run * 1000 + turn), *history])
+            history += [{"role": "assistant", "content": f"step {turn}"}, {"role": "user", "content": f"go on {turn}"}]
+    _done(proxy, 6)
+    sessions = proxy_sessions(proxy.store)
+    assert sorted(s["calls"] for s in sessions) == [3, 3]
+    prefix = len("You are a helpful agent. Current time: ")
+    for s in sessions:
+        assert main(["audit", "--proxy-session", s["id"], "--json", "--db", str(proxy.store.path)]) == 0
+        calls = json.loads(capsys.readouterr().out)["requests"]
+        assert [c["cause"] for c in calls] == ["first", "system_changed", "system_changed"]
+        for c in calls[1:]:
+            where = c["first_divergence"]
+            assert where["message_index"] == 0 and where["field"] == "content"
+            # in the timestamp's digits: past the fixed text, by the leading digits the two times share
+            assert prefix <= where["byte_offset"] < prefix + len("1700000000"), where
+
+
 def test_cli_audit_of_a_proxy_session(proxy, upstream, capsys):
     from ctxwright.cli.main import main
 

@@ -125,7 +125,8 @@ _META = (
 def proxy_sessions(store: Store) -> list[dict[str, Any]]:
     """Every proxy session, newest first: ``id``, ``created_at``, ``last_at``, ``calls``,
     ``grouped_by`` (``header``, ``prompt_cache_key``, ``user``, ``metadata.user_id``,
-    ``previous_response_id`` or ``continuity``), ``group_key``, ``api`` and ``upstream``."""
+    ``previous_response_id``, ``continuity`` or ``repeated_messages``: the rule that made the
+    session, ``proxy/sessions.py``), ``group_key``, ``api`` and ``upstream``."""
     return ProxyLog(store).session_rows()
 
 

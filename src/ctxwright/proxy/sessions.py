@@ -10,7 +10,16 @@ one *of its session*; so each request is placed by the strongest evidence it car
 3. a Responses API ``previous_response_id`` that names a response this proxy relayed;
 4. prefix continuity: the request's system prompt, tools and messages extend the latest
    request of a session (an agent loop re-sends its history plus what is new);
-5. else a new session.
+5. repeated messages: the request's messages alone extend an earlier request's messages -- the
+   same first user message, the same assistant turns and tool-call ids -- while its system
+   prompt or tools differ. That is the case the proxy exists to catch: a client that puts the
+   time in its system prompt changes its first bytes on every call, and placing by those bytes
+   would file each call as a new conversation (``first, first, first``) and never name the
+   break. Placed by what it repeats, the call stays in its session and the audit names
+   ``system_changed`` (or ``tools_changed``) with the byte. Only a strictly shorter earlier
+   request counts: a request that repeats another's messages exactly, under another system
+   prompt, is a new run of the same task (the same question asked twice), not its continuation;
+6. else a new session.
 
 What these rules need is kept in the store, not in one process's memory (``proxy/store.py``):
 the sessions of keys, the hash chain end of every request, the session of every Responses
@@ -42,18 +51,25 @@ class Placement:
     new: bool
 
 
-def _chain(req: AuditRequest, fixed: bytes) -> list[bytes]:
-    """Hash chain over the request's parts in prompt order: element k covers the system
-    prompt and tools (``fixed``, their hash) and the first k messages. Built from the
-    message hashes the log reader already computed (``audit/logs.py``), so a long history
-    is not serialized again."""
+#: the start of the messages-only chain: a constant no system-and-tools hash can equal, so the
+#: two chains share the heads table without ever matching each other
+_MESSAGES_ONLY = hashlib.sha256(b"ctxwright proxy: the messages alone").digest()
+
+
+def _chains(req: AuditRequest, fixed: bytes) -> tuple[list[bytes], list[bytes]]:
+    """Two hash chains over the request's messages in prompt order. Element k of the first
+    covers the system prompt and tools (``fixed``, their hash) and the first k messages (rule
+    4); element k of the second covers the first k messages alone (rule 5). Built from the
+    message hashes the log reader already computed (``audit/logs.py``), so a long history is
+    not serialized again."""
     hashes = req.message_hashes
     if hashes is None:
         hashes = [hashlib.sha256(canonical_json(m).encode("utf-8", "surrogatepass")).digest() for m in req.messages]
-    out = [fixed]
+    full, alone = [fixed], [_MESSAGES_ONLY]
     for h in hashes:
-        out.append(hashlib.sha256(out[-1] + h).digest())
-    return out
+        full.append(hashlib.sha256(full[-1] + h).digest())
+        alone.append(hashlib.sha256(alone[-1] + h).digest())
+    return full, alone
 
 
 def _key(body: dict[str, Any] | None) -> tuple[str, str] | None:
@@ -92,13 +108,21 @@ class SessionPlacer:
     ) -> Placement:
         """The session of one call; ``req`` is its body as the log reader read it (``None``
         when it could not be read: it is then placed by header or key only, or alone)."""
-        chain = [h.hex() for h in _chain(req, self._fixed(req))] if req is not None else []
-        placement = self._find(header, body, chain, api)
+        chain: list[str] = []
+        repeated: list[str] = []
+        if req is not None:
+            full, alone = _chains(req, self._fixed(req))
+            chain, repeated = [h.hex() for h in full], [h.hex() for h in alone]
+        placement = self._find(header, body, chain, repeated, api)
         if chain:  # later requests that extend this one find its session
             self.log.add_head(chain[-1], placement.session_id)
+        if len(repeated) > 1:  # ... and so do later ones that repeat its messages under another prefix
+            self.log.add_head(repeated[-1], placement.session_id)
         return placement
 
-    def _find(self, header: str | None, body: dict[str, Any] | None, chain: list[str], api: str | None) -> Placement:
+    def _find(
+        self, header: str | None, body: dict[str, Any] | None, chain: list[str], repeated: list[str], api: str | None
+    ) -> Placement:
         key = ("header", header) if header else _key(body)
         if key is not None:
             known = self._keyed.get(key)
@@ -115,6 +139,9 @@ class SessionPlacer:
         found = self.log.head_session(chain[1:])  # the longest earlier request this one extends
         if found is not None:
             return Placement(found, "continuity", False)
+        found = self.log.head_session(repeated[1:-1])  # the longest strictly shorter run of the same messages
+        if found is not None:
+            return Placement(found, "repeated_messages", False)
         sid = self.log.create_session(grouped_by="continuity", group_key=None, api=api, upstream=self.upstream)
         return Placement(sid, "continuity", True)
 
