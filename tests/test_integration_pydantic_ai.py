@@ -519,3 +519,19 @@ def test_the_catalog_runs_a_tool_outside_a_run_too() -> None:
     assert catalog.call_tool("convert_currency", {"amount": 100, "to": "GBP"}) == "79.00 GBP"
     assert catalog.call_tool("lock_ticket", {"record_id": 7}) == "lock ticket 7: done"
     assert json.loads(catalog.search_tools("lock a ticket", 1))["tools"][0]["function"]["name"] == "lock_ticket"
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_each_call_prints_one_line_unless_quiet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], quiet: bool
+) -> None:
+    with F(two_steps()) as srv:
+        output, sid, _, rec = run(tmp_path / "ctx.db", srv, make_agent, quiet=quiet)
+    assert output == "9" and rec.quiet is quiet
+    err = capsys.readouterr().err
+    calls = [line for line in err.splitlines() if line.startswith(f"{sid} #")]
+    if quiet:
+        assert err == ""
+    else:  # three model calls, each the proxy's line, and once where the session is
+        assert [line.split()[1] for line in calls] == ["#0", "#1", "#2"]
+        assert err.count(f"pydantic-ai session {sid} is recorded in {tmp_path / 'ctx.db'}") == 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import openai
@@ -142,3 +143,54 @@ def test_show_prints_a_framework_session_call_by_call(tmp_path: Any, capsys: pyt
     report = tmp_path / "r.html"
     assert main(["--db", db, "report", "--proxy-session", sid, "-o", str(report)]) == 0
     assert sid in report.read_text()
+
+
+def _two_calls(client: openai.OpenAI) -> None:
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "S " * 40}, {"role": "user", "content": "q1"}]
+    client.chat.completions.create(model="m", messages=msgs)
+    msgs += [{"role": "assistant", "content": "a1"}, {"role": "user", "content": "q2"}]
+    client.chat.completions.create(model="m", messages=msgs)
+
+
+def _shape(line: str) -> str:
+    """A per-call line without what differs between two runs: the session id and the time."""
+    _sid, rest = line.split(" ", 1)
+    return re.sub(r" +\d+ ms", " N ms", rest)
+
+
+def test_each_call_prints_the_proxys_line_and_where_the_session_is(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ctxwright.proxy.serve import RecordingProxy
+    from ctxwright.proxy.server import ProxyConfig
+
+    db = str(tmp_path / "lines.db")
+    with F([F.reply_text("a1"), F.reply_text("a2")]) as srv, FrameworkRecorder(db, framework="test") as rec:
+        _two_calls(openai.OpenAI(base_url=srv.url, api_key="x", http_client=rec.http_client()))
+        sid = rec.session_id
+    out, err = capsys.readouterr()
+    assert out == ""  # the application's stdout is left to it
+    lines = err.splitlines()
+    assert len(lines) == 3, err
+    assert lines[0].startswith(f"{sid} #0 ") and lines[2].startswith(f"{sid} #1 ")
+    where = f"ctxwright: test session {sid} is recorded in {db}; audit it with: ctxwright audit {sid} --db {db}"
+    assert lines[1] == where
+    # the same calls through ``ctxwright proxy`` print the same lines
+    proxied: list[str] = []
+    with F([F.reply_text("a1"), F.reply_text("a2")]) as srv:
+        store = Store(tmp_path / "proxy.db")
+        with RecordingProxy.start(ProxyConfig(upstream=srv.url), store, printer=proxied.append) as proxy:
+            _two_calls(openai.OpenAI(base_url=proxy.url + "/v1", api_key="x"))
+            assert proxy.recorder.wait_idle(30, at_least=2)
+        store.close()
+    assert [_shape(x) for x in proxied] == [_shape(lines[0]), _shape(lines[2])]
+    assert "append" in lines[2]
+
+
+def test_quiet_prints_nothing_but_still_records(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "quiet.db")
+    with F([F.reply_text("a1"), F.reply_text("a2")]) as srv, FrameworkRecorder(db, quiet=True) as rec:
+        _two_calls(openai.OpenAI(base_url=srv.url, api_key="x", http_client=rec.http_client()))
+        rows = ProxyLog(rec.store).exchange_rows(rec.session_id)
+    assert capsys.readouterr() == ("", "")
+    assert [r["audit"]["cause"] for r in rows] == ["first", "append"]

@@ -98,6 +98,7 @@ def recorded_chat_model(
     on_warning: Callable[[PrefixWarning], None] | None = None,
     recorder: FrameworkRecorder | None = None,
     null_content: str | None = "",
+    quiet: bool = False,
     **chat_options: Any,
 ) -> tuple[ChatOpenAI, FrameworkRecorder]:
     """A ``ChatOpenAI`` whose every call (sync or async, streamed or not) is recorded into
@@ -111,7 +112,8 @@ def recorded_chat_model(
     message's ``"content": null`` (what LangChain sends with tool calls) as this text instead,
     on the recorder made or given -- by default ``""``, as llama-cpp-python's server answers the
     null with HTTP 500 and OpenAI and the other servers take either; ``None`` sends the null as
-    it is. The recording is what was sent. ``chat_options`` go to ``ChatOpenAI`` unchanged (``temperature``,
+    it is. The recording is what was sent. Each call prints the proxy's one line on stderr, and
+    the first where the session is stored (``quiet=True``: neither; on the recorder made here). ``chat_options`` go to ``ChatOpenAI`` unchanged (``temperature``,
     ``max_tokens``, ``max_retries``, ``streaming`` ...); ``base_url`` / ``api_key`` default to
     the ``openai`` SDK's environment variables as ``ChatOpenAI`` reads them.
     """
@@ -119,7 +121,7 @@ def recorded_chat_model(
     if recorder is None:
         if db is None:
             raise ConfigError("recorded_chat_model needs db= (the ctxwright store to record into) or recorder=")
-        recorder = FrameworkRecorder(db, name=name, framework="langchain", on_warning=on_warning)
+        recorder = FrameworkRecorder(db, name=name, framework="langchain", on_warning=on_warning, quiet=quiet)
     options: dict[str, Any] = dict(chat_options)
     if base_url is not None:
         options["base_url"] = base_url

@@ -79,6 +79,8 @@ class CtxwrightProvider(ModelProvider):
     llama-cpp-python's server answers the null with HTTP 500 and OpenAI and the other servers
     take either; ``None`` sends the null as it is. ``http_client_kwargs`` go to the recording ``httpx.AsyncClient`` (``event_hooks``,
     ``verify``...), ``client_kwargs`` to ``AsyncOpenAI`` (``max_retries``, ``timeout``...).
+    Each call prints the proxy's one line on stderr, and the first where the session is stored
+    (``quiet=True``: neither; on the recorder made here).
     """
 
     def __init__(
@@ -93,12 +95,13 @@ class CtxwrightProvider(ModelProvider):
         recorder: FrameworkRecorder | None = None,
         null_content: str | None = "",
         http_client_kwargs: dict[str, Any] | None = None,
+        quiet: bool = False,
         **client_kwargs: Any,
     ) -> None:
         if recorder is None:
             if db is None:
                 raise ConfigError("CtxwrightProvider needs db= (the ctxwright store to record into) or recorder=")
-            recorder = FrameworkRecorder(db, name=name, framework="openai-agents", on_warning=on_warning)
+            recorder = FrameworkRecorder(db, name=name, framework="openai-agents", on_warning=on_warning, quiet=quiet)
             self._owns_recorder = True
         else:
             self._owns_recorder = False

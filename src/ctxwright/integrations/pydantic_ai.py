@@ -101,6 +101,7 @@ def recorded_model(
     settings: Any = None,
     null_content: str | None = "",
     compactor: WireCompactor | None = None,
+    quiet: bool = False,
     **client_kwargs: Any,
 ) -> tuple[OpenAIChatModel, FrameworkRecorder]:
     """pydantic-ai's ``OpenAIChatModel`` for ``model`` at ``base_url``, every call recorded.
@@ -118,13 +119,16 @@ def recorded_model(
     ``compactor``: a ``WireCompactor`` that compacts what each call
     sends, ctxwright's invariants kept (one per conversation: its memory of what it cleared is
     that conversation's). Both rewrite the request before it is recorded
-    (the recorder's ``null_content`` and ``compactor``). Returns the model and its recorder;
+    (the recorder's ``null_content`` and ``compactor``). Each call prints the proxy's one line on
+    stderr, and the first where the session is stored (``quiet=True``: neither; on the recorder made here). Returns the model and its recorder;
     close the recorder when done (it writes each call as it ends, so nothing is lost before).
     """
     if recorder is None:
         if db is None:
             raise ConfigError("recorded_model needs db= (the ctxwright store to record into) or recorder=")
-        recorder = FrameworkRecorder(db, name=name, framework="pydantic-ai", on_warning=on_warning, fixes=FIXES)
+        recorder = FrameworkRecorder(
+            db, name=name, framework="pydantic-ai", on_warning=on_warning, fixes=FIXES, quiet=quiet
+        )
     recorder.null_content = null_content
     if compactor is not None:
         recorder.compactor = compactor

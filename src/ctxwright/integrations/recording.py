@@ -28,6 +28,13 @@ What it adds to the proxy's recording:
   the framework's own history staying whole; ``status`` (a
   :class:`~ctxwright.integrations.status.WireStatus`) adds the status bar at the end.
 
+**One line per call, as the proxy prints it** (``proxy/recorder.py: format_line``: session, call,
+status, time, cause, cached ÷ reusable tokens, the first divergence, the provider's verdict), on
+stderr -- the application's stdout is its own (an agent may print JSON there) -- and, once, where
+the session is stored and the command that audits it. On by default, so a user sees a break the
+first time it happens rather than after opening the store; ``quiet=True`` turns both off (the
+frozen-prefix warning stays: it is the one line that says what to fix).
+
 Recording never fails or stalls the agent's model call: the provider has answered (and been
 paid) by the time the exchange is recorded. Each exchange is handed to the recorder's own
 thread; the call waits for its record only while the recorder keeps up, and at most
@@ -157,7 +164,8 @@ class FrameworkRecorder:
     to stderr once per segment); ``fixes`` the adapter's own fix per cause (default
     :data:`FIXES`). ``null_content``, ``compactor`` and ``status`` rewrite what is sent (see the
     module docstring). Use :meth:`http_client` / :meth:`async_http_client` as the ``openai`` SDK's
-    ``http_client``; :meth:`close` when done.
+    ``http_client``; :meth:`close` when done. ``quiet``: no line per call and no line saying
+    where the session is stored (default: both, on stderr; ``printer`` receives them instead).
     """
 
     def __init__(
@@ -172,6 +180,8 @@ class FrameworkRecorder:
         null_content: str | None = None,
         compactor: WireCompactor | None = None,
         status: WireStatus | None = None,
+        quiet: bool = False,
+        printer: Callable[[str], None] | None = None,
     ) -> None:
         self.owned = not isinstance(db, Store)
         self.store = db if isinstance(db, Store) else Store(normalize_target(db))
@@ -187,10 +197,13 @@ class FrameworkRecorder:
         self._closed = False
         self._said: set[str] = set()
         self._on_warning = on_warning
+        self.quiet = quiet
+        self._print = printer or _stderr
+        self._told_where = False
         self.recorder = Recorder(
             self.store,
             FRAMEWORK_UPSTREAM,  # what tells a framework's session from a proxy's (proxy/store.py)
-            printer=None,
+            printer=None if quiet else self._print,
             observer=self._observe,
             warn=lambda line: print(line, file=sys.stderr, flush=True),
             name="ctxwright recorder",
@@ -243,8 +256,18 @@ class FrameworkRecorder:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(ex.written)), RECORD_WAIT_S)
 
+    def where(self, session_id: str) -> str:
+        """The line saying where a session is stored and the command that audits it."""
+        return (
+            f"ctxwright: {self.framework} session {session_id} is recorded in {self.store.location}; "
+            f"audit it with: ctxwright audit {session_id} --db {self.store.location}"
+        )
+
     def _observe(self, rec: RecordedExchange) -> None:
         self._sid = rec.session_id
+        if not self.quiet and not self._told_where:
+            self._told_where = True  # once, after the session's first line (its id is known from then on)
+            self._print(self.where(rec.session_id))
         cause = rec.audit.get("cause")
         if cause == "history_edited" and rec.audit.get("role") == "system":
             cause = "system_changed"  # instructions sent as a later system message, re-rendered
@@ -320,6 +343,10 @@ class FrameworkRecorder:
     def _stamp_end(ex: Exchange) -> None:
         ex.total_ms = (time.perf_counter() - ex.t0) * 1000
         ex.ended_at = ex.started_at + ex.total_ms / 1000
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 class _Captured(httpx.SyncByteStream):
