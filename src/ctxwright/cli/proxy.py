@@ -1,7 +1,9 @@
 """``ctxwright proxy``: relay an agent's model calls, record them, audit each one live.
 
-``ctxwright proxy --upstream https://api.openai.com`` listens on 127.0.0.1:8787; point the
-agent's base URL at it (OpenAI clients ``http://127.0.0.1:8787/v1``, Anthropic clients
+``ctxwright proxy`` listens on 127.0.0.1:8787 and relays Anthropic Messages to Anthropic's
+API and OpenAI chat completions and Responses to OpenAI's (``--anthropic-upstream``,
+``--openai-upstream``; ``--upstream URL`` sends every path to one). Point the agent's base URL
+at it (OpenAI clients ``http://127.0.0.1:8787/v1``, Anthropic clients
 ``http://127.0.0.1:8787``). ``ctxwright proxy --list`` lists the recorded sessions, and
 ``ctxwright audit --proxy-session ID`` audits one again, offline.
 """
@@ -23,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ctxwright.errors import CtxwrightError
+from ctxwright.proxy.server import DEFAULT_UPSTREAMS, PROVIDERS
 
 if TYPE_CHECKING:
     from ctxwright.audit.logs import LogItem
@@ -35,7 +38,21 @@ def add_proxy_parser(sub: Any) -> None:
         description="An HTTP proxy for OpenAI chat completions, the OpenAI Responses API and Anthropic Messages: "
         "every request and answer is passed on unchanged, recorded in the store, and audited as it completes.",
     )
-    p.add_argument("--upstream", metavar="URL", help="the provider's origin, e.g. https://api.openai.com")
+    p.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="one upstream for every path, e.g. a local server or a gateway (default: each provider's own, below)",
+    )
+    p.add_argument(
+        "--anthropic-upstream",
+        metavar="URL",
+        help=f"where Anthropic Messages (/v1/messages...) go (default {DEFAULT_UPSTREAMS['anthropic']})",
+    )
+    p.add_argument(
+        "--openai-upstream",
+        metavar="URL",
+        help=f"where every other path -- OpenAI chat completions, Responses -- goes (default {DEFAULT_UPSTREAMS['openai']})",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8787, help="port to listen on (default 8787)")
     p.add_argument(
@@ -108,18 +125,17 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         from ctxwright.cli.main import _store as existing_store  # a reader: never creates the store
 
         return _list(existing_store(args), as_json=args.json)
-    if not args.upstream:
-        raise CtxwrightError("give the provider's origin: ctxwright proxy --upstream https://api.openai.com")
     from ctxwright.proxy.limits import ClientLimits
     from ctxwright.proxy.serve import serve
     from ctxwright.proxy.server import ProxyConfig
 
     _check_numbers(args)
-    upstream, note = upstream_origin(args.upstream)
+    upstream, upstreams, notes = proxy_upstreams(args)
     try:
         clients = ClientLimits(args.header_timeout, args.body_timeout, args.max_connections)
         config = ProxyConfig(
             upstream=upstream,
+            upstreams=upstreams,
             connect_timeout=args.connect_timeout,
             read_timeout=args.timeout,
             record_cap=int(args.record_cap * 1024 * 1024),
@@ -127,14 +143,14 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise CtxwrightError(str(exc)) from None
-    tracer = _tracer(args, upstream)  # before anything listens: a missing otel extra is one line
+    tracer = _tracer(args, config.label)  # before anything listens: a missing otel extra is one line
     store = _store(args)
-    if note:
+    for note in notes:
         print(f"ctxwright proxy: {note}", file=sys.stderr, flush=True)
     if not is_loopback(args.host):
         print(
             f"ctxwright proxy: warning: --host {args.host} is not a loopback address: anyone who can reach port "
-            f"{args.port} can send requests through this proxy to {upstream} and have them recorded (nothing "
+            f"{args.port} can send requests through this proxy to {config.label} and have them recorded (nothing "
             "authenticates the proxy's clients); listen on 127.0.0.1 unless that is intended",
             file=sys.stderr,
             flush=True,
@@ -143,7 +159,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     base = f"http://{shown}:{args.port}"
     console.print(
         Text(
-            f"ctxwright proxy on {base} -> {upstream}, recording to {store.location}\n"
+            f"ctxwright proxy on {base} -> {config.label}, recording to {store.location}\n"
             f"  OpenAI clients: base URL {base}/v1   Anthropic clients: {base}\n"
             "  one line per model call: session #call status time  cause  cached ÷ reusable  first divergence"
         )
@@ -166,7 +182,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
             port=args.port,
             workers=args.workers,
             quiet=args.quiet,
-            make_observer=(lambda: _tracer(args, upstream)) if tracer is not None else None,
+            make_observer=(lambda: _tracer(args, config.label)) if tracer is not None else None,
         )
         console.print(
             Text(f"ctxwright proxy stopped ({started} worker process(es) in all); recorded in {store.location}")
@@ -226,7 +242,30 @@ def _check_numbers(args: argparse.Namespace) -> None:
         )
 
 
-def upstream_origin(url: str) -> tuple[str, str | None]:
+def proxy_upstreams(args: argparse.Namespace) -> tuple[str | None, dict[str, str], list[str]]:
+    """``ProxyConfig``'s ``upstream`` and ``upstreams`` from the flags, and the notes to say.
+
+    ``--upstream`` alone sends every path to one place (a local server, a gateway); each
+    ``--PROVIDER-upstream`` given routes that provider's paths to its own; with none given, each
+    provider's official host (:data:`DEFAULT_UPSTREAMS`), so one proxy serves Claude Code and
+    Codex at once. Each URL is taken as :func:`upstream_origin` takes it."""
+    notes: list[str] = []
+    upstream: str | None = None
+    if args.upstream:
+        upstream, note = upstream_origin(args.upstream)
+        notes += [note] if note else []
+    upstreams: dict[str, str] = {}
+    for provider in PROVIDERS:
+        given = getattr(args, f"{provider}_upstream", None)
+        if given:
+            upstreams[provider], note = upstream_origin(given, f"--{provider}-upstream")
+            notes += [note] if note else []
+        elif upstream is None:
+            upstreams[provider] = DEFAULT_UPSTREAMS[provider]
+    return upstream, upstreams, notes
+
+
+def upstream_origin(url: str, flag: str = "--upstream") -> tuple[str, str | None]:
     """The upstream to forward to, and a note when it is not ``url`` as given.
 
     The client's path is forwarded whole (``/v1/chat/completions``), after the upstream's own
@@ -244,14 +283,14 @@ def upstream_origin(url: str) -> tuple[str, str | None]:
     if any(path.lower().endswith(suffix) for suffix, _api in API_SUFFIXES):
         origin = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
         raise CtxwrightError(
-            f"--upstream {url} names a model endpoint; give the provider's origin, e.g. --upstream {origin} "
+            f"{flag} {url} names a model endpoint; give the provider's origin, e.g. {flag} {origin} "
             "(each client's path, such as /v1/chat/completions, is forwarded after it)"
         )
     if not path.lower().endswith("/v1"):
         return url, None
     base = urlunsplit((parts.scheme, parts.netloc, path[:-3], parts.query, parts.fragment))
     return base, (
-        f"--upstream {url} ends in /v1, the path clients send themselves: forwarding to {base}, so "
+        f"{flag} {url} ends in /v1, the path clients send themselves: forwarding to {base}, so "
         f"/v1/chat/completions goes to {base}/v1/chat/completions"
     )
 

@@ -40,6 +40,7 @@ from ctxwright.audit.compare import TOKEN_MEMO, AuditRequest, AuditRow
 from ctxwright.audit.live import audit_record
 from ctxwright.audit.logs import ParseProblem, RecordReader
 from ctxwright.audit.provider_log import QUIET, describe
+from ctxwright.cache.expiry import KEEP_WARM
 from ctxwright.core.redact import redact, redact_query
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.errors import StoreUnusable
@@ -224,6 +225,8 @@ def exchange_record(ex: Exchange) -> dict[str, Any]:
         "error": None if ex.error is None else redact(ex.error),
         "ttfb_ms": ex.ttfb_ms,
         "total_ms": ex.total_ms,
+        "upstream": None if ex.upstream is None else redact(ex.upstream),
+        "keep_warm": ex.keep_warm,
     }
 
 
@@ -247,6 +250,8 @@ def exchange_from_record(rec: Mapping[str, Any]) -> Exchange:
         ttfb_ms=rec.get("ttfb_ms"),
         total_ms=rec.get("total_ms"),
         ended_at=rec.get("ended_at"),
+        upstream=rec.get("upstream"),
+        keep_warm=rec.get("keep_warm") is True,
     )
 
 
@@ -643,6 +648,9 @@ class Recorder:
                 row["error"] = row["error"] or "request body is not a JSON object"
             return self.log.record_exchange(row)
         req, problem = self._read(body, response, ex.started_at)
+        # a new session is stored with the upstream its first call went to (one proxy serves
+        # several providers: ``ProxyConfig.upstreams``)
+        self.placer.upstream = ex.upstream or self.upstream
         placement = self.placer.place(ex.session_header, body, api, req)
         sid = placement.session_id
         self.placer.answered(sid, _response_id(response) if api == "openai_responses" else None)
@@ -657,6 +665,8 @@ class Recorder:
             if cache is not None:
                 audit["cache"] = cache
             audit["grouped_by"] = placement.grouped_by
+            if ex.keep_warm:  # the proxy's own refresh (proxy/keep_warm.py): paid for, not the agent's call
+                audit.update(cause=KEEP_WARM, keep_warm=True)
             row.update(session_id=sid, audit_json=json.dumps(audit, ensure_ascii=False))
             rid, k = self.log.record_call(row)
         except BaseException:
@@ -666,7 +676,7 @@ class Recorder:
             raise
         if stored >= 0 and k != stored:  # another process recorded a call of this session meanwhile
             self.audits.forget(sid)
-        if self.printer is not None:
+        if self.printer is not None and not ex.keep_warm:  # a refresh is announced by keep-warm itself
             self.printer(format_line(sid, k, ex, audit_row, problem, cache if audit_row is not None else None))
         if self.observer is not None:
             self._observe(RecordedExchange(rid, sid, k, api, ex, body, response, audit, streamed))

@@ -52,7 +52,7 @@ class RecordingProxy:
         backlog_limit: int = BACKLOG_LIMIT,
     ) -> RecordingProxy:
         recorder = Recorder(
-            store, config.upstream, printer=printer, observer=observer, warn=warn, backlog_limit=backlog_limit
+            store, config.label, printer=printer, observer=observer, warn=warn, backlog_limit=backlog_limit
         )
         app = build_app(config, recorder.submit, recorder.admit)
         thread = ProxyThread(app, host, port, config.clients).start()
@@ -96,11 +96,12 @@ def serve(
     printer: Callable[[str], None] = print,
     observer: Callable[[RecordedExchange], None] | None = None,
     warn: Callable[[str], None] = stderr_line,
+    on_recorder: Callable[[Recorder], None] | None = None,
 ) -> Recorder:
     """Serve until interrupted (Ctrl-C, SIGTERM); the recorder is drained before this returns."""
     sock = bind(host, port)
     try:
-        return serve_on(sock, config, store, printer=printer, observer=observer, warn=warn)
+        return serve_on(sock, config, store, printer=printer, observer=observer, warn=warn, on_recorder=on_recorder)
     finally:
         sock.close()
 
@@ -113,6 +114,7 @@ def serve_on(
     printer: Callable[[str], None] = print,
     observer: Callable[[RecordedExchange], None] | None = None,
     warn: Callable[[str], None] = stderr_line,
+    on_recorder: Callable[[Recorder], None] | None = None,
 ) -> Recorder:
     """Serve on a bound socket until interrupted -- one proxy, or one of ``--workers``'
     processes sharing the socket (``proxy/workers.py``); the recorder is drained before this
@@ -124,7 +126,9 @@ def serve_on(
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     if config.record_before_end is None:
         config = replace(config, record_before_end=HOLD_END_S)
-    recorder = Recorder(store, config.upstream, printer=printer, observer=observer, warn=warn)
+    recorder = Recorder(store, config.label, printer=printer, observer=observer, warn=warn)
+    if on_recorder is not None:  # what records into it besides the relay (``--keep-warm``'s refreshes)
+        on_recorder(recorder)
     app = build_app(config, recorder.submit, recorder.admit)
     host, port = sock.getsockname()[:2]
     server = uvicorn.Server(uvicorn_config(app, host, port, config.clients))

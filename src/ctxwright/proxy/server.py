@@ -1,5 +1,9 @@
-"""The relay: an ASGI app (Starlette on uvicorn) that forwards every request to the upstream
-with httpx and streams the answer back as it arrives.
+"""The relay: an ASGI app (Starlette on uvicorn) that forwards every request to its provider's
+upstream with httpx and streams the answer back as it arrives.
+
+One proxy serves several providers: a request goes to the upstream of the provider its path
+names (:func:`provider_of`: Anthropic Messages to Anthropic's, everything else to OpenAI's),
+so Claude Code and Codex can share one proxy.
 
 What it protects:
 
@@ -41,7 +45,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
@@ -77,9 +81,51 @@ DEFAULT_RECORD_CAP = 32 * 1024 * 1024
 SESSION_HEADER = "x-ctxwright-session"
 
 
+#: The providers one proxy routes to, each to its own upstream (``ProxyConfig.upstreams``).
+PROVIDERS = ("anthropic", "openai")
+#: Each provider's official host: ``ctxwright proxy`` with no ``--upstream`` serves both.
+DEFAULT_UPSTREAMS = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com"}
+#: The path prefix of Anthropic's Messages API (``/v1/messages``, ``/v1/messages/count_tokens``,
+#: ``/v1/messages/batches``)
+ANTHROPIC_PATH = b"/v1/messages"
+
+
+def provider_of(raw_path: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> str:
+    """The provider a request goes to: ``anthropic`` or ``openai``.
+
+    Why by path: the SDKs build their URLs from one base URL each. Anthropic's clients (Claude
+    Code, the ``anthropic`` SDKs) append ``/v1/messages`` to ``ANTHROPIC_BASE_URL``, the proxy's
+    origin; OpenAI's (Codex, the ``openai`` SDKs) append ``/chat/completions`` or ``/responses``
+    to ``OPENAI_BASE_URL``, which ends in ``/v1``. So ``/v1/messages`` and what lies under it is
+    Anthropic's, and everything else -- chat completions, Responses, models, files -- OpenAI's.
+    The match is on the whole ``/v1/messages`` segment at the start of the path: OpenAI's own
+    ``/v1/threads/{id}/messages`` stays OpenAI's. A request under another path that carries an
+    ``anthropic-version`` header (every Anthropic SDK request does, no OpenAI one does: Claude
+    Code's ``/v1/models``) is Anthropic's too.
+    """
+    bare = raw_path.split(b"?", 1)[0]
+    if bare == ANTHROPIC_PATH or bare.startswith(ANTHROPIC_PATH + b"/"):
+        return "anthropic"
+    if headers is not None and any(k.lower() == b"anthropic-version" for k, _v in headers):
+        return "anthropic"
+    return "openai"
+
+
+def _check_url(url: str, flag: str, example: str) -> None:
+    parsed = httpx.URL(url)
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"{flag} {url!r} is not an http(s) URL; give the provider's origin, e.g. {example}")
+
+
 @dataclass(frozen=True)
 class ProxyConfig:
     """Where to forward and how long to wait.
+
+    ``upstream`` is one upstream for every path; ``upstreams`` one per provider (keys
+    ``anthropic`` and ``openai``), a request going to its provider's by :func:`provider_of`.
+    Given alone, ``upstream`` takes every path (as a single-provider proxy always did); given
+    with ``upstreams``, it takes the providers ``upstreams`` leaves out. After construction
+    ``upstreams`` names both providers' upstreams, whichever way they were given.
 
     ``read_timeout`` is the longest silence between two pieces of an upstream answer (a
     reasoning model may think for minutes before its first byte: the default is generous);
@@ -89,7 +135,7 @@ class ProxyConfig:
     measured from it, so a test or benchmark passes its provider simulator's clock.
     """
 
-    upstream: str
+    upstream: str | None = None
     connect_timeout: float = 10.0
     read_timeout: float = 600.0
     record_cap: int = DEFAULT_RECORD_CAP
@@ -98,14 +144,42 @@ class ProxyConfig:
     #: hold the last bytes of each complete answer until its exchange is written, waiting at
     #: most this many seconds (``None``: never hold; see :class:`_Relay`)
     record_before_end: float | None = None
+    #: keep each request's forwarded headers on its exchange, in memory only, for ``--keep-warm``
+    #: (``proxy/keep_warm.py``: a refresh needs the client's key); never recorded or spooled
+    keep_headers: bool = False
+    upstreams: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        url = httpx.URL(self.upstream)
-        if url.scheme not in ("http", "https") or not url.host:
+        unknown = sorted(set(self.upstreams) - set(PROVIDERS))
+        if unknown:
             raise ValueError(
-                f"--upstream {self.upstream!r} is not an http(s) URL; give the provider's origin, "
-                "e.g. https://api.openai.com"
+                f"unknown provider {unknown[0]!r} in upstreams; the proxy routes to {', '.join(PROVIDERS)}"
             )
+        if self.upstream is None and not self.upstreams:
+            raise ValueError(
+                "give an upstream: --upstream URL, or one per provider (--anthropic-upstream, --openai-upstream)"
+            )
+        if self.upstream is not None:
+            _check_url(self.upstream, "--upstream", "https://api.openai.com")
+        for provider, url in self.upstreams.items():
+            _check_url(url, f"--{provider}-upstream", DEFAULT_UPSTREAMS[provider])
+        missing = [p for p in PROVIDERS if p not in self.upstreams]
+        if missing and self.upstream is None:
+            raise ValueError(f"no upstream for {missing[0]}: give --{missing[0]}-upstream URL (or --upstream for all)")
+        full = {p: self.upstreams.get(p) or str(self.upstream) for p in PROVIDERS}
+        object.__setattr__(self, "upstreams", full)
+
+    def upstream_for(self, provider: str) -> str:
+        """The upstream of ``provider`` (``anthropic`` or ``openai``)."""
+        return self.upstreams[provider]
+
+    @property
+    def label(self) -> str:
+        """The upstream(s) in one line: the URL when one takes every path, else each provider's."""
+        urls = set(self.upstreams.values())
+        if len(urls) == 1:
+            return urls.pop()
+        return ", ".join(f"{p} {self.upstreams[p]}" for p in PROVIDERS)
 
 
 class Capture:
@@ -166,6 +240,13 @@ class Exchange:
     ttfb_ms: float | None = None
     total_ms: float | None = None
     ended_at: float | None = None
+    #: the upstream the request was forwarded to (its provider's, ``ProxyConfig.upstreams``)
+    upstream: str | None = None
+    #: the headers forwarded with the request, the key among them: set only with
+    #: ``ProxyConfig.keep_headers``, held in memory for a keep-warm refresh, never recorded
+    headers: list[tuple[bytes, bytes]] | None = field(default=None, repr=False)
+    #: a keep-warm refresh sent by the proxy itself (``proxy/keep_warm.py``), not the agent's call
+    keep_warm: bool = False
     #: set by the recorder once the exchange is written (or could not be): what an answer
     #: held until it is recorded waits for (``ProxyConfig.record_before_end``)
     written: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
@@ -375,8 +456,8 @@ def build_app(
     loop, when it ends (it must return at once: the recorder queues it). ``admit()`` is awaited
     before each request is relayed (``Recorder.admit``: it holds new requests while the
     recorder's backlog is full)."""
-    base = httpx.URL(config.upstream)
-    base_path = base.raw_path.rstrip(b"/")
+    bases = {p: httpx.URL(u) for p, u in config.upstreams.items()}
+    base_paths = {p: b.raw_path.rstrip(b"/") for p, b in bases.items()}
     timeout = httpx.Timeout(
         connect=config.connect_timeout, read=config.read_timeout, write=config.read_timeout, pool=None
     )
@@ -401,8 +482,9 @@ def build_app(
         scope = request.scope
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
         query: bytes = scope.get("query_string") or b""
-        target = base_path + raw_path + (b"?" + query if query else b"")
-        url = base.copy_with(raw_path=target)
+        provider = provider_of(raw_path, scope["headers"])
+        target = base_paths[provider] + raw_path + (b"?" + query if query else b"")
+        url = bases[provider].copy_with(raw_path=target)
         forward, seen = _scan(scope["headers"], drop_host=True)
         ex = Exchange(
             method=request.method,
@@ -414,6 +496,8 @@ def build_app(
             request_encoding=seen.get(b"content-encoding"),
             session_header=seen.get(_SESSION),
             response=Capture(config.record_cap),
+            upstream=config.upstreams[provider],
+            headers=forward if config.keep_headers else None,
         )
         has_body = seen.get(b"content-length") not in (None, "0") or bool(seen.get(b"transfer-encoding"))
         watch = _ClientWatch(request.receive)
@@ -475,7 +559,7 @@ def build_app(
 
 def _upstream_failed(ex: Exchange, done: Callable[[Exchange], None], config: ProxyConfig, exc: Exception) -> Response:
     """The proxy's own answer when the upstream gave none: 502 or 504, one clear message."""
-    up = config.upstream
+    up = ex.upstream or config.label
     if isinstance(exc, httpx.ConnectTimeout):
         msg = f"could not connect to the upstream {up} within {config.connect_timeout:g} s (--connect-timeout)"
         return _failed(ex, done, 502, "upstream_unreachable", msg)

@@ -34,7 +34,8 @@ log = logging.getLogger("ctxwright.telemetry")
 
 class ExchangeTracer:
     """The recorder's observer (``Recorder(observer=...)``): a span per recorded model call on
-    ``exporter``'s tracer. ``upstream``'s host is ``server.address``; ``content`` adds the
+    ``exporter``'s tracer. ``server.address`` is the host of the upstream the call went to (of
+    ``upstream`` for a call that names none); ``content`` adds the
     messages (``content.py``)."""
 
     def __init__(self, exporter: Exporter, *, upstream: str, content: bool = False) -> None:
@@ -71,7 +72,7 @@ class ExchangeTracer:
             outcome=ex.outcome,
             streamed=r.streamed,
         )
-        A.put(attrs, "server.address", self.host)
+        A.put(attrs, "server.address", urlsplit(ex.upstream).hostname if ex.upstream else self.host)
         A.put(attrs, "ctxwright.proxy.ttfb_ms", ex.ttfb_ms)
         if self.content:
             messages, system = C.body_messages(r.api, r.request)
