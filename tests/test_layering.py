@@ -54,6 +54,9 @@ RANKS: dict[str, int] = {
     # (CompactionConfig, Features, DeferConfig, CatalogEntry...), and the agent, the harness
     # and the CLI read their keywords, defaults and flags from it
     "recipe": 6,
+    # the logs agents keep (Claude Code, Codex): read with the audit's reader caps, judged with the
+    # cache's causes and prices; the CLI and the status line read them
+    "agent_logs": 6,
     "agent": 7,
     "proxy": 7,
     "report": 7,
