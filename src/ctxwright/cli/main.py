@@ -336,10 +336,17 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     """``audit FILE`` (a log, ``-`` for stdin) or ``audit ID`` (a session of any kind: a run's
     export, a wire session's calls as the proxy audited them live)."""
-    from ctxwright.cli.audit import audit_items, given_pricing, run_audit
+    from ctxwright.cli.audit import audit_items, given_pricing, pricing_from_args, run_audit
     from ctxwright.cli.sessions import named
 
     prices = given_pricing(args)
+    from ctxwright.cli.audit_agents import agent_log_roots, run_agent_log_audit
+
+    roots = agent_log_roots(args)  # Claude Code's or Codex's own logs: a folder, a file, --claude, --codex
+    if roots is not None:
+        pricing = pricing_from_args(args)
+        by, cap = args.by, args.max_record_bytes
+        return run_agent_log_audit(roots, by=by, as_json=args.json, pricing=pricing, console=console, max_record=cap)
 
     def audit(items: Any, source: str) -> int:
         return audit_items(items, source, as_json=args.json, prices=prices, console=console)
@@ -462,7 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE|ID",
         help="JSONL of request bodies or {request, response} pairs (OpenAI or Anthropic), "
         "or a session file from `ctxwright export ID`; a regular file or a pipe, - for stdin; or a stored "
-        "session's ID, of any kind",
+        "session's ID, of any kind; or Claude Code's or Codex's own logs (a file, or a folder of them)",
     )
     au.add_argument("--proxy-session", metavar="ID", help="alias of ID for a proxy or framework session")
     au.add_argument("--json", action="store_true", help="print the audit as JSON")
@@ -470,6 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_price_options(au)
     add_record_cap_option(au)
+    from ctxwright.cli.audit_agents import add_agent_log_options
+
+    add_agent_log_options(au)
     au.set_defaults(func=cmd_audit)
     from ctxwright.cli.report import add_report_parser
 
