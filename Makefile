@@ -15,7 +15,7 @@ LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGG
 WHEEL_DIR ?= $(HOME)/.cache/ctxwright/wheels/avx2
 STAMP_LLAMA := $(VENV)/.stamp-llama-$(LLAMA_VERSION)
 
-.PHONY: demo test bench clean chromium postgres
+.PHONY: demo test bench clean chromium postgres ccusage
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -84,12 +84,27 @@ chromium:
 postgres:
 	$(call apt_package,postgresql,ls /usr/lib/postgresql/*/bin/initdb,the PostgreSQL store's tests)
 
+# ccusage, the npm tool people read Claude Code's and Codex's logs with: tests/test_agent_logs.py
+# checks that `ctxwright audit` counts the same tokens per session, and benchmarks/agent_logs.py
+# times both on the same files. Installed under ~/.cache (outside the clone) when node is there;
+# without node those checks are skipped.
+NPM_DIR ?= $(HOME)/.cache/ctxwright/npm
+CCUSAGE_VERSION := 18.0.11
+ccusage:
+	@if ! command -v npm >/dev/null 2>&1; then \
+	  echo "node/npm is missing: the ccusage comparison is skipped"; \
+	elif [ "$$($(NPM_DIR)/node_modules/.bin/ccusage --version 2>/dev/null)" != "$(CCUSAGE_VERSION)" ]; then \
+	  echo "installing ccusage $(CCUSAGE_VERSION) and @ccusage/codex for the agent-log comparison"; \
+	  npm install --silent --no-audit --no-fund --prefix $(NPM_DIR) ccusage@$(CCUSAGE_VERSION) \
+	    @ccusage/codex@$(CCUSAGE_VERSION) >/dev/null || echo "ccusage could not be installed: the comparison is skipped"; \
+	fi
+
 # Lint and types first (CI runs `make test`, so it enforces them), then the whole suite on
 # TEST_WORKERS processes (pytest-xdist; a test file stays on one worker, so its module fixtures
 # start once; each local model then takes one thread: tests/conftest.py). The 30 slowest tests
 # are listed at the end, so CI shows where its time goes. TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
-test: $(STAMP_DEV) chromium postgres
+test: $(STAMP_DEV) chromium postgres ccusage
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy
