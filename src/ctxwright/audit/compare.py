@@ -263,6 +263,26 @@ class RowCost:
     if_held: float
     price: ModelPrice
 
+    @property
+    def lost(self) -> float:
+        """USD the call paid for what its cache did not serve: its cost less its cost had the
+        cache held (0 for a call that read every reusable token)."""
+        return max(0.0, self.cost - self.if_held)
+
+
+#: what a call whose model the price table does not know shows instead of a cost
+PRICE_UNKNOWN = "price unknown"
+
+
+def cost_text(r: RowCost | None) -> str:
+    """One call's money in a line: ``$0.0123``, with ``lost $0.0098`` after it when the cache
+    missed part of what it could have served, or :data:`PRICE_UNKNOWN` -- never a guessed
+    price. The proxy's line and ``ctxwright show`` print it."""
+    if r is None:
+        return PRICE_UNKNOWN
+    text = f"${r.cost:.4f}"
+    return text + f" lost ${r.lost:.4f}" if r.lost >= 0.00005 else text
+
 
 def priced(
     u: CacheUsage, reusable: int, provider: str | None, model: str | None, pricing: Prices | Pricing | None

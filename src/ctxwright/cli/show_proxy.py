@@ -4,7 +4,9 @@ session, or a framework agent's (``integrations/``).
 Why its own view: such a session has no ctxwright events -- its calls are the bytes that went
 over the wire -- so there is no trajectory to render. What a person wants from ``show`` is still
 there: each call in order with its status, what the live audit said of it (cause, reusable and
-cached tokens), how many messages it sent, the newest of them, and the answer. ``--json`` prints
+cached tokens), what it cost and what its miss lost (by the price table, ``--prices``; "price
+unknown" for a model the table does not know), how many messages it sent, the newest of them,
+and the answer. ``--json`` prints
 that view's data: the session (with its ``kind``) and every call's status, audit, request and
 answer as recorded (``ctxwright export ID`` writes the calls as a request log instead).
 """
@@ -18,7 +20,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ctxwright.proxy.log import request_value, response_value
+from ctxwright.audit.compare import RowCost, cost_text, row_cost
+from ctxwright.cache.prices import Pricing
+from ctxwright.proxy.log import proxy_session_requests, request_value, response_value
+from ctxwright.proxy.session_audit import session_rows
 from ctxwright.proxy.store import ProxyLog
 from ctxwright.replay.turns import content_text, turn_from_response
 from ctxwright.store.sessions import Store
@@ -57,10 +62,29 @@ def answer_text(api: str | None, response: Any) -> str:
     return turn.text
 
 
-def render_proxy_session(store: Store, session_id: str, console: Console, *, as_json: bool = False) -> None:
+def call_costs(store: Store, session_id: str, rows: list[dict[str, Any]], pricing: Pricing) -> list[RowCost | None]:
+    """What each exchange of a proxy session cost and would have cost had the cache held
+    (``None``: its model has no price, or it was refused or never answered -- providers do not
+    bill those), priced on the rows the proxy audited live (``proxy/session_audit.py``)."""
+    audited = session_rows(proxy_session_requests(store, session_id), session_id)
+    out: list[RowCost | None] = []
+    for r, row in zip(rows, audited, strict=True):
+        out.append(row_cost(row, pricing) if row is not None and _billed(r) else None)
+    return out
+
+
+def _billed(r: dict[str, Any]) -> bool:
+    """The upstream answered the exchange (a refused or unanswered call is not billed)."""
+    return r["status"] is not None and r["status"] < 400
+
+
+def render_proxy_session(
+    store: Store, session_id: str, console: Console, *, as_json: bool = False, pricing: Pricing | None = None
+) -> None:
     log = ProxyLog(store)
     session = log.session_row(session_id)
     rows = log.exchange_rows(session["id"])
+    costs = call_costs(store, session["id"], rows, pricing or Pricing())
     if as_json:
         calls = [
             {
@@ -69,11 +93,13 @@ def render_proxy_session(store: Store, session_id: str, console: Console, *, as_
                 "outcome": r["outcome"],
                 "streamed": bool(r["streamed"]),
                 "total_ms": r["total_ms"],
+                "cost_usd": None if c is None else c.cost,
+                "lost_usd": None if c is None else c.lost,
                 "audit": r["audit"],
                 "request": request_value(r),
                 "response": response_value(r),
             }
-            for r in rows
+            for r, c in zip(rows, costs, strict=True)
         ]
         print(
             json.dumps(
@@ -86,9 +112,19 @@ def render_proxy_session(store: Store, session_id: str, console: Console, *, as_
         Text(f"session {session['id']} (recorded from the wire{key}; {session['api'] or 'api ?'}, {len(rows)} call(s))")
     )
     t = Table(show_lines=False)
-    for col in ("#", "status", "cause", "reusable", "cached", "msgs", "newest message", "answer"):
+    for col in (
+        "#",
+        "status",
+        "cause",
+        "reusable",
+        "cached",
+        "$ (lost to the miss)",
+        "msgs",
+        "newest message",
+        "answer",
+    ):
         t.add_column(col, justify="right" if col in ("#", "reusable", "cached", "msgs") else "left", overflow="fold")
-    for r in rows:
+    for r, c in zip(rows, costs, strict=True):
         audit = r["audit"] or {}
         request = request_value(r)
         cached = audit.get("cached_tokens")
@@ -99,6 +135,7 @@ def render_proxy_session(store: Store, session_id: str, console: Console, *, as_
             str(audit.get("cause") or audit.get("problem") or ""),
             f"{audit.get('reusable_prefix_tokens', 0):,}",
             "?" if cached is None else f"{cached:,}",
+            Text(cost_text(c) if _billed(r) and audit.get("cause") else ""),
             str(len(messages)) if isinstance(messages, list) else "?",
             Text(newest_message(request)[:SHOWN]),
             Text(answer_text(r["api"], response_value(r))[:SHOWN]),

@@ -36,11 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxwright.audit.compare import TOKEN_MEMO, AuditRequest, AuditRow
+from ctxwright.audit.compare import TOKEN_MEMO, AuditRequest, AuditRow, cost_text, row_cost
 from ctxwright.audit.live import audit_record
 from ctxwright.audit.logs import ParseProblem, RecordReader
 from ctxwright.audit.provider_log import QUIET, describe
 from ctxwright.cache.expiry import KEEP_WARM
+from ctxwright.cache.prices import Pricing
 from ctxwright.core.redact import redact, redact_query
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.errors import StoreUnusable
@@ -109,10 +110,12 @@ def format_line(
     row: AuditRow | None,
     problem: str | None,
     cache: Mapping[str, Any] | None = None,
+    money: str | None = None,
 ) -> str:
     """The one printed line of a model call: session, call, status, cause, cached ÷ reusable
-    tokens, the first divergence, and the provider's cache verdict when it is a miss. No
-    header, no body text beyond the divergence snippet."""
+    tokens, what it cost and what its miss lost (``money``: ``audit/compare.py``'s
+    ``cost_text``), the first divergence, and the provider's cache verdict when it is a miss.
+    No header, no body text beyond the divergence snippet."""
     head = f"{session_id} #{call_index:<3} {ex.status or '---'} {ex.total_ms or 0:7.0f} ms"
     if ex.outcome != "complete":
         head += f" [{ex.outcome}]"
@@ -120,6 +123,8 @@ def format_line(
         return f"{head}  not audited: {problem}"
     cached = "?" if row.cached_tokens is None else f"{row.cached_tokens:,}"
     line = f"{head}  {row.cause:<15} cached {cached} ÷ reusable {row.reusable_prefix_tokens:,} tok"
+    if money:
+        line += f"  {money}"
     d = row.first_divergence
     if d is not None:
         where = "tools" if d.message_index is None else f"msg#{d.message_index}"
@@ -295,8 +300,10 @@ class Recorder:
         backlog_limit: int = BACKLOG_LIMIT,
         backlog_bytes: int = BACKLOG_BYTES,
         behind_at: int = BEHIND_AT,
+        pricing: Pricing | None = None,
     ) -> None:
         self.upstream = upstream
+        self.pricing = pricing or Pricing()
         self.observer = observer
         self._observer_failed = False
         self.printer = printer
@@ -677,10 +684,19 @@ class Recorder:
         if stored >= 0 and k != stored:  # another process recorded a call of this session meanwhile
             self.audits.forget(sid)
         if self.printer is not None and not ex.keep_warm:  # a refresh is announced by keep-warm itself
-            self.printer(format_line(sid, k, ex, audit_row, problem, cache if audit_row is not None else None))
+            money = self._money(ex, audit_row)
+            self.printer(format_line(sid, k, ex, audit_row, problem, cache if audit_row is not None else None, money))
         if self.observer is not None:
             self._observe(RecordedExchange(rid, sid, k, api, ex, body, response, audit, streamed))
         return rid
+
+    def _money(self, ex: Exchange, row: AuditRow | None) -> str | None:
+        """What the call cost and its miss lost, by ``pricing`` (``audit/compare.py``:
+        ``row_cost``, the one computation the audit, ``show`` and the report use); nothing for
+        a call the upstream refused or never answered (providers do not bill those)."""
+        if row is None or ex.status is None or ex.status >= 400:
+            return None
+        return cost_text(row_cost(row, self.pricing))
 
     def _observe(self, recorded: RecordedExchange) -> None:
         """Hand the observer the recorded call; its failure is said once and never unrecords it."""

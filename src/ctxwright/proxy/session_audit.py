@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ctxwright.audit.compare import Auditor, AuditRequest, AuditRow
@@ -39,6 +39,16 @@ LIVE_AUDIT_BYTES = 128 * 1024 * 1024
 def in_session(req: AuditRequest, session_id: str) -> AuditRequest:
     """``req`` as a call of the proxy session ``session_id``: its one conversation."""
     return dataclasses.replace(req, conversation=session_id, session=session_id)
+
+
+def session_rows(records: Sequence[Any], session_id: str, counter: TokenCounter | None = None) -> list[AuditRow | None]:
+    """The audit row of each record of one proxy session, in order (``None`` for a record whose
+    request could not be read): the rows the live proxy printed, for a view that prices them
+    (``ctxwright show``: ``audit/compare.py``'s ``row_cost`` needs each call's usage split,
+    provider and model, which the stored audit does not keep)."""
+    auditor = Auditor(counter or TokenCounter(), keep_rows=False)
+    items = list(session_items(records, session_id))  # one item per record (``audit/logs.py``)
+    return [auditor.add(i) if isinstance(i, AuditRequest) else None for i in items]
 
 
 def session_items(records: Iterable[Any], session_id: str) -> Iterator[LogItem]:
@@ -122,4 +132,4 @@ class LiveAudits:
             self._seen.pop(old, None)
 
 
-__all__ = ["LIVE_AUDIT_BYTES", "LIVE_SESSIONS", "LiveAudits", "in_session", "session_items"]
+__all__ = ["LIVE_AUDIT_BYTES", "LIVE_SESSIONS", "LiveAudits", "in_session", "session_items", "session_rows"]
