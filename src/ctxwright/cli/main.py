@@ -512,6 +512,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ctxwright.cli.attention import add_attention_parser
 
     add_attention_parser(sub)
+    from ctxwright.cli.wrap import add_wrap_parser
+
+    add_wrap_parser(sub)
     for command in sub.choices.values():  # `ctxwright show ID --db x.db` as well as `ctxwright --db x.db show ID`
         _add_global_options(session_group if command is r else command, argparse.SUPPRESS)
     return p

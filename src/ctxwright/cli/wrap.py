@@ -1,0 +1,557 @@
+"""``ctxwright wrap [options] -- COMMAND [ARGS...]`` (and ``ctxwright wrap claude``, ``ctxwright
+wrap codex``): run an agent with every model call it makes recorded and audited, and say at
+its exit what its prompt cache did.
+
+It starts the recording proxy (``proxy/serve.py``: :class:`RecordingProxy`) on a free loopback
+port, serving Anthropic Messages and OpenAI chat completions and Responses at once, points the
+agent at it by the variables that agent reads (``proxy/agents.py``), and runs it. What it
+protects:
+
+* **The terminal is the agent's.** The agent is started with ctxwright's own stdin, stdout and
+  stderr -- the same terminal, no pipe in between, so a TUI draws as it always does, and in
+  the same process group, so the terminal's job control (Ctrl-C, Ctrl-Z, Ctrl-\\) reaches it
+  as it reaches any program. While it runs, ctxwright writes nothing there: its own file
+  descriptors 1 and 2 are pointed at the log file (``--log``) for as long, so not a per-call
+  line, a warning nor a library's stray message lands in the agent's screen.
+* **Signals and the exit code are the agent's.** Ctrl-C goes to the agent (the terminal sends
+  SIGINT to the foreground process group; ctxwright ignores it meanwhile, as a shell waiting
+  for its job does); a SIGTERM or SIGHUP sent to ctxwright is passed on to the agent; the exit
+  status is the agent's, ``128 + N`` when signal N ended it, as a shell reports it.
+* **Nothing recorded is lost.** Each answer's end is held until its exchange is written
+  (``HOLD_END_S``), so an agent killed mid-session loses only the call in flight (recorded as
+  cut short); at exit the recorder's queue is drained before the summary is computed, and what
+  could not be recorded is said, ``--quiet`` or not.
+
+The agent is not run under ctxwright's supervisor (``core/supervise.py``): the supervisor
+moves its program into a session and process group of its own with stdin on ``/dev/null``,
+which would take the terminal away from an interactive agent (no Ctrl-C, a stop on its first
+read). Processes the agent leaves behind are its own, as they are without wrap; they lose the
+proxy when wrap exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from ctxwright.core.words import counted
+from ctxwright.errors import CtxwrightError
+
+if TYPE_CHECKING:
+    from ctxwright.cache.prices import Pricing
+    from ctxwright.proxy.recorder import RecordedExchange
+    from ctxwright.report.data import CallData, ReportData
+    from ctxwright.store.sessions import Store
+
+#: the breaks named in the summary, the costliest first
+WORST_SHOWN = 3
+#: miss causes named in the summary's "$ lost" line, the costliest first
+CAUSES_SHOWN = 4
+
+
+def add_wrap_parser(sub: Any) -> None:
+    from ctxwright.cli.audit import add_price_options
+    from ctxwright.proxy.server import DEFAULT_UPSTREAMS
+
+    p = sub.add_parser(
+        "wrap",
+        help="run an agent (claude, codex, an SDK program...) with every model call recorded and audited",
+        description="Start a recording proxy on a free loopback port, point the agent at it (the variables each "
+        "known agent reads: docs/agents.md) and run it with the terminal left to it. At its exit: one summary "
+        "(calls, hit ratio, $ spent and lost by miss cause, the worst breaks with their byte) and a report.",
+        usage="ctxwright wrap [options] -- COMMAND [ARGS...]   (or: ctxwright wrap claude | codex [ARGS...])",
+    )
+    p.add_argument(
+        "--upstream", metavar="URL", help="one upstream for every path (default: each provider's own, below)"
+    )
+    p.add_argument(
+        "--anthropic-upstream",
+        metavar="URL",
+        help="where Anthropic Messages go (default: the agent's ANTHROPIC_BASE_URL if set, else "
+        f"{DEFAULT_UPSTREAMS['anthropic']})",
+    )
+    p.add_argument(
+        "--openai-upstream",
+        metavar="URL",
+        help="where OpenAI chat completions and Responses go (default: the agent's OPENAI_BASE_URL if set, else "
+        f"{DEFAULT_UPSTREAMS['openai']})",
+    )
+    p.add_argument(
+        "--log",
+        metavar="FILE",
+        help="where the per-call lines and any warning go while the agent runs (default: a file in the store's "
+        "folder, wrap/)",
+    )
+    p.add_argument("--report", metavar="FILE", help="the HTML report written at exit (default: beside the log)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="longest silence from the upstream, before or during an answer (default 600 s)",
+    )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="at exit, one line instead of the summary (what could not be recorded is said all the same)",
+    )
+    add_price_options(p)
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the agent's command and its arguments")
+    p.set_defaults(func=cmd_wrap)
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def agent_argv(args: argparse.Namespace) -> list[str]:
+    """The agent's command: the words after ``wrap``'s own options, a leading ``--`` dropped."""
+    words = list(getattr(args, "command", None) or [])
+    if words and words[0] == "--":
+        words = words[1:]
+    extra = getattr(args, "agent_command", None)  # a `--` cut off by the CLI before argparse
+    if extra is not None:
+        words = [*words, "--", *extra] if words else list(extra)
+    if not words:
+        raise CtxwrightError("name the agent to run: ctxwright wrap claude, or ctxwright wrap -- python agent.py")
+    return words
+
+
+def _check(args: argparse.Namespace) -> None:
+    if not (args.timeout > 0 and math.isfinite(args.timeout)):
+        raise CtxwrightError(f"--timeout {args.timeout:g}: give a number of seconds above 0, e.g. --timeout 600")
+    for flag, value in (("--log", args.log), ("--report", args.report)):
+        if value is None:
+            continue
+        path = Path(value).expanduser()
+        if path.is_dir() or not path.parent.is_dir():
+            raise CtxwrightError(f"{flag} {value}: give a file in an existing folder")
+
+
+def _inherited(args: argparse.Namespace, env: dict[str, str]) -> list[str]:
+    """A base URL the user already gives the agent becomes the upstream it stands for: the
+    agent would have talked to that gateway or local server, so the proxy forwards there
+    (``--*-upstream`` and ``--upstream`` win). Notes for the log."""
+    notes: list[str] = []
+    if args.upstream:
+        return notes
+    for provider, var in (("anthropic", "ANTHROPIC_BASE_URL"), ("openai", "OPENAI_BASE_URL")):
+        given = env.get(var, "").strip()
+        if given and not getattr(args, f"{provider}_upstream", None):
+            setattr(args, f"{provider}_upstream", given)
+            notes.append(f"{var}={given} was set: {provider} calls are forwarded there")
+    return notes
+
+
+def _folder(store: Store) -> Path:
+    """Where wrap's logs and reports go by default: ``wrap/`` beside the SQLite store, or in
+    the user data dir for a PostgreSQL store (made ``0700``)."""
+    from ctxwright.store.private import private_dir
+
+    if store.path is not None:
+        base = store.path.parent
+    else:
+        from platformdirs import user_data_dir
+
+        base = Path(user_data_dir("ctxwright", appauthor=False))
+    return private_dir(base / "wrap")
+
+
+# -- what runs while the agent does ------------------------------------------------------------
+
+
+class LogFile:
+    """The per-call lines and the recorder's warnings, one line per write, flushed at once (a
+    ``ctxwright statusline`` or ``tail -f`` reads it live)."""
+
+    def __init__(self, path: Path) -> None:
+        from ctxwright.store.private import open_private
+
+        self.path = path
+        self.file: BinaryIO = open_private(path, append=True)
+        self.lock = threading.Lock()
+        self.warnings = 0
+
+    def line(self, text: str) -> None:
+        with self.lock:
+            self.file.write((text + "\n").encode("utf-8", "replace"))
+            self.file.flush()
+
+    def warn(self, text: str) -> None:
+        self.warnings += 1
+        self.line(text)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.file.close()
+
+
+@dataclass
+class Seen:
+    """The sessions the agent's calls were recorded in, in the order they first appeared."""
+
+    sessions: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, recorded: RecordedExchange) -> None:
+        with self.lock:
+            self.sessions[recorded.session_id] = self.sessions.get(recorded.session_id, 0) + 1
+
+
+def _quiet_handler(_signum: int, _frame: FrameType | None) -> None:
+    """SIGINT and SIGQUIT while the agent runs: the terminal sent them to the agent too.
+    A handler, not ``SIG_IGN``: an ignored signal stays ignored across ``exec``, and the agent
+    would then not see Ctrl-C either; a handler is reset to the default in the new program."""
+
+
+def run_agent(argv: Sequence[str], executable: str, env: dict[str, str], log_fd: int) -> int:
+    """Run the agent on ctxwright's terminal until it exits; its exit status (``128 + N`` for
+    a death by signal N). ctxwright's own stdout and stderr point at ``log_fd`` meanwhile."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved_out, saved_err = os.dup(1), os.dup(2)
+    child: list[subprocess.Popen[bytes]] = []
+    early: list[int] = []
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        if not child:
+            early.append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            child[0].send_signal(signum)
+
+    handlers: dict[int, Callable[[int, FrameType | None], None]] = {
+        signal.SIGINT: _quiet_handler,
+        signal.SIGQUIT: _quiet_handler,
+        signal.SIGTERM: forward,
+        signal.SIGHUP: forward,
+    }
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+    try:
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        proc = subprocess.Popen(
+            list(argv), executable=executable, env=env, stdout=saved_out, stderr=saved_err, close_fds=True
+        )
+        child.append(proc)
+        for signum in early:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signum)
+        code = proc.wait()
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os.dup2(saved_out, 1)
+        os.dup2(saved_err, 2)
+        os.close(saved_out)
+        os.close(saved_err)
+        for sig, old in previous.items():
+            if sig in (signal.SIGTERM, signal.SIGHUP):  # SIGINT stays quiet until the recorder is drained
+                signal.signal(sig, old)
+    return 128 - code if code < 0 else code
+
+
+@contextlib.contextmanager
+def _quiet_interrupts() -> Iterator[None]:
+    """Ctrl-C waits while the recorder drains (bounded): an interrupted drain would leave
+    exchanges spooled instead of recorded."""
+    old = signal.signal(signal.SIGINT, _quiet_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+# -- the summary -------------------------------------------------------------------------------
+
+
+def _money(usd: float) -> str:
+    """Dollars to a precision that shows a small session's cost (``$0.000042``), cents above $1."""
+    if usd >= 1:
+        return f"${usd:,.2f}"
+    if usd >= 0.01 or usd == 0:
+        return f"${usd:.4f}".rstrip("0").rstrip(".") if usd else "$0"
+    return f"${usd:.2g}" if usd < 1e-6 else f"${usd:.6f}".rstrip("0")
+
+
+#: the provider's verdicts that are no miss, and those that only say the bytes changed (the
+#: byte audit then names what changed: ``system_changed``, ``tools_changed``...)
+_NO_MISS = frozenset({"hit", "first"})
+_BYTES = frozenset({"byte_change", "provider_reported"})
+
+
+def miss_cause(call: CallData) -> str | None:
+    """Why a call missed the cache, or ``None`` when it did not: the provider's verdict when it
+    names a cause of its own (``ttl_expired``, ``routing_key_changed``, ``below_minimum``...),
+    else the byte audit's break (``system_changed``, ``tools_changed``, ``history_edited``...).
+    A call that only appended (its cached count a little under its reusable prefix, as caches
+    that read in blocks or at breakpoints report it) is no miss."""
+    verdict = call.cache_cause
+    if verdict in _NO_MISS:
+        return None
+    if verdict and verdict not in _BYTES:
+        return verdict
+    if call.is_break:
+        return call.cause
+    return verdict or None
+
+
+@dataclass(frozen=True)
+class Priced:
+    session: str
+    call: CallData
+    cost: float | None
+    lost: float | None
+
+
+def summarize(data: ReportData, pricing: Pricing) -> list[str]:
+    """The summary's lines after its first: the hit ratio, $ spent and $ lost by miss cause,
+    and the worst breaks with their byte (the costliest first; unpriced calls by the tokens
+    they prefilled)."""
+    from ctxwright.audit.compare import cache_ratios
+
+    rows: list[Priced] = []
+    for s in data.sessions:
+        for c in s.calls:
+            r = c.priced(pricing)
+            rows.append(
+                Priced(s.key, c, None if r is None else r.cost, None if r is None else max(0.0, r.cost - r.if_held))
+            )
+    known = [p.call for p in rows if p.call.cached_tokens is not None]
+    ratio = cache_ratios(sum(c.cached_tokens or 0 for c in known), sum(c.prompt_tokens or 0 for c in known), 0)[0]
+    prompt = sum(c.prompt_tokens or 0 for c in known)
+    cached = sum(c.cached_tokens or 0 for c in known)
+    hit = (
+        f"hit ratio {ratio:.0%} ({cached:,} of {prompt:,} prompt tokens read from the cache)"
+        if ratio is not None
+        else "hit ratio unknown (no answer reported cached tokens)"
+    )
+    lines = [hit]
+    priced = [p for p in rows if p.cost is not None]
+    if priced:
+        spent = sum(p.cost or 0.0 for p in priced)
+        by_cause: dict[str, tuple[float, int]] = {}
+        for p in priced:
+            cause = miss_cause(p.call)
+            if cause is not None and p.lost:
+                total, n = by_cause.get(cause, (0.0, 0))
+                by_cause[cause] = (total + p.lost, n + 1)
+        lost = sum(t for t, _n in by_cause.values())
+        money = f"{_money(spent)} spent"
+        if len(priced) < len(rows):
+            money += f" ({len(priced)} of {counted(len(rows), 'call')} priced: the others' models have no price)"
+        if by_cause:
+            causes = sorted(by_cause.items(), key=lambda kv: -kv[1][0])
+            named = ", ".join(f"{cause} {_money(t)} ({counted(n, 'call')})" for cause, (t, n) in causes[:CAUSES_SHOWN])
+            more = f" and {len(causes) - CAUSES_SHOWN} more" if len(causes) > CAUSES_SHOWN else ""
+            money += f"; {_money(lost)} lost to cache misses: {named}{more}"
+        else:
+            money += "; nothing lost to cache misses"
+        lines.append(money)
+    else:
+        lines.append("$ unknown: no call's model has a price (give --prices FILE or --price-input/--price-cached/...)")
+    breaks = [p for p in rows if miss_cause(p.call) is not None]
+    breaks.sort(key=lambda p: (-(p.lost or 0.0), -p.call.prefilled))
+    for p in breaks[:WORST_SHOWN]:
+        c = p.call
+        where = f" at {c.where}" if c.where else ""
+        snippet = f": …{c.before[-20:]}|{c.after[:20]}…".replace("\n", "⏎") if (c.before or c.after) else ""
+        cost = f" ({_money(p.lost)} lost)" if p.lost else f" ({c.prefilled:,} tokens prefilled)"
+        lines.append(f"break: {p.session} #{c.index} {miss_cause(c)}{where}{snippet}{cost}")
+    return lines
+
+
+def _report(store: Store, seen: Seen, title: str, pricing: Pricing) -> ReportData | None:
+    """Every session of this wrap audited as ``ctxwright report`` audits it, in one report."""
+    from ctxwright.report.data import ReportData, from_proxy
+
+    parts = [from_proxy(store, sid, pricing=pricing) for sid in seen.sessions]
+    if not parts:
+        return None
+    return ReportData(
+        title=title,
+        sessions=[s for d in parts for s in d.sessions],
+        token_source=parts[0].token_source,
+        problems=[p for d in parts for p in d.problems],
+        problems_total=sum(d.problems_total for d in parts),
+    )
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+def cmd_wrap(args: argparse.Namespace) -> int:
+    from ctxwright.cli.audit import pricing_from_args
+    from ctxwright.cli.proxy import proxy_upstreams
+    from ctxwright.core.supervise import find_executable
+    from ctxwright.proxy.agents import agent_for
+    from ctxwright.proxy.serve import HOLD_END_S
+    from ctxwright.proxy.server import ProxyConfig
+    from ctxwright.store.sessions import Store
+
+    argv = agent_argv(args)
+    row = agent_for(argv)
+    if row.refuse:
+        raise CtxwrightError(row.refuse)
+    _check(args)
+    pricing = pricing_from_args(args)  # a bad --prices file is said before anything starts
+    env = dict(os.environ)
+    try:
+        executable = find_executable(argv[0], env, None)
+    except FileNotFoundError:
+        print(f"ctxwright wrap: {argv[0]}: command not found", file=sys.stderr)
+        return 127
+    except PermissionError:
+        print(f"ctxwright wrap: {argv[0]}: not an executable file", file=sys.stderr)
+        return 126
+    notes = _inherited(args, env)
+    upstream, upstreams, more = proxy_upstreams(args)
+    notes += more
+    try:
+        config = ProxyConfig(
+            upstream=upstream, upstreams=upstreams, read_timeout=args.timeout, record_before_end=HOLD_END_S
+        )
+    except ValueError as exc:
+        raise CtxwrightError(str(exc)) from None
+    store = Store(args.db) if getattr(args, "db", None) else Store()
+    try:
+        return _wrapped(args, argv, executable, row, env, config, store, pricing, notes)
+    finally:
+        store.close()
+
+
+def _wrapped(
+    args: argparse.Namespace,
+    argv: list[str],
+    executable: str,
+    row: Any,
+    env: dict[str, str],
+    config: Any,
+    store: Store,
+    pricing: Pricing,
+    notes: list[str],
+) -> int:
+    from ctxwright.proxy.agents import pointed
+    from ctxwright.proxy.serve import SWITCH_INTERVAL_S, RecordingProxy
+
+    stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+    folder = _folder(store) if args.log is None or args.report is None else None
+    log_path = Path(args.log).expanduser() if args.log else folder / f"{stamp}.log"  # type: ignore[operator]
+    report_path = Path(args.report).expanduser() if args.report else folder / f"{stamp}.html"  # type: ignore[operator]
+    log = LogFile(log_path)
+    command = " ".join(argv)
+    log.line(f"ctxwright wrap: {command} -> {config.label}, recording to {store.location}")
+    for note in notes:
+        log.line(f"ctxwright wrap: {note}")
+    seen = Seen()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)  # as a served proxy: the relay waits less for the GIL
+    try:
+        proxy = RecordingProxy.start(config, store, printer=log.line, warn=log.warn, observer=seen)
+    except Exception as exc:  # a port, a thread, a loop that would not start: the agent is not started
+        from ctxwright.cli.main import explain
+
+        log.close()
+        raise CtxwrightError(f"the recording proxy did not start ({explain(exc)}); {argv[0]} was not started") from None
+    try:
+        full_argv, child_env = pointed(row, argv, proxy.url, env)
+    except ValueError as exc:
+        proxy.stop()
+        log.close()
+        raise CtxwrightError(str(exc)) from None
+    _no_proxy_for_loopback(child_env)
+    child_env["CTXWRIGHT_DB"] = store.target  # `ctxwright statusline` run by the agent reads this store
+    child_env["CTXWRIGHT_WRAP_LOG"] = str(log_path)
+    log.line(f"ctxwright wrap: {row.name}: {' '.join(full_argv)} on {proxy.url}")
+    try:
+        code = run_agent(full_argv, executable, child_env, log.file.fileno())
+    except OSError as exc:
+        with _quiet_interrupts():
+            proxy.stop()
+        log.close()
+        raise CtxwrightError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+    with _quiet_interrupts():
+        proxy.stop()  # the recorder's queue is drained: every answered call is in the store
+    recorder = proxy.recorder
+    log.line(f"ctxwright wrap: {argv[0]} exited {code}; {recorder.summary()}")
+    log.close()
+    try:
+        _say(args, os.path.basename(argv[0]), code, store, seen, recorder, log, report_path, pricing, command)
+    except KeyboardInterrupt:
+        print(f"ctxwright wrap: summary interrupted; {recorder.summary()} in {store.location}", file=sys.stderr)
+    return code
+
+
+def _no_proxy_for_loopback(env: dict[str, str]) -> None:
+    """An ``HTTP(S)_PROXY`` in the environment would carry the agent's calls to 127.0.0.1 to
+    that proxy (httpx and Node's clients honour it for loopback too): ``NO_PROXY`` names it."""
+    for var in ("NO_PROXY", "no_proxy"):
+        hosts = [h for h in env.get(var, "").split(",") if h.strip()]
+        for host in ("127.0.0.1", "localhost"):
+            if host not in hosts:
+                hosts.append(host)
+        env[var] = ",".join(hosts)
+
+
+def _say(
+    args: argparse.Namespace,
+    program: str,
+    code: int,
+    store: Store,
+    seen: Seen,
+    recorder: Any,
+    log: LogFile,
+    report_path: Path,
+    pricing: Pricing,
+    command: str,
+) -> None:
+    """The one summary on stderr, and the report."""
+    calls = sum(seen.sessions.values())
+    out: list[str] = [
+        f"ctxwright wrap: {program} exited {code}; {counted(calls, 'model call')} in "
+        f"{counted(len(seen.sessions), 'session')} recorded in {store.location}"
+    ]
+    unrecorded = recorder.unrecorded
+    if unrecorded:
+        out.append(f"NOT all recorded: {recorder.summary()}")
+    if log.warnings:
+        out.append(f"{counted(log.warnings, 'warning')} about the recording in {log.path}")
+    data = _report(store, seen, f"ctxwright wrap: {command}", pricing) if seen.sessions else None
+    written: Path | None = None
+    if data is not None:
+        from ctxwright.report import write_report
+
+        try:
+            written = write_report(data, report_path, pricing)
+        except CtxwrightError as exc:
+            out.append(f"no report: {exc}")
+    if not args.quiet and data is not None:
+        out += summarize(data, pricing)
+    if data is not None:
+        ids = " ".join(seen.sessions)
+        out.append(f"sessions: {ids}   per-call lines: {log.path}")
+    if written is not None:
+        out.append(f"report: {written}")
+    if args.quiet:
+        out = [
+            out[0] + (f"; report: {written}" if written else ""),
+            *[o for o in out if o.startswith(("NOT", "no report"))],
+        ]
+    text = "\n".join([out[0], *(f"  {line}" for line in out[1:])])
+    with contextlib.suppress(OSError):  # a terminal that hung up (SIGHUP) takes no summary
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+
+__all__ = ["LogFile", "Seen", "add_wrap_parser", "agent_argv", "cmd_wrap", "run_agent", "summarize"]
