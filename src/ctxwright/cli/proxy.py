@@ -104,6 +104,7 @@ def add_proxy_parser(sub: Any) -> None:
         action="store_true",
         help="do not print a line per call (what could not be recorded is said on stderr all the same)",
     )
+    add_keep_warm_arguments(p)
     from ctxwright.recipe import add_arguments
 
     add_arguments(p, sections=("telemetry",))  # --otlp, --otlp-content: declared once (recipe/options.py)
@@ -140,9 +141,13 @@ def cmd_proxy(args: argparse.Namespace) -> int:
             read_timeout=args.timeout,
             record_cap=int(args.record_cap * 1024 * 1024),
             clients=clients,
+            keep_headers=args.keep_warm,  # a refresh needs the client's key: held in memory only
         )
     except ValueError as exc:
         raise CtxwrightError(str(exc)) from None
+    if args.keep_warm and args.workers != 1:
+        raise CtxwrightError("--keep-warm works with one proxy process: leave out --workers (or give --workers 1)")
+    warmer = keep_warmer(args, config.clock, printer=print_line)
     tracer = _tracer(args, config.label)  # before anything listens: a missing otel extra is one line
     store = _store(args)
     for note in notes:
@@ -164,9 +169,6 @@ def cmd_proxy(args: argparse.Namespace) -> int:
             "  one line per model call: session #call status time  cause  cached ÷ reusable  first divergence"
         )
     )
-
-    def out(line: str) -> None:
-        print(line, flush=True)
 
     if args.workers != 1:
         from ctxwright.proxy.workers import serve_workers
@@ -194,16 +196,84 @@ def cmd_proxy(args: argparse.Namespace) -> int:
             store,
             host=args.host,
             port=args.port,
-            printer=(lambda _l: None) if args.quiet else out,
-            observer=tracer,
+            printer=(lambda _l: None) if args.quiet else print_line,
+            observer=observers(tracer, warmer.observe if warmer is not None else None),
+            on_recorder=warmer.attach if warmer is not None else None,
         )
     finally:
+        if warmer is not None:
+            warmer.stop()  # the held requests and their headers forgotten
         if tracer is not None:
             tracer.close()  # the last spans sent, within the exporter's bounded close
     console.print(Text(f"ctxwright proxy stopped; {recorder.recorded} exchange(s) recorded in {store.location}"))
     if recorder.unrecorded:  # said whatever --quiet says: these are not in the store
         print(f"ctxwright proxy: {recorder.summary()}", file=sys.stderr, flush=True)
     return 1 if recorder.lost else 0
+
+
+def print_line(line: str) -> None:
+    print(line, flush=True)
+
+
+def add_keep_warm_arguments(p: argparse.ArgumentParser) -> None:
+    """``--keep-warm`` and its bounds (``proxy/keep_warm.py``), for ``proxy`` and ``wrap``."""
+    p.add_argument(
+        "--keep-warm",
+        action="store_true",
+        help="while an Anthropic session is idle, refresh its cached prefix shortly before the cache expires "
+        "(its last request re-sent with max_tokens 1), when the price table says that costs less than "
+        "rewriting the prefix; each refresh priced, recorded and announced (the client's key is held in memory "
+        "for it, never stored)",
+    )
+    p.add_argument(
+        "--keep-warm-max",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --keep-warm: at most N refreshes per session (default 6)",
+    )
+    p.add_argument(
+        "--keep-warm-idle",
+        type=float,
+        default=None,
+        metavar="MIN",
+        help="with --keep-warm: never keep a session warm past MIN minutes idle (default 30)",
+    )
+
+
+def keep_warmer(args: argparse.Namespace, clock: Callable[[], float], *, printer: Callable[[str], None]) -> Any:
+    """The :class:`~ctxwright.proxy.keep_warm.KeepWarmer` ``--keep-warm`` asks for (started),
+    else ``None``; bounds outside their range are refused in one line."""
+    if not getattr(args, "keep_warm", False):
+        return None
+    from ctxwright.proxy.keep_warm import MAX_IDLE_S, MAX_REFRESHES, KeepWarmer
+
+    most = MAX_REFRESHES if args.keep_warm_max is None else args.keep_warm_max
+    idle_min = MAX_IDLE_S / 60 if args.keep_warm_idle is None else args.keep_warm_idle
+    if not 1 <= most <= 1000:
+        raise CtxwrightError(f"--keep-warm-max {most}: give a number of refreshes from 1 to 1000, e.g. 6")
+    if not (0 < idle_min <= 24 * 60 and math.isfinite(idle_min)):
+        raise CtxwrightError(f"--keep-warm-idle {idle_min:g}: give minutes above 0, at most a day, e.g. 30")
+    pricing = None
+    if hasattr(args, "price_input"):  # the command takes --prices / --price-* (wrap does)
+        from ctxwright.cli.audit import pricing_from_args
+
+        pricing = pricing_from_args(args)
+    warmer = KeepWarmer(clock=clock, pricing=pricing, printer=printer, max_refreshes=most, max_idle_s=idle_min * 60)
+    return warmer.start()
+
+
+def observers(*each: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
+    """One observer of recorded calls calling each given one in turn (``None``: none given)."""
+    given = [o for o in each if o is not None]
+    if len(given) <= 1:
+        return given[0] if given else None
+
+    def both(recorded: Any) -> None:
+        for o in given:
+            o(recorded)
+
+    return both
 
 
 def _tracer(args: argparse.Namespace, upstream: str) -> Any:
