@@ -25,6 +25,8 @@ from ctxwright.core.usage import read_cache_usage
 from ctxwright.proxy.log import proxy_session_requests, proxy_sessions
 from ctxwright.proxy.serve import RecordingProxy
 from ctxwright.proxy.server import ProxyConfig
+from ctxwright.report.data import from_proxy
+from ctxwright.report.html import render_html
 from ctxwright.store.sessions import Store
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -96,6 +98,16 @@ def test_each_call_line_and_show_say_its_cost_and_what_its_miss_lost(tmp_path: P
     calls = json.loads(out.getvalue())["calls"]
     assert [c["cost_usd"] for c in calls[:3]] == pytest.approx(costs)
     assert calls[2]["lost_usd"] == pytest.approx(lost[2]) and calls[3]["cost_usd"] is None
+
+    # the HTML report of the session: the same cost, what the miss lost, and "price unknown"
+    html = render_html(from_proxy(store, sid, pricing=pricing_of()), pricing_of())
+    assert "<th>lost to the miss</th>" in html
+    assert f"<td>{costs[2]:,.4f}</td>" in html and f"<td>{lost[2]:,.4f}</td>" in html
+    assert '<td class="l" colspan="3">price unknown</td>' in html
+    only_unpriced = from_proxy(store, sid, pricing=pricing_of())
+    only_unpriced.sessions[0].calls = only_unpriced.sessions[0].calls[3:]  # the unknown model's call
+    html = render_html(only_unpriced, pricing_of())
+    assert "cost: price unknown (no call's model is in the price table" in html and "lost to the miss" not in html
 
 
 def test_a_prices_file_reprices_show(tmp_path: Path) -> None:

@@ -354,8 +354,11 @@ def render_html(data: ReportData, prices: Prices | Pricing | None = None) -> str
     ``--price-*`` prices or a :class:`~ctxwright.cache.prices.Pricing` (the price table);
     the cost columns appear when some call has a price."""
     pricing = as_pricing(prices)
+    # prices were given but no call's model has one: the page says so rather than show no cost
+    unpriced = pricing is not None and any(s.calls for s in data.sessions)
     if pricing is not None and not any(c.priced(pricing) for s in data.sessions for c in s.calls):
         pricing = None
+    unpriced = unpriced and pricing is None
     prices = pricing
     used: dict[str, None] = {}
     if pricing is not None:
@@ -372,6 +375,7 @@ def render_html(data: ReportData, prices: Prices | Pricing | None = None) -> str
         views=views,
         prices=prices,
         prices_used=list(used),
+        unpriced=unpriced,
         labels=LABELS,
         parts=PARTS,
         colors=COLORS,
