@@ -44,6 +44,7 @@ def main() -> None:
         ["gate_overhead.py", *(["--quick"] if args.quick else [])],
         ["store.py", *(["--quick"] if args.quick else [])],  # SQLite and PostgreSQL, 1-16 writers; no model
         ["integrations.py", *(["--quick"] if args.quick else [])],  # three frameworks, scripted; no model
+        ["agent_logs.py", *(["--mb", "20"] if args.quick else [])],  # Claude Code logs beside ccusage; no model
         ["ablation.py", *(["--quick"] if args.quick else [])],
     ]
     # offline: no backend arguments (tool_search's e2e part is the one that runs a model)
@@ -60,6 +61,7 @@ def main() -> None:
         "gate_overhead.py",  # the replay of a recording, no model
         "store.py",  # appends into SQLite and PostgreSQL, no model
         "integrations.py",  # the frameworks against a scripted server, no model
+        "agent_logs.py",  # generated Claude Code logs, ctxwright audit and ccusage, no model
     }
     failed = []
     for script, *extra in runs:

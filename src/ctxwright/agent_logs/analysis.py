@@ -24,7 +24,7 @@ from typing import Any
 from ctxwright.agent_logs.causes import CAUSES, Chain, Judged, after, judge
 from ctxwright.agent_logs.records import LoggedCall, LogItem, LogProblem, Marker
 from ctxwright.agent_logs.timestamps import day
-from ctxwright.cache.prices import Pricing, call_cost, cost_if_held
+from ctxwright.cache.prices import ModelPrice, Pricing, call_cost, cost_if_held
 from ctxwright.core.usage import CacheUsage
 
 #: the dearest misses kept for the table
@@ -194,6 +194,7 @@ class LogAudit:
         self.worst: list[tuple[float, int, JudgedCall]] = []
         self.problems = 0
         self._n = 0
+        self._prices: dict[tuple[str, str], ModelPrice | None] = {}
 
     def feed(self, items: Iterable[LogItem]) -> None:
         for item in items:
@@ -247,7 +248,10 @@ class LogAudit:
         state = self.chains.get(key)
         real = c.usage.prompt > 0  # an API error's placeholder answer (no input) says nothing of the cache
         j = judge(c, state) if real else Judged("hit", "no input tokens: no call reached the provider's cache")
-        price = self.pricing.price(c.provider, c.model)
+        price_key = (c.provider, c.model)
+        if price_key not in self._prices:  # one look-up per model, not per call
+            self._prices[price_key] = self.pricing.price(c.provider, c.model)
+        price = self._prices[price_key]
         cost = call_cost(c.usage, price) if price is not None else None
         lost = 0.0
         if price is not None and cost is not None and j.cause not in ("first", "hit"):

@@ -114,7 +114,7 @@ def read_codex(
             if isinstance(raw, int):
                 yield LogProblem(name, number, f"a line of {raw:,} bytes, longer than the {cap:,}-byte cap: skipped")
                 continue
-            if not raw.strip():
+            if len(raw) < 64 and not raw.strip():  # blank (a long line is never blank enough to matter)
                 continue
             try:
                 obj = json.loads(raw)
