@@ -19,6 +19,11 @@ they read a live call. The log rules it follows:
 * **Responses**: ``prompt_cache_key`` is the routing key, ``prompt_cache_retention`` the TTL
   (``24h``; else ``in_memory``, which OpenAI keeps 5-10 minutes idle: judged at 5), the usage
   from the response or ``response.completed``.
+* **a gateway's provider**: OpenRouter names the provider that served a call in its answer's
+  top-level ``provider`` field (``"Anthropic"``, ``"Google"``; in every chunk of a stream) --
+  one model name may be served by several, each with its own cache. It is kept as
+  ``served_by``, and a chat completions call that carries it gets a verdict too (its usage's
+  cached count, no TTL or breakpoints), so a switch is named ``provider_switched``.
 """
 
 from __future__ import annotations
@@ -119,18 +124,35 @@ def _responses_cache(body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def served_by(response: Any) -> str | None:
+    """The provider a gateway says served the call: the top-level ``provider`` string of the
+    answer, or of the first stream event (or its ``response``/``message``) that has one."""
+    events = response if isinstance(response, list) else [response]
+    for ev in events:
+        for part in (ev, *(as_object(ev).get(k) for k in ("response", "message"))):
+            name = as_object(part).get("provider")
+            if isinstance(name, str) and name:
+                return name
+    return None
+
+
 def provider_raw(record: Mapping[str, Any], body: Mapping[str, Any]) -> dict[str, Any] | None:
     """The logged exchange in ``Usage.raw``'s layout, or ``None`` when it is neither an
-    Anthropic Messages nor a Responses call with a response (chat completions carry no cache
-    layout to judge)."""
+    Anthropic Messages nor a Responses call with a response, nor a call a gateway names its
+    provider for (other chat completions carry no cache layout to judge)."""
     response = record.get("response")
     if response is None:
         return None
     usage, diag, rid = _response_parts(response)
+    gateway = served_by(response)
     if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:
         provider, cache = "anthropic", _anthropic_cache(body)
     elif "input_tokens_details" in usage or ("input" in body and "messages" not in body):
         provider, cache = "openai-responses", _responses_cache(body)
+    elif gateway is not None and "prompt_tokens" in usage:
+        key = body.get("prompt_cache_key")
+        provider = "openai"
+        cache = {"ttl": None, "ttl_s": None, "breakpoints": [], "routing_key": key if isinstance(key, str) else None}
     else:
         return None
     cache["sent_at"] = sent_at(record)
@@ -138,6 +160,8 @@ def provider_raw(record: Mapping[str, Any], body: Mapping[str, Any]) -> dict[str
     out: dict[str, Any] = {"provider": provider, "usage": usage, "response_id": rid, "cache": cache}
     if diag is not None:
         out["diagnostics"] = diag
+    if gateway is not None:
+        out["served_by"] = gateway
     return out
 
 
@@ -207,4 +231,4 @@ def expiry_total(expiries: Sequence[Mapping[str, Any]]) -> tuple[int, float | No
     return tokens, (sum(usd) if usd else None)
 
 
-__all__ = ["QUIET", "LogVerdicts", "age_ttl", "describe", "expiry_total", "provider_raw", "sent_at"]
+__all__ = ["QUIET", "LogVerdicts", "age_ttl", "describe", "expiry_total", "provider_raw", "sent_at", "served_by"]

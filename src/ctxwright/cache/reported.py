@@ -15,6 +15,9 @@ Provider behaviour read here:
   ``previous_message_not_found`` or ``unavailable``, with ``cache_missed_input_tokens``.
 * OpenAI Responses diagnostics against a named earlier response: read the same way (a reason
   string or an object with ``type``/``reason``).
+* A gateway that routes one model name to several providers (OpenRouter) names the one that
+  served each call in its answer's ``provider`` field; kept as ``raw["served_by"]``: each
+  provider keeps its own cache, so a switch misses it whatever the bytes.
 """
 
 from __future__ import annotations
@@ -86,6 +89,8 @@ class Reported:
     routing_key: str | None = None
     #: a keep-warm refresh (``cache/expiry.py``), not a trajectory request
     keep_warm: bool = False
+    #: the provider a gateway says served the call (its answer's ``provider``), ``None``: not said
+    served_by: str | None = None
 
     @property
     def known(self) -> bool:
@@ -144,6 +149,7 @@ def reported(raw: Mapping[str, Any] | None) -> Reported:
         breakpoints=tuple(bps),
         routing_key=key if isinstance(key, str) else None,
         keep_warm=raw.get("keep_warm") is True,
+        served_by=served if isinstance(served := raw.get("served_by"), str) and served else None,
     )
 
 

@@ -15,8 +15,12 @@ of *where*. The rules, first match wins (:data:`RULES`):
     the bytes changed (segment ``system``/``tools``/``messages``/``options`` and offset):
     everything after the change is re-written. A change explains what follows it, not a miss
     of the unchanged prefix before it: when the provider did not read even that, and one of
-    the rules below (routing, minimum, lookback, TTL) explains it, that rule decides -- with
+    the rules below (provider switch, routing, minimum, lookback, TTL) explains it, that rule decides -- with
     the status bar rewriting the last block on every call, an idle gap is still an expiry.
+``provider_switched``
+    bytes identical, but a gateway (OpenRouter) served this call by another provider than the
+    previous one under the same model name -- the ``provider`` field of its answer changed:
+    each provider keeps its own cache, and the new one never saw the prefix.
 ``routing_key_changed``
     bytes identical, but the routing key differs from the previous call's: OpenAI routes on
     a hash of the prefix plus ``prompt_cache_key``, so another key lands on a cold machine.
@@ -98,6 +102,7 @@ CAUSE_SEGMENT: dict[str, str] = {
 CAUSES = (
     "first",
     "byte_change",
+    "provider_switched",
     "routing_key_changed",
     "below_minimum",
     "lookback_exceeded",
@@ -252,6 +257,20 @@ def _byte_change(f: Facts) -> Verdict | None:
     return Verdict("byte_change", text, agree, {"segment": seg, "offset": b.offset, "where": b.where})
 
 
+def _provider_switched(f: Facts) -> Verdict | None:
+    p = f.prev
+    before, now = (p.served_by if p is not None else None), f.now.served_by
+    if not f.missed or before is None or now is None or before == now:
+        return None
+    return Verdict(
+        "provider_switched",
+        f"{f.same}; the gateway served this call by {now!r}, the previous one by {before!r} under the same "
+        "model name (each provider keeps its own cache)",
+        _agree_unchanged(f),
+        {"previous_provider": before, "provider": now},
+    )
+
+
 def _routing(f: Facts) -> Verdict | None:
     p = f.prev
     if not f.missed or p is None or p.routing_key is None or f.now.routing_key is None:
@@ -359,6 +378,7 @@ def _agree_unchanged(f: Facts) -> bool | None:
 
 #: The rules that explain a miss of a prefix whose bytes did not change.
 _UNCHANGED_CAUSES: tuple[Callable[[Facts], Verdict | None], ...] = (
+    _provider_switched,
     _routing,
     _below_minimum,
     _lookback,
@@ -370,6 +390,7 @@ _UNCHANGED_CAUSES: tuple[Callable[[Facts], Verdict | None], ...] = (
 RULES: tuple[Callable[[Facts], Verdict | None], ...] = (
     _first,
     _byte_change,
+    _provider_switched,
     _routing,
     _below_minimum,
     _lookback,
