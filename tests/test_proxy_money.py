@@ -20,6 +20,7 @@ import pytest
 from rich.console import Console
 
 from ctxwright.cache.prices import call_cost, cost_if_held, price_for, pricing_of
+from ctxwright.cli.main import main
 from ctxwright.cli.show_proxy import render_proxy_session
 from ctxwright.core.usage import read_cache_usage
 from ctxwright.proxy.log import proxy_session_requests, proxy_sessions
@@ -110,8 +111,8 @@ def test_each_call_line_and_show_say_its_cost_and_what_its_miss_lost(tmp_path: P
     assert "cost: price unknown (no call's model is in the price table" in html and "lost to the miss" not in html
 
 
-def test_a_prices_file_reprices_show(tmp_path: Path) -> None:
-    store, sim, _lines, sid = _session(tmp_path)
+def test_a_prices_file_reprices_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _store, sim, _lines, sid = _session(tmp_path)
     prices = tmp_path / "prices.toml"
     prices.write_text(
         '[models."claude-unreleased-9"]\nprovider = "anthropic"\ninput = 10.0\ncached_read = 1.0\n'
@@ -121,6 +122,6 @@ def test_a_prices_file_reprices_show(tmp_path: Path) -> None:
     p = pricing.price("anthropic", UNPRICED)
     assert p is not None
     want = call_cost(read_cache_usage("anthropic", sim.responses[3]["usage"]), p)
-    out = io.StringIO()
-    render_proxy_session(store, sid, Console(file=out, width=300), pricing=pricing)
-    assert f"${want:.4f}" in out.getvalue() and "price unknown" not in out.getvalue()
+    code = main(["--db", str(tmp_path / "money.db"), "show", sid, "--prices", str(prices)])
+    shown = capsys.readouterr().out
+    assert code == 0 and f"${want:.4f}" in shown and "price unknown" not in shown, shown

@@ -322,7 +322,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             raise refuse(ref, "show --compactions", "it was recorded from the wire, where no ctxwright compaction ran")
         from ctxwright.cli.show_proxy import render_proxy_session
 
-        render_proxy_session(store, ref.id, console, as_json=args.json)
+        render_proxy_session(store, ref.id, console, as_json=args.json, pricing=pricing)
         return 0
     if args.compactions:
         from ctxwright.cli.show import render_compactions
