@@ -213,7 +213,7 @@ def _table(console: Console, audit: LogAudit, files: int, problems: int) -> None
     table = Table(title=f"{title}, most lost to cache misses first", title_justify="left", box=None, pad_edge=False)
     for name in ("lost $", "spent $", "hit", "calls", "compact", "model sw", "side", "idle>TTL"):
         table.add_column(name, justify="right", no_wrap=True, min_width=max(len(name), 5))
-    table.add_column(label, no_wrap=True, overflow="ellipsis", min_width=10, max_width=48)
+    table.add_column(label, no_wrap=True, overflow="ellipsis", min_width=10, max_width=36)
     table.add_column("reads fell", overflow="fold", min_width=16)
     for t in rows[:_ROWS]:
         table.add_row(
