@@ -188,7 +188,10 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
     assert code == 2 and len(err.strip().splitlines()) == 1 and "no Codex logs" in err
     (tmp_path / "empty").mkdir()
     code, _, err = run_cli(str(tmp_path / "empty"))
-    assert code == 2 and "no call with usage" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "is a folder with no Claude Code or Codex log" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "empty" / "a.jsonl").write_text('{"type": "user", "sessionId": "s", "message": {"content": "hi"}}\n')
+    code, _, err = run_cli(str(tmp_path / "empty"))
+    assert code == 2 and "no call with usage found" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli("-", "--by", "day")
     assert code == 2 and "--by ranks agent logs" in err
 

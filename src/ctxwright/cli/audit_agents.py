@@ -119,6 +119,13 @@ def run_agent_log_audit(
         for kind, n in skipped.counts.items():
             file, line = skipped.first[kind]
             print(f"{file}:{line}: {counted(n, 'line')} of {kind} passed over (no usage in them)", file=sys.stderr)
+        if not files and len(roots) == 1 and roots[0][0].is_dir() and not problems.count:
+            print(
+                f"ctxwright audit: {roots[0][0]} is a folder with no Claude Code or Codex log (*.jsonl) in it: give a "
+                "request log file, or a folder of agent logs",
+                file=sys.stderr,
+            )
+            return 2
         if not audit.total.calls:
             where = ", ".join(str(r) for r, _ in roots)
             print(
