@@ -19,7 +19,6 @@ from rich.table import Table
 from rich.text import Text
 from rich.traceback import Traceback
 
-from ctxwright.cli.progress import RunPrinter, calls_table
 from ctxwright.core.progress import BackendFailed
 from ctxwright.core.words import counted
 from ctxwright.errors import CtxwrightError
@@ -150,6 +149,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ctxwright.cache.prices import load_prices
 
     prices = load_prices(args.prices) if args.prices is not None else None  # refused before a model loads
+    from ctxwright.cli.progress import RunPrinter  # imported here: it loads the agent's whole stack (0.7 s)
+
     printer = RunPrinter(console, err_console)
 
     def on_event(event: Any) -> None:
@@ -237,6 +238,8 @@ def _latest_session(db: str | Path) -> str:
 
 def _print_summary(agent: Agent, result: RunResult, *, wide: bool = False, pricing: Pricing | None = None) -> None:
     """The per-call table, the session's cache reuse and cost, and why the run stopped."""
+    from ctxwright.cli.progress import calls_table
+
     console.print(calls_table(result.calls, wide=wide))
     summ = agent.auditor.summary(pricing)
     if summ.hit_ratio is not None:
@@ -515,6 +518,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ctxwright.cli.wrap import add_wrap_parser
 
     add_wrap_parser(sub)
+    from ctxwright.cli.statusline import add_statusline_parser
+
+    add_statusline_parser(sub)
     for command in sub.choices.values():  # `ctxwright show ID --db x.db` as well as `ctxwright --db x.db show ID`
         _add_global_options(session_group if command is r else command, argparse.SUPPRESS)
     return p
@@ -558,6 +564,10 @@ def main(argv: list[str] | None = None) -> int:
     from ctxwright.cli.stdio import end_quietly, stdout_gone
 
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["statusline"]:  # run after every agent message: none of the other commands' parsers or imports
+        from ctxwright.cli.statusline import main as statusline
+
+        return statusline(argv[1:])
     argv, agent = split_agent_command(argv)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
