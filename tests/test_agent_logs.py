@@ -297,9 +297,12 @@ def test_claude_code_totals_equal_ccusage(tmp_path: Path) -> None:
 
 def test_codex_totals_equal_ccusage(tmp_path: Path) -> None:
     home = tmp_path / "codex"
-    synth.codex_logs(home / "sessions", sessions=3, seed=5)
+    planted = synth.codex_logs(home / "sessions", sessions=3, seed=5)
+    with Path(planted[0].file).open("a") as f:  # a torn line and a type from a later Codex: both pass them over
+        f.write('{"timestamp": "2026-11-02T10:00:00.000Z", "type": "future_item", "payload": {}}\n{"timest\n')
     theirs = ccusage(CCUSAGE_CODEX, {"CODEX_HOME": str(home)})
-    doc, _ = audit_json("--codex", env={"CODEX_HOME": str(home)})
+    doc, err = audit_json("--codex", env={"CODEX_HOME": str(home)})
+    assert len(err.strip().splitlines()) == 2 and "not JSON" in err and "type 'future_item' passed over" in err
     ours = {s["key"]: s["logged"] for s in doc["sessions"]}
     fields = {
         "inputTokens": "input_tokens",
