@@ -182,3 +182,28 @@ def test_the_refresh_shape_follows_the_request() -> None:
     assert shortest_ttl_s(body) == 300.0  # the 5-minute entry expires first
     assert refresh_output_tokens({"thinking": {"type": "enabled", "budget_tokens": 2048}}) == 2049
     assert refresh_output_tokens({}) == 1
+
+
+def test_wrap_passes_keep_warm_to_its_proxy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ctxwright.cli.main import main
+
+    made: list[KeepWarmer] = []
+    start = KeepWarmer.start
+
+    def recorded_start(self: KeepWarmer) -> KeepWarmer:
+        made.append(self)
+        return start(self)
+
+    monkeypatch.setattr(KeepWarmer, "start", recorded_start)
+
+    assert main(["wrap", "--keep-warm", "--keep-warm-idle", "0", "--", sys.executable, "-c", "pass"]) == 2
+    assert "--keep-warm-idle 0: give minutes above 0" in capsys.readouterr().err
+    log = tmp_path / "wrap.log"
+    argv = ["wrap", "--keep-warm", "--upstream", "http://127.0.0.1:9", "--db", str(tmp_path / "w.db")]
+    argv += ["--log", str(log), "--report", str(tmp_path / "r.html"), "--", sys.executable, "-c", "pass"]
+    assert main(argv) == 0
+    (warmer,) = made  # wrap's proxy kept warm, with the bounds' defaults; stopped at the agent's exit
+    assert warmer.max_refreshes == 6 and warmer._stopped.is_set() and not warmer._sessions
+    assert "keep-warm" not in log.read_text()  # no call, nothing to keep warm: nothing said

@@ -244,9 +244,27 @@ def add_keep_warm_arguments(p: argparse.ArgumentParser) -> None:
 def keep_warmer(args: argparse.Namespace, clock: Callable[[], float], *, printer: Callable[[str], None]) -> Any:
     """The :class:`~ctxwright.proxy.keep_warm.KeepWarmer` ``--keep-warm`` asks for (started),
     else ``None``; bounds outside their range are refused in one line."""
+    bounds = keep_warm_bounds(args)
+    if bounds is None:
+        return None
+    from ctxwright.proxy.keep_warm import KeepWarmer
+
+    most, idle_s = bounds
+    pricing = None
+    if hasattr(args, "price_input"):  # the command takes --prices / --price-* (wrap does)
+        from ctxwright.cli.audit import pricing_from_args
+
+        pricing = pricing_from_args(args)
+    warmer = KeepWarmer(clock=clock, pricing=pricing, printer=printer, max_refreshes=most, max_idle_s=idle_s)
+    return warmer.start()
+
+
+def keep_warm_bounds(args: argparse.Namespace) -> tuple[int, float] | None:
+    """``--keep-warm``'s refreshes per session and longest idle time in seconds (``None``: not
+    asked for), each refused in one line outside its range."""
     if not getattr(args, "keep_warm", False):
         return None
-    from ctxwright.proxy.keep_warm import MAX_IDLE_S, MAX_REFRESHES, KeepWarmer
+    from ctxwright.proxy.keep_warm import MAX_IDLE_S, MAX_REFRESHES
 
     most = MAX_REFRESHES if args.keep_warm_max is None else args.keep_warm_max
     idle_min = MAX_IDLE_S / 60 if args.keep_warm_idle is None else args.keep_warm_idle
@@ -254,13 +272,7 @@ def keep_warmer(args: argparse.Namespace, clock: Callable[[], float], *, printer
         raise CtxwrightError(f"--keep-warm-max {most}: give a number of refreshes from 1 to 1000, e.g. 6")
     if not (0 < idle_min <= 24 * 60 and math.isfinite(idle_min)):
         raise CtxwrightError(f"--keep-warm-idle {idle_min:g}: give minutes above 0, at most a day, e.g. 30")
-    pricing = None
-    if hasattr(args, "price_input"):  # the command takes --prices / --price-* (wrap does)
-        from ctxwright.cli.audit import pricing_from_args
-
-        pricing = pricing_from_args(args)
-    warmer = KeepWarmer(clock=clock, pricing=pricing, printer=printer, max_refreshes=most, max_idle_s=idle_min * 60)
-    return warmer.start()
+    return most, idle_min * 60
 
 
 def observers(*each: Callable[[Any], None] | None) -> Callable[[Any], None] | None:

@@ -108,6 +108,9 @@ def add_wrap_parser(sub: Any) -> None:
         help="at exit, one line instead of the summary (what could not be recorded is said all the same)",
     )
     add_price_options(p)
+    from ctxwright.cli.proxy import add_keep_warm_arguments
+
+    add_keep_warm_arguments(p)  # --keep-warm for wrap's proxy (proxy/keep_warm.py)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the agent's command and its arguments")
     p.set_defaults(func=cmd_wrap)
 
@@ -394,7 +397,7 @@ def _report(store: Store, seen: Seen, title: str, pricing: Pricing) -> ReportDat
 
 def cmd_wrap(args: argparse.Namespace) -> int:
     from ctxwright.cli.audit import pricing_from_args
-    from ctxwright.cli.proxy import proxy_upstreams
+    from ctxwright.cli.proxy import keep_warm_bounds, proxy_upstreams
     from ctxwright.core.supervise import find_executable
     from ctxwright.proxy.agents import agent_for
     from ctxwright.proxy.serve import HOLD_END_S
@@ -406,6 +409,7 @@ def cmd_wrap(args: argparse.Namespace) -> int:
     if row.refuse:
         raise CtxwrightError(row.refuse)
     _check(args)
+    keep_warm_bounds(args)  # a bad --keep-warm-max/--keep-warm-idle is said before anything starts
     pricing = pricing_from_args(args)  # a bad --prices file is said before anything starts
     env = dict(os.environ)
     try:
@@ -421,7 +425,11 @@ def cmd_wrap(args: argparse.Namespace) -> int:
     notes += more
     try:
         config = ProxyConfig(
-            upstream=upstream, upstreams=upstreams, read_timeout=args.timeout, record_before_end=HOLD_END_S
+            upstream=upstream,
+            upstreams=upstreams,
+            read_timeout=args.timeout,
+            record_before_end=HOLD_END_S,
+            keep_headers=args.keep_warm,  # a keep-warm refresh needs the agent's key: held in memory only
         )
     except ValueError as exc:
         raise CtxwrightError(str(exc)) from None
@@ -443,6 +451,7 @@ def _wrapped(
     pricing: Pricing,
     notes: list[str],
 ) -> int:
+    from ctxwright.cli.proxy import keep_warmer, observers
     from ctxwright.proxy.agents import pointed
     from ctxwright.proxy.serve import SWITCH_INTERVAL_S, RecordingProxy
 
@@ -458,7 +467,11 @@ def _wrapped(
     seen = Seen()
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # as a served proxy: the relay waits less for the GIL
     try:
-        proxy = RecordingProxy.start(config, store, printer=log.line, warn=log.warn, observer=seen)
+        warmer = keep_warmer(args, config.clock, printer=log.line)  # its lines go to the log, as the calls'
+        observer = observers(seen, warmer.observe if warmer is not None else None)
+        proxy = RecordingProxy.start(config, store, printer=log.line, warn=log.warn, observer=observer)
+        if warmer is not None:
+            warmer.attach(proxy.recorder)
     except Exception as exc:  # a port, a thread, a loop that would not start: the agent is not started
         from ctxwright.cli.main import explain
 
@@ -467,7 +480,7 @@ def _wrapped(
     try:
         full_argv, child_env = pointed(row, argv, proxy.url, env)
     except ValueError as exc:
-        proxy.stop()
+        _stop(proxy, warmer)
         log.close()
         raise CtxwrightError(str(exc)) from None
     _no_proxy_for_loopback(child_env)
@@ -478,11 +491,11 @@ def _wrapped(
         code = run_agent(full_argv, executable, child_env, log.file.fileno())
     except OSError as exc:
         with _quiet_interrupts():
-            proxy.stop()
+            _stop(proxy, warmer)
         log.close()
         raise CtxwrightError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
     with _quiet_interrupts():
-        proxy.stop()  # the recorder's queue is drained: every answered call is in the store
+        _stop(proxy, warmer)  # the recorder's queue is drained: every answered call is in the store
     recorder = proxy.recorder
     log.line(f"ctxwright wrap: {argv[0]} exited {code}; {recorder.summary()}")
     log.close()
@@ -491,6 +504,13 @@ def _wrapped(
     except KeyboardInterrupt:
         print(f"ctxwright wrap: summary interrupted; {recorder.summary()} in {store.location}", file=sys.stderr)
     return code
+
+
+def _stop(proxy: Any, warmer: Any) -> None:
+    """Stop the keep-warm refreshes (``--keep-warm``; their held keys forgotten), then the proxy."""
+    if warmer is not None:
+        warmer.stop()
+    proxy.stop()
 
 
 def _no_proxy_for_loopback(env: dict[str, str]) -> None:
