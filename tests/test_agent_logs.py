@@ -324,3 +324,30 @@ def test_audit_runs_as_a_program(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "sessions, most lost to cache misses first" in result.stdout and "lost $" in result.stdout
+
+
+def test_a_sub_agent_in_a_file_of_its_own(tmp_path: Path) -> None:
+    """Claude Code may write a sub-agent's turns to ``agent-<id>.jsonl`` beside the session's
+    file, each line with the parent's ``sessionId`` and an ``agentId``: they count in the parent's
+    session, as a side chain of their own, and the project's totals still equal ccusage's."""
+    projects, planted = claude_tree(tmp_path, sessions=1)
+    path = Path(planted[0].file)
+    lines = path.read_text().splitlines()
+    side = [x for x in lines if '"isSidechain":true' in x]
+    assert len(side) == 4  # the sub-agent's prompt and its three answers
+    path.write_text("".join(x + "\n" for x in lines if x not in side))
+    agent = path.parent / "agent-5f1e2d3c.jsonl"
+    agent.write_text("".join(json.dumps(dict(json.loads(x), agentId="5f1e2d3c")) + "\n" for x in side))
+    doc, err = audit_json(str(projects))
+    assert err == "" and len(doc["sessions"]) == 1
+    s = doc["sessions"][0]
+    assert s["sidechain_calls"] == 3 and s["calls"] == len(planted)
+    side_calls = [c for c in doc["calls"] if c["file"] == str(agent)]
+    assert [(c["chain"], c["cause"]) for c in side_calls] == [("agent-5f1e2d3c", "first")]
+    theirs = ccusage(CCUSAGE, {"CLAUDE_CONFIG_DIR": str(projects.parent)})
+    (only,) = theirs["sessions"]
+    assert (only["inputTokens"], only["cacheReadTokens"], only["outputTokens"]) == (
+        s["logged"]["input_tokens"],
+        s["logged"]["cache_read_input_tokens"],
+        s["logged"]["output_tokens"],
+    )
