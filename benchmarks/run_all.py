@@ -37,6 +37,7 @@ def main() -> None:
         ["tool_search.py", "--part", "e2e", *(["--quick"] if args.quick else [])],
         ["tool_catalogs.py", *(["--quick"] if args.quick else [])],
         ["proxy_overhead.py", *(["--quick"] if args.quick else [])],
+        ["wrap_latency.py", *(["--quick"] if args.quick else [])],  # ctxwright wrap per call; no model
         ["hostile.py", *(["--quick"] if args.quick else [])],
         ["skills.py", *(["--quick"] if args.quick else [])],
         ["injection.py", *(["--quick"] if args.quick else [])],
@@ -56,6 +57,7 @@ def main() -> None:
         "tool_search.py",
         "tool_catalogs.py",  # rankers on public tool sets, no model
         "proxy_overhead.py",
+        "wrap_latency.py",  # an openai SDK agent against a loopback upstream, no model
         "hostile.py",
         "provider_cache.py",  # the loopback provider simulators, no model
         "gate_overhead.py",  # the replay of a recording, no model

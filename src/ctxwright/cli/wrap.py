@@ -281,12 +281,8 @@ def _quiet_interrupts() -> Iterator[None]:
 
 
 def _money(usd: float) -> str:
-    """Dollars to a precision that shows a small session's cost (``$0.000042``), cents above $1."""
-    if usd >= 1:
-        return f"${usd:,.2f}"
-    if usd >= 0.01 or usd == 0:
-        return f"${usd:.4f}".rstrip("0").rstrip(".") if usd else "$0"
-    return f"${usd:.2g}" if usd < 1e-6 else f"${usd:.6f}".rstrip("0")
+    """Dollars as the proxy's per-call line prints them (``cost_text``), cents from $1."""
+    return f"${usd:,.2f}" if usd >= 1 else f"${usd:.4f}"
 
 
 #: the provider's verdicts that are no miss, and those that only say the bytes changed (the
@@ -329,9 +325,7 @@ def summarize(data: ReportData, pricing: Pricing) -> list[str]:
     for s in data.sessions:
         for c in s.calls:
             r = c.priced(pricing)
-            rows.append(
-                Priced(s.key, c, None if r is None else r.cost, None if r is None else max(0.0, r.cost - r.if_held))
-            )
+            rows.append(Priced(s.key, c, None if r is None else r.cost, None if r is None else r.lost))
     known = [p.call for p in rows if p.call.cached_tokens is not None]
     ratio = cache_ratios(sum(c.cached_tokens or 0 for c in known), sum(c.prompt_tokens or 0 for c in known), 0)[0]
     prompt = sum(c.prompt_tokens or 0 for c in known)
@@ -371,7 +365,8 @@ def summarize(data: ReportData, pricing: Pricing) -> list[str]:
         c = p.call
         where = f" at {c.where}" if c.where else ""
         snippet = f": …{c.before[-20:]}|{c.after[:20]}…".replace("\n", "⏎") if (c.before or c.after) else ""
-        cost = f" ({_money(p.lost)} lost)" if p.lost else f" ({c.prefilled:,} tokens prefilled)"
+        shown = p.lost is not None and p.lost >= 0.00005  # what _money shows as more than $0.0000
+        cost = f" ({_money(p.lost or 0.0)} lost)" if shown else f" ({c.prefilled:,} tokens prefilled)"
         lines.append(f"break: {p.session} #{c.index} {miss_cause(c)}{where}{snippet}{cost}")
     return lines
 
