@@ -137,6 +137,14 @@ def test_one_transcript_summarised(tmp_path: Path) -> None:
     assert s.ttl_s == 3600 and s.expires_at == pytest.approx(s.last_call_at + 3600)
     assert s.last_context_tokens and s.last_context_tokens > 10_000
     assert s.causes["ttl_expired"] == 2 and s.compactions == 1 and s.problems == 0
+    codex = synth.codex_logs(tmp_path / "sessions", sessions=1)
+    c = summarise(codex[0].file)
+    assert c is not None and c.agent == "codex" and c.model == synth.GPT_NEXT and c.calls == len(codex)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(json.dumps({"type": "user", "sessionId": "s", "message": {"content": "hi"}}) + "\n")
+    assert summarise(empty) is None
+    with pytest.raises(OSError):
+        summarise(tmp_path / "missing.jsonl")
 
 
 # -- one line each, nothing lost --------------------------------------------------------------
