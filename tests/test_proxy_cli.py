@@ -43,6 +43,8 @@ def _proxy_cmd(*args: str) -> list[str]:
         (["--upstream", "http://127.0.0.1:9/v1/chat/completions"], "names a model endpoint"),
         (["--upstream", "https://api.anthropic.com/v1/messages/"], "e.g. --upstream https://api.anthropic.com ("),
         (["--upstream", "localhost:8080/v1"], "--upstream 'localhost:8080/v1' is not an http(s) URL"),
+        (["--prices", "/nonexistent/prices.toml"], "/nonexistent/prices.toml: cannot read the prices file"),
+        (["--anthropic-upstream", "api.anthropic.com"], "--anthropic-upstream 'api.anthropic.com' is not an http(s)"),
         (["--keep-warm", "--workers", "2"], "--keep-warm works with one proxy process"),
         (["--keep-warm", "--keep-warm-max", "0"], "--keep-warm-max 0: give a number of refreshes from 1"),
         (["--keep-warm", "--keep-warm-idle", "inf"], "--keep-warm-idle inf: give minutes above 0"),

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,10 +34,16 @@ from ctxwright.report.html import render_html
 from ctxwright.store.sessions import Store
 
 sys.path.insert(0, str(Path(__file__).parent))
+from ports import free_port, wait_listening
 from providers.anthropic_sim import AnthropicSim
 
 SYSTEM = "You answer from the house rules only. " * 300  # past Anthropic's minimum cacheable prefix
 PRICED, UNPRICED = "claude-sonnet-4-5", "claude-unreleased-9"
+#: a --prices file that prices the model the built-in table does not know
+PRICES_FILE = (
+    f'[models."{UNPRICED}"]\nprovider = "anthropic"\ninput = 10.0\ncached_read = 1.0\n'
+    "cache_write_5m = 12.5\ncache_write_1h = 20.0\noutput = 50.0\n"
+)
 
 
 def _session(tmp_path: Path) -> tuple[Store, AnthropicSim, list[str], str]:
@@ -114,10 +123,7 @@ def test_each_call_line_and_show_say_its_cost_and_what_its_miss_lost(tmp_path: P
 def test_a_prices_file_reprices_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _store, sim, _lines, sid = _session(tmp_path)
     prices = tmp_path / "prices.toml"
-    prices.write_text(
-        '[models."claude-unreleased-9"]\nprovider = "anthropic"\ninput = 10.0\ncached_read = 1.0\n'
-        "cache_write_5m = 12.5\ncache_write_1h = 20.0\noutput = 50.0\n"
-    )
+    prices.write_text(PRICES_FILE)
     pricing = pricing_of(prices)
     p = pricing.price("anthropic", UNPRICED)
     assert p is not None
@@ -125,3 +131,28 @@ def test_a_prices_file_reprices_show(tmp_path: Path, capsys: pytest.CaptureFixtu
     code = main(["--db", str(tmp_path / "money.db"), "show", sid, "--prices", str(prices)])
     shown = capsys.readouterr().out
     assert code == 0 and f"${want:.4f}" in shown and "price unknown" not in shown, shown
+
+
+@pytest.mark.slow
+def test_the_proxy_cli_prices_its_line_by_a_prices_file(tmp_path: Path) -> None:
+    prices = tmp_path / "prices.toml"
+    prices.write_text(PRICES_FILE)
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "NO_PROXY": "127.0.0.1"}
+    with AnthropicSim() as sim:
+        cmd = [sys.executable, "-m", "ctxwright.cli.main", "--db", str(tmp_path / "cli.db"), "proxy",
+               "--anthropic-upstream", sim.url, "--port", str(port), "--prices", str(prices)]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            wait_listening(port, proc, 60, "the proxy")
+            client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="sk-ant-test", max_retries=0)
+            client.messages.create(model=UNPRICED, max_tokens=8, messages=[{"role": "user", "content": "q"}])
+        finally:
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    p = pricing_of(prices).price("anthropic", UNPRICED)
+    assert p is not None
+    want = call_cost(read_cache_usage("anthropic", sim.responses[0]["usage"]), p)
+    (line,) = [ln for ln in out.splitlines() if " #0 " in ln]
+    assert f"${want:.4f}" in line and "price unknown" not in line, out

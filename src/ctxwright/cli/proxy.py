@@ -105,6 +105,9 @@ def add_proxy_parser(sub: Any) -> None:
         help="do not print a line per call (what could not be recorded is said on stderr all the same)",
     )
     add_keep_warm_arguments(p)
+    from ctxwright.cli.audit import add_price_options
+
+    add_price_options(p)  # --prices FILE, --price-*: what the line per call prices each call by
     from ctxwright.recipe import add_arguments
 
     add_arguments(p, sections=("telemetry",))  # --otlp, --otlp-content: declared once (recipe/options.py)
@@ -126,11 +129,13 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         from ctxwright.cli.main import _store as existing_store  # a reader: never creates the store
 
         return _list(existing_store(args), as_json=args.json)
+    from ctxwright.cli.audit import pricing_from_args
     from ctxwright.proxy.limits import ClientLimits
     from ctxwright.proxy.serve import serve
     from ctxwright.proxy.server import ProxyConfig
 
     _check_numbers(args)
+    pricing = pricing_from_args(args)  # a bad --prices file is one line, before anything listens
     upstream, upstreams, notes = proxy_upstreams(args)
     try:
         clients = ClientLimits(args.header_timeout, args.body_timeout, args.max_connections)
@@ -142,6 +147,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
             record_cap=int(args.record_cap * 1024 * 1024),
             clients=clients,
             keep_headers=args.keep_warm,  # a refresh needs the client's key: held in memory only
+            pricing=pricing,
         )
     except ValueError as exc:
         raise CtxwrightError(str(exc)) from None
@@ -166,7 +172,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         Text(
             f"ctxwright proxy on {base} -> {config.label}, recording to {store.location}\n"
             f"  OpenAI clients: base URL {base}/v1   Anthropic clients: {base}\n"
-            "  one line per model call: session #call status time  cause  cached ÷ reusable  first divergence"
+            "  one line per model call: session #call status time  cause  cached ÷ reusable  $ (lost to the miss)  first divergence"
         )
     )
 

@@ -52,7 +52,13 @@ class RecordingProxy:
         backlog_limit: int = BACKLOG_LIMIT,
     ) -> RecordingProxy:
         recorder = Recorder(
-            store, config.label, printer=printer, observer=observer, warn=warn, backlog_limit=backlog_limit
+            store,
+            config.label,
+            printer=printer,
+            observer=observer,
+            warn=warn,
+            backlog_limit=backlog_limit,
+            pricing=config.pricing,
         )
         app = build_app(config, recorder.submit, recorder.admit)
         thread = ProxyThread(app, host, port, config.clients).start()
@@ -126,7 +132,7 @@ def serve_on(
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     if config.record_before_end is None:
         config = replace(config, record_before_end=HOLD_END_S)
-    recorder = Recorder(store, config.label, printer=printer, observer=observer, warn=warn)
+    recorder = Recorder(store, config.label, printer=printer, observer=observer, warn=warn, pricing=config.pricing)
     if on_recorder is not None:  # what records into it besides the relay (``--keep-warm``'s refreshes)
         on_recorder(recorder)
     app = build_app(config, recorder.submit, recorder.admit)

@@ -58,6 +58,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from ctxwright.cache.prices import Pricing
 from ctxwright.errors import ClientStalled
 from ctxwright.proxy.limits import ClientLimits, http_protocol
 
@@ -148,6 +149,9 @@ class ProxyConfig:
     #: (``proxy/keep_warm.py``: a refresh needs the client's key); never recorded or spooled
     keep_headers: bool = False
     upstreams: Mapping[str, str] = field(default_factory=dict)
+    #: what the line per call prices each call by (``cache/prices.py``; ``None``: the built-in
+    #: table): the recorder's, carried here so every worker process gets the same
+    pricing: Pricing | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.upstreams) - set(PROVIDERS))
