@@ -25,6 +25,7 @@ from ctxwright.proxy.keep_warm import KeepWarmer, refresh_output_tokens, shortes
 from ctxwright.proxy.log import proxy_session_requests, proxy_sessions
 from ctxwright.proxy.serve import RecordingProxy
 from ctxwright.proxy.server import ProxyConfig
+from ctxwright.report.data import from_proxy
 from ctxwright.store.sessions import Store
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -109,6 +110,8 @@ def test_a_refresh_before_expiry_keeps_the_next_call_a_hit(rig: Rig) -> None:
     audits = [r["proxy"]["audit"] for r in records]
     assert [a.get("keep_warm", False) for a in audits] == [False, True, False, False]
     assert audits[1]["cause"] == "keep_warm"
+    (shown,) = from_proxy(rig.store, session["id"]).sessions  # the report: its cost, not a call
+    assert (len(shown.calls), len(shown.refreshes)) == (3, 1) and shown.refresh_tokens > 0
     assert len(rig.lines) == 3  # the proxy's line per agent call; the refresh is keep-warm's own line
     assert KEY.encode() not in _db_bytes(rig.store)  # the key went upstream, never into the store
 

@@ -615,6 +615,10 @@ def from_proxy(
             outcome = meta.get("outcome")
             if meta.get("error") or (outcome and outcome != "complete"):
                 call.error = str(meta.get("error") or outcome)
+        # the proxy's own keep-warm refreshes (proxy/keep_warm.py): paid for, never the agent's calls
+        warm = {id(c) for c, m in zip(s.calls, metas, strict=False) if (m.get("audit") or {}).get("keep_warm") is True}
+        s.refreshes += [c for c in s.calls if id(c) in warm]
+        s.calls = [c for c in s.calls if id(c) not in warm]
     return data
 
 
