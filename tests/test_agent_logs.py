@@ -143,7 +143,7 @@ def test_one_transcript_summarised(tmp_path: Path) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text(json.dumps({"type": "user", "sessionId": "s", "message": {"content": "hi"}}) + "\n")
     assert summarise(empty) is None
-    with pytest.raises(OSError):
+    with pytest.raises(FileNotFoundError):  # the OS's own error, for the caller to word
         summarise(tmp_path / "missing.jsonl")
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxwright.agent_logs.analysis import LogAudit, Tally
+from ctxwright.agent_logs.find import detect
 from ctxwright.agent_logs.reader import LogFile, find_logs, read_logs
 from ctxwright.agent_logs.records import CLAUDE_CODE
 from ctxwright.cache.prices import Pricing
@@ -76,18 +77,18 @@ def summarise(path: str | Path, pricing: Pricing | None = None) -> SessionSummar
     """The session in one agent log file (a Claude Code transcript, or a Codex rollout), read
     whole as a stream; ``None`` when the file holds no call. A file with several sessions (a
     resumed one) gives the one whose latest call is the latest. Raises ``OSError`` when the file
-    cannot be opened; bad lines are counted in ``problems``, never raised."""
+    cannot be opened (``FileNotFoundError``, ``PermissionError``: the OS's own error) and
+    :class:`~ctxwright.errors.LogUnreadable` for a folder or a device; bad lines are counted in
+    ``problems``, never raised."""
     p = Path(path)
-    files, problems = find_logs(p, CLAUDE_CODE)
-    if not files:
-        raise OSError(problems[0].message if problems else f"{p}: not an agent log")
+    agent = detect(p) or CLAUDE_CODE  # the file's own error (OSError, LogUnreadable) as raised
     audit = LogAudit(pricing)
-    audit.feed(read_logs([LogFile(f.path, f.agent) for f in files]))
+    audit.feed(read_logs([LogFile(p, agent)]))
     sessions = [t for t in audit.sessions.values() if t.calls]
     if not sessions:
         return None
     latest = max(sessions, key=lambda t: (t.last_at is not None, t.last_at or 0.0, t.calls))
-    return SessionSummary.of(latest, audit.problems + len(problems))
+    return SessionSummary.of(latest, audit.problems)
 
 
 __all__ = ["LogAudit", "LogFile", "SessionSummary", "Tally", "find_logs", "read_logs", "summarise"]
