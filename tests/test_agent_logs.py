@@ -200,6 +200,9 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
     (tmp_path / "empty" / "a.jsonl").write_text('{"type": "user", "sessionId": "s", "message": {"content": "hi"}}\n')
     code, _, err = run_cli(str(tmp_path / "empty"))
     assert code == 2 and "no call with usage found" in err and len(err.strip().splitlines()) == 1
+    os.mkfifo(tmp_path / "empty" / "pipe.jsonl")  # in a folder, a FIFO is passed over, not waited on
+    code, _, err = run_cli(str(tmp_path / "empty"))
+    assert code == 2 and "pipe.jsonl: not a regular file; skipped" in err
     code, _, err = run_cli("-", "--by", "day")
     assert code == 2 and "--by ranks agent logs" in err
 

@@ -41,6 +41,9 @@ def find_logs(root: Path, agent: str | None = None) -> tuple[list[LogFile], list
     is_dir = root.is_dir()
     paths = jsonl_files(root) if is_dir else iter([root])
     for path in paths:
+        if is_dir and not path.is_file():  # a FIFO would wait for a writer, a device never end
+            problems.append(LogProblem(str(path), 0, "not a regular file; skipped"))
+            continue
         try:
             found = detect(path) or agent
         except (OSError, LogUnreadable) as exc:
