@@ -110,6 +110,24 @@ def test_opencode_config_is_merged_into_what_the_user_set() -> None:
         pointed(row, ["opencode"], origin, {"OPENCODE_CONFIG_CONTENT": "[1, 2"})
 
 
+@pytest.mark.parametrize(
+    "line, agent",
+    [
+        (["wrap", "claude", "--resume", "--quiet"], ["claude", "--resume", "--quiet"]),  # all after it is claude's
+        (["wrap", "--quiet", "--", "python", "a.py", "--x"], ["python", "a.py", "--x"]),
+        (["wrap", "python", "a.py", "--", "--arg"], ["python", "a.py", "--", "--arg"]),  # its own `--` kept
+        (["--db", "x.db", "wrap", "codex", "exec", "hi"], ["codex", "exec", "hi"]),
+    ],
+)
+def test_the_agents_command_is_every_word_after_wraps_options(line: list[str], agent: list[str]) -> None:
+    from ctxwright.cli.main import build_parser
+    from ctxwright.cli.wrap import agent_argv
+
+    args, extra = build_parser().parse_known_args(line)
+    assert not extra and agent_argv(args) == agent
+    assert args.quiet is (line[:2] == ["wrap", "--quiet"])
+
+
 # -- real agents ---------------------------------------------------------------------------------
 
 
@@ -187,11 +205,16 @@ def _wait_for(stream: object, text: bytes, proc: subprocess.Popen[bytes], timeou
     return got
 
 
+def _children(pid: int) -> list[int]:
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "agent-killed"])
 def test_ctrl_c_reaches_the_agent_and_sigterm_is_passed_on(upstream: Upstream, tmp_path: Path, how: str) -> None:
+    quiet = ("--quiet",) if how != "ctrl-c" else ()
     proc = subprocess.Popen(
-        _wrap(tmp_path / "s.db", "openai_agent.py", "wait", flags=("--upstream", upstream.url)),
+        _wrap(tmp_path / "s.db", "openai_agent.py", "wait", flags=("--upstream", upstream.url, *quiet)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=_env(),
@@ -201,8 +224,11 @@ def test_ctrl_c_reaches_the_agent_and_sigterm_is_passed_on(upstream: Upstream, t
         seen = _wait_for(proc.stdout, b"ready\n", proc)
         if how == "ctrl-c":
             os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
-        else:
+        elif how == "sigterm":
             os.kill(proc.pid, signal.SIGTERM)  # to ctxwright alone
+        else:
+            (agent,) = _children(proc.pid)
+            os.kill(agent, signal.SIGKILL)  # the agent dies without a word
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -214,8 +240,11 @@ def test_ctrl_c_reaches_the_agent_and_sigterm_is_passed_on(upstream: Upstream, t
         assert (seen + out).endswith(b"caught SIGINT\n")  # the agent's own handler ran
         assert f"{PY} exited 130; 1 model call in 1 session" in said
     else:
-        assert proc.returncode == 128 + signal.SIGTERM  # the agent died of it, reported as a shell does
-        assert f"{PY} exited {128 + signal.SIGTERM}; 1 model call in 1 session" in said
+        dead_of = signal.SIGTERM if how == "sigterm" else signal.SIGKILL
+        assert proc.returncode == 128 + dead_of  # the agent died of it, reported as a shell does
+        (line,) = said.strip().splitlines()  # --quiet: one line, the call recorded before the agent died
+        assert line.startswith(f"ctxwright wrap: {PY} exited {128 + dead_of}; 1 model call in 1 session"), said
+        assert "; report: " in line
     assert "interrupted" not in said and "Traceback" not in said  # ctxwright itself was not stopped
 
 

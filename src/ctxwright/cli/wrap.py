@@ -531,39 +531,36 @@ def _say(
     pricing: Pricing,
     command: str,
 ) -> None:
-    """The one summary on stderr, and the report."""
+    """The one summary on stderr, and the report. ``--quiet`` keeps its first line and what
+    must be said whatever: what was not recorded, the warnings, a report not written."""
     calls = sum(seen.sessions.values())
-    out: list[str] = [
+    head = (
         f"ctxwright wrap: {program} exited {code}; {counted(calls, 'model call')} in "
         f"{counted(len(seen.sessions), 'session')} recorded in {store.location}"
-    ]
-    unrecorded = recorder.unrecorded
-    if unrecorded:
-        out.append(f"NOT all recorded: {recorder.summary()}")
+    )
+    must: list[str] = []  # said even with --quiet
+    if recorder.unrecorded:
+        must.append(f"NOT all recorded: {recorder.summary()}")
     if log.warnings:
-        out.append(f"{counted(log.warnings, 'warning')} about the recording in {log.path}")
-    data = _report(store, seen, f"ctxwright wrap: {command}", pricing) if seen.sessions else None
+        must.append(f"{counted(log.warnings, 'warning')} about the recording in {log.path}")
+    detail: list[str] = []
     written: Path | None = None
-    if data is not None:
+    if seen.sessions:
         from ctxwright.report import write_report
 
         try:
-            written = write_report(data, report_path, pricing)
-        except CtxwrightError as exc:
-            out.append(f"no report: {exc}")
-    if not args.quiet and data is not None:
-        out += summarize(data, pricing)
-    if data is not None:
-        ids = " ".join(seen.sessions)
-        out.append(f"sessions: {ids}   per-call lines: {log.path}")
-    if written is not None:
-        out.append(f"report: {written}")
+            data = _report(store, seen, f"ctxwright wrap: {command}", pricing)
+            if data is not None:
+                detail += summarize(data, pricing)
+                written = write_report(data, report_path, pricing)
+        except CtxwrightError as exc:  # a store gone away, a report that cannot be written
+            must.append(f"no report: {exc}")
+        detail.append(f"sessions: {' '.join(seen.sessions)}   per-call lines: {log.path}")
     if args.quiet:
-        out = [
-            out[0] + (f"; report: {written}" if written else ""),
-            *[o for o in out if o.startswith(("NOT", "no report"))],
-        ]
-    text = "\n".join([out[0], *(f"  {line}" for line in out[1:])])
+        lines = [head + (f"; report: {written}" if written else ""), *must]
+    else:
+        lines = [head, *must, *detail, *([f"report: {written}"] if written else [])]
+    text = "\n".join([lines[0], *(f"  {line}" for line in lines[1:])])
     with contextlib.suppress(OSError):  # a terminal that hung up (SIGHUP) takes no summary
         sys.stderr.write(text + "\n")
         sys.stderr.flush()
