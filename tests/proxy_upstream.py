@@ -155,7 +155,9 @@ class Upstream:
         seen.sent = body
         return Response(body, status_code=status, headers=hdrs, media_type=content_type)
 
-    def _stream(self, seen: Seen, events: list[bytes], drip: int = 0, stall: float = 0.0) -> Response:
+    def _stream(
+        self, seen: Seen, events: list[bytes], drip: int = 0, stall: float = 0.0, linger: float = 0.0
+    ) -> Response:
         async def gen() -> Any:
             try:
                 for i, ev in enumerate(events):
@@ -163,6 +165,8 @@ class Upstream:
                         await asyncio.sleep(stall)
                     seen.sent += ev
                     yield ev
+                if linger:  # the last event is sent; the body ends only later (a busy server)
+                    await asyncio.sleep(linger)
                 for i in range(drip):
                     await asyncio.sleep(0.05)
                     ev = b'data: {"drip": %d}\n\n' % i
@@ -196,7 +200,7 @@ class Upstream:
             if (body.get("stream_options") or {}).get("include_usage"):
                 chunks.append({**base, "choices": [], "usage": self._usage_openai(behaviour)})
             events = [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"]
-            return self._stream(seen, events, _drip(behaviour), _stall(behaviour))
+            return self._stream(seen, events, _drip(behaviour), _stall(behaviour), _linger(behaviour))
         reply = {
             "id": "chatcmpl-1",
             "object": "chat.completion",
@@ -263,7 +267,7 @@ class Upstream:
                 + b"\n\n"
                 for i, (name, data) in enumerate(evs)
             ]
-            return self._stream(seen, events, _drip(behaviour), _stall(behaviour))
+            return self._stream(seen, events, _drip(behaviour), _stall(behaviour), _linger(behaviour))
         return self._send(seen, 200, json.dumps(resp).encode(), compress=behaviour == "gzip")
 
     def _anthropic(self, seen: Seen, raw: bytes, behaviour: str) -> Response:
@@ -323,7 +327,7 @@ class Upstream:
                 f"event: {name}\ndata: ".encode() + json.dumps({"type": name, **data}).encode() + b"\n\n"
                 for name, data in evs
             ]
-            return self._stream(seen, events, _drip(behaviour), _stall(behaviour))
+            return self._stream(seen, events, _drip(behaviour), _stall(behaviour), _linger(behaviour))
         return self._send(seen, 200, json.dumps(msg).encode(), compress=behaviour == "gzip")
 
 
@@ -341,6 +345,10 @@ def gzip_bomb(mib: int) -> bytes:
 
 def _stall(behaviour: str) -> float:
     return float(behaviour[6:]) if behaviour.startswith("stall=") else 0.0
+
+
+def _linger(behaviour: str) -> float:
+    return float(behaviour[7:]) if behaviour.startswith("linger=") else 0.0
 
 
 def _drip(behaviour: str) -> int:

@@ -434,6 +434,24 @@ def test_an_upstream_that_does_not_speak_http_is_a_502(tmp_path):
     srv.close()
 
 
+def test_a_client_that_leaves_after_the_last_event_got_its_whole_answer(proxy, upstream):
+    """The ``openai`` SDK closes a streamed answer as soon as it reads ``[DONE]``; an upstream
+    that ends its body only later (here 3 s) must not make the call a ``client_disconnected``
+    one -- the client had all of it."""
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=OPENAI_KEY, max_retries=0)
+    stream = client.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "x"}],
+        stream=True,
+        extra_headers={"x-test-behaviour": "linger=3"},
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == upstream.text
+    _done(proxy)
+    (row,) = ProxyLog(proxy.store).exchange_rows(proxy_sessions(proxy.store)[0]["id"])
+    assert row["outcome"] == "complete", row
+    assert not any("client_disconnected" in line for line in proxy.lines)
+
+
 def test_a_client_gone_mid_stream_closes_the_upstream_stream(proxy, upstream):
     before = len(upstream.seen)
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}

@@ -365,7 +365,7 @@ class _Relay(Response):
         watch = self.watch
         watch.task = asyncio.current_task()
         watch.start()  # normally started when the body was read; an upstream may answer before that
-        handed = False
+        handed = sent = cut_short = False
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
             held = b""
@@ -382,12 +382,20 @@ class _Relay(Response):
                 handed = True
                 await self._record(ex)
             await send({"type": "http.response.body", "body": held, "more_body": False})
+            sent = True
         except asyncio.CancelledError:
             if not watch.gone:
                 raise
             watch.swallow()
-            if not handed:  # a handed exchange is the recorder's: complete, its upstream closed
+            # a handed exchange is the recorder's: complete, its upstream closed. Nor is it a
+            # disconnection when the client had its whole answer: once the last byte is sent,
+            # uvicorn's ``receive`` says ``http.disconnect`` (the cycle is over), and the
+            # ``openai`` SDK closes a streamed answer as soon as it reads ``[DONE]``, before
+            # the upstream ends its body (``_stream_finished``). Only the upstream's connection
+            # is then dropped, as for any answer not read to its end.
+            if not handed and not sent and not _stream_finished(ex.response):
                 ex.outcome, ex.error = "client_disconnected", "the client closed the connection before the end"
+            cut_short = True
         except httpx.TimeoutException:
             ex.outcome, ex.error = "upstream_timeout", "the upstream went silent mid-answer (read timeout)"
         except httpx.TransportError as exc:
@@ -396,7 +404,7 @@ class _Relay(Response):
             watch.stop()
             if not handed:  # (_record closed the upstream and handed the exchange over already)
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(_close(self.upstream, clean=ex.outcome == "complete"))
+                    await asyncio.shield(_close(self.upstream, clean=ex.outcome == "complete" and not cut_short))
                 self._finish(ex)
 
     def _finish(self, ex: Exchange) -> None:
@@ -411,6 +419,27 @@ class _Relay(Response):
         self._finish(ex)
         with contextlib.suppress(TimeoutError, concurrent.futures.CancelledError):
             await asyncio.wait_for(asyncio.wrap_future(ex.written), self.hold_end)
+
+
+#: the last event of a streamed answer, by API: chat completions end with ``data: [DONE]``,
+#: Anthropic Messages with ``message_stop``, the Responses API with ``response.completed``
+#: (or ``response.failed`` / ``response.incomplete``)
+_STREAM_ENDS = (b"data: [DONE]", b"message_stop", b"response.completed", b"response.failed", b"response.incomplete")
+
+
+def _stream_finished(body: Capture) -> bool:
+    """Whether the last event relayed so far is a streamed answer's last one: the event after
+    the final blank line names one of ``_STREAM_ENDS`` in its first bytes (a Responses API
+    ``response.completed`` event carries the whole answer after its type)."""
+    data = body.data
+    if not data:
+        return False
+    end = len(data)
+    while end and data[end - 1] in b" \r\n":
+        end -= 1
+    start = max(data.rfind(b"\n\n", 0, end), data.rfind(b"\r\n\r\n", 0, end)) + 1
+    head = bytes(data[start : min(end, start + 256)])
+    return any(marker in head for marker in _STREAM_ENDS)
 
 
 def _connection_of(response: httpx.Response) -> Any:
