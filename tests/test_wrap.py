@@ -302,6 +302,42 @@ def test_a_proxy_that_cannot_start_recording_never_starts_the_agent(tmp_path: Pa
 
 
 @pytest.mark.slow
+def test_a_statusline_the_agent_runs_shows_the_wrapped_session(upstream: Upstream, tmp_path: Path) -> None:
+    """The agent's environment names wrap's store and log (``CTXWRIGHT_DB``,
+    ``CTXWRIGHT_WRAP_LOG``): a ``ctxwright statusline`` it runs shows its session."""
+    env = _env()
+    env.pop("CTXWRIGHT_DB", None)
+    done = subprocess.run(
+        _wrap(tmp_path / "sl.db", "openai_agent.py", "statusline", flags=("--upstream", upstream.url, "--quiet")),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("status: ctxwright hit 53%"), done.stdout  # 64 of 120 tokens cached
+
+
+def test_a_proxy_that_does_not_start_is_one_line_and_the_agent_never_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ctxwright.cli.main import main
+    from ctxwright.proxy.serve import RecordingProxy
+
+    def stalled(*_args: object, **_kwargs: object) -> RecordingProxy:
+        raise RuntimeError("the proxy did not start")  # what ProxyThread.start says after its 10 s
+
+    monkeypatch.setattr(RecordingProxy, "start", stalled)
+    marker = tmp_path / "agent-ran"
+    agent = [sys.executable, "-c", f"open({str(marker)!r}, 'w').write('ran')"]
+    code = main(["--db", str(tmp_path / "p.db"), "wrap", "--log", str(tmp_path / "w.log"), "--", *agent])
+    assert code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "the recording proxy did not start (unexpected RuntimeError: the proxy did not start" in line
+    assert "was not started" in line and not marker.exists()
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_inside_tmux_the_agents_screen_shows_only_the_agent(upstream: Upstream, tmp_path: Path) -> None:
     name = f"ctxwright-wrap-{os.getpid()}"

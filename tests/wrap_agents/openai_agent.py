@@ -10,12 +10,15 @@ Modes (``argv[1]``):
 * ``wait``: one call, then ``ready`` on stdout and a wait for SIGINT, which it reports and
   exits 130 on (as a shell reports a Ctrl-C);
 * ``screen``: one call, then what a terminal program shows -- whether stdin and stdout are the
-  terminal -- and a wait for one line on stdin.
+  terminal -- and a wait for one line on stdin;
+* ``statusline``: one call, then ``ctxwright statusline`` run as Claude Code runs its status
+  line command (a child of the agent, no stdin), its line printed.
 """
 
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import time
 
@@ -54,6 +57,16 @@ def main() -> int:
             time.sleep(0.05)
         print("caught SIGINT" if caught else "no SIGINT", flush=True)
         return 130 if caught else 1
+    if mode == "statusline":
+        line = subprocess.run(
+            [sys.executable, "-m", "ctxwright.cli.main", "statusline"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+        print(f"status: {line.strip()}", flush=True)
+        return 0
     print(f"agent screen: stdin tty {sys.stdin.isatty()}, stdout tty {sys.stdout.isatty()}", flush=True)
     line = sys.stdin.readline()
     print(f"agent read {line.strip()!r}", flush=True)

@@ -460,7 +460,6 @@ def _wrapped(
     for note in notes:
         log.line(f"ctxwright wrap: {note}")
     seen = Seen()
-    sys.setswitchinterval(SWITCH_INTERVAL_S)  # as a served proxy: the relay waits less for the GIL
     try:
         warmer = keep_warmer(args, config.clock, printer=log.line)  # its lines go to the log, as the calls'
         observer = observers(seen, warmer.observe if warmer is not None else None)
@@ -472,6 +471,7 @@ def _wrapped(
 
         log.close()
         raise CtxwrightError(f"the recording proxy did not start ({explain(exc)}); {argv[0]} was not started") from None
+    sys.setswitchinterval(SWITCH_INTERVAL_S)  # as a served proxy: the relay waits less for the GIL
     try:
         full_argv, child_env = pointed(row, argv, proxy.url, env)
     except ValueError as exc:
