@@ -10,6 +10,7 @@ the client's key -- which the refresh carries upstream -- is nowhere in the stor
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -210,3 +211,42 @@ def test_wrap_passes_keep_warm_to_its_proxy(
     (warmer,) = made  # wrap's proxy kept warm, with the bounds' defaults; stopped at the agent's exit
     assert warmer.max_refreshes == 6 and warmer._stopped.is_set() and not warmer._sessions
     assert "keep-warm" not in log.read_text()  # no call, nothing to keep warm: nothing said
+
+
+@pytest.mark.slow
+def test_ctxwright_proxy_keep_warm_serves_and_records(tmp_path: Path) -> None:
+    """The command as a user starts it: the held headers, the observer beside the recorder's
+    line and the refresh thread are wired in and stopped cleanly (a refresh itself is 4.5
+    minutes away in real time: the tests above move the simulator's clock instead)."""
+    import signal
+    import subprocess
+
+    from ports import free_port, wait_listening
+
+    port, db = free_port(), tmp_path / "cli.db"
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    with AnthropicSim(respond=lambda _b: [{"type": "text", "text": "noted"}], minimum=50) as sim:
+        cmd = [sys.executable, "-m", "ctxwright.cli.main", "proxy", "--keep-warm", "--port", str(port)]
+        cmd += ["--anthropic-upstream", sim.url, "--db", str(db)]
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": src}
+        )
+        try:
+            wait_listening(port, proc, 60, "the proxy")
+            client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key=KEY, max_retries=0)
+            r = client.messages.create(
+                model=MODEL, max_tokens=16, system=SYSTEM, messages=[{"role": "user", "content": "hello"}]
+            )
+            assert r.usage.cache_creation_input_tokens
+            client.close()
+        finally:
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert " #0 " in out and "first" in out and "1 exchange(s) recorded" in out
+    store = Store(db)
+    try:
+        assert len(proxy_sessions(store)) == 1
+        assert KEY.encode() not in _db_bytes(store)
+    finally:
+        store.close()
