@@ -424,6 +424,7 @@ def cmd_wrap(args: argparse.Namespace) -> int:
             upstreams=upstreams,
             read_timeout=args.timeout,
             record_before_end=HOLD_END_S,
+            pricing=pricing,  # the per-call lines in the log priced as the summary prices them
             keep_headers=args.keep_warm,  # a keep-warm refresh needs the agent's key: held in memory only
         )
     except ValueError as exc:
