@@ -269,7 +269,14 @@ class RowCost:
         cache held (0 for a call that read every reusable token)."""
         return max(0.0, self.cost - self.if_held)
 
+    @property
+    def lost_shown(self) -> float | None:
+        """:attr:`lost` when it shows at the 4 decimals a cost is printed with, else ``None``."""
+        return self.lost if self.lost >= LOST_SHOWN_FROM else None
 
+
+#: the smallest loss printed next to a cost (half of the last of its 4 decimals)
+LOST_SHOWN_FROM = 0.00005
 #: what a call whose model the price table does not know shows instead of a cost
 PRICE_UNKNOWN = "price unknown"
 
@@ -281,7 +288,7 @@ def cost_text(r: RowCost | None) -> str:
     if r is None:
         return PRICE_UNKNOWN
     text = f"${r.cost:.4f}"
-    return text + f" lost ${r.lost:.4f}" if r.lost >= 0.00005 else text
+    return text if r.lost_shown is None else text + f" lost ${r.lost_shown:.4f}"
 
 
 def priced(
