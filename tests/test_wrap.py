@@ -210,7 +210,7 @@ def _children(pid: int) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "agent-killed"])
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "sighup", "agent-killed"])
 def test_ctrl_c_reaches_the_agent_and_sigterm_is_passed_on(upstream: Upstream, tmp_path: Path, how: str) -> None:
     quiet = ("--quiet",) if how != "ctrl-c" else ()
     proc = subprocess.Popen(
@@ -224,8 +224,8 @@ def test_ctrl_c_reaches_the_agent_and_sigterm_is_passed_on(upstream: Upstream, t
         seen = _wait_for(proc.stdout, b"ready\n", proc)
         if how == "ctrl-c":
             os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
-        elif how == "sigterm":
-            os.kill(proc.pid, signal.SIGTERM)  # to ctxwright alone
+        elif how in ("sigterm", "sighup"):
+            os.kill(proc.pid, signal.SIGTERM if how == "sigterm" else signal.SIGHUP)  # to ctxwright alone
         else:
             (agent,) = _children(proc.pid)
             os.kill(agent, signal.SIGKILL)  # the agent dies without a word
@@ -240,7 +240,7 @@ def test_ctrl_c_reaches_the_agent_and_sigterm_is_passed_on(upstream: Upstream, t
         assert (seen + out).endswith(b"caught SIGINT\n")  # the agent's own handler ran
         assert f"{PY} exited 130; 1 model call in 1 session" in said
     else:
-        dead_of = signal.SIGTERM if how == "sigterm" else signal.SIGKILL
+        dead_of = {"sigterm": signal.SIGTERM, "sighup": signal.SIGHUP}.get(how, signal.SIGKILL)
         assert proc.returncode == 128 + dead_of  # the agent died of it, reported as a shell does
         (line,) = said.strip().splitlines()  # --quiet: one line, the call recorded before the agent died
         assert line.startswith(f"ctxwright wrap: {PY} exited {128 + dead_of}; 1 model call in 1 session"), said
