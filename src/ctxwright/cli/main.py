@@ -17,9 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from rich.traceback import Traceback
 
-from ctxwright.core.progress import BackendFailed
 from ctxwright.core.words import counted
 from ctxwright.errors import CtxwrightError
 
@@ -150,6 +148,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     prices = load_prices(args.prices) if args.prices is not None else None  # refused before a model loads
     from ctxwright.cli.progress import RunPrinter  # imported here: it loads the agent's whole stack (0.7 s)
+    from ctxwright.core.progress import BackendFailed
 
     printer = RunPrinter(console, err_console)
 
@@ -622,6 +621,8 @@ def split_agent_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
 
 def _failed(exc: Exception, args: argparse.Namespace) -> int:
     if args.debug:
+        from rich.traceback import Traceback
+
         err_console.print(Traceback.from_exception(type(exc), exc, exc.__traceback__))
     err_console.print(Text.assemble(("ctxwright:", "red"), " ", explain(exc, debug=args.debug)), soft_wrap=True)
     return 2 if isinstance(exc, CtxwrightError) else 1
