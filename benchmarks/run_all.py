@@ -46,6 +46,7 @@ def main() -> None:
         ["store.py", *(["--quick"] if args.quick else [])],  # SQLite and PostgreSQL, 1-16 writers; no model
         ["integrations.py", *(["--quick"] if args.quick else [])],  # three frameworks, scripted; no model
         ["agent_logs.py", *(["--mb", "20"] if args.quick else [])],  # Claude Code logs beside ccusage; no model
+        ["statusline.py", *(["--quick"] if args.quick else [])],  # a process per Claude Code message; no model
         ["ablation.py", *(["--quick"] if args.quick else [])],
     ]
     # offline: no backend arguments (tool_search's e2e part is the one that runs a model)
@@ -64,6 +65,7 @@ def main() -> None:
         "store.py",  # appends into SQLite and PostgreSQL, no model
         "integrations.py",  # the frameworks against a scripted server, no model
         "agent_logs.py",  # generated Claude Code logs, ctxwright audit and ccusage, no model
+        "statusline.py",  # generated Claude Code transcripts, no model
     }
     failed = []
     for script, *extra in runs:
