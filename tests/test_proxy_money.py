@@ -101,6 +101,8 @@ def test_each_call_line_and_show_say_its_cost_and_what_its_miss_lost(tmp_path: P
     render_proxy_session(store, sid, Console(file=out, width=300), pricing=pricing_of())
     table = out.getvalue()
     assert f"${costs[2]:.4f} lost ${lost[2]:.4f}" in table and "price unknown" in table
+    total = f"cost ${sum(costs):.4f}, ${sum(lost):.4f} of it lost to cache misses (over 3 of 4 calls: price unknown"
+    assert total in table, table
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("sys.stdout", out)

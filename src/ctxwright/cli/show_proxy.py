@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ctxwright.audit.compare import RowCost, cost_text, row_cost
+from ctxwright.audit.compare import PRICE_UNKNOWN, RowCost, cost_text, row_cost
 from ctxwright.cache.prices import Pricing
 from ctxwright.proxy.log import proxy_session_requests, request_value, response_value
 from ctxwright.proxy.session_audit import session_rows
@@ -71,6 +71,21 @@ def call_costs(store: Store, session_id: str, rows: list[dict[str, Any]], pricin
     for r, row in zip(rows, audited, strict=True):
         out.append(row_cost(row, pricing) if row is not None and _billed(r) else None)
     return out
+
+
+def money_total(costs: list[RowCost | None], billed: int) -> str:
+    """The session's money in one line: ``cost $0.0412, $0.0188 of it lost to cache misses``,
+    over the priced calls (saying how many of the ``billed`` calls had no price); ``""`` when
+    no call was billed."""
+    found = [c for c in costs if c is not None]
+    if not billed:
+        return ""
+    if not found:
+        return f"cost: {PRICE_UNKNOWN} (no call's model is in the price table; --prices FILE adds one)"
+    text = f"cost ${sum(c.cost for c in found):.4f}, ${sum(c.lost for c in found):.4f} of it lost to cache misses"
+    if len(found) < billed:
+        text += f" (over {len(found)} of {billed} calls: {PRICE_UNKNOWN} for the rest)"
+    return text
 
 
 def _billed(r: dict[str, Any]) -> bool:
@@ -141,6 +156,9 @@ def render_proxy_session(
             Text(answer_text(r["api"], response_value(r))[:SHOWN]),
         )
     console.print(t)
+    total = money_total(costs, sum(1 for r in rows if _billed(r) and (r["audit"] or {}).get("cause")))
+    if total:
+        console.print(Text(total))
     console.print(
         Text(
             f"ctxwright audit {session['id']} audits it again; ctxwright report {session['id']} -o report.html "
@@ -150,4 +168,4 @@ def render_proxy_session(
     )
 
 
-__all__ = ["answer_text", "newest_message", "render_proxy_session"]
+__all__ = ["answer_text", "call_costs", "money_total", "newest_message", "render_proxy_session"]
