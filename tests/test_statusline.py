@@ -175,4 +175,7 @@ def test_a_proxied_session_from_the_store_and_from_a_running_wrap(tmp_path: Path
     log.write_text("ctxwright wrap: claude -> ...\n" + "\n".join(lines) + "\n")
     done = _run("--db", str(db), stdin=None, env={"CTXWRIGHT_WRAP_LOG": str(log)})
     assert done.returncode == 0 and done.stdout.decode().startswith(f"ctxwright hit {ratio:.0%} · ")
+    log.write_text("ctxwright wrap: claude -> ...\n")  # wrapped, no call yet: not the store's older session
+    done = _run("--db", str(db), stdin=None, env={"CTXWRIGHT_WRAP_LOG": str(log)})
+    assert done.stdout.decode() == "ctxwright: no model call yet\n"
     assert status_line(_args(db=str(db), session="nosuch"), None) == "ctxwright: no session nosuch"

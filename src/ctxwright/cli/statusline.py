@@ -316,8 +316,9 @@ def status_line(args: argparse.Namespace, stdin: BinaryIO | None, now: float | N
         got = _from_store(args.db, args.session, pricing)
     elif isinstance(transcript, str) and transcript:
         got = from_transcript(transcript, pricing, payload)
-    elif os.environ.get("CTXWRIGHT_WRAP_LOG") and (sid := wrap_session(os.environ["CTXWRIGHT_WRAP_LOG"])):
-        got = _from_store(args.db, sid, pricing)
+    elif os.environ.get("CTXWRIGHT_WRAP_LOG"):  # inside `ctxwright wrap`: its session, never an older one
+        sid = wrap_session(os.environ["CTXWRIGHT_WRAP_LOG"])
+        got = "no model call yet" if sid is None else _from_store(args.db, sid, pricing)
     else:
         got = _from_store(args.db, None, pricing)
     if isinstance(got, str):
