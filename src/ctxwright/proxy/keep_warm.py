@@ -3,9 +3,8 @@ ends, while the agent is idle, when the price table says the refresh costs less 
 rewrite it saves.
 
 Provider behaviour protected (Anthropic prompt caching, platform.claude.com/docs/en/build-with-claude/prompt-caching):
-a cache entry lives 5 minutes -- 1 hour when its breakpoint asks ``"ttl": "1h"`` -- from its
-last use, and "the cache is refreshed for no additional cost each time the cached content is
-used". An agent that pauses longer (a human reading, a slow tool) comes back to an empty cache
+a cache entry lives 5 minutes -- 1 hour when its breakpoint asks ``"ttl": "1h"`` -- and each
+use of the cached content refreshes that lifetime at no additional charge. An agent that pauses longer (a human reading, a slow tool) comes back to an empty cache
 and pays the whole prefix again as a cache write (1.25x the input price for 5 minutes, 2x for
 an hour) instead of a read (0.1x). Re-sending the session's last request unchanged with
 ``max_tokens`` 1 is a read of the whole prefix that renews the entry: what it costs (the read,
