@@ -31,9 +31,9 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import openai
+from clock_agent import TURNS, rules, run_task  # this folder's agent: the program the demo runs twice
 
 from ctxwright.backends.embedded import find_model_file
 from ctxwright.cache.prices import call_cost, held_usage, price_for
@@ -43,20 +43,6 @@ from ctxwright.proxy.log import proxy_session_requests, proxy_sessions
 from ctxwright.proxy.serve import RecordingProxy
 from ctxwright.proxy.server import ProxyConfig
 from ctxwright.store.sessions import Store
-
-THINGS = ["fruit", "colour", "animal", "city", "river", "tree", "tool", "song"]
-
-
-def rules(count: int) -> str:
-    """The agent's instructions; 48 of them (about 1,100 tokens) make re-reading them visible in
-    the prefill time, and take a hosted model's prompt past its 1,024-token caching minimum."""
-    return "\n".join(
-        f"Rule {n}: answer in one short sentence, name one {THINGS[n % len(THINGS)]}, and never repeat an earlier answer."
-        for n in range(1, count + 1)
-    )
-
-
-TURNS = ("Name a fruit.", "Name another one.", "And one more.")
 
 
 @dataclass
@@ -95,35 +81,6 @@ def start_server(log: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit(f"llama_cpp.server did not answer within 180 s; its log: {log}")
 
 
-def run_task(client: openai.OpenAI, run: Run, timestamp: bool, instructions: str) -> None:
-    """The agent: three turns, each re-sending the history plus what is new."""
-    history: list[Any] = []
-    for turn in TURNS:
-        system = "You are a helpful assistant.\n" + instructions
-        if timestamp:  # first, as "Today is ..." usually is: every byte after it is prefilled again
-            system = (
-                f"Current time: {time.strftime('%Y-%m-%d %H:%M:%S')}.{time.time_ns() // 1000 % 10**6:06d}\n" + system
-            )
-        history.append({"role": "user", "content": turn})
-        start = time.perf_counter()
-        first: float | None = None
-        answer = ""
-        stream = client.chat.completions.create(
-            model="smollm2",
-            messages=[{"role": "system", "content": system}, *history],
-            max_tokens=12,
-            temperature=0,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-        for chunk in stream:
-            if chunk.choices and chunk.choices[0].delta.content:
-                first = first or time.perf_counter()
-                answer += chunk.choices[0].delta.content
-        run.ttft_ms.append(((first or time.perf_counter()) - start) * 1000)
-        history.append({"role": "assistant", "content": answer.strip() or "(nothing)"})
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--price-as", default="gpt-4.1", help="price the calls as this model of the built-in table")
@@ -150,7 +107,7 @@ def main() -> int:
             )
             for run, timestamp in ((with_ts, True), (without, False)):
                 before = {s["id"] for s in proxy_sessions(store)}
-                run_task(client, run, timestamp, rules(args.rules))
+                run.ttft_ms = run_task(client, timestamp, rules(args.rules))
                 proxy.recorder.wait_idle(60, at_least=3 * (2 if run is without else 1))
                 run.session = next(s["id"] for s in proxy_sessions(store) if s["id"] not in before)
         finally:

@@ -87,7 +87,14 @@ def test_each_call_line_and_show_say_its_cost_and_what_its_miss_lost(tmp_path: P
     usages = [read_cache_usage("anthropic", r["usage"]) for r in sim.responses]
     reusable = [int(r["proxy"]["audit"]["reusable_prefix_tokens"]) for r in records]
     costs = [call_cost(u, price) for u in usages[:3]]
-    lost = [c - cost_if_held(u, price, n) for c, u, n in zip(costs, usages, reusable, strict=False)]
+    # what each call could have read: its reusable prefix, or all the call before it left
+    could = [
+        max(n, min(prev.prompt, u.prompt)) for n, u, prev in zip(reusable, usages, [usages[0], *usages], strict=False)
+    ]
+    could[0] = reusable[0]
+    lost = [c - cost_if_held(u, price, n) for c, u, n in zip(costs, usages, could, strict=False)]
+    # the break lost more than the few tokens before the change: the whole prompt was paid again
+    assert lost[2] > costs[2] - cost_if_held(usages[2], price, reusable[2])
     # the first call writes the cache and the append reads it: nothing lost
     assert lines[0].split("tok  ", 1)[1].startswith(f"${costs[0]:.4f}") and "lost" not in lines[0]
     assert usages[1].cache_read > 0 and f"${costs[1]:.4f}" in lines[1] and "lost" not in lines[1]

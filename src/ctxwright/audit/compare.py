@@ -199,6 +199,9 @@ class AuditRow:
     usage_split: CacheUsage | None = None
     provider: str | None = None
     model: str | None = None
+    #: the prompt size of the previous request of its conversation (0 for its first): what the
+    #: cache would have served had this request extended it (:func:`priced`)
+    previous_prompt_tokens: int = 0
 
     @property
     def cache_usage(self) -> CacheUsage:
@@ -257,7 +260,8 @@ def as_pricing(prices: Prices | Pricing | None) -> Pricing | None:
 
 @dataclass(frozen=True)
 class RowCost:
-    """One request's cost in USD as logged, and had the cache held every reusable prefix token."""
+    """One request's cost in USD as logged, and had the cache served all it could have
+    (:func:`priced`)."""
 
     cost: float
     if_held: float
@@ -266,7 +270,7 @@ class RowCost:
     @property
     def lost(self) -> float:
         """USD the call paid for what its cache did not serve: its cost less its cost had the
-        cache held (0 for a call that read every reusable token)."""
+        cache held (0 for an append that read all the call before it left)."""
         return max(0.0, self.cost - self.if_held)
 
     @property
@@ -292,21 +296,36 @@ def cost_text(r: RowCost | None) -> str:
 
 
 def priced(
-    u: CacheUsage, reusable: int, provider: str | None, model: str | None, pricing: Prices | Pricing | None
+    u: CacheUsage,
+    reusable: int,
+    provider: str | None,
+    model: str | None,
+    pricing: Prices | Pricing | None,
+    previous: int = 0,
 ) -> RowCost | None:
-    """What one call cost and would have cost had the cache held its ``reusable`` prefix
-    tokens, priced for its provider and model; ``None`` when it has no price. The one place
-    a call's cost is computed, for the audit, ``show``, the report and ``run``."""
+    """What one call cost, and would have cost had the cache served all it could have,
+    priced for its provider and model; ``None`` when it has no price. The one place a call's
+    cost is computed, for the audit, the proxy's line, ``show``, the report, ``wrap`` and ``run``.
+
+    "All it could have" is the larger of its ``reusable`` prefix (what it shares with the
+    previous request: a miss of that is the cache's failure -- an expiry, a routing miss) and
+    ``previous``, the previous request's prompt (up to this one's size: what an append would
+    have read back). The second is what a break costs: a timestamp first in the system prompt
+    leaves a reusable prefix of a few tokens, yet the whole prompt after it is paid again --
+    that is the money the break lost, and the figure users ask for ("$ lost to misses")."""
     pr = as_pricing(pricing)
     p = pr.price(provider, model) if pr is not None else None
     if p is None:
         return None
-    return RowCost(call_cost(u, p), call_cost(held_usage(u, reusable), p), p)
+    could = max(reusable, min(previous, u.prompt))
+    return RowCost(call_cost(u, p), call_cost(held_usage(u, could), p), p)
 
 
 def row_cost(row: AuditRow, pricing: Prices | Pricing | None) -> RowCost | None:
     """The cost of ``row`` by its provider and model (:func:`priced`)."""
-    return priced(row.cache_usage, row.reusable_prefix_tokens, row.provider, row.model, pricing)
+    return priced(
+        row.cache_usage, row.reusable_prefix_tokens, row.provider, row.model, pricing, row.previous_prompt_tokens
+    )
 
 
 def paid_as_cached(prompt: int, cached: int | None, reusable: int) -> int:
@@ -325,7 +344,8 @@ class AuditSummary:
     efficiency: float | None = None
     est_cost: float | None = None
     est_cost_if_stable: float | None = None
-    #: what the priced requests would have cost had the cache held every reusable prefix token
+    #: what the priced requests would have cost had the cache served all it could have: each
+    #: request's reusable prefix, or all the previous request left (:func:`priced`)
     est_cost_if_held: float | None = None
     #: requests the costs cover (a request whose model has no price is left out of them)
     priced_requests: int = 0
@@ -798,7 +818,7 @@ class Totals:
         had, held, stable, n = self._usage.get(key, (CacheUsage(), CacheUsage(), CacheUsage(), 0))
         self._usage[key] = (
             had + u,
-            held + held_usage(u, row.reusable_prefix_tokens),
+            held + held_usage(u, max(row.reusable_prefix_tokens, min(prev_prompt, u.prompt))),  # as priced()
             stable + with_reads(u, min(prev_prompt, row.prompt_tokens)),
             n + 1,
         )
@@ -1154,6 +1174,7 @@ class Auditor:
             usage_split=req.usage_split,
             provider=req.provider,
             model=req.model,
+            previous_prompt_tokens=prev_prompt,
         )
         conv.last_prompt = prompt
         conv.totals.add(row, prev_prompt)

@@ -101,8 +101,17 @@ def render_compactions(store: Store, session_id: str, console: Console, *, as_js
             console.print(Text(f"  … {led.events_omitted} more hidden event(s) not listed", style="dim"))
 
 
-def call_cost_of(call: CallRecord, pricing: Pricing, session_model: str | None = None) -> RowCost | None:
-    """What a recorded call cost, and would have had the cache held its reusable prefix: from
+def costs_of(calls: list[CallRecord], pricing: Pricing, session_model: str | None = None) -> list[RowCost | None]:
+    """Each call's cost in order, each held against the call before it (:func:`call_cost_of`)."""
+    previous = [0] + [c.prompt_tokens or 0 for c in calls[:-1]]
+    return [call_cost_of(c, pricing, session_model, p) for c, p in zip(calls, previous, strict=True)]
+
+
+def call_cost_of(
+    call: CallRecord, pricing: Pricing, session_model: str | None = None, previous: int = 0
+) -> RowCost | None:
+    """What a recorded call cost, and would have had the cache served all it could have (its
+    reusable prefix, or the ``previous`` call's prompt: ``audit/compare.py`` :func:`priced`): from
     the provider's own usage split in ``Usage.raw`` when recorded, else from the counts (the
     reusable prefix taken as cached where no cached count was reported); ``None`` when its
     model has no price."""
@@ -114,7 +123,7 @@ def call_cost_of(call: CallRecord, pricing: Pricing, session_model: str | None =
         prompt = call.prompt_tokens or 0
         provider = None
         u = counts_usage(prompt, paid_as_cached(prompt, call.cached_tokens, reusable), call.completion_tokens)
-    return priced(u, reusable, provider, call.model or session_model, pricing)
+    return priced(u, reusable, provider, call.model or session_model, pricing, previous)
 
 
 def _usd(v: float | None) -> str:
@@ -195,7 +204,7 @@ def view_data(data: dict[str, Any], pricing: Pricing) -> dict[str, Any]:
         if state is not None:
             messages.append({"seq": ev.seq, "sent": state[0], **({"now": state[1]} if state[1] is not None else {})})
     calls = [CallRecord.from_dict(c) for c in data.get("calls") or []]
-    costs = [call_cost_of(c, pricing, data.get("model")) for c in calls]
+    costs = costs_of(calls, pricing, data.get("model"))
     hit, eff = _ratios(calls) or (None, None)
     found = [r for r in costs if r is not None]
     view = {
@@ -351,7 +360,7 @@ def _render(
             say(_line(indent, ev.seq, ev.kind, "blue", " ", summary, note))
     calls = [CallRecord.from_dict(c) for c in data["calls"]]
     if calls:
-        costs = [call_cost_of(c, pricing, data.get("model")) for c in calls]
+        costs = costs_of(calls, pricing, data.get("model"))
         console.print(_calls_table(calls, indent, wide=wide, costs=costs))
         _print_parts(console, calls, indent, wide=wide)
         for call in calls:

@@ -198,7 +198,7 @@ def from_proxy(store: Store, session_id: str, pricing: Pricing | None) -> Status
 
     pr = pricing if pricing is not None else Pricing()
     records = proxy_session_requests(store, session_id)
-    calls = cached = prompt = priced = 0
+    calls = cached = prompt = priced = previous = 0
     spent = lost = 0.0
     expires: float | None = None
     for rec, item in zip(records, read_records(records), strict=False):
@@ -224,7 +224,10 @@ def from_proxy(store: Store, session_id: str, pricing: Pricing | None) -> Status
             usage_split=item.usage_split,
             provider=item.provider,
             model=item.model,
+            previous_prompt_tokens=previous,
         )
+        if not refresh:
+            previous = item.prompt_tokens or 0
         cost = row_cost(row, pr) if (meta.get("status") or 0) < 400 else None
         if cost is not None:
             priced += 1

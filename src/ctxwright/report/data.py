@@ -115,6 +115,8 @@ class CallData:
     #: the provider's cache verdict (``audit/live.py: cache_record``), on a provider-caching
     #: backend or a logged Anthropic/Responses exchange
     cache: Mapping[str, Any] | None = None
+    #: the previous call's prompt size (0 for the first): what an append would have read back
+    previous_prompt_tokens: int = 0
 
     @property
     def cache_cause(self) -> str:
@@ -164,7 +166,8 @@ class CallData:
 
     def priced(self, prices: Prices | Pricing) -> RowCost | None:
         """Its cost and its cost had the cache held (``audit/compare.py`` :func:`priced`)."""
-        return priced(self.cache_usage, self.reusable_tokens or 0, self.provider, self.model, prices)
+        u, reusable = self.cache_usage, self.reusable_tokens or 0
+        return priced(u, reusable, self.provider, self.model, prices, self.previous_prompt_tokens)
 
     def cost(self, prices: Prices | Pricing) -> float | None:
         """USD; ``None`` when its model has no price."""
@@ -405,6 +408,7 @@ def _stored_session(store: Store, session_id: str, counter: TokenCounter) -> Ses
         if a.cause == KEEP_WARM:  # paid for, never a request of the trajectory
             s.refreshes.append(call)
             continue
+        call.previous_prompt_tokens = s.calls[-1].prompt_tokens or 0 if s.calls else 0
         s.calls.append(call)
         by_index[call.index] = call
     grouped: dict[int | None, list[CompactionEvent]] = {}
@@ -673,6 +677,7 @@ def _logged_call(counter: TokenCounter, req: AuditRequest, row: AuditRow, index:
         reusable_tokens=row.reusable_prefix_tokens,
         completion_tokens=row.completion_tokens,
         cause=row.cause,
+        previous_prompt_tokens=row.previous_prompt_tokens,
         prompt_counted=not row.usage_known,
         where=str(rec.get("where") or ""),
         before=str(ctx.get("before") or ""),
