@@ -115,6 +115,18 @@ def test_a_refresh_before_expiry_keeps_the_next_call_a_hit(rig: Rig) -> None:
     assert (len(shown.calls), len(shown.refreshes)) == (3, 1) and shown.refresh_tokens > 0
     assert len(rig.lines) == 3  # the proxy's line per agent call; the refresh is keep-warm's own line
     assert KEY.encode() not in _db_bytes(rig.store)  # the key went upstream, never into the store
+    # wrap's summary at exit counts the refresh in $ spent, and says so
+    from ctxwright.cache.prices import Pricing
+    from ctxwright.cli.wrap import summarize
+
+    pricing = Pricing()
+    data = from_proxy(rig.store, session["id"], pricing=pricing)
+    refresh_cost = shown.refreshes[0].priced(pricing)
+    calls_cost = [c.priced(pricing) for c in shown.calls]
+    assert refresh_cost is not None and all(c is not None for c in calls_cost)
+    money = summarize(data, pricing)[1]
+    total = refresh_cost.cost + sum(c.cost for c in calls_cost if c is not None)
+    assert money.startswith(f"${total:.4f} spent (of it ${refresh_cost.cost:.4f} on 1 keep-warm refresh)"), money
 
 
 @pytest.mark.parametrize("rig", [{"max_refreshes": 2}], indirect=True)

@@ -38,21 +38,7 @@ def add_proxy_parser(sub: Any) -> None:
         description="An HTTP proxy for OpenAI chat completions, the OpenAI Responses API and Anthropic Messages: "
         "every request and answer is passed on unchanged, recorded in the store, and audited as it completes.",
     )
-    p.add_argument(
-        "--upstream",
-        metavar="URL",
-        help="one upstream for every path, e.g. a local server or a gateway (default: each provider's own, below)",
-    )
-    p.add_argument(
-        "--anthropic-upstream",
-        metavar="URL",
-        help=f"where Anthropic Messages (/v1/messages...) go (default {DEFAULT_UPSTREAMS['anthropic']})",
-    )
-    p.add_argument(
-        "--openai-upstream",
-        metavar="URL",
-        help=f"where every other path -- OpenAI chat completions, Responses -- goes (default {DEFAULT_UPSTREAMS['openai']})",
-    )
+    add_upstream_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8787, help="port to listen on (default 8787)")
     p.add_argument(
@@ -219,6 +205,34 @@ def cmd_proxy(args: argparse.Namespace) -> int:
 
 def print_line(line: str) -> None:
     print(line, flush=True)
+
+
+def add_upstream_arguments(p: argparse.ArgumentParser, *, agent_env: bool = False) -> None:
+    """``--upstream``, ``--anthropic-upstream`` and ``--openai-upstream`` (``proxy/server.py``
+    routes by path), for ``proxy`` and ``wrap``. ``agent_env``: the default is first the base
+    URL the agent's environment already sets (wrap keeps a gateway or local server where the
+    agent's calls went), then the provider's own host."""
+
+    def default(provider: str, variable: str) -> str:
+        host = DEFAULT_UPSTREAMS[provider]
+        return f"the agent's {variable} if set, else {host}" if agent_env else host
+
+    p.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="one upstream for every path, e.g. a local server or a gateway (default: each provider's own, below)",
+    )
+    p.add_argument(
+        "--anthropic-upstream",
+        metavar="URL",
+        help=f"where Anthropic Messages (/v1/messages...) go (default: {default('anthropic', 'ANTHROPIC_BASE_URL')})",
+    )
+    p.add_argument(
+        "--openai-upstream",
+        metavar="URL",
+        help="where every other path -- OpenAI chat completions, Responses -- goes "
+        f"(default: {default('openai', 'OPENAI_BASE_URL')})",
+    )
 
 
 def add_keep_warm_arguments(p: argparse.ArgumentParser) -> None:

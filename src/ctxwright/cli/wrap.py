@@ -63,7 +63,6 @@ CAUSES_SHOWN = 4
 
 def add_wrap_parser(sub: Any) -> None:
     from ctxwright.cli.audit import add_price_options
-    from ctxwright.proxy.server import DEFAULT_UPSTREAMS
 
     p = sub.add_parser(
         "wrap",
@@ -73,21 +72,9 @@ def add_wrap_parser(sub: Any) -> None:
         "(calls, hit ratio, $ spent and lost by miss cause, the worst breaks with their byte) and a report.",
         usage="ctxwright wrap [options] -- COMMAND [ARGS...]   (or: ctxwright wrap claude | codex [ARGS...])",
     )
-    p.add_argument(
-        "--upstream", metavar="URL", help="one upstream for every path (default: each provider's own, below)"
-    )
-    p.add_argument(
-        "--anthropic-upstream",
-        metavar="URL",
-        help="where Anthropic Messages go (default: the agent's ANTHROPIC_BASE_URL if set, else "
-        f"{DEFAULT_UPSTREAMS['anthropic']})",
-    )
-    p.add_argument(
-        "--openai-upstream",
-        metavar="URL",
-        help="where OpenAI chat completions and Responses go (default: the agent's OPENAI_BASE_URL if set, else "
-        f"{DEFAULT_UPSTREAMS['openai']})",
-    )
+    from ctxwright.cli.proxy import add_keep_warm_arguments, add_upstream_arguments
+
+    add_upstream_arguments(p, agent_env=True)  # as `ctxwright proxy` takes them
     p.add_argument(
         "--log",
         metavar="FILE",
@@ -108,8 +95,6 @@ def add_wrap_parser(sub: Any) -> None:
         help="at exit, one line instead of the summary (what could not be recorded is said all the same)",
     )
     add_price_options(p)
-    from ctxwright.cli.proxy import add_keep_warm_arguments
-
     add_keep_warm_arguments(p)  # --keep-warm for wrap's proxy (proxy/keep_warm.py)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the agent's command and its arguments")
     p.set_defaults(func=cmd_wrap)
@@ -346,7 +331,11 @@ def summarize(data: ReportData, pricing: Pricing) -> list[str]:
                 total, n = by_cause.get(cause, (0.0, 0))
                 by_cause[cause] = (total + p.lost, n + 1)
         lost = sum(t for t, _n in by_cause.values())
+        refreshed = [r.cost for s in data.sessions for r in (c.priced(pricing) for c in s.refreshes) if r is not None]
+        spent += sum(refreshed)  # --keep-warm's refreshes are paid for like any call
         money = f"{_money(spent)} spent"
+        if refreshed:
+            money += f" (of it {_money(sum(refreshed))} on {counted(len(refreshed), 'keep-warm refresh', 'keep-warm refreshes')})"
         if len(priced) < len(rows):
             money += f" ({len(priced)} of {counted(len(rows), 'call')} priced: the others' models have no price)"
         if by_cause:
