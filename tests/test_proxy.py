@@ -300,6 +300,28 @@ def test_a_timestamp_in_the_system_prompt_stays_one_session_and_is_named_at_its_
             assert prefix <= where["byte_offset"] < prefix + len("1700000000"), where
 
 
+def test_an_agent_whose_tools_change_mid_conversation_stays_one_session(proxy, capsys):
+    """The same rule for the tools: a tool added after the first call (an MCP server that
+    connected late) changes the prefix, and the call is still placed by the messages it repeats
+    -- one session, the second call ``tools_changed`` -- with no header."""
+    from ctxwright.cli.main import main
+
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=OPENAI_KEY, max_retries=0)
+
+    def tool(name: str) -> dict:
+        return {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}
+
+    history = [{"role": "system", "content": "S"}, {"role": "user", "content": "list the files"}]
+    client.chat.completions.create(model="m", messages=history, tools=[tool("ls")])
+    history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and read one"}]
+    client.chat.completions.create(model="m", messages=history, tools=[tool("ls"), tool("read")])
+    _done(proxy, 2)
+    (session,) = proxy_sessions(proxy.store)
+    assert session["calls"] == 2 and session["grouped_by"] == "continuity"
+    assert main(["audit", "--proxy-session", session["id"], "--json", "--db", str(proxy.store.path)]) == 0
+    assert [c["cause"] for c in json.loads(capsys.readouterr().out)["requests"]] == ["first", "tools_changed"]
+
+
 def test_cli_audit_of_a_proxy_session(proxy, upstream, capsys):
     from ctxwright.cli.main import main
 
