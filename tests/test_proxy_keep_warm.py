@@ -111,6 +111,9 @@ def test_a_refresh_before_expiry_keeps_the_next_call_a_hit(rig: Rig) -> None:
     audits = [r["proxy"]["audit"] for r in records]
     assert [a.get("keep_warm", False) for a in audits] == [False, True, False, False]
     assert audits[1]["cause"] == "keep_warm"
+    # the refresh is no turn of the agent's: its next call is compared with its previous one
+    # (not with the refresh's max_tokens 1, which would make it a false options_changed)
+    assert [a["cause"] for a in audits] == ["first", "keep_warm", "append", "append"]
     (shown,) = from_proxy(rig.store, session["id"]).sessions  # the report: its cost, not a call
     assert (len(shown.calls), len(shown.refreshes)) == (3, 1) and shown.refresh_tokens > 0
     assert len(rig.lines) == 3  # the proxy's line per agent call; the refresh is keep-warm's own line

@@ -666,7 +666,7 @@ class Recorder:
         try:
             if req is not None:
                 stored = 0 if placement.new else self.log.call_count(sid)
-                audit_row = self.audits.add(sid, req, new=placement.new, stored=stored)
+                audit_row = self.audits.add(sid, req, new=placement.new, stored=stored, refresh=ex.keep_warm)
             audit: dict[str, Any] = audit_record(audit_row) if audit_row is not None else {"problem": problem}
             cache = self.audits.cache if audit_row is not None else None
             if cache is not None:

@@ -12,6 +12,12 @@ limits. Live, :class:`LiveAudits` keeps one such auditor per recent session and 
 from the stored calls when it has none (the proxy restarted, or dropped it for memory);
 offline, :func:`session_items` feeds the stored calls to a fresh one. The same requests in the
 same order give the same rows.
+
+A keep-warm refresh (``proxy/keep_warm.py``) is recorded in the agent's session, but it is not
+a turn of the agent's conversation: it re-sends the last request with ``max_tokens`` 1, and
+compared with it the agent's next call would show ``options_changed`` -- a break the agent
+never made. So a refresh is audited in a conversation of its own (:func:`in_session` with
+``refresh``), live and offline alike, and the agent's calls are compared only with each other.
 """
 
 from __future__ import annotations
@@ -36,9 +42,21 @@ LIVE_SESSIONS = 64
 LIVE_AUDIT_BYTES = 128 * 1024 * 1024
 
 
-def in_session(req: AuditRequest, session_id: str) -> AuditRequest:
-    """``req`` as a call of the proxy session ``session_id``: its one conversation."""
-    return dataclasses.replace(req, conversation=session_id, session=session_id)
+#: what a refresh's conversation adds to its session's id
+REFRESHES = " keep-warm"
+
+
+def in_session(req: AuditRequest, session_id: str, refresh: bool = False) -> AuditRequest:
+    """``req`` as a call of the proxy session ``session_id``: its one conversation, or the
+    session's refreshes' when ``refresh`` (see the module docstring)."""
+    return dataclasses.replace(req, conversation=session_id + (REFRESHES if refresh else ""), session=session_id)
+
+
+def is_refresh(record: Any) -> bool:
+    """Whether a stored record (``proxy/log.py``) is a keep-warm refresh, not the agent's call."""
+    meta = record.get("proxy") if isinstance(record, dict) else None
+    audit = meta.get("audit") if isinstance(meta, dict) else None
+    return isinstance(audit, dict) and audit.get("keep_warm") is True
 
 
 def session_rows(records: Sequence[Any], session_id: str, counter: TokenCounter | None = None) -> list[AuditRow | None]:
@@ -54,8 +72,9 @@ def session_rows(records: Sequence[Any], session_id: str, counter: TokenCounter 
 def session_items(records: Iterable[Any], session_id: str) -> Iterator[LogItem]:
     """The records of one proxy session (``proxy/log.py``) as the audit reads them, each
     request in the session's conversation; a record that cannot be read is its problem."""
-    for item in read_records(records):
-        yield in_session(item, session_id) if isinstance(item, AuditRequest) else item
+    records = list(records)
+    for record, item in zip(records, read_records(records), strict=True):  # one item per record
+        yield in_session(item, session_id, is_refresh(record)) if isinstance(item, AuditRequest) else item
 
 
 class LiveAudits:
@@ -85,7 +104,9 @@ class LiveAudits:
         #: how many auditors were rebuilt from the store (tests)
         self.rebuilt = 0
 
-    def add(self, session_id: str, req: AuditRequest, *, new: bool, stored: int | None = None) -> AuditRow:
+    def add(
+        self, session_id: str, req: AuditRequest, *, new: bool, stored: int | None = None, refresh: bool = False
+    ) -> AuditRow:
         """Audit one call of ``session_id`` (``new``: the session has no stored call yet).
         ``stored``: how many calls of the session the store holds; a kept auditor that saw
         another number (another proxy process recorded some) is rebuilt from the store."""
@@ -101,7 +122,7 @@ class LiveAudits:
                 if stored is not None:  # calls whose request could not be read count too
                     self._seen[session_id] = stored
         self._auditors[session_id] = auditor
-        item = in_session(req, session_id)
+        item = in_session(req, session_id, refresh)
         row = auditor.add(item)
         self._seen[session_id] = self._seen.get(session_id, 0) + 1
         self.cache = self._verdicts.setdefault(session_id, LogVerdicts()).add(item, row)

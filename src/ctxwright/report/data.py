@@ -58,7 +58,7 @@ from ctxwright.core.tokens import PER_MESSAGE_OVERHEAD, Ledger, TokenCounter
 from ctxwright.core.usage import CacheUsage, counts_usage, raw_cache_usage
 from ctxwright.errors import AttentionError
 from ctxwright.proxy.log import proxy_session_requests
-from ctxwright.proxy.session_audit import session_items
+from ctxwright.proxy.session_audit import is_refresh, session_items
 from ctxwright.proxy.store import ProxyLog
 from ctxwright.store.sessions import Store
 
@@ -608,9 +608,16 @@ def from_proxy(
     sid = str(row["id"])
     records = proxy_session_requests(store, sid)
     items = list(session_items(records, sid))  # audited as the proxy audited them live
-    data = from_requests(items, title=f"proxy session {sid}", counter=counter, pricing=pricing)
+    # the proxy's own keep-warm refreshes (proxy/keep_warm.py): paid for, never the agent's calls,
+    # audited in a conversation of their own (proxy/session_audit.py)
+    warm = [is_refresh(r) for r in records]
+    agent = [(r, i) for r, i, w in zip(records, items, warm, strict=True) if not w]
+    data = from_requests([i for _r, i in agent], title=f"proxy session {sid}", counter=counter, pricing=pricing)
+    refreshes = from_requests(
+        [i for i, w in zip(items, warm, strict=True) if w], title="", counter=counter, pricing=pricing
+    )
     # one item per record (proxy/log.py): the proxy's own figures of each call
-    metas = [r.get("proxy") or {} for r, item in zip(records, items, strict=True) if isinstance(item, AuditRequest)]
+    metas = [r.get("proxy") or {} for r, item in agent if isinstance(item, AuditRequest)]
     for s in data.sessions:
         s.source = f"proxy · {row.get('api') or '?'} · {row.get('upstream') or '?'}"
         s.created_at = row.get("created_at")
@@ -619,10 +626,7 @@ def from_proxy(
             outcome = meta.get("outcome")
             if meta.get("error") or (outcome and outcome != "complete"):
                 call.error = str(meta.get("error") or outcome)
-        # the proxy's own keep-warm refreshes (proxy/keep_warm.py): paid for, never the agent's calls
-        warm = {id(c) for c, m in zip(s.calls, metas, strict=False) if (m.get("audit") or {}).get("keep_warm") is True}
-        s.refreshes += [c for c in s.calls if id(c) in warm]
-        s.calls = [c for c in s.calls if id(c) not in warm]
+        s.refreshes += [c for r in refreshes.sessions for c in r.calls]
     return data
 
 
