@@ -229,7 +229,7 @@ class LogAudit:
 
     def marker(self, m: Marker) -> None:
         state = self.chains.get((m.session, m.chain))
-        if m.kind == "compaction":
+        if m.what == "compaction":
             tally = self._session(m.session)
             tally.compactions += 1
             self.total.compactions += 1
@@ -238,9 +238,9 @@ class LogAudit:
                 self.groups[group].compactions += 1
             if state is not None:
                 state.compacted = m.detail or "compacted"
-        elif m.kind == "context" and state is not None:
+        elif m.what == "context" and state is not None:
             state.context = m.detail
-        elif m.kind == "chain_start":
+        elif m.what == "chain_start":
             self.chains.pop((m.session, m.chain), None)
 
     def call(self, c: LoggedCall) -> JudgedCall:

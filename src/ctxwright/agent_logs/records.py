@@ -55,13 +55,13 @@ class LoggedCall:
 class Marker:
     """Something the agent logged between calls that changes what the next call can reuse.
 
-    ``kind``: ``compaction`` (Claude Code's compact boundary or compact summary, Codex's
+    ``what``: ``compaction`` (Claude Code's compact boundary or compact summary, Codex's
     ``compacted`` item), ``context`` (Codex's turn context changed: ``detail`` names the
     fields), ``chain_start`` (a sub-agent's side chain began: its first call writes a cache of
     its own).
     """
 
-    kind: str
+    what: str
     session: str
     chain: str
     file: str
