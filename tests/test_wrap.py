@@ -12,6 +12,7 @@ inside tmux the agent's screen shows only the agent's output while it runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -246,6 +247,44 @@ def test_ctrl_c_reaches_the_agent_and_sigterm_is_passed_on(upstream: Upstream, t
         assert line.startswith(f"ctxwright wrap: {PY} exited {128 + dead_of}; 1 model call in 1 session"), said
         assert "; report: " in line
     assert "interrupted" not in said and "Traceback" not in said  # ctxwright itself was not stopped
+
+
+@pytest.mark.slow
+def test_an_agent_does_not_outlive_a_killed_wrap(upstream: Upstream, tmp_path: Path) -> None:
+    """ctxwright killed outright (SIGKILL: no handler runs): the agent, which shares its
+    terminal, gets SIGHUP as from a closed terminal, and ends -- it is not left reading the
+    terminal the shell took back, calling a proxy that is gone."""
+    proc = subprocess.Popen(
+        _wrap(tmp_path / "s.db", "openai_agent.py", "wait", flags=("--upstream", upstream.url, "--quiet")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+        start_new_session=True,
+    )
+    try:
+        _wait_for(proc.stdout, b"ready\n", proc)
+        (agent,) = _children(proc.pid)
+        assert Path(f"/proc/{agent}/cmdline").read_bytes().split(b"\0")[1].endswith(b"openai_agent.py")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{agent}").exists() and time.monotonic() < deadline:
+            if Path(f"/proc/{agent}/stat").read_text().split(")")[-1].split()[0] == "Z":
+                break  # dead, waiting for its new parent to reap it
+            time.sleep(0.05)
+        alive = (
+            Path(f"/proc/{agent}").exists() and Path(f"/proc/{agent}/stat").read_text().split(")")[-1].split()[0] != "Z"
+        )
+        assert not alive, "the agent outlived ctxwright"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    from ctxwright.proxy.log import proxy_sessions
+    from ctxwright.store.sessions import Store
+
+    (session,) = proxy_sessions(Store(tmp_path / "s.db"))  # the call answered before the kill was recorded
+    assert session["calls"] == 1
 
 
 @pytest.mark.parametrize(

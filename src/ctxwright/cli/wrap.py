@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -203,6 +204,22 @@ def _quiet_handler(_signum: int, _frame: FrameType | None) -> None:
     would then not see Ctrl-C either; a handler is reset to the default in the new program."""
 
 
+def with_parent_death_signal(argv: Sequence[str], executable: str) -> tuple[list[str], str]:
+    """The agent's command, started so that it gets SIGHUP if ctxwright dies first (Linux's
+    ``PR_SET_PDEATHSIG``, set by util-linux's ``setpriv`` just before it execs the agent).
+
+    Why: the agent shares ctxwright's process group and terminal. Were ctxwright killed (a
+    SIGKILL, the OOM killer), the shell would take the terminal back while the agent still read
+    it, and the agent would go on calling a proxy that no longer listens. SIGHUP is what a
+    closed terminal sends: agents end on it. Without ``setpriv`` (not Linux, a minimal image)
+    the agent starts as it is; ``preexec_fn`` is no way round that, as it is not safe in a
+    process with threads (the proxy's). The agent then sees its own path as ``argv[0]``."""
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    if setpriv is None:
+        return list(argv), executable
+    return [setpriv, "--pdeathsig", "HUP", "--", executable, *argv[1:]], setpriv
+
+
 def run_agent(argv: Sequence[str], executable: str, env: dict[str, str], log_fd: int) -> int:
     """Run the agent on ctxwright's terminal until it exits; its exit status (``128 + N`` for
     a death by signal N). ctxwright's own stdout and stderr point at ``log_fd`` meanwhile."""
@@ -229,8 +246,9 @@ def run_agent(argv: Sequence[str], executable: str, env: dict[str, str], log_fd:
     try:
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
+        command, program = with_parent_death_signal(argv, executable)
         proc = subprocess.Popen(
-            list(argv), executable=executable, env=env, stdout=saved_out, stderr=saved_err, close_fds=True
+            command, executable=program, env=env, stdout=saved_out, stderr=saved_err, close_fds=True
         )
         child.append(proc)
         for signum in early:
