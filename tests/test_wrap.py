@@ -413,3 +413,20 @@ def test_inside_tmux_the_agents_screen_shows_only_the_agent(upstream: Upstream, 
         assert f"ctxwright wrap: {PY} exited 0; 1 model call in 1 session" in screen, screen  # the summary, after
     finally:
         subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True, timeout=30)
+
+
+def test_ctrl_c_before_the_agent_starts_says_wrap_stopped_not_how_to_continue_a_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An interrupt that reaches ctxwright's own code (here, while wrap starts) ends it with 130
+    and one line naming the command: `run --continue` is advice for a run only."""
+    from ctxwright.cli import wrap
+    from ctxwright.cli.main import main
+
+    def interrupted(_args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(wrap, "cmd_wrap", interrupted)
+    assert main(["wrap", "--", "true"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted; ctxwright wrap stopped" in err and "--continue" not in err

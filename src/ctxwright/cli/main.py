@@ -583,12 +583,13 @@ def main(argv: list[str] | None = None) -> int:
             return end_quietly()
         return _failed(exc, args)
     except KeyboardInterrupt:
-        err_console.print(
-            Text.assemble(
-                ("interrupted", "red"),
-                '; every event so far is saved in the store: continue with ctxwright run --continue "..."',
-            )
+        # what is saved, and how to go on, is the run's to say; another command only stopped
+        resume = (
+            '; every event so far is saved in the store: continue with ctxwright run --continue "..."'
+            if getattr(args, "command", None) == "run"
+            else f"; ctxwright {args.command} stopped"
         )
+        err_console.print(Text.assemble(("interrupted", "red"), resume))
         return 130
     except Exception as exc:
         return _failed(exc, args)

@@ -97,7 +97,10 @@ def add_wrap_parser(sub: Any) -> None:
     )
     add_price_options(p)
     add_keep_warm_arguments(p)  # --keep-warm for wrap's proxy (proxy/keep_warm.py)
-    p.add_argument("command", nargs=argparse.REMAINDER, help="the agent's command and its arguments")
+    # dest agent_words, not "command": that is the subcommand's name (cli/main.py reads it)
+    p.add_argument(
+        "agent_words", metavar="command", nargs=argparse.REMAINDER, help="the agent's command and its arguments"
+    )
     p.set_defaults(func=cmd_wrap)
 
 
@@ -106,7 +109,7 @@ def add_wrap_parser(sub: Any) -> None:
 
 def agent_argv(args: argparse.Namespace) -> list[str]:
     """The agent's command: the words after ``wrap``'s own options, a leading ``--`` dropped."""
-    words = list(getattr(args, "command", None) or [])
+    words = list(getattr(args, "agent_words", None) or [])
     if words and words[0] == "--":
         words = words[1:]
     extra = getattr(args, "agent_command", None)  # a `--` cut off by the CLI before argparse
