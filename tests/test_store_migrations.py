@@ -70,7 +70,7 @@ def test_v1_database_migrates_and_rerenders_byte_for_byte_what_was_sent(tmp_path
     db = _copy(tmp_path)
     store = Store(db)
     assert store.schema() == (SCHEMA_VERSION, [fn.__name__ for fn in MIGRATIONS])
-    assert SCHEMA_VERSION == 7 and MIGRATIONS[-1].__name__ == "m007_proxy_placement"
+    assert SCHEMA_VERSION == 8 and MIGRATIONS[-1].__name__ == "m008_proxy_compressed"
     session = Session.resume(store, SID)
     calls = store.calls(SID)
     rendered = render_at(session.prefix, session.events, session.settings(), [c.event_count for c in calls])

@@ -10,7 +10,7 @@ store keeps the count in ``_migrations`` (``Dialect.user_version``).
 Why: a database written before versioning (store v1, ``tests/fixtures/store_v1.db``) is
 brought forward in place, and a released migration is history -- databases already ran it --
 so it is never edited, reordered or removed (``m005_proxy`` creates the proxy's tables, which
-``proxy/store.py`` reads and writes; ``m006_attention`` the saved attention maps, ``m007_proxy_placement`` what the proxy places requests by). Nothing is written before two checks pass, because a
+``proxy/store.py`` reads and writes; ``m006_attention`` the saved attention maps, ``m007_proxy_placement`` what the proxy places requests by, ``m008_proxy_compressed`` what ``proxy --compress`` sent in place of each tool result). Nothing is written before two checks pass, because a
 store that writes first breaks files it does not understand (``PRAGMA journal_mode=WAL``
 alone rewrites the header): the file must be an SQLite database (:func:`check_file`), and its
 schema must not be newer than this build's (:func:`check_schema`). Either failure is one
@@ -276,6 +276,35 @@ def m007_proxy_placement(db: Connection) -> None:
             response_id TEXT PRIMARY KEY,
             session_id TEXT NOT NULL,
             created_at REAL NOT NULL
+        )"""
+    )
+
+
+@migration
+def m008_proxy_compressed(db: Connection) -> None:
+    """What ``ctxwright proxy --compress`` sent upstream in place of each tool result
+    (``proxy/compress.py``), so a result is compressed once and the same bytes go upstream on
+    every later request that repeats it -- by this process after a restart, or by another
+    process recording into the same database. A provider's prompt cache matches bytes: a
+    result sent once compressed and once not (or compressed by a newer build) breaks the
+    agent's prefix there.
+
+    ``scope`` is the request's ``X-Ctxwright-Session`` header (empty without one), ``chain_sha`` the
+    hash of the result with every tool result before it in its request (what its compressed
+    form depends on), ``text`` what went upstream (``NULL``: the result went as it was).
+    """
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS proxy_compressed (
+            scope TEXT NOT NULL,
+            chain_sha TEXT NOT NULL,
+            call_id TEXT NOT NULL,
+            original_sha256 TEXT NOT NULL,
+            text TEXT,
+            rule TEXT NOT NULL,
+            original_chars INTEGER NOT NULL,
+            saved_chars INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (scope, chain_sha)
         )"""
     )
 
