@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ctxwright.compaction.offload import SLICE, Offloaded, ResultFiles
+from ctxwright.compaction.offload import SLICE, Offloaded, ResultFiles, text_sha256
 from ctxwright.core.events import BudgetRecord, Offload
 
 #: A BPE token covers at least about a third of a character (a rare CJK character can be
@@ -104,14 +104,6 @@ class ByteScan:
     @property
     def sha256(self) -> str:
         return str(self._digest.hexdigest())
-
-
-def text_sha256(text: str) -> str:
-    """Hash in 1 MB slices so a huge result is never encoded whole a second time."""
-    h = hashlib.sha256()
-    for start in range(0, len(text), SLICE):
-        h.update(text[start : start + SLICE].encode("utf-8", "surrogatepass"))
-    return h.hexdigest()
 
 
 def measure(text: str, cap_tokens: int, count: Callable[[str], int]) -> int | None:

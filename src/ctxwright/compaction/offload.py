@@ -54,6 +54,15 @@ def file_stem(result_id: str) -> str:
     return f"{_SAFE.sub('_', result_id)[:STEM_PREFIX] or 'result'}-{digest}"
 
 
+def text_sha256(text: str) -> str:
+    """A result's SHA-256, of its UTF-8, hashed in 1 MB slices so a huge result is never
+    encoded whole a second time (the budget layer's repeats and the compressors' share it)."""
+    h = hashlib.sha256()
+    for start in range(0, len(text), SLICE):
+        h.update(text[start : start + SLICE].encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
 def legacy_stem(result_id: str) -> str:
     """The name the first release gave a result (not unique; read-only fallback)."""
     return _SAFE.sub("_", result_id)[:120] or "result"

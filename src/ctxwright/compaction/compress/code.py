@@ -1,0 +1,58 @@
+"""Rule ``code_outline``: source code is kept exact; only when the result budget would
+otherwise cut it does it become an outline -- every ``def``/``class``/``function``/``fn``
+signature line (with its line number), plus every line naming something the task or an
+error named.
+
+Why: a model that edits code needs the exact bytes (an edit tool matches them literally),
+so no lossy rule runs on source that fits. But when a file is over the budget, a head and a
+tail hide every definition in the middle; an outline shows where everything is, and the
+full text stays readable by line (the budget layer offloads the original, losslessly).
+
+Bounded: texts over ``MAX_CHARS`` are not outlined; one pass over the lines, lines over
+``MAX_LINE`` characters skipped; the signature pattern is anchored and has no nested repeats.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+MAX_CHARS = 8_000_000
+MAX_LINE = 500
+MIN_LINES = 20
+MIN_SAVING = 0.3
+
+_SIGNATURE = re.compile(
+    r"[ \t]*(?:(?:export|pub(?:\([a-z]+\))?|public|private|protected|static|async|abstract|final|default)[ \t]+)*"
+    r"(?:def|class|function|func|fn|interface|struct|enum|trait|impl|type|module|package)[ \t(]"
+)
+_DECORATOR = re.compile(r"[ \t]*@[\w.]+")
+_ALERT = re.compile(r"error|fail|exception", re.IGNORECASE)
+
+
+def looks_like_code(lines: list[str]) -> bool:
+    """At least one line in 40 opens a definition (prose and logs rarely do)."""
+    defs = sum(1 for line in lines if len(line) <= MAX_LINE and _SIGNATURE.match(line))
+    return defs >= 2 and defs * 40 >= len(lines)
+
+
+def outline(text: str, names: Iterable[str] = ()) -> str | None:
+    """The outline, or ``None`` (not code, too short, or not much shorter)."""
+    if len(text) > MAX_CHARS or text.count("\n") + 1 < MIN_LINES:
+        return None
+    lines = text.split("\n")
+    if not looks_like_code(lines):
+        return None
+    wanted = sorted({n for n in names if len(n) >= 3})
+    width = len(str(len(lines)))
+    out = [
+        f"[source outline, {len(lines):,} lines: the definitions and the lines naming "
+        f"{', '.join(wanted) if wanted else 'an error'}, each with its line number]"
+    ]
+    for number, line in enumerate(lines, 1):
+        if len(line) > MAX_LINE:
+            continue
+        if _SIGNATURE.match(line) or _DECORATOR.match(line) or _ALERT.search(line) or any(n in line for n in wanted):
+            out.append(f"{number:>{width}}| {line}")
+    result = "\n".join(out)
+    return result if len(result) <= len(text) * (1 - MIN_SAVING) else None
