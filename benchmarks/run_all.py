@@ -31,6 +31,7 @@ def main() -> None:
         ["long_session.py"],
         ["per_turn.py"],
         ["compression.py", *(["--quick"] if args.quick else [])],
+        ["compression_facts.py", *(["--quick"] if args.quick else [])],  # loopback model; peers if installed
         ["terminal.py"],
         ["tool_search.py", "--part", "search", *(["--quick"] if args.quick else [])],
         ["tool_search.py", "--part", "session"],
@@ -54,6 +55,7 @@ def main() -> None:
         "audit_speed.py",
         "long_session.py",
         "per_turn.py",
+        "compression_facts.py",  # a scripted loopback model, no model
         "terminal.py",
         "tool_search.py",
         "tool_catalogs.py",  # rankers on public tool sets, no model
