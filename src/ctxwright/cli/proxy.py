@@ -91,6 +91,7 @@ def add_proxy_parser(sub: Any) -> None:
         help="do not print a line per call (what could not be recorded is said on stderr all the same)",
     )
     add_keep_warm_arguments(p)
+    add_compress_argument(p)
     from ctxwright.cli.audit import add_price_options
 
     add_price_options(p)  # --prices FILE, --price-*: what the line per call prices each call by
@@ -134,6 +135,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
             clients=clients,
             keep_headers=args.keep_warm,  # a refresh needs the client's key: held in memory only
             pricing=pricing,
+            compress=args.compress,
         )
     except ValueError as exc:
         raise CtxwrightError(str(exc)) from None
@@ -232,6 +234,17 @@ def add_upstream_arguments(p: argparse.ArgumentParser, *, agent_env: bool = Fals
         metavar="URL",
         help="where every other path -- OpenAI chat completions, Responses -- goes "
         f"(default: {default('openai', 'OPENAI_BASE_URL')})",
+    )
+
+
+def add_compress_argument(p: argparse.ArgumentParser) -> None:
+    """``--compress`` (``proxy/compress.py``), for ``proxy`` and ``wrap``."""
+    p.add_argument(
+        "--compress",
+        action="store_true",
+        help="send each tool result compressed (a JSON listing as a table, a repeated output as a reference plus "
+        "what differs, a log's repeated lines folded), nothing dropped; compressed once, the same bytes on every "
+        "later request (kept in the store), the original kept on disk and named in the result",
     )
 
 

@@ -73,7 +73,7 @@ def add_wrap_parser(sub: Any) -> None:
         "(calls, hit ratio, $ spent and lost by miss cause, the worst breaks with their byte) and a report.",
         usage="ctxwright wrap [options] -- COMMAND [ARGS...]   (or: ctxwright wrap claude | codex [ARGS...])",
     )
-    from ctxwright.cli.proxy import add_keep_warm_arguments, add_upstream_arguments
+    from ctxwright.cli.proxy import add_compress_argument, add_keep_warm_arguments, add_upstream_arguments
 
     add_upstream_arguments(p, agent_env=True)  # as `ctxwright proxy` takes them
     p.add_argument(
@@ -97,6 +97,7 @@ def add_wrap_parser(sub: Any) -> None:
     )
     add_price_options(p)
     add_keep_warm_arguments(p)  # --keep-warm for wrap's proxy (proxy/keep_warm.py)
+    add_compress_argument(p)  # --compress for wrap's proxy (proxy/compress.py)
     # dest agent_words, not "command": that is the subcommand's name (cli/main.py reads it)
     p.add_argument(
         "agent_words", metavar="command", nargs=argparse.REMAINDER, help="the agent's command and its arguments"
@@ -436,6 +437,7 @@ def cmd_wrap(args: argparse.Namespace) -> int:
             record_before_end=HOLD_END_S,
             pricing=pricing,  # the per-call lines in the log priced as the summary prices them
             keep_headers=args.keep_warm,  # a keep-warm refresh needs the agent's key: held in memory only
+            compress=args.compress,
         )
     except ValueError as exc:
         raise CtxwrightError(str(exc)) from None

@@ -45,6 +45,7 @@ from ctxwright.cache.prices import Pricing
 from ctxwright.core.redact import redact, redact_query
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.errors import StoreUnusable
+from ctxwright.proxy.compress import summary_text
 from ctxwright.proxy.decode import decode_body
 from ctxwright.proxy.log import api_of, is_event_stream, sse_events
 from ctxwright.proxy.server import Capture, Exchange
@@ -232,6 +233,7 @@ def exchange_record(ex: Exchange) -> dict[str, Any]:
         "total_ms": ex.total_ms,
         "upstream": None if ex.upstream is None else redact(ex.upstream),
         "keep_warm": ex.keep_warm,
+        "compression": ex.compression,
     }
 
 
@@ -257,6 +259,7 @@ def exchange_from_record(rec: Mapping[str, Any]) -> Exchange:
         ended_at=rec.get("ended_at"),
         upstream=rec.get("upstream"),
         keep_warm=rec.get("keep_warm") is True,
+        compression=rec.get("compression"),
     )
 
 
@@ -653,7 +656,11 @@ class Recorder:
         if api is None or not isinstance(body, dict):  # not a model call (or not one we can read)
             if api is not None:
                 row["error"] = row["error"] or "request body is not a JSON object"
-            return self.log.record_exchange(row)
+            rid = self.log.record_exchange(row)
+            skipped = summary_text(ex.compression)
+            if skipped and self.printer is not None:  # --compress let it pass as it came: said, not silent
+                self.printer(f"{self.name}: {ex.method} {redact_query(ex.path)} {ex.status or '---'}  {skipped}")
+            return rid
         req, problem = self._read(body, response, ex.started_at)
         # a new session is stored with the upstream its first call went to (one proxy serves
         # several providers: ``ProxyConfig.upstreams``)
@@ -674,6 +681,8 @@ class Recorder:
             audit["grouped_by"] = placement.grouped_by
             if ex.keep_warm:  # the proxy's own refresh (proxy/keep_warm.py): paid for, not the agent's call
                 audit.update(cause=KEEP_WARM, keep_warm=True)
+            if ex.compression is not None:  # --compress: the body recorded is the one that went upstream
+                audit["compression"] = ex.compression
             row.update(session_id=sid, audit_json=json.dumps(audit, ensure_ascii=False))
             rid, k = self.log.record_call(row)
         except BaseException:
@@ -685,7 +694,9 @@ class Recorder:
             self.audits.forget(sid)
         if self.printer is not None and not ex.keep_warm:  # a refresh is announced by keep-warm itself
             money = self._money(ex, audit_row)
-            self.printer(format_line(sid, k, ex, audit_row, problem, cache if audit_row is not None else None, money))
+            line = format_line(sid, k, ex, audit_row, problem, cache if audit_row is not None else None, money)
+            saved = summary_text(ex.compression)
+            self.printer(f"{line}  {saved}" if saved else line)
         if self.observer is not None:
             self._observe(RecordedExchange(rid, sid, k, api, ex, body, response, audit, streamed))
         return rid

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import uvicorn
 
 from ctxwright.errors import CtxwrightError
+from ctxwright.proxy.compress import BodyCompressor
 from ctxwright.proxy.recorder import BACKLOG_LIMIT, RecordedExchange, Recorder, stderr_line
 from ctxwright.proxy.server import ProxyConfig, ProxyThread, build_app, listening_socket, uvicorn_config
 from ctxwright.store.sessions import Store
@@ -37,6 +38,7 @@ class RecordingProxy:
 
     thread: ProxyThread
     recorder: Recorder
+    compressor: BodyCompressor | None = None
 
     @classmethod
     def start(
@@ -60,9 +62,10 @@ class RecordingProxy:
             backlog_limit=backlog_limit,
             pricing=config.pricing,
         )
-        app = build_app(config, recorder.submit, recorder.admit)
+        compressor = compressor_for(config, store, warn)
+        app = build_app(config, recorder.submit, recorder.admit, compressor)
         thread = ProxyThread(app, host, port, config.clients).start()
-        return cls(thread, recorder)
+        return cls(thread, recorder, compressor)
 
     @property
     def url(self) -> str:
@@ -70,6 +73,8 @@ class RecordingProxy:
 
     def stop(self) -> None:
         self.thread.stop()
+        if self.compressor is not None:
+            self.compressor.close()
         self.recorder.close()
 
     def __enter__(self) -> RecordingProxy:
@@ -77,6 +82,16 @@ class RecordingProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def compressor_for(
+    config: ProxyConfig, store: Store | str, warn: Callable[[str], None] | None
+) -> BodyCompressor | None:
+    """``--compress``'s rewriter over ``store`` (``None`` without it): it reads bodies whole up
+    to the record cap, the bound the recording already keeps."""
+    if not config.compress:
+        return None
+    return BodyCompressor(store, cap=config.record_cap, warn=warn)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -135,7 +150,8 @@ def serve_on(
     recorder = Recorder(store, config.label, printer=printer, observer=observer, warn=warn, pricing=config.pricing)
     if on_recorder is not None:  # what records into it besides the relay (``--keep-warm``'s refreshes)
         on_recorder(recorder)
-    app = build_app(config, recorder.submit, recorder.admit)
+    compressor = compressor_for(config, store, warn)
+    app = build_app(config, recorder.submit, recorder.admit, compressor)
     host, port = sock.getsockname()[:2]
     server = uvicorn.Server(uvicorn_config(app, host, port, config.clients))
     # uvicorn stops cleanly on SIGTERM too, then raises the signal again with the handler it
@@ -148,6 +164,8 @@ def serve_on(
         pass  # uvicorn shuts down cleanly on Ctrl-C, then raises it again for the caller: a normal stop here
     finally:
         try:
+            if compressor is not None:
+                compressor.close()
             recorder.close()
         finally:
             if main:

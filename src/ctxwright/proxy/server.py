@@ -48,7 +48,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import uvicorn
@@ -61,6 +61,10 @@ from starlette.types import Receive, Scope, Send
 from ctxwright.cache.prices import Pricing
 from ctxwright.errors import ClientStalled
 from ctxwright.proxy.limits import ClientLimits, http_protocol
+from ctxwright.proxy.log import api_of
+
+if TYPE_CHECKING:
+    from ctxwright.proxy.compress import BodyCompressor
 
 #: Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1), plus ``host``.
 HOP_BY_HOP = frozenset(
@@ -152,6 +156,10 @@ class ProxyConfig:
     #: what the line per call prices each call by (``cache/prices.py``; ``None``: the built-in
     #: table): the recorder's, carried here so every worker process gets the same
     pricing: Pricing | None = None
+    #: ``--compress``: each tool result in a model call's body sent compressed, the same bytes
+    #: on every later request that repeats it (``proxy/compress.py``); the body is then read
+    #: whole (up to ``record_cap``) before it is relayed
+    compress: bool = False
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.upstreams) - set(PROVIDERS))
@@ -251,6 +259,9 @@ class Exchange:
     headers: list[tuple[bytes, bytes]] | None = field(default=None, repr=False)
     #: a keep-warm refresh sent by the proxy itself (``proxy/keep_warm.py``), not the agent's call
     keep_warm: bool = False
+    #: with ``--compress``: what the rewrite did (``proxy/compress.py``: ``Rewritten.summary``);
+    #: ``request`` then holds the body that went upstream
+    compression: dict[str, Any] | None = None
     #: set by the recorder once the exchange is written (or could not be): what an answer
     #: held until it is recorded waits for (``ProxyConfig.record_before_end``)
     written: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future)
@@ -484,11 +495,13 @@ def build_app(
     config: ProxyConfig,
     done: Callable[[Exchange], None],
     admit: Callable[[], Awaitable[None]] | None = None,
+    compressor: BodyCompressor | None = None,
 ) -> Starlette:
     """The proxy as an ASGI app; ``done(exchange)`` is called once per exchange, on the event
     loop, when it ends (it must return at once: the recorder queues it). ``admit()`` is awaited
     before each request is relayed (``Recorder.admit``: it holds new requests while the
-    recorder's backlog is full)."""
+    recorder's backlog is full). ``compressor`` (``--compress``): a model call's body is read
+    whole and its tool results compressed before it is relayed (:func:`_compressed`)."""
     bases = {p: httpx.URL(u) for p, u in config.upstreams.items()}
     base_paths = {p: b.raw_path.rstrip(b"/") for p, b in bases.items()}
     timeout = httpx.Timeout(
@@ -534,6 +547,7 @@ def build_app(
         )
         has_body = seen.get(b"content-length") not in (None, "0") or bool(seen.get(b"transfer-encoding"))
         watch = _ClientWatch(request.receive)
+        api = api_of(request.method, ex.path) if compressor is not None and has_body else None
 
         async def body() -> AsyncIterator[bytes]:
             """The client's body as it arrives, each wait bounded by ``--body-timeout``."""
@@ -550,7 +564,8 @@ def build_app(
                     watch.start()  # the body is whole: the next message can only say the client left
                 chunk = message.get("body", b"")
                 if chunk:
-                    ex.request.add(chunk)
+                    if api is None:  # (compressed: the capture takes the body that goes upstream)
+                        ex.request.add(chunk)
                     yield chunk
                 if not more:
                     return
@@ -560,6 +575,8 @@ def build_app(
         if not has_body:
             watch.start()
         try:
+            if api is not None and compressor is not None:
+                outgoing = await _compressed(compressor, api, ex, upload, outgoing, forward, config)
             upstream = await state["client"].send(outgoing, stream=True)
         except BaseException as exc:
             watch.stop()
@@ -588,6 +605,54 @@ def build_app(
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
     return Starlette(routes=[Route("/{path:path}", relay, methods=methods)], lifespan=lifespan)
+
+
+async def _compressed(
+    compressor: BodyCompressor,
+    api: str,
+    ex: Exchange,
+    upload: AsyncIterator[bytes],
+    outgoing: httpx.Request,
+    forward: list[tuple[bytes, bytes]],
+    config: ProxyConfig,
+) -> httpx.Request:
+    """The request with its tool results compressed (``--compress``, ``proxy/compress.py``).
+
+    The body is read whole, up to ``record_cap``: a longer one is relayed as it arrives, the
+    part already read first, byte for byte. The rewritten body gets its own ``Content-Length``
+    (and loses its ``Content-Encoding`` when it was decoded); every other header is the
+    client's."""
+    head: list[bytes] = []
+    size = 0
+    async for chunk in upload:
+        head.append(chunk)
+        size += len(chunk)
+        if size > config.record_cap:
+            ex.compression = {"skipped": f"the body is over the cap ({config.record_cap:,} bytes, --record-cap)"}
+
+            async def rest() -> AsyncIterator[bytes]:
+                for piece in head:
+                    ex.request.add(piece)
+                    yield piece
+                async for piece in upload:
+                    ex.request.add(piece)
+                    yield piece
+
+            return httpx.Request(outgoing.method, outgoing.url, headers=forward, content=rest())
+    raw = b"".join(head)
+    out = await compressor.rewrite(raw, api=api, encoding=ex.request_encoding, scope=ex.session_header)
+    ex.compression = out.summary
+    ex.request.add(out.body)
+    if out.body is raw:
+        return httpx.Request(outgoing.method, outgoing.url, headers=forward, content=raw)
+    drop = {b"content-length", b"content-encoding"} if out.decoded else {b"content-length"}
+    headers = [(k, v) for k, v in forward if k.lower() not in drop]
+    headers.append((b"content-length", str(len(out.body)).encode("ascii")))
+    if out.decoded:
+        ex.request_encoding = None  # the recorded body is the plain one that went upstream
+    if ex.headers is not None:
+        ex.headers = headers
+    return httpx.Request(outgoing.method, outgoing.url, headers=headers, content=out.body)
 
 
 def _upstream_failed(ex: Exchange, done: Callable[[Exchange], None], config: ProxyConfig, exc: Exception) -> Response:
