@@ -147,7 +147,7 @@ def _manager(tmp_path, window=8192, **cfg) -> ContextManager:
 
 
 def test_small_result_is_kept_and_big_one_offloaded_with_a_frozen_preview(tmp_path):
-    m = _manager(tmp_path)
+    m = _manager(tmp_path, compress=False)  # the preview is under test, not the log folding
     s = Session.start(Prefix.build("sys"))
     m.bind(s)
     body, info = m.process_result("search", "c1", "short answer", True)
@@ -183,7 +183,8 @@ def test_offload_survives_resume_with_identical_bytes(store, tmp_path):
     reg.register(dump)
     reader = ResultReader()
     reg.register(reader.tool())
-    cfg = AgentConfig(compaction=CompactionConfig(results_dir=tmp_path, window_tokens=4096))
+    # compress off: the preview is under test (a dump of near-identical rows would be folded)
+    cfg = AgentConfig(compaction=CompactionConfig(results_dir=tmp_path, window_tokens=4096, compress=False))
     s = Session.start(Prefix.build("sys", reg.specs()), store=store)
     backend = ScriptedBackend(
         [

@@ -247,7 +247,8 @@ def test_recall_finds_a_fact_past_the_excerpt_of_a_result_offloaded_as_it_was_re
     reg.register(dump)
     reg.register(ResultReader().tool())
     reg.register(recaller.tool())
-    cfg = CompactionConfig(results_dir=tmp_path, window_tokens=8192, result_cap_tokens=300)
+    # compress off: folded, the filler lines would leave the fact in view
+    cfg = CompactionConfig(results_dir=tmp_path, window_tokens=8192, result_cap_tokens=300, compress=False)
     s = Session.start(Prefix.build("sys", reg.specs()), store=store)
     agent = Agent(
         s,

@@ -24,10 +24,11 @@ from __future__ import annotations
 import codecs
 import hashlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ctxwright.compaction.compress import Compressed, Earlier, compress_result, outline
 from ctxwright.compaction.offload import SLICE, Offloaded, ResultFiles, text_sha256
 from ctxwright.core.events import BudgetRecord, Offload
 
@@ -178,6 +179,60 @@ def _invalid_note(replaced: int) -> str:
     )
 
 
+#: results shorter than this are recorded as they are: a compressor's header would eat the saving
+COMPRESS_MIN_CHARS = 1_000
+
+#: what the header of a compressed result says each rule did
+_RULE_SAYS = {
+    "json_table": "a JSON array of objects shown as a table, every value kept",
+    "repeat": "a repeat of an earlier result, shown as the lines that differ",
+    "log_fold": "runs of lines that differ only in numbers folded, every error, warning and identifier line kept",
+    "code_outline": "source code over the budget, shown as an outline",
+}
+
+
+def _compress(
+    text: str,
+    record: BudgetRecord,
+    *,
+    over: bool,
+    cap_tokens: int,
+    count: Callable[[str], int],
+    files: ResultFiles,
+    earlier: Earlier,
+    digest: str,
+    names: Iterable[str],
+    note: str,
+) -> tuple[str, BudgetRecord] | None:
+    """A result rewritten by a lossless compressor (``compress/``) when that fits the cap,
+    with the original offloaded so ``read_result`` returns it exactly; ``None``: record it
+    as usual. Source code is outlined only when it is over the cap (a model editing code
+    needs the bytes). When the compressed form is still over the cap, the preview is cut
+    from the *original*: its offsets are those ``read_result`` pages by."""
+    if len(text) < COMPRESS_MIN_CHARS:
+        return None
+    c: Compressed | None = compress_result(text, call_id=record.result_id, earlier=earlier, sha256=digest)
+    if c is not None and c.rule == "none":
+        c = outline(text, names) if over else None
+    if c is None:
+        return None
+    header = (
+        f"[ctxwright: {_RULE_SAYS[c.rule]}; the exact original: "
+        f'read_result(result_id="{record.result_id}").{(" " + note) if note else ""}]'
+    )
+    content = f"{header}\n{c.text}"
+    if len(content) >= len(text) or over_cap(content, cap_tokens, count)[0]:
+        return None
+    saved = files.save(record.result_id, text)
+    return content, replace(
+        record,
+        sha256=digest,
+        offload=offload_of(saved),
+        compress_rule=c.rule,
+        compress_saved=len(text) - len(content),
+    )
+
+
 def offload_of(saved: Offloaded) -> Offload:
     """The event's record of an offload file."""
     return Offload(saved.path, saved.chars, saved.bytes)
@@ -193,10 +248,16 @@ def apply_budget(
     files: ResultFiles,
     head_chars: int,
     tail_chars: int,
+    earlier: Earlier | None = None,
+    names: Iterable[str] = (),
 ) -> tuple[str, BudgetRecord]:
     """The content to record for one tool result, and what to store about it. A bytes result
     longer than the cap could be in characters is decoded slice by slice into its offload
-    file (the module docstring says why)."""
+    file (the module docstring says why).
+
+    ``earlier``: the session's earlier results -- given, the lossless compressors run first
+    (:func:`_compress`); the caller adds the result to it once recorded. ``names``: what the
+    task names, kept in a source outline."""
     if isinstance(text, bytes):
         if len(text) > cap_tokens * MAX_CHARS_PER_TOKEN:
             scan = ByteScan(*preview_sizes(cap_tokens, head_chars, tail_chars))
@@ -218,6 +279,24 @@ def apply_budget(
     note = _invalid_note(replaced) if replaced else ""
     over, tokens = over_cap(text, cap_tokens, count)
     record = BudgetRecord(result_id, len(text), tokens=tokens, invalid_utf8=replaced or None)
+    if earlier is not None:
+        digest = text_sha256(text)
+        done = _compress(
+            text,
+            record,
+            over=over,
+            cap_tokens=cap_tokens,
+            count=count,
+            files=files,
+            earlier=earlier,
+            digest=digest,
+            names=names,
+            note=note,
+        )
+        if done is not None:
+            return done
+        if over:  # hashed once
+            record = replace(record, sha256=digest)
     if not over:
         return (f"[ctxwright: {note}]\n" if note else "") + text, record
     saved = files.save(result_id, text)
@@ -232,5 +311,5 @@ def apply_budget(
             tail_chars=tail_chars,
             note=note,
         ),
-        replace(record, sha256=text_sha256(text), offload=offload_of(saved)),
+        replace(record, sha256=record.sha256 or text_sha256(text), offload=offload_of(saved)),
     )

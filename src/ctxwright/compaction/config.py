@@ -39,6 +39,11 @@ class CompactionConfig:
     #: ``ctxwright-results`` folder next to the database; without a store, a fresh private
     #: temporary folder, removed when the session's agent is gone (``compaction/offload.py``).
     results_dir: Path | None = None
+    #: Before anything is cut, the lossless compressors (``compress/``) rewrite a result that
+    #: is a JSON listing, a repeat of an earlier result or a log with repetitive lines (and,
+    #: over the cap only, source code as an outline); the original is offloaded, readable
+    #: with ``read_result``. Off: results are recorded as they are, or previewed.
+    compress: bool = True
 
     # -- layer 2: noise ----------------------------------------------------------------
     #: A new result identical to an earlier one of the same tool becomes a one-line pointer.

@@ -30,6 +30,7 @@ from ctxwright.backends.base import Backend
 from ctxwright.compaction import pipeline, planner
 from ctxwright.compaction.breaker import CircuitBreaker
 from ctxwright.compaction.budget import apply_budget, offload_of, sanitize, text_sha256
+from ctxwright.compaction.compress import Earlier, names_in
 from ctxwright.compaction.config import CompactionConfig
 from ctxwright.compaction.ledger import ItemCache
 from ctxwright.compaction.noise import repeat_marker
@@ -88,6 +89,13 @@ class ContextManager:
     on_event: EventSink = ignore
     #: the loss ledger's scan of each hidden event, kept across compactions (``ledger.py``)
     ledger_items: ItemCache = field(default_factory=ItemCache)
+    #: the session's earlier results, for the repeat compressor (``compress/``), fed
+    #: from the recorded events, live and on resume alike (:meth:`_sync_earlier`)
+    earlier: Earlier = field(default_factory=Earlier)
+    #: how many of the session's events :attr:`earlier` has seen (:meth:`_sync_earlier`)
+    _earlier_upto: int = 0
+    #: what the task names (a source outline keeps the lines naming it), set per round
+    _names: tuple[str, ...] = ()
 
     @classmethod
     def for_backend(
@@ -138,6 +146,54 @@ class ContextManager:
                 self.last_compaction_call = ev.call_index
         self.known = [ev.message.content or "" for ev in session.events if isinstance(ev, ToolEvent) and ev.compressed]
         self.breaker.restore(session)
+        self.earlier = Earlier()
+        self._earlier_upto = 0
+
+    def _sync_earlier(self, session: Session) -> None:
+        """Add the results recorded since the last call to :attr:`earlier`, in order, each
+        as recorded (:meth:`_recorded_original`). The live run and a resumed one go through
+        this same step, so a result after a resume is compressed exactly as it would have
+        been without the interruption. Of a long history only the texts the newest-texts
+        window keeps are read (the rest by hash)."""
+        if not self.config.compress:
+            return
+        events = [
+            ev for ev in session.events[self._earlier_upto :] if isinstance(ev, ToolEvent) and ev.result_id is not None
+        ]
+        self._earlier_upto = len(session.events)
+        keep: set[int] = set()  # indexes in ``events`` whose text the window would keep
+        for i in range(len(events) - 1, -1, -1):
+            if len(keep) >= self.earlier.max_texts:
+                break
+            if self._text_kept(events[i]):
+                keep.add(i)
+        for i, ev in enumerate(events):
+            assert ev.result_id is not None
+            if i in keep:
+                self.earlier.add(ev.result_id, self._recorded_original(session, ev), sha256=ev.sha256)
+            else:
+                digest = ev.sha256 or text_sha256(self._recorded_original(session, ev))
+                self.earlier.add_digest(ev.result_id, digest)
+
+    def _text_kept(self, ev: ToolEvent) -> bool:
+        """Whether :attr:`earlier` keeps this result's text (else its hash only)."""
+        size = ev.chars if ev.chars is not None else len(ev.message.content or "")
+        return size <= self.earlier.max_text_chars
+
+    def _recorded_original(self, session: Session, ev: ToolEvent, depth: int = 0) -> str:
+        """The text of a recorded result: its offload file (the original, exactly), the
+        earlier result it repeats, else its content less an invalid-UTF-8 note line."""
+        assert self.files is not None and ev.result_id is not None
+        if ev.offload is not None and self.files.exists(ev.result_id):
+            return self.files.read(ev.result_id, 0, ev.offload.chars)[0]
+        if ev.repeat_of is not None and depth < 2:
+            for other in session.events:
+                if isinstance(other, ToolEvent) and other.result_id == ev.repeat_of and other is not ev:
+                    return self._recorded_original(session, other, depth + 1)
+        content = ev.message.content or ""
+        if ev.invalid_utf8 and content.startswith("[ctxwright: "):
+            return content.partition("\n")[2]
+        return content
 
     # -- layer 1 and repeats, at record time ------------------------------------------------
     def _new_id(self, tool_call_id: str) -> str:
@@ -156,6 +212,9 @@ class ContextManager:
         assert self.files is not None, "bind() the manager to a session first"
         rid = self._new_id(tool_call_id)
         cap = self.config.cap_for(tool_name, self.effective_window)
+        # a skill's instructions loaded again (the first copy was compacted away) must arrive
+        # whole, not as a pointer to a result the view no longer shows (skills.py)
+        skill_body = isinstance(text, str) and body_skill(tool_name, text) is not None
         content, record = apply_budget(
             text,
             tool_name=tool_name,
@@ -165,10 +224,9 @@ class ContextManager:
             files=self.files,
             head_chars=self.config.preview_head_chars,
             tail_chars=self.config.preview_tail_chars,
+            earlier=self.earlier if self.config.compress and not skill_body else None,
+            names=self._names,
         )
-        # a skill's instructions loaded again (the first copy was compacted away) must arrive
-        # whole, not as a pointer to a result the view no longer shows (skills.py)
-        skill_body = isinstance(text, str) and body_skill(tool_name, text) is not None
         if self.config.dedupe and ok and len(text) >= 200 and not skill_body:
             digest = record.sha256 or text_sha256(
                 text if isinstance(text, str) else sanitize(text.decode("utf-8", "surrogateescape"))[0]
@@ -176,8 +234,9 @@ class ContextManager:
             record = replace(record, sha256=digest)
             key = f"{tool_name}:{digest}"
             earlier = self._seen.get(key)
-            if earlier is not None:
-                return repeat_marker(tool_name, earlier), replace(record, repeat_of=earlier)
+            if earlier is not None:  # the one-line pointer wins over a compressor's form
+                marked = replace(record, repeat_of=earlier, compress_rule=None, compress_saved=None)
+                return repeat_marker(tool_name, earlier), marked
             self._seen[key] = rid
         return content, record
 
@@ -207,6 +266,9 @@ class ContextManager:
         each (under the name of the tool called), then the record-time strategy over the
         round. A large bytes result is decoded where it is saved (``budget.py``); a strategy
         reads its text back from there."""
+        if self.config.compress:
+            self._sync_earlier(session)
+            self._names = names_in(self.query(session))
         budgeted = [self.process_result(d.call.name, d.call.id, d.content, d.ok) for d in drafts]
         strategy = self.config.strategy
         if strategy not in ("none", "adaptive"):
@@ -225,7 +287,7 @@ class ContextManager:
                     assert self.files is not None
                     rec = replace(rec, offload=offload_of(self.files.save(r.result_id, r.text)))
                 self.known.append(content)
-                budgeted[i] = (content, replace(rec, compressed=strategy))
+                budgeted[i] = (content, replace(rec, compressed=strategy, compress_rule=None, compress_saved=None))
         return [replace(d, content=content, budget=rec) for d, (content, rec) in zip(drafts, budgeted, strict=True)]
 
     def _as_text(self, text: str | bytes, record: BudgetRecord) -> str:

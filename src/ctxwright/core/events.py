@@ -344,7 +344,9 @@ class BudgetRecord:
     ``compaction/manager.py``), stored as the ``tool`` event's fields of the same names: the
     id ``read_result`` knows it by, its size (``tokens`` only when it was counted), its hash
     (for repeats), how many bytes were not UTF-8, where its full text went (``offload``), the
-    earlier result it repeats, and the record-time strategy that shortened it (``compressed``)."""
+    earlier result it repeats, the record-time strategy that shortened it (``compressed``),
+    and the lossless compressor that rewrote it with the characters it saved
+    (``compress_rule``, ``compress_saved``: ``compaction/compress/``)."""
 
     result_id: str
     chars: int | None = None
@@ -354,6 +356,8 @@ class BudgetRecord:
     offload: Offload | None = None
     repeat_of: str | None = None
     compressed: str | None = None
+    compress_rule: str | None = None
+    compress_saved: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -362,7 +366,9 @@ class ToolEvent(MessageEvent):
 
     ``result_id`` names the result for ``read_result``; ``offload`` is set when the full text
     went to disk; ``repeat_of`` when it equals an earlier result; ``compressed`` names the
-    record-time strategy that shortened it. ``interrupted`` marks the answer the harness
+    record-time strategy that shortened it; ``compress_rule`` the lossless compressor that
+    rewrote it (``compaction/compress/``) and ``compress_saved`` the characters it saved
+    (both absent from events stored before them, and written only when set). ``interrupted`` marks the answer the harness
     recorded for a call whose run was cut short (Ctrl-C, a crash, ``kill -9``) before its
     result was stored (``core/interrupted.py``): the call may have partially run.
     ``external``: the content is an untrusted tool's text, marked as external content
@@ -393,6 +399,8 @@ class ToolEvent(MessageEvent):
             "offload",
             "repeat_of",
             "compressed",
+            "compress_rule",
+            "compress_saved",
             "invalid_utf8",
             "interrupted",
             "external",
@@ -412,6 +420,8 @@ class ToolEvent(MessageEvent):
     offload: Offload | None = None
     repeat_of: str | None = None
     compressed: str | None = None
+    compress_rule: str | None = None
+    compress_saved: int | None = None
     invalid_utf8: int | None = None
     interrupted: bool = False
     external: bool = False
@@ -448,6 +458,8 @@ class ToolEvent(MessageEvent):
                 "offload": budget.offload,
                 "repeat_of": budget.repeat_of,
                 "compressed": budget.compressed,
+                "compress_rule": budget.compress_rule,
+                "compress_saved": budget.compress_saved,
                 "invalid_utf8": budget.invalid_utf8,
             }
         return cls(  # built once: a second pass through __init__ for the budget's fields costs a turn
@@ -473,7 +485,17 @@ class ToolEvent(MessageEvent):
             "elapsed_ms": self.elapsed_ms,
             "error_type": self.error_type,
         }
-        for key in ("result_id", "chars", "tokens", "sha256", "repeat_of", "compressed", "invalid_utf8"):
+        for key in (
+            "result_id",
+            "chars",
+            "tokens",
+            "sha256",
+            "repeat_of",
+            "compressed",
+            "compress_rule",
+            "compress_saved",
+            "invalid_utf8",
+        ):
             _put(out, key, getattr(self, key))
         if self.offload is not None:
             out["offload"] = self.offload.to_dict()
@@ -517,6 +539,8 @@ class ToolEvent(MessageEvent):
             offload=Offload.from_dict(p["offload"], w) if p.get("offload") is not None else None,
             repeat_of=_str(p, "repeat_of", w),
             compressed=_str(p, "compressed", w),
+            compress_rule=_str(p, "compress_rule", w),
+            compress_saved=_int(p, "compress_saved", w),
             invalid_utf8=_int(p, "invalid_utf8", w),
             interrupted=interrupted,
             external=external,

@@ -33,9 +33,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ctxwright.compaction.compress import code, json_table, logs, repeats
+from ctxwright.compaction.compress.code import names_in
 from ctxwright.compaction.offload import text_sha256
 
-__all__ = ["RULES", "Compressed", "Earlier", "compress_result", "outline"]
+__all__ = ["RULES", "Compressed", "Earlier", "compress_result", "names_in", "outline"]
 
 #: every value :attr:`Compressed.rule` takes
 RULES = ("json_table", "repeat", "log_fold", "code_outline", "none")
@@ -63,11 +64,12 @@ class Earlier:
         self._by_hash: OrderedDict[str, str] = OrderedDict()  # sha256 -> first call id with it
         self._texts: OrderedDict[str, repeats.Known] = OrderedDict()  # call id -> text, newest last
 
-    def add(self, call_id: str, original: str) -> None:
-        """Note a result (its original text). Adding a call id again replaces nothing."""
+    def add(self, call_id: str, original: str, *, sha256: str | None = None) -> None:
+        """Note a result (its original text; ``sha256``: its :func:`text_sha256`, when the
+        caller has it already). Adding a call id again replaces nothing."""
         if call_id in self._texts:
             return
-        self.add_digest(call_id, text_sha256(original))
+        self.add_digest(call_id, sha256 or text_sha256(original))
         if len(original) <= self.max_text_chars:
             self._texts[call_id] = repeats.Known.of(original)
             while len(self._texts) > self.max_texts:
@@ -89,23 +91,28 @@ class Earlier:
         return reversed(self._texts.items())
 
 
-def compress_result(text: str, *, call_id: str, earlier: Earlier | None = None) -> Compressed:
-    """The shortest lossless form of one result under the first rule that saves enough:
-    a repeat of an earlier result, a JSON table, a folded log; else the text itself.
-    ``call_id`` is this result's own id (never referred to as "earlier")."""
+def compress_result(
+    text: str, *, call_id: str, earlier: Earlier | None = None, sha256: str | None = None
+) -> Compressed:
+    """The lossless form of one result under the first rule that saves enough: a repeat of
+    an earlier result, a JSON table, a folded log (never over source code, which is kept
+    exact); else the text itself. ``call_id`` is this result's own id (never referred to as
+    "earlier"); ``sha256``: the text's :func:`text_sha256`, when the caller has it already."""
     n = len(text)
     if earlier is not None:
-        same = earlier.same_as(text_sha256(text))
+        same = earlier.same_as(sha256 or text_sha256(text))
         if same is not None and same != call_id:
             out: str | None = repeats.identical(same)
         else:
             out = repeats.near(text, [(cid, k) for cid, k in earlier.recent() if cid != call_id])
         if out is not None and len(out) < n:
             return Compressed(out, "repeat", n, n - len(out))
-    for rule, fn in (("json_table", json_table.compress), ("log_fold", logs.compress)):
-        out = fn(text)
-        if out is not None:
-            return Compressed(out, rule, n, n - len(out))
+    out = json_table.compress(text)
+    if out is not None:
+        return Compressed(out, "json_table", n, n - len(out))
+    out = logs.compress(text)
+    if out is not None and not code.looks_like_code(text.split("\n")):
+        return Compressed(out, "log_fold", n, n - len(out))
     return Compressed(text, "none", n, 0)
 
 

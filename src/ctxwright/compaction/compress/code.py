@@ -28,6 +28,23 @@ _SIGNATURE = re.compile(
 )
 _DECORATOR = re.compile(r"[ \t]*@[\w.]+")
 _ALERT = re.compile(r"error|fail|exception", re.IGNORECASE)
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,80}")
+#: the characters of a task's text searched for names, and the most names kept
+NAMES_CHARS = 4_000
+MAX_NAMES = 20
+
+
+def names_in(query: str) -> tuple[str, ...]:
+    """The code names a task's text mentions (``parse_header``, ``HttpClient``, ``MAX_SIZE``:
+    a word with an underscore or a capital after its first letter), in order, at most
+    ``MAX_NAMES`` -- an outline keeps every line naming one."""
+    out: dict[str, None] = {}
+    for word in _WORD.findall(query[:NAMES_CHARS]):
+        if "_" in word.strip("_") or any(c.isupper() for c in word[1:]):
+            out.setdefault(word)
+            if len(out) >= MAX_NAMES:
+                break
+    return tuple(out)
 
 
 def looks_like_code(lines: list[str]) -> bool:

@@ -1,6 +1,6 @@
 """Rule ``log_fold``: in logs and shell output, a run of consecutive lines that are the same
 once digits, hex ids and timestamps are masked folds into its first line and
-``[… N more like this]``. A line that names an error, warning, failure, exception or
+``[… N more like this]`` and its last line (the final count, the last file). A line that names an error, warning, failure, exception or
 traceback, and a line holding an identifier not already shown, is always kept verbatim.
 
 Why: build and test logs print progress counters, download percentages and per-file lines
@@ -62,7 +62,7 @@ def compress(text: str) -> str | None:
         out.append(lines[i])
         _note(lines[i], shown)
         hidden = 0
-        for line in lines[i + 1 : j]:
+        for line in lines[i + 1 : j - 1]:
             if _ALERT.search(line) or _new_identifier(line, shown):
                 if hidden:
                     out.append(_more(hidden))
@@ -74,6 +74,8 @@ def compress(text: str) -> str | None:
         if hidden:
             out.append(_more(hidden))
             folded_any = True
+        out.append(lines[j - 1])
+        _note(lines[j - 1], shown)
         i = j
     if not folded_any:
         return None
