@@ -644,7 +644,8 @@ def measure(run: ArmRun, plan: list[PlannedCall], facts: list[Fact], counter: To
     complete = len(run.bodies) == len(plan) + 1
     seen = [f.key for f in facts if complete and f.text in texts[f.call + 1]]
     last = [f.key for f in facts if f.text in texts[-1]]
-    retrievable = [f.key for f in facts if f.key in last or run.retrievable(f)]
+    own = [f.key for f in facts if run.retrievable(f)]  # by the arm's own means alone
+    retrievable = [f.key for f in facts if f.key in last or f.key in own]
     passes, turns = sorted(run.compaction_ms), sorted(run.compaction_turn_ms)
     return {
         "requests": len(rows),
@@ -661,6 +662,7 @@ def measure(run: ArmRun, plan: list[PlannedCall], facts: list[Fact], counter: To
         "facts_in_last_request": len(last),
         "facts_retrievable": len(retrievable),
         "retrieved_by": run.retrieval,
+        "facts_retrievable_by_own_means": len(own),
         "facts_not_seen": [f.key for f in facts if f.key not in seen],
         "cpu_ms_per_call": round(1000 * run.cpu_s / max(1, run.calls), 3),
         "cpu_is": run.note,
