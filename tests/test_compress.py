@@ -349,3 +349,30 @@ def test_compress_off_records_results_as_before(store, tmp_path):
     s, _ = _run(store, tmp_path, [A(call("pull", {"variant": 0}, "c2")), "done"], compress=False)
     e = next(e for e in s.events if isinstance(e, ToolEvent))
     assert e.compress_rule is None and e.message.content == _log(300)
+
+
+def test_source_over_the_cap_is_outlined_with_the_lines_the_task_names(store, tmp_path):
+    body = "\n".join(f"    step_{k} = compute(step_{k - 1}, {k})  # arithmetic, nothing named" for k in range(1, 9))
+    src = "\n\n".join(f"def handler_{i}(request):\n{body}\n    return step_8" for i in range(60))
+    src += "\n\ndef parse_header(raw):\n    return raw.split(':')\n\ndef main(lines):\n    yield from map(parse_header, lines)\n"
+    reg = ToolRegistry()
+
+    @tool
+    def cat() -> str:
+        """Show the file."""
+        return src
+
+    reg.register(cat)
+    reg.register(ResultReader().tool())
+    config = AgentConfig(compaction=CompactionConfig(results_dir=tmp_path, window_tokens=8192))
+    s = Session.start(Prefix.build("sys", reg.specs()), store=store)
+    counter = TokenCounter(estimate_tokens, "estimate")
+    Agent(s, ScriptedBackend([A(call("cat", {}, "f1")), "done"]), reg, config, counter=counter).run(
+        "why does parse_header drop the port?"
+    )
+    e = next(e for e in s.events if isinstance(e, ToolEvent))
+    content = e.message.content or ""
+    assert e.compress_rule == "code_outline" and "def handler_59(request):" in content
+    assert "def parse_header(raw):" in content and "step_3 = compute" not in content
+    assert "yield from map(parse_header, lines)" in content  # a line naming what the task names
+    assert e.offload is not None and ResultFiles(tmp_path / s.id).read("f1", 0, len(src))[0] == src

@@ -22,6 +22,7 @@ layers only rewrite what the model has already seen.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -94,8 +95,9 @@ class ContextManager:
     earlier: Earlier = field(default_factory=Earlier)
     #: how many of the session's events :attr:`earlier` has seen (:meth:`_sync_earlier`)
     _earlier_upto: int = 0
-    #: what the task names (a source outline keeps the lines naming it), set per round
-    _names: tuple[str, ...] = ()
+    #: the session of the round being budgeted: a source outline keeps the lines naming
+    #: what its task names (:meth:`_task_names`)
+    _round_session: Session | None = None
 
     @classmethod
     def for_backend(
@@ -205,6 +207,12 @@ class ContextManager:
         self._ids.add(rid)
         return rid
 
+    def _task_names(self) -> Iterator[str]:
+        """The code names the task mentions, found only if an outline is made (lazily:
+        :meth:`query` reads the whole session)."""
+        if self._round_session is not None:
+            yield from names_in(self.query(self._round_session))
+
     def process_result(
         self, tool_name: str, tool_call_id: str, text: str | bytes, ok: bool
     ) -> tuple[str, BudgetRecord]:
@@ -225,7 +233,7 @@ class ContextManager:
             head_chars=self.config.preview_head_chars,
             tail_chars=self.config.preview_tail_chars,
             earlier=self.earlier if self.config.compress and not skill_body else None,
-            names=self._names,
+            names=self._task_names(),
         )
         if self.config.dedupe and ok and len(text) >= 200 and not skill_body:
             digest = record.sha256 or text_sha256(
@@ -268,7 +276,7 @@ class ContextManager:
         reads its text back from there."""
         if self.config.compress:
             self._sync_earlier(session)
-            self._names = names_in(self.query(session))
+            self._round_session = session
         budgeted = [self.process_result(d.call.name, d.call.id, d.content, d.ok) for d in drafts]
         strategy = self.config.strategy
         if strategy not in ("none", "adaptive"):
