@@ -272,12 +272,28 @@ def _chat_body(out: str) -> bytes:
     return json.dumps({"model": "m", "messages": msgs}).encode()
 
 
-@pytest.mark.parametrize("case", ["not_json", "over_cap", "gzip"])
-def test_a_body_it_cannot_rewrite_goes_as_it_came_with_one_line(upstream: Upstream, tmp_path: Path, case: str) -> None:
+#: bodies --compress cannot rewrite, and the words its line gives
+BODIES = {
+    "not_json": (b'{"model": "m", "messages": [', "not JSON"),
+    "deep": (b'{"model": "m", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deep"),
+    "not_utf8": (_chat_body(build_log()).replace(b"FACT-warn-k3", b"FACT-\xff-k3"), "not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", ["not_json", "deep", "not_utf8", "over_cap", "gzip", "compressor_fails"])
+def test_a_body_it_cannot_rewrite_goes_as_it_came_with_one_line(
+    upstream: Upstream, tmp_path: Path, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lines: list[str] = []
     cap = 4096 if case == "over_cap" else 1 << 20
     config = ProxyConfig(upstream=upstream.url, compress=True, record_cap=cap)
-    body = b'{"model": "m", "messages": [' if case == "not_json" else _chat_body(build_log())
+    body = BODIES[case][0] if case in BODIES else _chat_body(build_log())
+    if case == "compressor_fails":
+
+        def broken(*_a: Any, **_k: Any) -> Any:
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr("ctxwright.proxy.compress.compress_result", broken)
     headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
     wire = body
     if case == "gzip":
@@ -295,7 +311,7 @@ def test_a_body_it_cannot_rewrite_goes_as_it_came_with_one_line(upstream: Upstre
         assert len(lines) == 1 and "compressed 1/1 results" in lines[0]
     else:
         assert got.raw == wire  # byte for byte
-        why = "not JSON" if case == "not_json" else "over the cap"
+        why = BODIES[case][1] if case in BODIES else {"over_cap": "over the cap", "compressor_fails": "a bug"}[case]
         assert len(lines) == 1 and "not compressed" in lines[0] and why in lines[0], lines
 
 

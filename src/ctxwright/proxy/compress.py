@@ -222,9 +222,13 @@ class BodyCompressor:
 
     # -- the relay's side ----------------------------------------------------------------------
     async def rewrite(self, raw: bytes, *, api: str, encoding: str | None, scope: str | None) -> Rewritten:
-        """:meth:`rewrite_sync` on the rewriting thread."""
+        """:meth:`rewrite_sync` on the rewriting thread; a rewrite that fails (a compressor's
+        bug) leaves the body as it came, said on the line per call, rather than failing the call."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, lambda: self.rewrite_sync(raw, api, encoding, scope))
+        try:
+            return await loop.run_in_executor(self._pool, lambda: self.rewrite_sync(raw, api, encoding, scope))
+        except Exception as exc:
+            return Rewritten(raw, summary={"skipped": f"the rewrite failed ({type(exc).__name__}: {exc})"})
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -260,7 +264,7 @@ class BodyCompressor:
             if s.text is None:
                 continue
             pieces.append(text[at : result.original.start])
-            pieces.append(json.dumps(s.text, ensure_ascii=False))
+            pieces.append(_json_string(s.text))
             at = result.original.end
             summary["compressed"] += 1
             summary["saved_chars"] += s.saved_chars
@@ -269,7 +273,7 @@ class BodyCompressor:
         if not pieces:
             return Rewritten(plain, decoded=was_encoded, summary=summary)
         pieces.append(text[at:])
-        return Rewritten("".join(pieces).encode("utf-8", "surrogatepass"), decoded=was_encoded, summary=summary)
+        return Rewritten("".join(pieces).encode("utf-8"), decoded=was_encoded, summary=summary)
 
     def _sent(self, results: list[ToolResult], scope: str) -> list[Sent]:
         """What goes upstream for each result: the stored form when one was sent before, else
@@ -393,6 +397,17 @@ class BodyCompressor:
             self._say(f"could not keep what was sent ({exc})")
             return out
         return [stored.get(k, s) for k, s in zip(keys, out, strict=True)]
+
+
+def _json_string(text: str) -> str:
+    """``text`` as a JSON string, UTF-8 as the client's body is; with ``\\u`` escapes when it
+    holds a lone surrogate (a ``\\ud800`` the client escaped), which UTF-8 cannot carry."""
+    out = json.dumps(text, ensure_ascii=False)
+    try:
+        out.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(text)
+    return out
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
