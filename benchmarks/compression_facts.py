@@ -670,6 +670,7 @@ def measure(run: ArmRun, plan: list[PlannedCall], facts: list[Fact], counter: To
         "compaction_pass_ms_p95": p95(passes),
         "compaction_pass_ms_max": round(passes[-1], 3) if passes else None,
         "compaction_turn_ms_p95": p95(turns),
+        "compaction_pass_ms": [round(x, 3) for x in run.compaction_ms],  # in call order
     }
 
 
