@@ -162,8 +162,11 @@ def test_a_tool_heavy_session_costs_fewer_tokens_keeps_every_fact_and_never_brea
     assert len(calls) == n and all("compressed " in line and " chars (" in line for line in calls), calls
 
 
-def test_a_restarted_proxy_sends_what_the_store_kept(upstream: Upstream, tmp_path: Path) -> None:
-    db = tmp_path / "r.db"
+def test_a_restarted_proxy_sends_what_the_store_kept(
+    upstream: Upstream, db_target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # a PostgreSQL store's originals: the data dir
+    db = db_target  # SQLite, then PostgreSQL
     config = ProxyConfig(upstream=upstream.url, compress=True)
     start = len(upstream.seen)
     with RecordingProxy.start(config, Store(db)) as first:
@@ -175,6 +178,8 @@ def test_a_restarted_proxy_sends_what_the_store_kept(upstream: Upstream, tmp_pat
         _idle(second, 3)
     after = results_of(upstream.seen[-1].raw)
     assert {cid: after[cid] for cid in before} == before
+    kept = Path(before["call_1"].rsplit("full output: ", 1)[1].rstrip("]"))
+    assert kept.read_text() == OUTPUTS[0][1] and kept.is_relative_to(tmp_path)
     store = Store(db)
     assert one_session_causes(store) == ["first"] + ["append"] * 5  # one session across the restart, no break
     # the store decides, not a recomputation: bytes an earlier build stored keep going upstream
@@ -336,3 +341,45 @@ def test_wrap_passes_compress_to_its_proxy(upstream: Upstream, tmp_path: Path) -
     sent = json.loads(upstream.seen[-1].raw)["messages"][1]["content"]
     assert sent.startswith("[JSON array of 150 objects as a table") and "FACT-owner-q7" in sent
     assert "compressed 1/1 results" in (tmp_path / "w.log").read_text()
+
+
+@pytest.mark.slow
+def test_proxy_compress_with_workers_sends_one_form_per_result(upstream: Upstream, tmp_path: Path) -> None:
+    """``ctxwright proxy --compress --workers 2``: each worker opens the store itself; a request
+    on a new connection may reach either, and each result still goes upstream as one form."""
+    import os
+    import signal
+    import socket
+    import time
+
+    from ports import free_port
+
+    port = free_port()
+    src = Path(__file__).resolve().parents[1] / "src"
+    env = {**os.environ, "PYTHONPATH": str(src), "NO_PROXY": "127.0.0.1"}
+    argv = [sys.executable, "-m", "ctxwright.cli.main", "--db", str(tmp_path / "w.db"), "proxy", "--compress"]
+    argv += ["--upstream", upstream.url, "--port", str(port), "--workers", "2", "--quiet"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "the proxy did not listen"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        start = len(upstream.seen)
+        for k in range(len(OUTPUTS)):  # a new client, a new connection, per call
+            run_chat(f"http://127.0.0.1:{port}/v1", range(k, k + 1))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=90)
+    forms: dict[str, str] = {}
+    for s in upstream.seen[start:]:
+        for cid, text in results_of(s.raw).items():
+            assert forms.setdefault(cid, text) == text, cid
+    assert len(forms["call_1"]) < len(OUTPUTS[0][1]) / 2
+    store = Store(tmp_path / "w.db")
+    assert one_session_causes(store) == ["first"] + ["append"] * (len(OUTPUTS) - 1)
+    store.close()
