@@ -235,14 +235,16 @@ def test_show_compactions_lists_the_ledger_as_text_and_json(tmp_path):
 
 def test_recall_finds_a_fact_past_the_excerpt_of_a_result_offloaded_as_it_was_recorded(store, tmp_path):
     """A result over the budget is recorded as an excerpt with its full text on disk; no
-    compaction ever hides it, but a fact past the excerpt is out of view all the same."""
+    compaction ever hides it, but a fact past the excerpt is out of view all the same (here:
+    at the end of a long line, past what the excerpt shows of a line that holds a fact)."""
     reg = ToolRegistry()
     recaller = Recall()
 
     @tool
     def dump() -> str:
         """Dump the log."""
-        return "\n".join([FILLER] * 60 + ["the failing build is BUILD-7731 on host db-west-4"] + [FILLER] * 5)
+        fact = "see 1.5 " + FILLER + " the failing build is BUILD-7731 on host db-west-4"
+        return "\n".join([FILLER] * 60 + [fact] + [FILLER] * 5)
 
     reg.register(dump)
     reg.register(ResultReader().tool())

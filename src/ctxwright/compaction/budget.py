@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ctxwright.compaction.compress import Compressed, Earlier, compress_result, outline
+from ctxwright.compaction.identifiers import FACT
 from ctxwright.compaction.offload import SLICE, Offloaded, ResultFiles, text_sha256
 from ctxwright.core.events import BudgetRecord, Offload
 
@@ -123,6 +124,16 @@ def over_cap(text: str, cap_tokens: int, count: Callable[[str], int]) -> tuple[b
     return n > cap_tokens, n
 
 
+#: characters of a preview given to the lines between head and tail that hold identifiers
+#: or numbers (at most; never more than the cap in tokens)
+FACT_CHARS = 6_000
+#: characters of one such line shown (the rest of a longer line is elided)
+FACT_LINE_CHARS = 240
+#: lines and characters examined for facts, whatever the result's size: bounded time
+FACT_SCAN_LINES = 10_000
+FACT_SCAN_CHARS = 400_000
+
+
 def preview(
     text: str,
     *,
@@ -135,17 +146,84 @@ def preview(
     note: str = "",
 ) -> str:
     """The frozen stand-in for an offloaded result: what it is, how big, how to read more,
-    then its head and tail. Sized to stay well inside the cap."""
+    then its head, the lines between that hold identifiers and numbers, and its tail.
+
+    Why the lines: a head and a tail alone hid every fact in the middle of a large result
+    (the port in a config dump, the failing test in a long log, the id in a listing), and
+    the model never saw them. The lines come from the loss ledger's extractor
+    (``identifiers.FACT``), in their original order, each elided run of lines marked with
+    its count, up to :data:`FACT_CHARS`. Deterministic -- the same text gives the same
+    bytes -- so the prefix holds; bounded, whatever the text (:func:`fact_lines`)."""
     head_chars, tail_chars = preview_sizes(cap_tokens, head_chars, tail_chars)
+    budget = min(FACT_CHARS, cap_tokens)  # about a quarter of the cap: the preview stays well inside it
+    facts = None
+    if len(text) > head_chars + tail_chars + budget // 4:
+        # a smaller head and tail make room for the facts between them
+        small_head, small_tail = head_chars // 2, tail_chars // 2
+        facts = fact_lines(text, small_head, len(text) - small_tail, budget)
+        if facts is not None:
+            head_chars, tail_chars = small_head, small_tail
     tail = text[-tail_chars:] if tail_chars else ""
     return _preview(
-        tool_name, result_id, cap_tokens, tokens, len(text), (text[:head_chars], head_chars), (tail, tail_chars), note
+        tool_name,
+        result_id,
+        cap_tokens,
+        tokens,
+        len(text),
+        (text[:head_chars], head_chars),
+        (tail, tail_chars),
+        note,
+        facts=facts,
     )
 
 
 def preview_sizes(cap_tokens: int, head_chars: int, tail_chars: int) -> tuple[int, int]:
     """The characters of the head and of the tail a preview shows: fewer under a small cap."""
     return min(head_chars, cap_tokens * 2), min(tail_chars, cap_tokens // 2)
+
+
+def _elided(lines: int) -> str:
+    return f"[… {lines:,} line{'s' if lines != 1 else ''} …]"
+
+
+def fact_lines(text: str, start: int, end: int, budget: int) -> str | None:
+    """The lines of ``text[start:end]`` that hold an identifier or a number, in order, each
+    run of other lines replaced by a marker with its count, in at most about ``budget``
+    characters; ``None`` when there is none. The line cut by ``start`` is the head's.
+
+    Bounded: at most :data:`FACT_SCAN_LINES` lines and :data:`FACT_SCAN_CHARS` characters
+    are examined, and only the first :data:`FACT_LINE_CHARS` of each line (a 100 MB line
+    costs what 240 characters do), so a hostile result costs a fixed amount on top of the
+    C-speed line counts of the markers."""
+    nl = text.find("\n", start, end)
+    if nl < 0:
+        return None
+    pos = last = nl + 1  # ``last``: where the text not yet shown or counted begins
+    out: list[str] = []
+    used = lines = scanned = 0
+    while pos < end and lines < FACT_SCAN_LINES and scanned < FACT_SCAN_CHARS:
+        nl = text.find("\n", pos, end)
+        stop = end if nl < 0 else nl
+        window = min(stop, pos + FACT_LINE_CHARS)
+        lines += 1
+        scanned += window - pos
+        if FACT.search(text, pos, window):
+            shown = text[pos:window] + ("…" if window < stop else "")
+            skipped = text.count("\n", last, pos)
+            marker = _elided(skipped) if skipped else ""
+            if used + len(marker) + len(shown) + 2 > budget:
+                break
+            if marker:
+                out.append(marker)
+            out.append(shown)
+            used += len(marker) + len(shown) + 2
+            last = stop + 1
+        pos = stop + 1
+    if not out:
+        return None
+    if last < end:
+        out.append(_elided(text.count("\n", last, end) + 1))
+    return "\n".join(out)
 
 
 def _preview(
@@ -157,17 +235,22 @@ def _preview(
     head: tuple[str, int],
     tail: tuple[str, int],
     note: str,
+    facts: str | None = None,
 ) -> str:
     """The preview's text from its parts: each of ``head`` and ``tail`` is the text shown
-    and the number of characters the header says it is."""
+    and the number of characters the header says it is; ``facts`` the lines between them
+    that hold identifiers and numbers (:func:`fact_lines`), if any."""
     (head_text, head_chars), (tail_text, tail_chars) = head, tail
     size = f"{chars:,} characters" + (f" (~{tokens:,} tokens)" if tokens else "")
+    between = ", the lines between them that hold identifiers or numbers," if facts else ""
     header = (
         f"[ctxwright: the {tool_name} result is {size}, over the {cap_tokens:,}-token budget for one "
-        f'result, so it was saved in full as result_id "{result_id}". Shown: the first {head_chars:,} '
+        f'result, so it was saved in full as result_id "{result_id}". Shown: the first {head_chars:,}{between} '
         f'and the last {tail_chars:,} characters. Read the rest with read_result(result_id="{result_id}", '
         f"offset={head_chars}, limit=4000).{(' ' + note) if note else ''}]"
     )
+    if facts:
+        return f"{header}\n{head_text}\n{facts}\n{tail_text}"
     hidden = chars - head_chars - tail_chars
     return f"{header}\n{head_text}\n[... {hidden:,} characters not shown ...]\n{tail_text}"
 

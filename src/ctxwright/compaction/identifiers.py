@@ -20,12 +20,23 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "file",
         re.compile(
-            r"\b[\w-]+(?:/[\w.-]+)*\.(?:py|js|ts|tsx|go|rs|java|c|h|cpp|md|json|ya?ml|toml|txt|log|sql|sh|cfg|ini)\b"
+            # tried only where a run of [\w-] begins (its leading dashes skipped in the match,
+            # the name is group 1): from a later start in the same run the match ends where
+            # the first start's would, so trying each one cost the square of the run's length
+            r"(?<![\w-])-*(\b[\w-]+(?:/[\w.-]+)*\.(?:py|js|ts|tsx|go|rs|java|c|h|cpp|md|json|ya?ml|toml|txt|log|sql|sh|cfg|ini)\b)"
         ),
     ),
     ("port", re.compile(r"\b(?:port|localhost:|:)\s?(\d{2,5})\b")),
     ("ticket", re.compile(r"\b[A-Z][A-Z0-9]{1,9}-\d{1,7}\b|(?<!\w)#\d{2,7}\b")),
 ]
+
+
+#: a number worth keeping: three or more digits, or a decimal (a line count, an amount, a
+#: status code); "1" and "42" are everywhere in text and would say nothing
+NUMBER = re.compile(r"(?<![\w.])(?:\d{3,}(?:\.\d+)?|\d+\.\d+)(?![\w])")
+
+#: any identifier or number, in one pattern: whether a line holds a fact at all
+FACT = re.compile("|".join(f"(?:{pat.pattern})" for _kind, pat in _PATTERNS) + f"|(?:{NUMBER.pattern})")
 
 
 def extract(text: str, limit: int = 200) -> list[str]:

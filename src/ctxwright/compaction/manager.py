@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,7 +35,7 @@ from ctxwright.compaction.budget import apply_budget, offload_of, sanitize, text
 from ctxwright.compaction.compress import Earlier, names_in
 from ctxwright.compaction.config import CompactionConfig
 from ctxwright.compaction.ledger import ItemCache
-from ctxwright.compaction.noise import repeat_marker
+from ctxwright.compaction.noise import repeat_marker, salient_terms
 from ctxwright.compaction.offload import ResultFiles
 from ctxwright.compaction.pipeline import CompactionReport, PassState, tiers_for
 from ctxwright.compaction.planner import Decision
@@ -98,6 +99,8 @@ class ContextManager:
     #: the session of the round being budgeted: a source outline keeps the lines naming
     #: what its task names (:meth:`_task_names`)
     _round_session: Session | None = None
+    #: the first event seq :attr:`ledger_items` has not scanned yet
+    _ledger_scanned: int = 0
 
     @classmethod
     def for_backend(
@@ -148,6 +151,7 @@ class ContextManager:
                 self.last_compaction_call = ev.call_index
         self.known = [ev.message.content or "" for ev in session.events if isinstance(ev, ToolEvent) and ev.compressed]
         self.breaker.restore(session)
+        self.ledger_items, self._ledger_scanned = ItemCache(), 0  # seqs are this session's
         self.earlier = Earlier()
         self._earlier_upto = 0
 
@@ -337,6 +341,7 @@ class ContextManager:
         if not self.config.enabled:
             return []
         self._call_index = call_index
+        self.scan_new(session)
         tokens = self.request_tokens(session)
         spaced = call_index - self.last_compaction_call >= self.config.min_calls_between
         decision = self.plan(session, call_index, tokens, spaced) if self.config.policy == "cost" else None
@@ -354,6 +359,23 @@ class ContextManager:
                 "Every event so far is saved."
             )
         return reports
+
+    def scan_new(self, session: Session) -> None:
+        """What the layers read of each result, found once per event as it arrives: the loss
+        ledger's items (``ledger.py``) and the noise rule's salient terms (``noise.py``).
+        Found when a pass needs them, a pass that hides a hundred events of a 128K-token
+        context scanned a hundred results at once."""
+        events = session.events
+        for seq in range(self._ledger_scanned, len(events)):
+            ev = events[seq]
+            if isinstance(ev, ToolEvent):
+                salient_terms(ev.message.content or "")
+        self._ledger_scanned = self.ledger_items.scan(events, self._ledger_scanned, partial(self.ledger_text, session))
+
+    def ledger_text(self, session: Session, seq: int) -> str | None:
+        """The text the loss ledger scans for a result event: its original (``None`` for
+        an event that is not a result: the ledger reads its message)."""
+        return self.original_text(session, seq) if isinstance(session.events[seq], ToolEvent) else None
 
     def plan(self, session: Session, call_index: int, tokens: int, spaced: bool) -> Decision:
         """The cost rule's decision before this call (``planner.py``), on this stretch's numbers:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 
 from ctxwright.core.events import ToolEvent
 from ctxwright.core.messages import Message
@@ -29,11 +30,18 @@ SCAN_CHARS = 20_000  # salient terms come from a result's first characters only:
 
 
 def salient_terms(text: str) -> set[str]:
-    return {
+    return set(_salient_terms(text[:SCAN_CHARS]))
+
+
+@lru_cache(maxsize=1024)
+def _salient_terms(head: str) -> frozenset[str]:
+    """Cached by the text itself: every compaction trigger asks again for the terms of each
+    result still in view, and a result's recorded text never changes."""
+    return frozenset(
         t.strip(".:-/").lower()
-        for t in _TERM.findall(text[:SCAN_CHARS])
+        for t in set(_TERM.findall(head))  # each distinct word once: a log repeats its words
         if any(c.isdigit() or c.isupper() or c in "_/.:" for c in t) and len(t.strip(".:-/")) >= 4
-    }
+    )
 
 
 def _assistant_text(m: Message) -> str:
@@ -64,10 +72,13 @@ def unused_results(
     items = list(entries)
     out: dict[int, str] = {}
     later_texts: list[str] = []  # assistant texts after position i, built backwards
+    # the same texts joined by NUL (which no term holds): one C search per term, not one per text
+    later = ""
     later_ok_tools: set[str] = set()
     for seq, m in reversed(items):
         if m.role == "assistant":
             later_texts.append(_assistant_text(m))
+            later = later_texts[-1] + "\0" + later
             continue
         if m.role != "tool" or seq is None or seq in already:
             continue
@@ -83,6 +94,6 @@ def unused_results(
         if len(later_texts) < after_turns or (m.content or "").startswith("[ctxwright:"):
             continue
         terms = salient_terms(m.content or "")
-        if terms and not any(t in txt for txt in later_texts for t in terms):
+        if terms and not any(t in later for t in terms):
             out[seq] = unused_marker(name, rid, tokens, f"not used by the {len(later_texts)} later steps")
     return out

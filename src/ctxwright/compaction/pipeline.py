@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ctxwright.compaction import archival, full, ledger, skills
@@ -514,11 +515,9 @@ def loss_ledger(state: PassState, plan: Plan, view: list[Message]) -> dict[str, 
     s = state.session
     hidden = set(plan.replace) | set(plan.drop)
 
-    def original(seq: int) -> str | None:
-        return state.manager.original_text(s, seq) if isinstance(s.events[seq], ToolEvent) else None
-
-    seen = s.prefix.system_prompt + "\n" + ledger.visible_text(view)
-    return ledger.build(s.events, hidden, seen, original, state.manager.ledger_items)
+    cache = state.manager.ledger_items
+    seen = ledger.Seen([s.prefix.system_prompt, *ledger.visible_parts(view)], cache.words_of)
+    return ledger.build(s.events, hidden, seen, partial(state.manager.ledger_text, s), cache)
 
 
 def run(tiers: list[Tier], state: PassState) -> list[CompactionReport]:
