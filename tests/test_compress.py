@@ -376,3 +376,18 @@ def test_source_over_the_cap_is_outlined_with_the_lines_the_task_names(store, tm
     assert "def parse_header(raw):" in content and "step_3 = compute" not in content
     assert "yield from map(parse_header, lines)" in content  # a line naming what the task names
     assert e.offload is not None and ResultFiles(tmp_path / s.id).read("f1", 0, len(src))[0] == src
+
+
+def test_a_log_whose_every_line_holds_a_new_id_gives_up_after_a_bounded_number_of_scans(monkeypatch):
+    text = "\n".join(f"worker {i % 8} processed batch {i} id {i * 2654435761 % 2**32:08x}" for i in range(40_000))
+    scans = 0
+    real = logs.extract
+
+    def counted(block: str, limit: int = 200) -> list[str]:
+        nonlocal scans
+        scans += 1
+        return real(block, limit)
+
+    monkeypatch.setattr(logs, "extract", counted)
+    assert logs.compress(text) is None  # nothing to fold: every line is a fact
+    assert 0 < scans <= logs.MAX_SCANS

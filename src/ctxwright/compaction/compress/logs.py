@@ -123,6 +123,8 @@ class _Shown:
 
     def _ids(self, lines: list[str]) -> list[str]:
         self.scans += 1
+        if self.scans > MAX_SCANS:  # over the cap: the caller gives up, nothing more is scanned
+            return []
         block = _CLOCK.sub(" ", "\n".join(line for line in lines if len(line) <= MAX_LINE))
         return extract(block, limit=len(block) + 1) if _MAY_HOLD.search(block) else []
 
