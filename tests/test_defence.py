@@ -360,7 +360,12 @@ def test_offloaded_preview_is_wrapped(tmp_path: Path) -> None:
 
     backend = ScriptedBackend([turn(call("dump", {}, "d1")), "done"])
     with Harness(
-        "S.", [dump], backend=backend, db=tmp_path / "s.db", compaction={"result_cap_tokens": 500}, **QUIET
+        "S.",
+        [dump],
+        backend=backend,
+        db=tmp_path / "s.db",
+        compaction={"result_cap_tokens": 500, "compress": False},  # the preview is under test, not the fold
+        **QUIET,
     ) as h:
         h.run("dump")
         ev = tool_events(h.session)[0]
