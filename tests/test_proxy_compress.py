@@ -16,6 +16,7 @@ as the client sent it, and a body that cannot be rewritten relayed as it came, w
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import subprocess
 import sys
@@ -149,9 +150,11 @@ def test_a_tool_heavy_session_costs_fewer_tokens_keeps_every_fact_and_never_brea
     assert seen["call_6"] == "[same as the result of call call_5]"  # the exact repeat, a reference
     assert seen["call_4"] == OUTPUTS[3][1]  # too short to shorten: sent as it was
     assert one_session_causes(proxy.recorder.store) == ["first"] + ["append"] * (n - 1)  # type: ignore[arg-type]
-    # the original of a rewritten result is kept on disk and named in it
-    path = Path(seen["call_1"].rsplit("full output: ", 1)[1].rstrip("]"))
-    assert path.read_text() == OUTPUTS[0][1]
+    # the original of a rewritten result is kept on disk, and named in it when the rule left bytes out
+    path = Path(seen["call_3"].rsplit("full output: ", 1)[1].rstrip("]"))
+    assert path.read_text() == OUTPUTS[2][1]
+    assert "full output" not in seen["call_1"]  # a table holds every byte of the listing
+    assert (path.parent / f"{hashlib.sha256(OUTPUTS[0][1].encode()).hexdigest()}.txt").read_text() == OUTPUTS[0][1]
     # what was recorded is what went upstream, and the line per call says what was saved
     recorded = proxy_session_requests(proxy.recorder.store, str(proxy_sessions(proxy.recorder.store)[0]["id"]))  # type: ignore[arg-type]
     assert [json.dumps(r["request"], separators=(",", ":")) for r in recorded] == [
@@ -178,8 +181,8 @@ def test_a_restarted_proxy_sends_what_the_store_kept(
         _idle(second, 3)
     after = results_of(upstream.seen[-1].raw)
     assert {cid: after[cid] for cid in before} == before
-    kept = Path(before["call_1"].rsplit("full output: ", 1)[1].rstrip("]"))
-    assert kept.read_text() == OUTPUTS[0][1] and kept.is_relative_to(tmp_path)
+    kept = Path(before["call_3"].rsplit("full output: ", 1)[1].rstrip("]"))
+    assert kept.read_text() == OUTPUTS[2][1] and kept.is_relative_to(tmp_path)
     store = Store(db)
     assert one_session_causes(store) == ["first"] + ["append"] * 5  # one session across the restart, no break
     # the store decides, not a recomputation: bytes an earlier build stored keep going upstream

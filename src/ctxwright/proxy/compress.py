@@ -24,8 +24,9 @@ What it protects:
   scanner with a string hook (:func:`_spanned`); a body nested past its recursion limit is
   relayed as it was.
 * **Nothing lost.** When a result is rewritten, its original is kept under the store's folder
-  (``ctxwright-originals/<sha256>.txt``) and the result names it (``full output: PATH``): an
-  agent that reads files can read it whole. A result the rewrite would not shorten goes as it
+  (``ctxwright-originals/<sha256>.txt``); when the rule left bytes out (a folded log), the
+  result names it (``full output: PATH``): an agent that reads files can read it whole. A table
+  or a reference plus the differing lines holds every byte already (:data:`LOSSLESS_RULES`). A result the rewrite would not shorten goes as it
   was. A body that is not JSON, not UTF-8, over the cap, or in a ``Content-Encoding`` that
   cannot be undone within the cap goes upstream byte for byte, and the line per call says why.
 * **A compressed request body** (``Content-Encoding: gzip``, ``br``, ``deflate``, ``zstd``) is
@@ -59,6 +60,11 @@ from ctxwright.store.sessions import Store, recovery_dir_for
 
 #: what the line per call says of a result's original, kept on disk
 FULL_OUTPUT = "full output: {path}"
+#: rules whose form holds every byte of the original: a table parses back to the listing, a
+#: reference plus the differing lines rebuilds the repeat from the result it names. Naming the
+#: original's file there would only add tokens to every later request; a folded log drops the
+#: numbers of the lines it folds, so its file is named.
+LOSSLESS_RULES = frozenset({"json_table", "repeat"})
 #: where the originals of rewritten results are kept, beside the store
 ORIGINALS_FOLDER = "ctxwright-originals"
 #: results looked up per statement
@@ -303,15 +309,16 @@ class BodyCompressor:
         return out
 
     def _compress(self, r: ToolResult, sha: str, earlier: Earlier, *, name_original: bool) -> Sent:
-        """One result's form; ``name_original`` false for an exact repeat of a result earlier
-        in the request, which is either whole there or names the same file."""
+        """One result's form, its original kept on disk; named in it only when the rule leaves
+        bytes out (:data:`LOSSLESS_RULES`) and no earlier result of the request has the same
+        original (that one is whole, or names the same file)."""
         original = str(r.original)
         c: Compressed = compress_result(original, call_id=r.call_id, earlier=earlier)
         if c.text == original or c.rule == "none":
             return Sent(None, "none", len(original), 0)
         text = c.text
-        path = self._offload(original, sha) if name_original else None
-        if path is not None:
+        path = self._offload(original, sha)
+        if path is not None and name_original and c.rule not in LOSSLESS_RULES:
             text = f"{text}\n[{FULL_OUTPUT.format(path=path)}]"
         if len(text) >= len(original):  # the note would cost more than the rule saved
             return Sent(None, "none", len(original), 0)
