@@ -210,6 +210,9 @@ def _compaction(src: _Sources, d: BackendDefaults) -> CompactionOptions:
     if isinstance(stored, Mapping) and "policy" not in stored:
         # recorded before the cost planner (compaction/planner.py): resumes compacting as it ran
         stored = {**stored, "policy": "eager"}
+    if isinstance(stored, Mapping) and "compress" not in stored:
+        # recorded before the compressors (compaction/compress/): resumes recording results as it did
+        stored = {**stored, "compress": False}
     from_record = given is None and stored is not None
     if given is None:
         given = True if stored is None else stored
