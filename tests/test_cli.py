@@ -150,7 +150,8 @@ def test_openai_backend_needs_model(tmp_path, capsys):
 def test_run_offloads_a_big_file_and_pages_it_back(tmp_path, capsys):
     ws = tmp_path / "ws"
     ws.mkdir()
-    (ws / "big.log").write_text("".join(f"event {i:05d} ok\n" for i in range(20_000)))
+    # alternating lines: no run for the log compressor to fold, so the preview is what is sent
+    (ws / "big.log").write_text("".join(f"event {i:05d} {'ok' if i % 2 else 'retried'}\n" for i in range(20_000)))
     db = tmp_path / "c.db"
     with F(
         [

@@ -378,7 +378,10 @@ def test_huge_output_goes_through_the_result_budget(tmp_path, compaction):
         event = next(ev for ev in h.session.events if isinstance(ev, ToolEvent))
     sent = _tool_messages(backend, 1)[0].content or ""
     if compaction:  # offloaded to disk whole; the context gets the preview
-        assert len(sent) < 20_000 and "saved in full as result_id" in sent
+        # previewed, or (its lines all alike) folded by the log compressor
+        assert len(sent) < 20_000 and (
+            "saved in full as result_id" in sent or "the exact original: read_result" in sent
+        )
         assert event.offload is not None and event.offload.chars > 200_000 * 15  # the whole output, restorable
         assert Path(event.offload.path).read_text().count("line of output\n") == 200_000
     else:  # the plain character cap
