@@ -268,7 +268,7 @@ COMPRESS_MIN_CHARS = 1_000
 #: what the header of a compressed result says each rule did
 _RULE_SAYS = {
     "json_table": "a JSON array of objects shown as a table, every value kept",
-    "repeat": "a repeat of an earlier result, shown as the lines that differ",
+    "repeat": "a repeat of an earlier result, shown as a reference to it and the lines that differ",
     "log_fold": "runs of lines that differ only in numbers folded, every error, warning and identifier line kept",
     "code_outline": "source code over the budget, shown as an outline",
 }

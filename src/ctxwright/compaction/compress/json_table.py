@@ -20,7 +20,9 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-MAX_CHARS = 8_000_000
+#: parsed, a JSON text takes many times its size in objects; a larger one is never under a
+#: result cap as a table either (it is offloaded and previewed as it is)
+MAX_CHARS = 2_000_000
 MIN_SAVING = 0.15
 MIN_ROWS = 2
 #: how deep inside a JSON object the largest array of objects is looked for
