@@ -181,12 +181,14 @@ def test_source_code_is_never_folded_and_outlined_only_on_request():
     src = "\n".join(
         [f"def handler_{i}(request):\n    value = table[{i}]\n    return value\n" for i in range(80)]
         + ["class ParseHeaderError(Exception):\n    pass\n", "def parse_header(raw):\n    raise ParseHeaderError(raw)"]
+        + ["RETRIES = 3\n", "def fetch():\n    url = 'https://api.example.com/v2/items'\n    return url\n"]
     )
     assert compress_result(src, call_id="s1").rule == "none"  # kept exact: a model edits these bytes
     o = outline(src, names_in("why does parse_header fail?"))
     assert isinstance(o, Compressed) and o.rule == "code_outline"
     assert "def handler_42(request):" in o.text and "def parse_header(raw):" in o.text
     assert "raise ParseHeaderError(raw)" in o.text and "value = table" not in o.text
+    assert "RETRIES = 3" in o.text and "https://api.example.com/v2/items" in o.text  # a constant, a fact
     assert outline("just some prose\n" * 50) is None
 
 

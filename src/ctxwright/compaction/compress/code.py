@@ -1,7 +1,8 @@
 """Rule ``code_outline``: source code is kept exact; only when the result budget would
 otherwise cut it does it become an outline -- every ``def``/``class``/``function``/``fn``
-signature line (with its line number), plus every line naming something the task or an
-error named.
+signature line and decorator (with its line number), every top-level constant, every line
+holding an identifier or a number (the loss ledger's ``identifiers.FACT``: a URL, a path, a
+port, a version, a limit), and every line naming something the task or an error named.
 
 Why: a model that edits code needs the exact bytes (an edit tool matches them literally),
 so no lossy rule runs on source that fits. But when a file is over the budget, a head and a
@@ -17,6 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from ctxwright.compaction.identifiers import FACT
+
 MAX_CHARS = 8_000_000
 MAX_LINE = 500
 MIN_LINES = 20
@@ -27,6 +30,9 @@ _SIGNATURE = re.compile(
     r"(?:def|class|function|func|fn|interface|struct|enum|trait|impl|type|module|package)[ \t(]"
 )
 _DECORATOR = re.compile(r"[ \t]*@[\w.]+")
+_CONSTANT = re.compile(
+    r"(?:export[ \t]+)?(?:const[ \t]+|static[ \t]+|final[ \t]+)?[A-Z][A-Z0-9_]*[ \t]*(?::[^=]{0,80})?="
+)
 _ALERT = re.compile(r"error|fail|exception", re.IGNORECASE)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,80}")
 #: the characters of a task's text searched for names, and the most names kept
@@ -63,13 +69,21 @@ def outline(text: str, names: Iterable[str] = ()) -> str | None:
     wanted = sorted({n for n in names if len(n) >= 3})
     width = len(str(len(lines)))
     out = [
-        f"[source outline, {len(lines):,} lines: the definitions and the lines naming "
-        f"{', '.join(wanted) if wanted else 'an error'}, each with its line number]"
+        f"[source outline, {len(lines):,} lines: the definitions, constants, lines holding an identifier "
+        f"or a number, and lines naming {', '.join(wanted) + ' or ' if wanted else ''}an error, "
+        "each with its line number]"
     ]
     for number, line in enumerate(lines, 1):
         if len(line) > MAX_LINE:
             continue
-        if _SIGNATURE.match(line) or _DECORATOR.match(line) or _ALERT.search(line) or any(n in line for n in wanted):
+        if (
+            _SIGNATURE.match(line)
+            or _DECORATOR.match(line)
+            or _CONSTANT.match(line)
+            or _ALERT.search(line)
+            or any(n in line for n in wanted)
+            or FACT.search(line)
+        ):
             out.append(f"{number:>{width}}| {line}")
     result = "\n".join(out)
     return result if len(result) <= len(text) * (1 - MIN_SAVING) else None
