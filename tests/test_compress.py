@@ -393,3 +393,28 @@ def test_a_log_whose_every_line_holds_a_new_id_gives_up_after_a_bounded_number_o
     monkeypatch.setattr(logs, "extract", counted)
     assert logs.compress(text) is None  # nothing to fold: every line is a fact
     assert 0 < scans <= logs.MAX_SCANS
+
+
+def test_after_harness_resume_a_rerun_refers_to_a_result_from_before(tmp_path):
+    from ctxwright import Harness
+
+    def pull(variant: int) -> str:
+        """Pull the image.
+
+        Args:
+            variant: which run
+        """
+        return _log(300) + f"\nretry {variant}: layer 17 ok"
+
+    quiet = {"status": False, "todo": False, "delegate": False, "recall": False}
+    first = ScriptedBackend([A(call("pull", {"variant": 1}, "p1")), "done"])
+    with Harness("S.", [tool(pull)], backend=first, db=tmp_path / "s.db", **quiet) as h:
+        h.run("pull it")
+        sid = h.session_id
+    again = ScriptedBackend([A(call("pull", {"variant": 2}, "p2")), "done"])
+    with Harness.resume(sid, tools=[tool(pull)], backend=again, db=tmp_path / "s.db") as h2:
+        h2.run("pull it again")
+        ev = next(e for e in h2.session.events if isinstance(e, ToolEvent) and e.result_id == "p2")
+    content = ev.message.content or ""
+    assert ev.compress_rule == "repeat" and "same as the result of call p1 except" in content
+    assert "+retry 2: layer 17 ok" in content and "-retry 1: layer 17 ok" in content
