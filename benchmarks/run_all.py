@@ -32,6 +32,7 @@ def main() -> None:
         ["per_turn.py"],
         ["compression.py", *(["--quick"] if args.quick else [])],
         ["compression_facts.py", *(["--quick"] if args.quick else [])],  # loopback model; peers if installed
+        ["compressors.py", *(["--quick"] if args.quick else [])],
         ["terminal.py"],
         ["tool_search.py", "--part", "search", *(["--quick"] if args.quick else [])],
         ["tool_search.py", "--part", "session"],
@@ -56,6 +57,7 @@ def main() -> None:
         "long_session.py",
         "per_turn.py",
         "compression_facts.py",  # a scripted loopback model, no model
+        "compressors.py",  # the compressors on generated tool results, no model
         "terminal.py",
         "tool_search.py",
         "tool_catalogs.py",  # rankers on public tool sets, no model
