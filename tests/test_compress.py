@@ -5,11 +5,13 @@ after a run through the result budget."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 import textwrap
 import tracemalloc
+from pathlib import Path
 
 from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.backends.scripted import ScriptedBackend, call
@@ -418,3 +420,42 @@ def test_after_harness_resume_a_rerun_refers_to_a_result_from_before(tmp_path):
     content = ev.message.content or ""
     assert ev.compress_rule == "repeat" and "same as the result of call p1 except" in content
     assert "+retry 2: layer 17 ok" in content and "-retry 1: layer 17 ok" in content
+
+
+def test_the_same_bytes_in_processes_with_different_hash_seeds(tmp_path):
+    """Set and dict order vary with PYTHONHASHSEED; the compressed bytes must not."""
+    script = textwrap.dedent(
+        """
+        import hashlib, json, sys
+        sys.path.insert(0, sys.argv[1])
+        from test_compress import _listing, _log
+        from ctxwright.compaction.compress import Earlier, compress_result, outline
+        e = Earlier()
+        e.add("a", _log(300))
+        texts = [json.dumps(_listing(50), indent=2), _log(300), _log(300) + "\\nretry 9 ok"]
+        outs = [compress_result(t, call_id="z", earlier=e).text for t in texts]
+        src = "\\n".join(f"def f{i}(x):\\n    y = x + {i}\\n    return y\\n" for i in range(40))
+        outs.append(outline(src, ["f_3", "Beta", "alpha_b"]).text)
+        print(hashlib.sha256("\\x00".join(outs).encode()).hexdigest())
+        """
+    )
+    here = str(Path(__file__).resolve().parent)
+    digests = set()
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run(
+            [sys.executable, "-c", script, here], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        digests.add(done.stdout.strip())
+    assert len(digests) == 1
+
+
+def test_lone_surrogates_given_directly_do_not_break_a_rule():
+    """A caller that did not sanitize (the budget layer does) still gets an answer."""
+    lines = [f"step {i} ok \udcff" for i in range(200)]
+    c = compress_result("\n".join(lines), call_id="u1", earlier=Earlier())
+    assert c.rule == "log_fold" and "\udcff" in c.text
+    rows = json.dumps([{"k": f"v\udcff{i}", "n": i} for i in range(30)], ensure_ascii=False)
+    t = compress_result(rows, call_id="u2")
+    assert t.rule == "json_table" and json_table.parse_table(t.text)[1] == json.loads(rows)
