@@ -15,8 +15,8 @@ tool call; the agent side is the official ``openai`` SDK. Every arm runs the sam
 * ``proxy --compress`` -- the direct agent through ``ctxwright proxy`` with its compressors on
   (reported as not available when this build's proxy has no such option);
 * ``headroom`` (and ``headroom token``) -- the direct agent through the peer compression proxy
-  ``headroom-ai`` run offline (``make peers`` installs it outside the clone); not installed:
-  reported as not available.
+  ``headroom-ai`` run offline (``make peers`` installs it outside the clone, under
+  ``~/.cache/ctxwright/peers`` or ``$CTXWRIGHT_PEERS``); not installed: reported as not available.
 
 Measured per arm, from the requests the upstream received (the audit of ``audit/compare.py``
 over them, so every arm is counted the same way): tokens per call (the project's token counter),
