@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import tracemalloc
-from pathlib import Path
 
 from ctxwright.agent.loop import Agent, AgentConfig
 from ctxwright.backends.scripted import ScriptedBackend, call
@@ -426,26 +425,23 @@ def test_the_same_bytes_in_processes_with_different_hash_seeds(tmp_path):
     """Set and dict order vary with PYTHONHASHSEED; the compressed bytes must not."""
     script = textwrap.dedent(
         """
-        import hashlib, json, sys
-        sys.path.insert(0, sys.argv[1])
-        from test_compress import _listing, _log
+        import hashlib, json
         from ctxwright.compaction.compress import Earlier, compress_result, outline
+        items = [{"id": i, "name": f"n{i}", "tags": {"b": i, "a": [i]}} for i in range(50)]
+        log = "\\n".join(f"12:00:{i % 60:02d} fetched {i} from /srv/{i % 3}/x.py" for i in range(300))
         e = Earlier()
-        e.add("a", _log(300))
-        texts = [json.dumps(_listing(50), indent=2), _log(300), _log(300) + "\\nretry 9 ok"]
+        e.add("a", log)
+        texts = [json.dumps(items, indent=2), log + "\\nERROR x", log + "\\nretry 9 ok"]
         outs = [compress_result(t, call_id="z", earlier=e).text for t in texts]
-        src = "\\n".join(f"def f{i}(x):\\n    y = x + {i}\\n    return y\\n" for i in range(40))
+        src = "\\n".join(f"def f_{i}(x):\\n    y = x + {i}\\n    return y\\n" for i in range(40))
         outs.append(outline(src, ["f_3", "Beta", "alpha_b"]).text)
         print(hashlib.sha256("\\x00".join(outs).encode()).hexdigest())
         """
     )
-    here = str(Path(__file__).resolve().parent)
     digests = set()
-    for seed in ("1", "2", "3"):
+    for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        done = subprocess.run(
-            [sys.executable, "-c", script, here], capture_output=True, text=True, env=env, timeout=120
-        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 0, done.stderr
         digests.add(done.stdout.strip())
     assert len(digests) == 1
