@@ -455,3 +455,16 @@ def test_lone_surrogates_given_directly_do_not_break_a_rule():
     rows = json.dumps([{"k": f"v\udcff{i}", "n": i} for i in range(30)], ensure_ascii=False)
     t = compress_result(rows, call_id="u2")
     assert t.rule == "json_table" and json_table.parse_table(t.text)[1] == json.loads(rows)
+
+
+def test_rows_of_numbers_are_data_and_never_folded():
+    csv = "day,requests,p95_ms\n" + "\n".join(
+        f"2026-11-{i % 28 + 1:02d},{1000 + i * 37},{12.5 + i / 10}" for i in range(300)
+    )
+    md = "| host | cpu | mem |\n|---|---|---|\n" + "\n".join(
+        f"| web-{i} | {i % 97} | {i * 3 % 101}% |" for i in range(300)
+    )
+    for text in (csv, md):
+        assert logs.compress(text) is None and compress_result(text, call_id="d").rule == "none"
+    progress = "\n".join(f"fetched layer {i} of 300" for i in range(300))
+    assert logs.compress(progress) is not None  # a progress line is not a row of data

@@ -2,7 +2,8 @@
 once digits, hex ids and times are masked folds into its first line, ``[… N more like this]``
 and its last line (the final count, the last file). A line that names an error, warning,
 failure, exception or traceback, and a line holding an identifier not already shown, is
-always kept verbatim.
+always kept verbatim. Rows of numbers (CSV, TSV, a Markdown table: two or more numeric
+fields between delimiters) are data, not progress, and are never folded.
 
 Why: build and test logs print progress counters, download percentages and per-file lines
 by the hundred; the model needs that it happened and how often, not every copy. What it
@@ -65,7 +66,7 @@ def compress(text: str) -> str | None:
         j = i + 1
         while j < len(lines) and keys[j] is not None and keys[j] == keys[i]:
             j += 1
-        if j - i < MIN_RUN:
+        if j - i < MIN_RUN or _tabular(keys[i]):
             out.extend(lines[i:j])
             ids.pending.extend(lines[i:j])
             i = j
@@ -97,6 +98,15 @@ def compress(text: str) -> str | None:
         return None
     result = "\n".join(out)
     return result if len(result) <= len(text) * (1 - MIN_SAVING) else None
+
+
+def _tabular(key: str | None) -> bool:
+    """Whether a masked line is a row of numbers: two or more fields that were numbers."""
+    for delimiter in (",", "\t", "|", ";"):
+        fields = key.split(delimiter) if key is not None and delimiter in key else []
+        if len(fields) >= 3 and sum(f.strip().lstrip("-") in ("0", "0.0", "#", "0%", "0.0%") for f in fields) >= 2:
+            return True
+    return False
 
 
 def _alerts(lines: list[str]) -> list[bool]:
