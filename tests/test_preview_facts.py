@@ -99,3 +99,14 @@ def test_many_hostile_lines_finish_bounded_and_keep_their_facts():
     assert "failed at /srv/app/main.py:42 with ERR-1234" in body
     counts = [int(n.replace(",", "")) for n in re.findall(r"\[… ([\d,]+) lines? …\]", body)]
     assert counts and counts[-1] > 190_000
+
+
+def test_the_extractor_is_linear_on_a_long_run_of_name_characters_and_finds_the_same_names():
+    from ctxwright.compaction.identifiers import extract_kinds
+    from ctxwright.compaction.ledger import items_of
+
+    # a 50,000-character run of "a-": the file-name pattern once tried every start in it
+    # (the square of the run), now only the run's first; the names around it are unchanged
+    got = extract_kinds("a-" * 25_000 + " x.py-y.py --/lib/z.md a.py.bak", 100)
+    assert got == [("file", "x.py"), ("file", "-y.py"), ("path", "/lib/z.md"), ("file", "a.py")]
+    assert items_of("a-" * 25_000) == []

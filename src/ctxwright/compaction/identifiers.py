@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+_FILE_EXTS = "py|js|ts|tsx|go|rs|java|c|h|cpp|md|json|ya?ml|toml|txt|log|sql|sh|cfg|ini"
+
 # Order matters: URLs first so their paths and hosts are not also reported piecemeal.
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("url", re.compile(r"\bhttps?://[^\s<>\"')\]]+")),
@@ -20,10 +22,13 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "file",
         re.compile(
-            # tried only where a run of [\w-] begins (its leading dashes skipped in the match,
-            # the name is group 1): from a later start in the same run the match ends where
-            # the first start's would, so trying each one cost the square of the run's length
-            r"(?<![\w-])-*(\b[\w-]+(?:/[\w.-]+)*\.(?:py|js|ts|tsx|go|rs|java|c|h|cpp|md|json|ya?ml|toml|txt|log|sql|sh|cfg|ini)\b)"
+            # tried only where a run of [\w-] begins (its leading dashes skipped, the name is
+            # group 1) or at a "-" right after an extension (where the plain pattern resumed
+            # after a match): any other start in a run fails where the run's first start did,
+            # and trying each one cost the square of the run's length. Same matches.
+            r"(?:(?<![\w-])-*|(?=-)(?:"
+            + "|".join(f"(?<=\\.{ext})" for ext in _FILE_EXTS.replace("ya?ml", "yaml|yml").split("|"))
+            + rf"))(\b[\w-]+(?:/[\w.-]+)*\.(?:{_FILE_EXTS})\b)"
         ),
     ),
     ("port", re.compile(r"\b(?:port|localhost:|:)\s?(\d{2,5})\b")),
@@ -53,7 +58,7 @@ def extract_kinds(text: str, limit: int = 200) -> list[tuple[str, str]]:
     taken = bytearray(len(text))
     for kind, pat in _PATTERNS:
         for m in pat.finditer(text):
-            a, b = m.span()
+            a, b = m.span(1) if kind == "file" else m.span()  # a file's match may hold dashes before it
             if 1 in taken[a:b]:  # inside a longer identifier already found
                 continue
             value = (m.group(1) if pat.groups else m.group(0)).rstrip(".,;:")
