@@ -110,3 +110,19 @@ def test_the_extractor_is_linear_on_a_long_run_of_name_characters_and_finds_the_
     got = extract_kinds("a-" * 25_000 + " x.py-y.py --/lib/z.md a.py.bak", 100)
     assert got == [("file", "x.py"), ("file", "-y.py"), ("path", "/lib/z.md"), ("file", "a.py")]
     assert items_of("a-" * 25_000) == []
+
+
+def test_a_long_chain_of_folders_is_extracted_in_linear_time() -> None:
+    """Each "/" of "/a/a/a..." starts the file pattern; unbounded, each start scanned the rest
+    of the chain (the square of its length: 50,000 characters took 16 s, 100,000 would take a
+    minute). Bounded folders make it linear: a subprocess must finish well inside 30 s, and a
+    deep real path is still found by its last folders."""
+    import subprocess
+    import sys
+
+    code = "from ctxwright.compaction.identifiers import extract; extract('/a' * 50_000 + ' x.py')"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
+    from ctxwright.compaction.identifiers import FILE_DEPTH, extract
+
+    deep = "/".join(f"d{i}" for i in range(FILE_DEPTH + 5)) + "/main.py"
+    assert any(v.endswith("/main.py") and deep.endswith(v) for v in extract(f"see {deep} now"))

@@ -11,6 +11,11 @@ from __future__ import annotations
 import re
 
 _FILE_EXTS = "py|js|ts|tsx|go|rs|java|c|h|cpp|md|json|ya?ml|toml|txt|log|sql|sh|cfg|ini"
+#: the folders a file name may carry before it: every "/" of a long chain ("/a/a/a...") is a
+#: start of the file pattern, and an unbounded chain made each start scan to its end -- the
+#: square of the chain's length (50,000 characters took 16 s). Bounded, each start costs at
+#: most this many folders; a real path deeper than this is still found, by its last folders.
+FILE_DEPTH = 32
 
 # Order matters: URLs first so their paths and hosts are not also reported piecemeal.
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
@@ -28,7 +33,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             # and trying each one cost the square of the run's length. Same matches.
             r"(?:(?<![\w-])-*|(?=-)(?:"
             + "|".join(f"(?<=\\.{ext})" for ext in _FILE_EXTS.replace("ya?ml", "yaml|yml").split("|"))
-            + rf"))(\b[\w-]+(?:/[\w.-]+)*\.(?:{_FILE_EXTS})\b)"
+            + rf"))(\b[\w-]+(?:/[\w.-]+){{0,{FILE_DEPTH}}}\.(?:{_FILE_EXTS})\b)"
         ),
     ),
     ("port", re.compile(r"\b(?:port|localhost:|:)\s?(\d{2,5})\b")),
