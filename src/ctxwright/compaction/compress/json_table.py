@@ -35,14 +35,12 @@ class _Num(str):
     """A JSON number or constant kept as its literal text."""
 
 
-class _Duplicate(ValueError):
-    pass
-
-
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
-        raise _Duplicate("duplicate key")
+        # a plain ValueError, caught with JSON's own errors: an object with a duplicate key has
+        # no one table form, so the text is left as it is
+        raise ValueError("duplicate key")
     return out
 
 
