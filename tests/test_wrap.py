@@ -250,6 +250,7 @@ def test_ctrl_c_reaches_the_agent_and_sigterm_is_passed_on(upstream: Upstream, t
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs util-linux's setpriv (Linux)")
 def test_an_agent_does_not_outlive_a_killed_wrap(upstream: Upstream, tmp_path: Path) -> None:
     """ctxwright killed outright (SIGKILL: no handler runs): the agent, which shares its
     terminal, gets SIGHUP as from a closed terminal, and ends -- it is not left reading the

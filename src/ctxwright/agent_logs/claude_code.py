@@ -35,12 +35,11 @@ changed is placed by the tokens the provider stopped reading at, never at a byte
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ctxwright.agent_logs.lines import numbered_lines
+from ctxwright.agent_logs.lines import json_objects
 from ctxwright.agent_logs.records import CLAUDE_CODE, LoggedCall, LogItem, LogProblem, Marker, Skipped
 from ctxwright.agent_logs.timestamps import ISO_Z, epoch
 from ctxwright.audit.logs import MAX_RECORD_BYTES, open_log
@@ -154,20 +153,11 @@ def read_claude_code(
     side: dict[str, int] = {}  # session -> side chains begun
     boundary: set[str] = set()  # sessions whose compact boundary awaits its summary line
     with open_log(path) as f:
-        for number, raw in numbered_lines(f, cap=cap):
-            if isinstance(raw, int):
-                yield LogProblem(name, number, f"a line of {raw:,} bytes, longer than the {cap:,}-byte cap: skipped")
+        for line in json_objects(f, name, cap=cap):
+            if isinstance(line, LogProblem):
+                yield line
                 continue
-            if len(raw) < 64 and not raw.strip():  # blank (a long line is never blank enough to matter)
-                continue
-            try:
-                obj = json.loads(raw)
-            except (ValueError, RecursionError) as exc:
-                yield LogProblem(name, number, f"not JSON ({str(exc)[:80]}): skipped")
-                continue
-            if not isinstance(obj, dict):
-                yield LogProblem(name, number, "not a JSON object: skipped")
-                continue
+            number, obj = line
             sid = obj.get("sessionId")
             session_id = sid if isinstance(sid, str) and sid else fallback_session
             session = f"{project}/{session_id}"

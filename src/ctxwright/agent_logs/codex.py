@@ -30,12 +30,11 @@ stopped reading at.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ctxwright.agent_logs.lines import numbered_lines
+from ctxwright.agent_logs.lines import json_objects
 from ctxwright.agent_logs.records import CODEX, LoggedCall, LogItem, LogProblem, Marker, Skipped
 from ctxwright.agent_logs.timestamps import epoch
 from ctxwright.audit.logs import MAX_RECORD_BYTES, open_log
@@ -110,18 +109,12 @@ def read_codex(
     context: dict[str, Any] | None = None
     previous_total: dict[str, int] | None = None
     with open_log(path) as f:
-        for number, raw in numbered_lines(f, cap=cap):
-            if isinstance(raw, int):
-                yield LogProblem(name, number, f"a line of {raw:,} bytes, longer than the {cap:,}-byte cap: skipped")
+        for line in json_objects(f, name, cap=cap):
+            if isinstance(line, LogProblem):
+                yield line
                 continue
-            if len(raw) < 64 and not raw.strip():  # blank (a long line is never blank enough to matter)
-                continue
-            try:
-                obj = json.loads(raw)
-            except (ValueError, RecursionError) as exc:
-                yield LogProblem(name, number, f"not JSON ({str(exc)[:80]}): skipped")
-                continue
-            if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+            number, obj = line
+            if not isinstance(obj.get("type"), str):
                 yield LogProblem(name, number, "not a rollout line ({timestamp, type, payload}): skipped")
                 continue
             kind, payload, stamp = obj["type"], obj.get("payload"), obj.get("timestamp")

@@ -10,9 +10,11 @@ that line, not the rest of the file. So a line longer than the cap
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, Any
 
+from ctxwright.agent_logs.records import LogProblem
 from ctxwright.audit.logs import MAX_RECORD_BYTES
 
 #: the piece an over-long line is read past in
@@ -46,3 +48,26 @@ def numbered_lines(f: IO[bytes], *, cap: int = MAX_RECORD_BYTES) -> Iterator[tup
             if not piece or piece.endswith(b"\n"):
                 break
         yield number, size
+
+
+def json_objects(
+    f: IO[bytes], name: str, *, cap: int = MAX_RECORD_BYTES
+) -> Iterator[tuple[int, dict[str, Any]] | LogProblem]:
+    """Each line of an agent log as ``(number, object)``; a line over the cap, one that is not
+    JSON or not a JSON object is a :class:`LogProblem` naming it, and blank lines are passed
+    over. The one loop both readers (Claude Code's, Codex's) share."""
+    for number, raw in numbered_lines(f, cap=cap):
+        if isinstance(raw, int):
+            yield LogProblem(name, number, f"a line of {raw:,} bytes, longer than the {cap:,}-byte cap: skipped")
+            continue
+        if len(raw) < 64 and not raw.strip():  # blank (a long line is never blank enough to matter)
+            continue
+        try:
+            obj = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            yield LogProblem(name, number, f"not JSON ({str(exc)[:80]}): skipped")
+            continue
+        if not isinstance(obj, dict):
+            yield LogProblem(name, number, "not a JSON object: skipped")
+            continue
+        yield number, obj

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
+from ctxwright.core.words import gap
+
 #: the form ccusage accepts for a Claude Code usage entry (its ``isoTimestampSchema``: seconds,
 #: optional milliseconds, ``Z``); a line with another form is not counted by it, nor here
 ISO_Z = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{3})?Z")
@@ -35,10 +37,6 @@ def clock(at: float | None) -> str:
 
 
 def duration(seconds: float) -> str:
-    """A gap as people read it: ``45s``, ``6m05s``, ``2h10m``."""
-    s = round(seconds)
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    """A gap as people read it: ``45s``, ``6m05s``, ``2h10m`` (``core/words.py``: one form
+    with the cache verdict's)."""
+    return gap(seconds)

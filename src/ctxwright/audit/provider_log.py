@@ -38,6 +38,7 @@ from ctxwright.cache.expiry import TTL_SECONDS
 from ctxwright.cache.prices import Pricing
 from ctxwright.cache.reported import Reported, reported
 from ctxwright.core.usage import as_object
+from ctxwright.core.words import gap
 
 _TIME_KEYS = ("sent_at", "timestamp", "ts", "created_at", "time")
 #: Send times from 1970 up to the year 10000 are times; a log's ``1e400`` (read as infinity),
@@ -219,8 +220,7 @@ def age_ttl(rec: Mapping[str, Any] | None) -> str:
 def _dur(v: Any) -> str:
     if not isinstance(v, int | float) or isinstance(v, bool):
         return "?"
-    s = round(v)
-    return f"{s}s" if s < 120 else f"{s // 60}m{s % 60:02d}s" if s < 7200 else f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return gap(v)
 
 
 def expiry_total(expiries: Sequence[Mapping[str, Any]]) -> tuple[int, float | None]:

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxwright.cache.reported import REASON_SEGMENT, Reported
+from ctxwright.core.words import gap as gap_text
 
 #: Anthropic's lookup walks back at most this many content blocks from a breakpoint.
 LOOKBACK_BLOCKS = 20
@@ -339,7 +340,7 @@ def _ttl(f: Facts) -> Verdict | None:
         return None
     return Verdict(
         "ttl_expired",
-        f"{f.same}; idle {_dur(gap)} since the cache was last used, longer than its TTL of {_dur(ttl)}",
+        f"{f.same}; idle {gap_text(gap)} since the cache was last used, longer than its TTL of {gap_text(ttl)}",
         _agree_unchanged(f),
         {"gap_s": round(gap, 3), "ttl_s": ttl},
     )
@@ -410,15 +411,6 @@ def fuse(byte: ByteEvidence, now: Reported, prev: Reported | None = None) -> Ver
         if v is not None:
             return v
     raise AssertionError("the hit rule always speaks")  # pragma: no cover
-
-
-def _dur(seconds: float) -> str:
-    s = round(seconds)
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
 __all__ = ["CAUSES", "LOOKBACK_BLOCKS", "RULES", "ByteEvidence", "Facts", "Verdict", "fuse"]

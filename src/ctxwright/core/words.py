@@ -1,5 +1,5 @@
 """Counts in the sentences ctxwright prints: "1 call", "3 calls", never "1 calls" or "call(s)";
-and what a user typed, repeated in a message (:func:`quoted`).
+what a user typed, repeated in a message (:func:`quoted`); and a time span (:func:`gap`).
 
 One helper, so every message counts the same way; English plurals only (the messages are
 English), with the irregular plural given where a noun has one.
@@ -29,4 +29,16 @@ def quoted(given: str, limit: int = QUOTED_CHARS) -> str:
     return f"{given[:limit]!r}... ({counted(len(given), 'character')})"
 
 
-__all__ = ["QUOTED_CHARS", "counted", "quoted"]
+def gap(seconds: float) -> str:
+    """A time span as people read a cache's age or an idle gap: ``45s``, ``6m05s``, ``2h10m``
+    (seconds up to two minutes, minutes up to two hours). One form for the cache verdict, the
+    report's age/TTL column and the agent-log audit, so the same gap reads the same everywhere."""
+    s = round(seconds)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+__all__ = ["QUOTED_CHARS", "counted", "gap", "quoted"]
