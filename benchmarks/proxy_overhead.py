@@ -87,7 +87,9 @@ async def upstream_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if not msg.get("more_body"):
             break
     digest = hashlib.sha256(body).hexdigest().encode()
-    stream = b'"stream": true' in body
+    # streamed when the JSON says so, in either spacing: json.dumps writes '"stream": true', the
+    # openai SDK (wrap_latency.py's agent) writes it compact
+    stream = b'"stream": true' in body or b'"stream":true' in body
     ctype = b"text/event-stream" if stream else b"application/json"
     headers = [(b"content-type", ctype), (b"x-body-sha256", digest)]
     if not stream:

@@ -30,44 +30,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, console, free_port, machine, save, serve_lifespan, table, wait_port
-from proxy_overhead import ANSWER, EVENTS, STREAM_GAP_S
-
-
-async def upstream_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """The fixed answers of ``proxy_overhead.py``; a request is streamed when its JSON says
-    ``"stream": true`` in any spacing (the SDK writes it compact)."""
-    import asyncio
-
-    if scope["type"] == "lifespan":
-        await serve_lifespan(receive, send)
-        return
-    body = b""
-    while True:
-        msg = await receive()
-        body += msg.get("body", b"")
-        if not msg.get("more_body"):
-            break
-    stream = bool(json.loads(body or b"{}").get("stream"))
-    ctype = b"text/event-stream" if stream else b"application/json"
-    headers = [(b"content-type", ctype)]
-    if not stream:
-        headers.append((b"content-length", str(len(ANSWER)).encode()))
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": ANSWER})
-        return
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    for i, ev in enumerate(EVENTS):
-        if i:
-            await asyncio.sleep(STREAM_GAP_S)
-        await send({"type": "http.response.body", "body": ev, "more_body": True})
-    await send({"type": "http.response.body", "body": b""})
-
-
-def serve_upstream(port: int) -> None:
-    import uvicorn
-
-    uvicorn.run(upstream_app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on")
+from common import ROOT, console, free_port, machine, save, table, wait_port
+from proxy_overhead import serve_upstream  # the same fixed answers, the same upstream
 
 
 def agent(calls: int, stream: bool, out: str) -> int:
