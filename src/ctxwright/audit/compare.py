@@ -150,6 +150,11 @@ class AuditRequest:
     #: what the provider reported about its cache, in ``Usage.raw``'s layout (``cache/reported.py``):
     #: read from a logged Anthropic or Responses exchange (``audit/provider_log.py``); ``None``: nothing
     provider_cache: Mapping[str, Any] | None = None
+    #: the ``cache_control`` breakpoints of an Anthropic body in prompt order, as (where, ttl)
+    #: (``tools[2]``, ``system[0]``, ``msg#3 block 1``; ``1h`` or ``5m``): the markers are
+    #: stripped from the messages compared above, so a TTL that flips is seen only here
+    #: (``audit/provider_log.py``: ``breakpoint_ttls``; the rule ``ttl_changed``); ``None``: not known
+    cache_ttls: tuple[tuple[str, str], ...] | None = None
 
 
 @dataclass(frozen=True)

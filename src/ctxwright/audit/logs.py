@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ctxwright.audit.compare import AuditRequest, segment_hash, utf8
-from ctxwright.audit.provider_log import provider_raw
+from ctxwright.audit.provider_log import breakpoint_ttls, provider_raw
 from ctxwright.core.events import CompactionEvent, Event, MessageEvent, event_from_dict
 from ctxwright.core.messages import Message, canonical_json
 from ctxwright.core.render import RenderSettings, replay_calls
@@ -445,6 +445,7 @@ class RecordReader:
             provider=usage.provider,
             model=usage.model,
             provider_cache=provider_raw(record, body),
+            cache_ttls=_ttls(body),
         )
         return call.applied_to(request) if call is not None else request
 
@@ -560,6 +561,7 @@ def request_from_record(record: dict[str, Any]) -> AuditRequest:
         usage_split=usage.split,
         provider=usage.provider,
         model=usage.model,
+        cache_ttls=_ttls(body),
     )
 
 
@@ -688,6 +690,12 @@ def split_body(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     if messages[0].get("role") in _SYSTEM_ROLES:
         return text_of(messages[0].get("content")), messages[1:]
     return "", messages
+
+
+def _ttls(body: dict[str, Any]) -> tuple[tuple[str, str], ...] | None:
+    """The breakpoints' TTLs of an Anthropic body (``provider_log.breakpoint_ttls``); other APIs
+    have no ``cache_control``, and their bodies are not walked for it."""
+    return breakpoint_ttls(body) if "messages" in body and is_anthropic(body) else None
 
 
 def _unmarked(m: dict[str, Any]) -> dict[str, Any]:

@@ -93,18 +93,41 @@ def _response_parts(response: Any) -> tuple[dict[str, Any], dict[str, Any] | Non
     return usage, diag_out, rid_out
 
 
-def _anthropic_cache(body: Mapping[str, Any]) -> dict[str, Any]:
-    blocks: list[Any] = list(body.get("tools") or [])
+def _blocks(body: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """Every block of an Anthropic body that may carry ``cache_control``, in prompt order
+    (tools, system, each message's content blocks), with where it is."""
+    blocks: list[tuple[str, Any]] = [(f"tools[{i}]", t) for i, t in enumerate(body.get("tools") or [])]
     system = body.get("system")
     if isinstance(system, list):
-        blocks.extend(system)
+        blocks.extend((f"system[{i}]", b) for i, b in enumerate(system))
     elif system:
-        blocks.append(system)
-    for m in body.get("messages") or ():
+        blocks.append(("system", system))
+    for k, m in enumerate(body.get("messages") or ()):
         content = m.get("content") if isinstance(m, dict) else None
-        blocks.extend(content if isinstance(content, list) else [content])
+        if isinstance(content, list):
+            blocks.extend((f"msg#{k + 1} block {j}", b) for j, b in enumerate(content))
+        else:
+            blocks.append((f"msg#{k + 1}", content))
+    return blocks
+
+
+def breakpoint_ttls(body: Mapping[str, Any]) -> tuple[tuple[str, str], ...] | None:
+    """The ``cache_control`` breakpoints of an Anthropic body in prompt order, as (where, TTL:
+    ``"1h"``, else the default ``"5m"``); ``None`` for a body with none (the messages the audit
+    compares have their markers stripped, ``audit/logs.py``, so this is where a TTL is kept)."""
+    if "messages" not in body:
+        return None
+    out = []
+    for where, b in _blocks(body):
+        cc = b.get("cache_control") if isinstance(b, dict) else None
+        if isinstance(cc, dict):
+            out.append((where, "1h" if cc.get("ttl") == "1h" else "5m"))
+    return tuple(out) or None
+
+
+def _anthropic_cache(body: Mapping[str, Any]) -> dict[str, Any]:
     bps, ttl = [], None
-    for i, b in enumerate(blocks):
+    for i, (_, b) in enumerate(_blocks(body)):
         cc = b.get("cache_control") if isinstance(b, dict) else None
         if isinstance(cc, dict):
             bps.append({"block": i, "tokens": None})
@@ -231,4 +254,14 @@ def expiry_total(expiries: Sequence[Mapping[str, Any]]) -> tuple[int, float | No
     return tokens, (sum(usd) if usd else None)
 
 
-__all__ = ["QUIET", "LogVerdicts", "age_ttl", "describe", "expiry_total", "provider_raw", "sent_at", "served_by"]
+__all__ = [
+    "QUIET",
+    "LogVerdicts",
+    "age_ttl",
+    "breakpoint_ttls",
+    "describe",
+    "expiry_total",
+    "provider_raw",
+    "sent_at",
+    "served_by",
+]
