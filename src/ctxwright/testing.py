@@ -18,6 +18,13 @@ keys), for an agent that runs in the test's own process::
 It fails the test (``AssertionError``) with the gate's own lines when the run has a
 regression or could not be judged, and returns the :class:`~ctxwright.ci.gate.GateResult`
 when it passes.
+
+Resume parity (``ctxwright gate --resume-after N ... --then ...``): ``resume_after=N`` stops
+the agent once N calls were answered (SIGINT, as Ctrl-C would), runs ``then`` (the agent
+again when not given), and fails unless its first request extends the last one before the stop::
+
+    gate("tests/golden.jsonl", ["python", "agent.py", "task"], resume_after=2,
+         then=["python", "agent.py", "--resume"])
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ def gate(
     trace: str | Path | None = None,
     cwd: str | Path | None = None,
     env: Mapping[str, str] | None = None,
+    resume_after: int | None = None,
+    then: Sequence[str] | Callable[[Mapping[str, str]], object] | None = None,
 ) -> GateResult:
     """Replay ``golden`` to ``agent`` and assert the gate passes (see the module docstring).
 
@@ -69,6 +78,8 @@ def gate(
         trace=Path(trace) if trace is not None else None,
         cwd=cwd,
         env=env,
+        resume_after=resume_after,
+        resume=then,
     )
     if result.exit_code != 0:
         raise AssertionError("ctxwright gate: " + "\n".join(result.lines()))

@@ -15,6 +15,9 @@ callable given that environment (:func:`ctxwright.testing.gate`).
 
 The result is the judge's (``ci/judge.py``), plus why the run could not be judged in full:
 the agent failed or timed out, or it left the recording (a divergence).
+
+With ``resume_after=N`` the run is stopped after N calls as a user would stop it and resumed
+(``ci/resume.py``: resume parity); both halves are judged against the golden as one run.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -31,11 +35,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from ctxwright.cache.prices import Pricing
-from ctxwright.ci.judge import Call, Judgement, Tolerances, calls_of, judge
+from ctxwright.ci.judge import Call, Judgement, Regression, Tolerances, calls_of, judge
+from ctxwright.ci.resume import INTERRUPT_GRACE_S, Parity, agent_group, parity
 from ctxwright.core.supervise import find_executable, launch_argv
 from ctxwright.errors import GateError
 from ctxwright.replay.golden import Golden
-from ctxwright.replay.server import ReplayServer
+from ctxwright.replay.server import Hold, ReplayServer
 
 #: Seconds the agent may run before the gate stops it and says so.
 DEFAULT_TIMEOUT_S = 600.0
@@ -54,6 +59,8 @@ class GateResult:
     #: the trace the replay recorded (``None`` when none was kept)
     trace: Path | None
     seconds: float
+    #: with ``resume_after``: how the first run stopped and the resume's verdict
+    resume: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -64,6 +71,8 @@ class GateResult:
         could not be judged in full."""
         j = self.judgement
         out = [j.headline()]
+        if self.resume is not None and self.resume.get("holds"):
+            out.append(f"  resume: {self.resume['said']}")
         out += [f"  {r.line}" for r in j.regressions]
         shown = j.unjudged[1:] if not j.regressions else j.unjudged
         out += [f"  not judged: {u}" for u in shown]
@@ -76,6 +85,7 @@ class GateResult:
             "divergences": list(self.divergences),
             "trace": str(self.trace) if self.trace is not None else None,
             "seconds": round(self.seconds, 3),
+            **({"resume": self.resume} if self.resume is not None else {}),
         }
 
 
@@ -106,22 +116,57 @@ def run_gate(
     cwd: str | Path | None = None,
     env: Mapping[str, str] | None = None,
     stdout: IO[bytes] | int | None = None,
+    resume_after: int | None = None,
+    resume: Agent | None = None,
 ) -> GateResult:
     """Replay ``golden`` to ``agent`` (a command, or a callable given the environment) and
-    judge the requests it sent. ``trace``: where the replay writes what it received."""
+    judge the requests it sent. ``trace``: where the replay writes what it received.
+
+    ``resume_after=N``: stop the agent once N calls were answered (SIGINT while its next
+    request is held, ``ci/resume.py``), then run ``resume`` (``agent`` again when ``None``)
+    against the same replay, and require its first request to extend the last one before the
+    stop. ``timeout`` covers both runs."""
     if not callable(agent) and not agent:
         raise GateError("no command to run: ctxwright gate GOLDEN -- COMMAND [ARGS...]")
     expected, problems = golden_calls(golden)
     if not expected:
         raise GateError("the golden trace holds no model call to replay: record one through `ctxwright proxy`")
+    if resume is not None and resume_after is None:
+        raise GateError(
+            "--then gives the command that resumes the agent: give --resume-after N too (N: calls before the stop)"
+        )
+    if resume is not None and not callable(resume) and not resume:
+        raise GateError(
+            "no command after --then: ctxwright gate GOLDEN --resume-after N -- COMMAND --then RESUME_COMMAND"
+        )
+    if resume_after is not None and not 1 <= resume_after < len(expected):
+        raise GateError(
+            f"--resume-after {resume_after}: give N from 1 to {len(expected) - 1} -- the golden holds "
+            f"{len(expected)} calls and the resumed run must make at least one of them"
+        )
     started = time.monotonic()
+    deadline = started + timeout
     status: int | None
     failure: str | None
+    resumed: dict[str, Any] | None = None
+    found: tuple[Regression, ...] = ()
+    full_env = {**os.environ, **(env or {})}
     with ReplayServer.start(golden, on_divergence=on_divergence, trace=trace) as server:
-        if callable(agent):
-            status, failure = _call(agent, server.env())
+        run_env = {**full_env, **server.env()}
+        if resume_after is None:
+            status, failure = _run(agent, server.env(), run_env, cwd, deadline, stdout, None, timeout)
         else:
-            status, failure = _spawn(list(agent), {**os.environ, **(env or {}), **server.env()}, cwd, timeout, stdout)
+            status, failure, resumed, found = _run_resumed(
+                server,
+                agent,
+                resume if resume is not None else agent,
+                resume_after,
+                run_env,
+                cwd,
+                deadline,
+                stdout,
+                timeout,
+            )
         divergences = tuple(server.divergences)
         got, run_problems = run_calls(server)
     unjudged = list(problems) + list(run_problems)
@@ -129,9 +174,102 @@ def run_gate(
         unjudged.append(failure)
     unjudged += [f"the run left the recording: {d}" for d in divergences]
     j = judge(expected, got, tolerances=tolerances, pricing=pricing)
+    if found:
+        j = replace(j, regressions=(*found, *j.regressions))
     if unjudged:
         j = replace(j, unjudged=(*unjudged, *j.unjudged))
-    return GateResult(j, status, divergences, trace, time.monotonic() - started)
+    return GateResult(j, status, divergences, trace, time.monotonic() - started, resumed)
+
+
+def _run(
+    agent: Agent,
+    sdk_env: Mapping[str, str],
+    env: dict[str, str],
+    cwd: str | Path | None,
+    deadline: float,
+    stdout: IO[bytes] | int | None,
+    hold: Hold | None,
+    timeout: float,
+) -> tuple[int | None, str | None]:
+    """Run ``agent`` until it ends or ``deadline``; with ``hold``, stop it as a user would
+    once the replay holds a request."""
+    if callable(agent):
+        if hold is None:
+            return _call(agent, sdk_env)
+        return _call_held(agent, sdk_env, hold, deadline, timeout)
+    return _spawn(list(agent), env, cwd, max(0.0, deadline - time.monotonic()), stdout, hold=hold, total=timeout)
+
+
+def _run_resumed(
+    server: ReplayServer,
+    agent: Agent,
+    then: Agent,
+    after: int,
+    env: dict[str, str],
+    cwd: str | Path | None,
+    deadline: float,
+    stdout: IO[bytes] | int | None,
+    timeout: float,
+) -> tuple[int | None, str | None, dict[str, Any], tuple[Regression, ...]]:
+    """The first run until the stop, then the resume; the resume's verdict (see
+    :func:`run_gate`)."""
+    hold = server.hold_after(after, timeout)
+    status, failure = _run(agent, server.env(), env, cwd, deadline, stdout, hold, timeout)
+    hold.release()  # the held request is answered (503), and so is a late retry of it
+    stopped = "interrupted" if hold.request is not None else "exited"
+    info: dict[str, Any] = {
+        "after": after,
+        "first_run": stopped,
+        "first_status": status,
+        "calls_before": len(server.calls),
+    }
+    if failure is not None and hold.request is not None and status is not None:
+        failure = None  # stopped by the gate: its exit status is the stop's, not a failure
+    if failure is not None:
+        return status, f"before the stop, {failure}", info, ()
+    answered = [{"request": r.request, "response": r.response} for r in server.calls[-2:]]
+    if hold.request is not None:
+        answered.append({"request": hold.request[1]})
+    if not answered:
+        return status, "the run made no model call before the stop", info, ()
+    before, earlier = answered[-1], (answered[-2] if len(answered) > 1 else None)
+    first_resumed = len(server.calls)
+    hold.lift()
+    status, failure = _run(then, server.env(), env, cwd, deadline, stdout, None, timeout)
+    if len(server.calls) <= first_resumed:
+        return status, failure or "the resumed run sent no model request", info, ()
+    rec = server.calls[first_resumed]
+    verdict = parity(before, {"request": rec.request, "response": rec.response}, earlier)
+    if isinstance(verdict, str):
+        return status, failure or verdict, info, ()
+    info.update(verdict.to_json())
+    info["said"] = _parity_said(verdict, after, hold.request is not None)
+    return status, failure, info, verdict.regressions
+
+
+def _parity_said(verdict: Parity, after: int, held: bool) -> str:
+    where = f"call {after + 1}, held when the agent was stopped" if held else f"call {after}, the last before it exited"
+    return f"the first request after the resume extends the last request before the stop ({where})"
+
+
+def _call_held(
+    agent: Callable[[Mapping[str, str]], object], env: Mapping[str, str], hold: Hold, deadline: float, timeout: float
+) -> tuple[int | None, str | None]:
+    """A callable run until the replay holds its request: that request is then refused (an
+    in-process agent cannot be sent SIGINT; the failed call is its stop), and the callable's
+    end awaited until ``deadline``."""
+    box: list[tuple[int, str | None]] = []
+    worker = threading.Thread(target=lambda: box.append(_call(agent, env)), daemon=True, name="ctxwright-gate-agent")
+    worker.start()
+    while worker.is_alive() and not hold.held.wait(0.05):
+        if time.monotonic() >= deadline:
+            return None, f"the agent did not finish within {timeout:g} s (--timeout)"
+    hold.release()
+    worker.join(max(0.0, deadline - time.monotonic()))
+    if worker.is_alive() or not box:
+        return None, f"the agent did not finish within {timeout:g} s (--timeout)"
+    status, failure = box[0]
+    return (status, None) if hold.request is not None else (status, failure)
 
 
 def _call(agent: Callable[[Mapping[str, str]], object], env: Mapping[str, str]) -> tuple[int, str | None]:
@@ -143,22 +281,60 @@ def _call(agent: Callable[[Mapping[str, str]], object], env: Mapping[str, str]) 
 
 
 def _spawn(
-    argv: list[str], env: dict[str, str], cwd: str | Path | None, timeout: float, stdout: IO[bytes] | int | None
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str | Path | None,
+    timeout: float,
+    stdout: IO[bytes] | int | None,
+    *,
+    hold: Hold | None = None,
+    total: float | None = None,
 ) -> tuple[int | None, str | None]:
-    """Run ``argv`` under the supervisor; its exit status and, when it failed, one line why."""
+    """Run ``argv`` under the supervisor; its exit status and, when it failed, one line why.
+    With ``hold``: stopped by :func:`_interrupt` once the replay holds a request."""
     exe = _executable(argv[0], env, cwd)
     proc = subprocess.Popen(launch_argv(exe, argv), env=env, cwd=cwd, stdout=stdout, start_new_session=True)
+    deadline = time.monotonic() + timeout
     try:
-        status = proc.wait(timeout=timeout)
+        if hold is not None and _interrupt(proc, hold, deadline):
+            return proc.returncode, None
+        status = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         _stop(proc)
-        return None, f"the agent did not finish within {timeout:g} s (--timeout); it was stopped"
+        return (
+            None,
+            f"the agent did not finish within {total if total is not None else timeout:g} s (--timeout); it was stopped",
+        )
     except BaseException:
         _stop(proc)  # Ctrl-C or the gate stopped: nothing of the agent's is left running
         raise
     if status != 0:
         return status, f"the agent exited with status {status}"
     return 0, None
+
+
+def _interrupt(proc: subprocess.Popen[bytes], hold: Hold, deadline: float) -> bool:
+    """Wait until the agent exits (``False``) or the replay holds its request (``True``): then
+    stop it as Ctrl-C in a terminal does -- SIGINT to its process group (the supervisor's
+    child; the supervisor itself would end the group with SIGTERM) -- give it
+    :data:`~ctxwright.ci.resume.INTERRUPT_GRACE_S` to save its state and exit, then
+    :func:`_stop`. ``subprocess.TimeoutExpired`` past ``deadline``."""
+    while proc.poll() is None:
+        if hold.held.wait(0.05):
+            break
+        if time.monotonic() >= deadline:
+            raise subprocess.TimeoutExpired(proc.args, 0)
+    else:
+        return False
+    group = agent_group(proc.pid)
+    if group is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGINT)
+    try:
+        proc.wait(timeout=max(0.0, min(INTERRUPT_GRACE_S, deadline - time.monotonic())))
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+    return True
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

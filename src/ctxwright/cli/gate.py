@@ -60,6 +60,15 @@ def add_gate_parser(sub: Any) -> None:
         help="when the agent leaves the recording: answer 400 (stop, default) or the last recorded reply",
     )
     p.add_argument("--timeout", type=_seconds, default=600.0, metavar="S", help="longest run of COMMAND (600 s)")
+    p.add_argument(
+        "--resume-after",
+        type=_calls,
+        default=None,
+        metavar="N",
+        help="resume parity: stop the agent as Ctrl-C would once N calls were answered, run the resume command "
+        "(the words after --then in COMMAND, else COMMAND again), and require its first request to extend the "
+        "last one before the stop byte for byte",
+    )
     p.add_argument("--trace", metavar="PATH", help="also keep the run's trace (JSONL, a golden itself) there")
     p.add_argument("--json", action="store_true", help="print the judgement as JSON")
     p.add_argument(
@@ -118,6 +127,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
 def _gate(args: argparse.Namespace) -> int:
     from ctxwright.ci.gate import GateResult, replacing, run_gate
     from ctxwright.ci.judge import Tolerances
+    from ctxwright.ci.resume import split_then
     from ctxwright.cli.audit import pricing_from_args
     from ctxwright.replay.golden import load_golden
 
@@ -137,6 +147,13 @@ def _gate(args: argparse.Namespace) -> int:
     pricing = pricing_from_args(args)
     stdout = sys.stderr.buffer if args.json else None
 
+    command, then = split_then(command)
+    if then is not None and (not command or not then):
+        raise CtxwrightError(
+            "give a command on each side of --then: ctxwright gate GOLDEN --resume-after N -- COMMAND --then "
+            "RESUME_COMMAND"
+        )
+
     def run(trace: Path | None) -> GateResult:
         return run_gate(
             golden,
@@ -147,6 +164,8 @@ def _gate(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             trace=trace,
             stdout=stdout,
+            resume_after=args.resume_after,
+            resume=then,
         )
 
     if not args.update:
@@ -238,6 +257,16 @@ def _share(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a share such as 0.05") from None
     if not (math.isfinite(v) and v >= 0):
         raise argparse.ArgumentTypeError(f"{text} is not a share of 0 or more; give e.g. 0.05")
+    return v
+
+
+def _calls(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of calls") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a number of calls of 1 or more")
     return v
 
 

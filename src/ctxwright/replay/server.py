@@ -15,6 +15,14 @@ before their first call). For each call it
    the API's error shape with that line, ``repeat-last`` the conversation's last recorded reply;
 4. appends the call to the trace.
 
+**The hold** (the gate's resume parity, ``ci/resume.py``): :meth:`ReplayServer.hold_after`
+makes the replay stop answering once N calls were answered. The next request is *held*, not
+answered and not placed -- the user pressed Ctrl-C while the model was working on it -- so the
+gate can stop the agent with that request in flight, as a terminal would, and compare the
+resumed run's first request with it. :meth:`Hold.release` answers it (a 503 with the
+connection closed, to a client that is usually gone by then) and lifts the hold; a held
+request waits no longer than the hold's timeout either way, so nothing hangs.
+
 **The trace** is JSONL, one line per call answered, in arrival order, flushed line by line::
 
     {"request": <the body received>, "response": <the answer, in the API's non-stream form even
@@ -138,6 +146,46 @@ class TraceWriter:
             self._f.close()
 
 
+class Hold:
+    """The requests that arrive once ``after`` calls were answered wait here, unanswered, until
+    :meth:`release` or ``timeout`` seconds (see the module docstring). ``request`` is the first
+    one held, as ``(api, body)``: the request the run was stopped in."""
+
+    def __init__(self, after: int, timeout: float) -> None:
+        self.after = after
+        self.timeout = timeout
+        self.request: tuple[str, dict[str, Any]] | None = None
+        #: set when a request is held: the moment to stop the agent
+        self.held = threading.Event()
+        self._released = threading.Event()
+        self._lifted = False
+
+    def due(self, answered: int) -> bool:
+        return not self._lifted and answered >= self.after
+
+    def release(self) -> None:
+        """Answer every held request (503, connection closed), and the next ones at once the
+        same way -- an SDK's retry of the stopped call is refused too, not answered -- until
+        :meth:`lift`."""
+        self._released.set()
+
+    def lift(self) -> None:
+        """Answer every request from now on (the resumed run): what was held is released."""
+        self._released.set()
+        self._lifted = True
+
+    async def wait(self, api: str, body: dict[str, Any]) -> Response:
+        if self.request is None:
+            self.request = (api, body)
+            self.held.set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        while not self._released.is_set() and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        message = "ctxwright replay: the run was stopped while this request was held (resume parity); not answered"
+        return _json(503, error_body(api, message), close=True)
+
+
 @dataclass
 class _State:
     golden: Golden
@@ -151,6 +199,8 @@ class _State:
     divergences: list[str] = field(default_factory=list)
     #: the calls answered at most (see :func:`call_cap`); past it every request is refused
     max_calls: int = 1000
+    #: when set, the requests past its count are held (:class:`Hold`)
+    hold: Hold | None = None
 
 
 def _json(status: int, body: Any, *, close: bool = False) -> Response:
@@ -252,6 +302,9 @@ def build_app(state: _State) -> Starlette:
             body, data = _parse(raw, request.headers.get("content-encoding"), state.max_body)
         except RequestRefused as r:
             return _json(r.status, error_body(api, r.message), close=r.close)
+        hold = state.hold
+        if hold is not None and hold.due(len(state.calls)):
+            return await hold.wait(api, body)
         return answer(state, api, body, data)
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
@@ -381,6 +434,12 @@ class ReplayServer:
             "ANTHROPIC_API_KEY": DUMMY_KEY,
         }
 
+    def hold_after(self, calls: int, timeout: float) -> Hold:
+        """Hold every request that arrives once ``calls`` calls were answered (:class:`Hold`)."""
+        hold = Hold(calls, timeout)
+        self._state.hold = hold
+        return hold
+
     @property
     def calls(self) -> list[TraceRecord]:
         return self._state.calls
@@ -394,6 +453,8 @@ class ReplayServer:
         return self._state.golden
 
     def stop(self) -> None:
+        if self._state.hold is not None:
+            self._state.hold.lift()  # a held request is answered, not left to the shutdown
         self._thread.stop()
         if self._state.trace is not None:
             self._state.trace.close()
@@ -405,4 +466,4 @@ class ReplayServer:
         self.stop()
 
 
-__all__ = ["DEFAULT_MAX_BODY", "DIVERGENCE_MODES", "DUMMY_KEY", "ReplayServer", "TraceRecord", "build_app"]
+__all__ = ["DEFAULT_MAX_BODY", "DIVERGENCE_MODES", "DUMMY_KEY", "Hold", "ReplayServer", "TraceRecord", "build_app"]
