@@ -18,7 +18,7 @@ locking each of them would make the lock churn with every task a trace happens t
 **Format.** TOML, read back with ``tomllib``, written only by :func:`render_lock`::
 
     # ctxwright.lock -- ... how to regenerate it ...
-    version = 1
+    version = 2
     provider = "openai"
     model = "gpt-4.1"
     order = "system, tools"
@@ -26,8 +26,15 @@ locking each of them would make the lock churn with every task a trace happens t
     tokens = 1234
     segments = [
       { kind = "system", name = "system § '# Rules'", tokens = 120, sha256 = "…" },
-      { kind = "tool", name = "tool 'read_file'", tokens = 80, sha256 = "…" },
+      { kind = "tool", name = "tool 'read_file'", tokens = 80, sha256 = "…", description_sha256 = "…" },
     ]
+
+**Approved descriptions.** Each tool line also pins ``description_sha256``, the hash of the
+tool's descriptions alone (its own and its parameters', ``audit/rules/mcp_rug_pull.py``): a tool
+description is instructions the model follows, and an MCP server can change it after a user
+approved it ("rug pull"). ``--check`` names such a tool as a rug pull, apart from a schema change
+that left its descriptions alone. A version 1 lock (no description hashes) is still read and
+checked as before; regenerating it adds them.
 
 Anything else -- a key it never writes, a hash that is not one, a file that is not TOML, too
 large, a FIFO or a device -- is refused with one line saying to regenerate it
@@ -55,6 +62,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ctxwright.audit.compare import AuditRequest, utf8
 from ctxwright.audit.logs import MAX_RECORD_BYTES, LogItem, ParseProblem, open_log, read_records, read_stream
+from ctxwright.audit.rules.base import Finding
+from ctxwright.audit.rules.mcp_rug_pull import description_sha256, pinned_changes
 from ctxwright.ci.segments import (
     Segment,
     SegmentChange,
@@ -76,7 +85,9 @@ if TYPE_CHECKING:
     from ctxwright.cache.prices import ModelPrice, Pricing
 
 LOCK_FILE = "ctxwright.lock"
-LOCK_VERSION = 1
+LOCK_VERSION = 2
+#: the versions read: 1 had no ``description_sha256``
+_VERSIONS = (1, 2)
 #: a lock larger than this is refused: one line per segment is ~150 bytes, so this is tens of
 #: thousands of segments, and ``tomllib`` holds the whole file (and more) in memory
 MAX_LOCK_BYTES = 4 * 1024 * 1024
@@ -85,6 +96,8 @@ _OTHERS_CAP = 10_000
 _ORDERS = ("system, tools", "tools, system")
 _TOP_KEYS = frozenset({"version", "provider", "model", "order", "tokenizer", "tokens", "segments"})
 _SEGMENT_KEYS = frozenset({"kind", "name", "tokens", "sha256"})
+#: what a tool's line may hold besides (version 2)
+_TOOL_KEYS = _SEGMENT_KEYS | {"description_sha256"}
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -97,6 +110,9 @@ class LockedSegment:
     part: str
     tokens: int
     sha256: str
+    #: a tool's :func:`~ctxwright.audit.rules.mcp_rug_pull.description_sha256` (``None``: a system
+    #: section, or a version 1 lock)
+    description_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -254,8 +270,23 @@ def lock_of(prefix: PrefixSource, counter: TokenCounter | None = None) -> tuple[
     counter = counter or TokenCounter()
     segs = prefix.segments(counter)
     order = "tools, system" if tools_first(prefix.provider) else "system, tools"
-    locked = tuple(LockedSegment(s.name, s.part, s.tokens, s.sha256) for s in segs)
+    tools = _tools_by_segment(segs, prefix.tools)
+    locked = tuple(
+        LockedSegment(
+            s.name, s.part, s.tokens, s.sha256, description_sha256(tools[s.name]) if s.name in tools else None
+        )
+        for s in segs
+    )
     return Lock(locked, prefix.provider, prefix.model, order, counter.source), segs
+
+
+def _tools_by_segment(segs: Sequence[Segment], tools: Sequence[Any]) -> dict[str, Any]:
+    """Each tool segment's name → its tool schema (a tool segment's path is ``$.tools[i]``)."""
+    out: dict[str, Any] = {}
+    for s in segs:
+        if s.part == "tool" and s.path.startswith("$.tools["):
+            out[s.name] = tools[int(s.path[len("$.tools[") : -1])]
+    return out
 
 
 def _toml_str(text: str) -> str:
@@ -293,9 +324,10 @@ def render_lock(lock: Lock, *, command: str = "ctxwright lock SOURCE") -> str:
         "segments = [",
     ]
     for s in lock.segments:
+        described = "" if s.description_sha256 is None else f", description_sha256 = {_toml_str(s.description_sha256)}"
         lines.append(
             f"  {{ kind = {_toml_str(s.part)}, name = {_toml_str(s.name)}, tokens = {s.tokens}, "
-            f"sha256 = {_toml_str(s.sha256)} }},"
+            f"sha256 = {_toml_str(s.sha256)}{described} }},"
         )
     lines.append("]")
     return "\n".join(lines) + "\n"
@@ -364,8 +396,9 @@ def read_lock(path: str | Path, *, regenerate: str = "ctxwright lock SOURCE") ->
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
         bad(f"unknown {'key' if len(unknown) == 1 else 'keys'} {', '.join(unknown)}")
-    if data.get("version") != LOCK_VERSION or isinstance(data.get("version"), bool):
-        bad(f"version is {data.get('version')!r}, not {LOCK_VERSION}")
+    version = data.get("version")
+    if version not in _VERSIONS or isinstance(version, bool):
+        bad(f"version is {version!r}, not {' or '.join(map(str, _VERSIONS))}")
     for key in ("provider", "model", "tokenizer", "order"):
         if key in data and not isinstance(data[key], str):
             bad(f"{key} is not a string")
@@ -377,8 +410,12 @@ def read_lock(path: str | Path, *, regenerate: str = "ctxwright lock SOURCE") ->
         bad("no segments list")
     out: list[LockedSegment] = []
     for i, s in enumerate(segs):
-        if not isinstance(s, dict) or set(s) != _SEGMENT_KEYS:
-            bad(f"segments[{i}] is not {{ kind, name, tokens, sha256 }}")
+        allowed = _TOOL_KEYS if version >= 2 and isinstance(s, dict) and s.get("kind") == "tool" else _SEGMENT_KEYS
+        if not isinstance(s, dict) or not _SEGMENT_KEYS <= set(s) <= allowed:
+            bad(
+                f"segments[{i}] is not {{ kind, name, tokens, sha256 }}"
+                + (" (+ description_sha256)" if version >= 2 else "")
+            )
         kind, name, tokens, sha = s["kind"], s["name"], s["tokens"], s["sha256"]
         if kind not in ("system", "tool"):
             bad(f"segments[{i}].kind is {kind!r}, not 'system' or 'tool'")
@@ -388,7 +425,10 @@ def read_lock(path: str | Path, *, regenerate: str = "ctxwright lock SOURCE") ->
             bad(f"segments[{i}].tokens is not a count")
         if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
             bad(f"segments[{i}].sha256 is not a sha256 hex digest")
-        out.append(LockedSegment(name, kind, tokens, sha))
+        described = s.get("description_sha256")
+        if described is not None and (not isinstance(described, str) or not _SHA256.fullmatch(described)):
+            bad(f"segments[{i}].description_sha256 is not a sha256 hex digest")
+        out.append(LockedSegment(name, kind, tokens, sha, described))
     if len({s.name for s in out}) != len(out):
         bad("two segments have one name")
     lock = Lock(tuple(out), data.get("provider"), data.get("model"), order, data.get("tokenizer", "estimate"))
@@ -414,6 +454,8 @@ class LockCheck:
     price: ModelPrice | None = None
     extra_cost_per_call: float | None = None
     notes: list[str] = field(default_factory=list)
+    #: the tools whose descriptions changed after the lock approved them (the rule ``mcp_rug_pull``)
+    rug_pulls: list[Finding] = field(default_factory=list)
 
     @property
     def matches(self) -> bool:
@@ -450,6 +492,7 @@ class LockCheck:
             "extra_cost_per_call_usd": self.extra_cost_per_call,
             "price_model": self.price.model if self.price is not None else None,
             "notes": self.notes,
+            "rug_pulls": [f.to_json() for f in self.rug_pulls],
         }
 
 
@@ -483,7 +526,9 @@ def check_lock(lock: Lock, prefix: PrefixSource, *, pricing: Pricing | None = No
     broken = current[at].name if at is not None else None
     price = pricing.price(prefix.provider, prefix.model) if pricing is not None else None
     extra = tokens * max(price.cache_write_5m - price.cached_read, 0.0) / 1e6 if price is not None else None
-    return LockCheck(changes, order, broken, tokens, price, extra, notes)
+    pinned = {s.name: s.description_sha256 for s in lock.segments if s.description_sha256 is not None}
+    rug = pinned_changes(pinned, _tools_by_segment(current, prefix.tools))
+    return LockCheck(changes, order, broken, tokens, price, extra, notes, rug)
 
 
 __all__ = [

@@ -24,7 +24,7 @@ import argparse
 import json
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -45,6 +45,7 @@ from ctxwright.audit.compare import (
 )
 from ctxwright.audit.logs import MAX_RECORD_BYTES, ParseProblem, open_log, read_stream
 from ctxwright.audit.provider_log import QUIET, LogVerdicts, describe, expiry_total
+from ctxwright.audit.rules import BY_NAME, Finding, RuleRunner, Settings
 from ctxwright.cache.prices import Pricing, pricing_of
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.errors import CtxwrightError, LogUnreadable
@@ -122,6 +123,40 @@ def prices_from_args(args: Any) -> Prices | None:
     return Prices(input=args.price_input, cached=args.price_cached, output=args.price_output or 0.0)
 
 
+def add_tool_budget_option(parser: Any) -> None:
+    """``--max-tool-tokens N``: the tool budget of the ``tool_budget`` rule (``audit/rules/``),
+    for ``audit``, ``proxy``, ``wrap`` and ``gate``."""
+    parser.add_argument(
+        "--max-tool-tokens",
+        type=_tool_tokens,
+        default=None,
+        metavar="N",
+        help="name the requests whose tool definitions take more than N tokens (the tool_budget rule: "
+        "MCP-heavy agents); default: no budget",
+    )
+
+
+def _tool_tokens(text: str) -> int:
+    try:
+        value = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of tokens, 0 or more")
+    return value
+
+
+def rule_settings(args: Any, counter: TokenCounter | None = None) -> Settings:
+    """The named rules' settings from the command's flags (:func:`add_tool_budget_option`)."""
+    budget = getattr(args, "max_tool_tokens", None)
+    return Settings(max_tool_tokens=budget) if counter is None else Settings(max_tool_tokens=budget, counter=counter)
+
+
+def finding_text(f: Finding) -> str:
+    """One finding in a line: ``rule NAME: where and what · fix: ...`` (``warning`` for a risk)."""
+    return f"{'warning' if f.severity == 'warning' else 'rule'} {f.rule}: {f.line} · fix: {f.fix}"
+
+
 def add_record_cap_option(parser: Any) -> None:
     """``--max-record-bytes N``: the longest line (one record) of a log that is read."""
     parser.add_argument(
@@ -152,9 +187,11 @@ def run_audit(
     console: Console,
     limits: AuditLimits | None = None,
     max_record: int = MAX_RECORD_BYTES,
+    rules: Settings | None = None,
 ) -> int:
     """Read, audit and print the log at ``path`` (``-``: stdin) as it is read; 0 on success, 2
-    if nothing could be audited or the file could not be read to its end."""
+    if nothing could be audited or the file could not be read to its end. ``rules``: the named
+    rules' settings (``--max-tool-tokens``)."""
     try:
         f = sys.stdin.buffer if str(path) == "-" else open_log(path)
     except OSError as exc:
@@ -171,6 +208,7 @@ def run_audit(
             prices=prices,
             console=console,
             limits=limits,
+            rules=rules,
         )
 
 
@@ -182,9 +220,11 @@ def audit_items(
     prices: Prices | Pricing | None,
     console: Console,
     limits: AuditLimits | None = None,
+    rules: Settings | None = None,
 ) -> int:
     """:func:`run_audit` on requests already read (a log's, or a proxy session's from the
-    store); ``source`` names them in messages."""
+    store); ``source`` names them in messages. Each request is also checked by the named rules
+    (``audit/rules/``) where its cause says they can fire."""
     problems = _Problems()
     limits = limits or AuditLimits()
     counter = TokenCounter(cache_size=limits.token_memo)
@@ -193,20 +233,23 @@ def audit_items(
     report: _Report = _JsonReport(console.file, pricing) if as_json else _TableReport(console, pricing, explicit)
     status = 0
     verdicts = LogVerdicts(pricing=pricing)
+    settings = rules or Settings()
+    runner = RuleRunner(Settings(settings.max_tool_tokens, counter), max_open=limits.open_conversations)
+
     with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
-        auditor = Auditor(
-            counter,
-            keep_rows=False,
-            limits=limits,
-            on_close=lambda c: print(json.dumps(c.to_json()), file=spool),
-        )
+
+        def closed(c: Any) -> None:
+            print(json.dumps(c.to_json()), file=spool)
+            runner.forget(c.number)  # the rules keep no more conversations than the audit
+
+        auditor = Auditor(counter, keep_rows=False, limits=limits, on_close=closed)
         try:
             for item in items:
                 if isinstance(item, ParseProblem):
                     problems.report(item)
                 else:
                     row = auditor.add(item)
-                    report.row(row, verdicts.add(item, row))
+                    report.row(row, verdicts.add(item, row), runner.add(row.conversation, item, row.cause))
         except BrokenPipeError:  # our stdout, not the log: the CLI's entry point ends quietly
             raise
         except (OSError, LogUnreadable) as exc:  # the file went away, the disk failed, a record over the cap
@@ -229,6 +272,7 @@ def audit_items(
         auditor.finish()
         spool.seek(0)
         report.expiries = verdicts.expiries
+        report.rules = dict(runner.counts)
         report.finish(auditor.summary(pricing), (json.loads(line) for line in spool), pricing, counter.source)
     return status
 
@@ -257,8 +301,10 @@ def _safe(s: str) -> str:
 class _Report:
     #: the logged calls the provider missed after an idle gap longer than the TTL
     expiries: list[dict[str, Any]] = []  # noqa: RUF012 -- replaced per audit, never mutated
+    #: the named rules' findings of the whole audit, by rule
+    rules: dict[str, int] = {}  # noqa: RUF012 -- replaced per audit, never mutated
 
-    def row(self, r: AuditRow, cache: dict[str, Any] | None = None) -> None:
+    def row(self, r: AuditRow, cache: dict[str, Any] | None = None, findings: Sequence[Finding] = ()) -> None:
         raise NotImplementedError
 
     def finish(
@@ -285,8 +331,9 @@ class _JsonReport(_Report):
         self.started = False
         self.provider_cache = False
 
-    def row(self, r: AuditRow, cache: dict[str, Any] | None = None) -> None:
+    def row(self, r: AuditRow, cache: dict[str, Any] | None = None, findings: Sequence[Finding] = ()) -> None:
         rec = r.to_json()
+        rec["rules"] = [f.to_json() for f in findings]
         c = row_cost(r, self.pricing)
         rec["cost"], rec["cost_if_held"] = (round(c.cost, 8), round(c.if_held, 8)) if c else (None, None)
         if cache is not None:
@@ -310,6 +357,7 @@ class _JsonReport(_Report):
             tokens, usd = expiry_total(self.expiries)
             expiries = {"calls": self.expiries, "tokens": tokens, "extra_usd": usd}
             self.out.write(', "expiries": ' + json.dumps(expiries))
+        self.out.write(', "rules": ' + json.dumps(self.rules))
         self.out.write(', "summary": ' + json.dumps(s.to_json()) + "}\n")
         self.out.flush()
 
@@ -384,10 +432,13 @@ class _TableReport(_Report):
         else:
             self.console.file.write(_fit("".join(p for p, _ in parts), self.width) + "\n")
 
-    def row(self, r: AuditRow, cache: dict[str, Any] | None = None) -> None:
+    def row(self, r: AuditRow, cache: dict[str, Any] | None = None, findings: Sequence[Finding] = ()) -> None:
         self._row(r)
         if cache is not None and cache.get("cause") not in QUIET:
             self._emit([(" " * 8 + "provider cache: ", "dim"), (_safe(describe(cache)), "")])
+        for f in findings:
+            style = "yellow" if f.severity == "warning" else "bold red"
+            self._emit([(" " * 8, ""), (_visible(finding_text(f)), style)])
 
     def _row(self, r: AuditRow) -> None:
         cost = row_cost(r, self.pricing)
@@ -425,6 +476,7 @@ class _TableReport(_Report):
     ) -> None:
         self.console.file.flush()
         print_summary(self.console, s, prices, token_source)
+        print_rules(self.console, self.rules)
         print_expiries(self.console, self.expiries)
         if s.conversations > 1:
             print_conversations(self.console, conversations)
@@ -502,6 +554,17 @@ def print_summary(console: Console, s: AuditSummary, prices: Prices | Pricing | 
         for cause, n in advice:
             console.print(f"  {cause} ({n:,}): {ADVICE[cause]}", highlight=False)
     console.print(f"[dim]tokens not reported by the log are counted with: {token_source}[/]")
+
+
+def print_rules(console: Console, counts: dict[str, int]) -> None:
+    """The named rules that fired, with how many requests each, and each one's fix
+    (``docs/rules.md``)."""
+    if not counts:
+        return
+    named = [r for r in BY_NAME if r in counts]
+    console.print(Text("rules: " + " · ".join(f"{r} {counts[r]:,}" for r in named)), highlight=False)
+    for r in named:
+        console.print(Text(f"  {r}: {BY_NAME[r].fix}"), highlight=False, soft_wrap=True)
 
 
 def print_expiries(console: Console, expiries: list[dict[str, Any]]) -> None:

@@ -116,6 +116,8 @@ def cmd_lock(args: argparse.Namespace) -> int:
             out.write(
                 f"ctxwright lock: the prefix changed: {counted(len(result.changes), 'change')} against {args.file}\n"
             )
+            for f in result.rug_pulls:  # instructions changed after approval: said first, with the fix
+                out.write(f"  {f.line}\n    fix: {f.fix}\n")
             for c in result.changes:
                 out.write(f"  {c.line}\n")
             out.write(result.cost_line() + "\n")

@@ -338,7 +338,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     """``audit FILE`` (a log, ``-`` for stdin) or ``audit ID`` (a session of any kind: a run's
     export, a wire session's calls as the proxy audited them live)."""
-    from ctxwright.cli.audit import audit_items, given_pricing, pricing_from_args, run_audit
+    from ctxwright.cli.audit import audit_items, given_pricing, pricing_from_args, rule_settings, run_audit
     from ctxwright.cli.sessions import named
 
     prices = given_pricing(args)
@@ -351,7 +351,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         return run_agent_log_audit(roots, by=by, as_json=args.json, pricing=pricing, console=console, max_record=cap)
 
     def audit(items: Any, source: str) -> int:
-        return audit_items(items, source, as_json=args.json, prices=prices, console=console)
+        return audit_items(items, source, as_json=args.json, prices=prices, console=console, rules=rule_settings(args))
 
     target = named(
         args,
@@ -365,7 +365,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
             "give a log or a session to audit: ctxwright audit FILE (- for stdin) or ctxwright audit ID"
         )
     if isinstance(target, str):
-        return run_audit(target, as_json=args.json, prices=prices, console=console, max_record=args.max_record_bytes)
+        return run_audit(
+            target,
+            as_json=args.json,
+            prices=prices,
+            console=console,
+            max_record=args.max_record_bytes,
+            rules=rule_settings(args),
+        )
     if target.from_the_wire:
         from ctxwright.cli.proxy import audit_proxy_session
 
@@ -475,10 +482,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     au.add_argument("--proxy-session", metavar="ID", help="alias of ID for a proxy or framework session")
     au.add_argument("--json", action="store_true", help="print the audit as JSON")
-    from ctxwright.cli.audit import add_price_options, add_record_cap_option
+    from ctxwright.cli.audit import add_price_options, add_record_cap_option, add_tool_budget_option
 
     add_price_options(au)
     add_record_cap_option(au)
+    add_tool_budget_option(au)
     from ctxwright.cli.audit_agents import add_agent_log_options
 
     add_agent_log_options(au)

@@ -95,6 +95,9 @@ def add_proxy_parser(sub: Any) -> None:
     from ctxwright.cli.audit import add_price_options
 
     add_price_options(p)  # --prices FILE, --price-*: what the line per call prices each call by
+    from ctxwright.cli.audit import add_tool_budget_option
+
+    add_tool_budget_option(p)  # --max-tool-tokens N: the tool_budget rule on the line per call
     from ctxwright.recipe import add_arguments
 
     add_arguments(p, sections=("telemetry",))  # --otlp, --otlp-content: declared once (recipe/options.py)
@@ -136,6 +139,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
             keep_headers=args.keep_warm,  # a refresh needs the client's key: held in memory only
             pricing=pricing,
             compress=args.compress,
+            max_tool_tokens=args.max_tool_tokens,
         )
     except ValueError as exc:
         raise CtxwrightError(str(exc)) from None

@@ -31,7 +31,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from ctxwright.audit.compare import TOKEN_MEMO, AuditRequest, AuditRow, cost_tex
 from ctxwright.audit.live import audit_record
 from ctxwright.audit.logs import ParseProblem, RecordReader
 from ctxwright.audit.provider_log import QUIET, describe
+from ctxwright.audit.rules import Finding, RuleRunner, Settings
 from ctxwright.cache.expiry import KEEP_WARM
 from ctxwright.cache.prices import Pricing
 from ctxwright.core.redact import redact, redact_query
@@ -49,7 +50,7 @@ from ctxwright.proxy.compress import summary_text
 from ctxwright.proxy.decode import decode_body
 from ctxwright.proxy.log import api_of, is_event_stream, sse_events
 from ctxwright.proxy.server import Capture, Exchange
-from ctxwright.proxy.session_audit import LiveAudits
+from ctxwright.proxy.session_audit import LIVE_SESSIONS, LiveAudits
 from ctxwright.proxy.sessions import SessionPlacer
 from ctxwright.proxy.store import ProxyLog
 from ctxwright.store.recovery import Spool, claim_spools
@@ -112,10 +113,12 @@ def format_line(
     problem: str | None,
     cache: Mapping[str, Any] | None = None,
     money: str | None = None,
+    findings: Sequence[Finding] = (),
 ) -> str:
     """The one printed line of a model call: session, call, status, cause, cached ÷ reusable
     tokens, what it cost and what its miss lost (``money``: ``audit/compare.py``'s
-    ``cost_text``), the first divergence, and the provider's cache verdict when it is a miss.
+    ``cost_text``), the first divergence, the provider's cache verdict when it is a miss, and
+    each named rule that fired (``audit/rules/``: its name, where, and its fix).
     No header, no body text beyond the divergence snippet."""
     head = f"{session_id} #{call_index:<3} {ex.status or '---'} {ex.total_ms or 0:7.0f} ms"
     if ex.outcome != "complete":
@@ -133,6 +136,8 @@ def format_line(
         line += f"  at {where} {d.field} @{d.byte_offset}: …{snippet}…"
     if cache is not None and cache.get("cause") not in QUIET:
         line += f"  provider cache: {describe(cache)}"
+    for f in findings:
+        line += f"  [{f.rule}] {f.line} (fix: {f.fix})".replace("\n", "⏎")
     return line
 
 
@@ -304,9 +309,13 @@ class Recorder:
         backlog_bytes: int = BACKLOG_BYTES,
         behind_at: int = BEHIND_AT,
         pricing: Pricing | None = None,
+        rules: Settings | None = None,
     ) -> None:
         self.upstream = upstream
         self.pricing = pricing or Pricing()
+        #: the named rules over each session's calls (``audit/rules/``; ``rules``: their settings,
+        #: ``--max-tool-tokens``), each call checked against the session's previous one
+        self.rules = RuleRunner(rules, max_open=LIVE_SESSIONS)
         self.observer = observer
         self._observer_failed = False
         self.printer = printer
@@ -675,6 +684,11 @@ class Recorder:
                 stored = 0 if placement.new else self.log.call_count(sid)
                 audit_row = self.audits.add(sid, req, new=placement.new, stored=stored, refresh=ex.keep_warm)
             audit: dict[str, Any] = audit_record(audit_row) if audit_row is not None else {"problem": problem}
+            findings: list[Finding] = []
+            if audit_row is not None and req is not None and not ex.keep_warm:  # a refresh is no call of the agent
+                findings = self.rules.add(sid, req, audit_row.cause)
+            if findings:
+                audit["rules"] = [f.to_json() for f in findings]
             cache = self.audits.cache if audit_row is not None else None
             if cache is not None:
                 audit["cache"] = cache
@@ -694,7 +708,9 @@ class Recorder:
             self.audits.forget(sid)
         if self.printer is not None and not ex.keep_warm:  # a refresh is announced by keep-warm itself
             money = self._money(ex, audit_row)
-            line = format_line(sid, k, ex, audit_row, problem, cache if audit_row is not None else None, money)
+            line = format_line(
+                sid, k, ex, audit_row, problem, cache if audit_row is not None else None, money, findings
+            )
             saved = summary_text(ex.compression)
             self.printer(f"{line}  {saved}" if saved else line)
         if self.observer is not None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 import uvicorn
 
+from ctxwright.audit.rules import Settings
 from ctxwright.errors import CtxwrightError
 from ctxwright.proxy.compress import BodyCompressor
 from ctxwright.proxy.recorder import BACKLOG_LIMIT, RecordedExchange, Recorder, stderr_line
@@ -61,6 +62,7 @@ class RecordingProxy:
             warn=warn,
             backlog_limit=backlog_limit,
             pricing=config.pricing,
+            rules=Settings(config.max_tool_tokens),
         )
         compressor = compressor_for(config, store, warn)
         app = build_app(config, recorder.submit, recorder.admit, compressor)
@@ -147,7 +149,15 @@ def serve_on(
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     if config.record_before_end is None:
         config = replace(config, record_before_end=HOLD_END_S)
-    recorder = Recorder(store, config.label, printer=printer, observer=observer, warn=warn, pricing=config.pricing)
+    recorder = Recorder(
+        store,
+        config.label,
+        printer=printer,
+        observer=observer,
+        warn=warn,
+        pricing=config.pricing,
+        rules=Settings(config.max_tool_tokens),
+    )
     if on_recorder is not None:  # what records into it besides the relay (``--keep-warm``'s refreshes)
         on_recorder(recorder)
     compressor = compressor_for(config, store, warn)

@@ -160,6 +160,9 @@ class ProxyConfig:
     #: on every later request that repeats it (``proxy/compress.py``); the body is then read
     #: whole (up to ``record_cap``) before it is relayed
     compress: bool = False
+    #: ``--max-tool-tokens``: the named rules' tool budget (``audit/rules/tool_budget.py``),
+    #: named on the line of each call over it; ``None``: no budget
+    max_tool_tokens: int | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.upstreams) - set(PROVIDERS))
