@@ -43,6 +43,7 @@ from typing import Any
 
 from ctxwright.audit.compare import Auditor, AuditRequest, AuditRow, Divergence, changed_options
 from ctxwright.audit.logs import ParseProblem, read_records
+from ctxwright.audit.rules import Finding, Settings, run_rules
 from ctxwright.cache.prices import Pricing
 from ctxwright.cache.verdict import PROMPT_NEUTRAL_OPTIONS
 from ctxwright.ci.segments import diff_prefix
@@ -65,6 +66,8 @@ class Tolerances:
     max_token_increase: float = 0.10
     #: relative increase of the estimated cost per task (when both sides are priced)
     max_cost_increase: float = 0.10
+    #: ``--max-tool-tokens``: the tools' token budget of the named rule ``tool_budget`` (``None``: none)
+    max_tool_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -232,6 +235,7 @@ def judge(
             run, r_rows, {(c.conversation, c.position): row for c, row in zip(golden, g_rows, strict=True)}
         ),
         *tolerance_regressions(g_fig, r_fig, tol),
+        *named_regressions(golden, run, tol),
     ]
     return Judgement(tuple(regressions), g_fig, r_fig, tuple(coverage_problems(golden, run)))
 
@@ -372,6 +376,47 @@ def tolerance_regressions(g: Figures, r: Figures, tol: Tolerances) -> list[Regre
     return out
 
 
+def named_regressions(golden: Sequence[Call], run: Sequence[Call], tol: Tolerances) -> list[Regression]:
+    """The named rules (``audit/rules/``) on each request of the run, after the run's previous
+    request of its conversation, against the same rules on the golden's call at the same place:
+    a rule that fires on the run where it does not on the golden is a regression naming the
+    rule, where, and its fix -- once per distinct finding, with the calls it affects. The tool
+    budget (``--max-tool-tokens``) is the user's, not the golden's: it fails whatever the golden did."""
+    settings = Settings(tol.max_tool_tokens)
+    on_golden: dict[tuple[str, int], set[str]] = {}
+    last: dict[str, AuditRequest] = {}
+    for c in golden:
+        on_golden[(c.conversation, c.position)] = {
+            f.rule for f in run_rules(last.get(c.conversation), c.request, settings)
+        }
+        last[c.conversation] = c.request
+    found: dict[tuple[str, str], tuple[Finding, list[str]]] = {}
+    last = {}
+    for c in run:
+        fired = run_rules(last.get(c.conversation), c.request, settings)
+        last[c.conversation] = c.request
+        golden_fired = on_golden.get((c.conversation, c.position), set())
+        here = f"call {c.position + 1} of {c.conversation or 'the run'}"
+        for f in fired:
+            if f.rule in golden_fired and f.rule != "tool_budget":
+                continue
+            if (f.rule, f.line) in found:
+                found[(f.rule, f.line)][1].append(here)
+            else:
+                found[(f.rule, f.line)] = (f, [here])
+    out = []
+    for f, where in found.values():
+        calls = where[0] if len(where) == 1 else f"{len(where)} calls, the first {where[0]}"
+        out.append(
+            Regression(
+                f.rule,
+                f"{f.rule}: {f.line} (on {calls}); fix: {f.fix}",
+                {"named_rule": True, "severity": f.severity, "fix": f.fix, **dict(f.details), "calls": where},
+            )
+        )
+    return out
+
+
 def coverage_problems(golden: Sequence[Call], run: Sequence[Call]) -> list[str]:
     """Why the run does not cover the golden: a conversation it never started, or one it
     stopped before the golden did."""
@@ -429,6 +474,7 @@ __all__ = [
     "calls_of",
     "coverage_problems",
     "judge",
+    "named_regressions",
     "prefix_regressions",
     "tolerance_regressions",
 ]

@@ -31,7 +31,7 @@ UNJUDGED = 2
 
 
 def add_gate_parser(sub: Any) -> None:
-    from ctxwright.cli.audit import add_price_options
+    from ctxwright.cli.audit import add_price_options, add_tool_budget_option
 
     p = sub.add_parser(
         "gate",
@@ -53,6 +53,7 @@ def add_gate_parser(sub: Any) -> None:
     p.add_argument("--max-token-increase", type=_share, default=0.10, metavar="F", help="default 0.10 (10%%)")
     p.add_argument("--max-cost-increase", type=_share, default=0.10, metavar="F", help="default 0.10 (10%%)")
     add_price_options(p)
+    add_tool_budget_option(p)  # --max-tool-tokens N: the tool_budget rule fails the build over it
     p.add_argument(
         "--on-divergence",
         choices=("stop", "repeat-last"),
@@ -143,7 +144,7 @@ def _gate(args: argparse.Namespace) -> int:
     golden = load_golden(
         args.golden, proxy_session=args.proxy_session, session=args.session, store=store, **golden_limits(args)
     )
-    tolerances = Tolerances(args.max_reuse_drop, args.max_token_increase, args.max_cost_increase)
+    tolerances = Tolerances(args.max_reuse_drop, args.max_token_increase, args.max_cost_increase, args.max_tool_tokens)
     pricing = pricing_from_args(args)
     stdout = sys.stderr.buffer if args.json else None
 
