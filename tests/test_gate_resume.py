@@ -227,7 +227,6 @@ def test_a_resume_that_sends_nothing_is_not_judged(resumable: tuple[Path, Path],
 @pytest.mark.parametrize(
     ("words", "said"),
     [
-        (["--", "true", "--then", "true"], "--then gives the command that resumes the agent: give --resume-after N"),
         (["--resume-after", "0", "--", "true"], "not a number of calls of 1 or more"),
         (["--resume-after", "x", "--", "true"], "not a number of calls"),
         (["--resume-after", "3", "--", "true"], "--resume-after 3: give N from 1 to 2"),

@@ -8,6 +8,12 @@ parseable); ``--update`` writes the run's trace over GOLDEN -- only a run that r
 of it (else GOLDEN is left as it was and the exit is 2), and then says ``UPDATED`` and what it
 accepts, never ``FAIL`` with exit 0. Ctrl-C (130) and SIGTERM (143) stop the agent and all it
 started, leave GOLDEN as it was, and say so in one line of the gate's own.
+
+``--resume-after N -- COMMAND [--then RESUME_COMMAND]``: resume parity (``ci/resume.py``) --
+the agent is stopped after N calls as a user would stop it, then resumed by RESUME_COMMAND
+(COMMAND again without ``--then``), whose first request must extend the last one before the
+stop. The first ``--then`` after ``--`` splits the two only with ``--resume-after``: without it,
+it is a word of the agent's own command (an agent may have a ``--then`` option of its own).
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ def add_gate_parser(sub: Any) -> None:
 
     p = sub.add_parser(
         "gate",
-        usage="ctxwright gate [GOLDEN] [options] -- COMMAND [ARGS...]",
+        usage="ctxwright gate [GOLDEN] [options] -- COMMAND [ARGS...] [--then RESUME_COMMAND [ARGS...]]",
         help="run an agent against a replay of its golden trace; fail on a cache regression",
         description="Replays GOLDEN's model replies to COMMAND (through OPENAI_BASE_URL and ANTHROPIC_BASE_URL) "
         "and judges the requests it sends: prefix byte-identical, append-only, reuse/tokens/cost within "
@@ -148,7 +154,9 @@ def _gate(args: argparse.Namespace) -> int:
     pricing = pricing_from_args(args)
     stdout = sys.stderr.buffer if args.json else None
 
-    command, then = split_then(command)
+    then = None
+    if args.resume_after is not None:  # else a --then is a word of the agent's own, as it always was
+        command, then = split_then(command)
     if then is not None and (not command or not then):
         raise CtxwrightError(
             "give a command on each side of --then: ctxwright gate GOLDEN --resume-after N -- COMMAND --then "
