@@ -122,6 +122,7 @@ def context_agent(db: Path, *more: str) -> list[str]:
     return [sys.executable, str(ROOT / "tests" / "resume_context_agent.py"), "--db", str(db), *more]
 
 
+@pytest.mark.slow
 def test_a_context_resume_script_stopped_mid_call_passes(tmp_path: Path) -> None:
     """A loop over ``Context`` in SQLite, stopped by SIGINT in its second call and continued
     with ``Context.resume``: the resumed request is the one it was stopped in."""

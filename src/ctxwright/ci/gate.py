@@ -327,9 +327,11 @@ def _interrupt(proc: subprocess.Popen[bytes], hold: Hold, deadline: float) -> bo
     else:
         return False
     group = agent_group(proc.pid)
-    if group is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(group, signal.SIGINT)
+    if group is None:  # no /proc to find the group by: the supervisor's stop at once
+        _stop(proc)
+        return True
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGINT)
     try:
         proc.wait(timeout=max(0.0, min(INTERRUPT_GRACE_S, deadline - time.monotonic())))
     except subprocess.TimeoutExpired:
