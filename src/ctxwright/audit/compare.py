@@ -538,6 +538,10 @@ def _classify(
         return "history_removed"
     if c.hashes[i] in p.hashes[i + 1 :]:
         return "history_removed"  # a later message moved up: earlier ones were dropped
+    if len(c.hashes) < len(p.hashes) and len(p.hashes) - i > 1 and not set(p.hashes[i:]).intersection(c.hashes):
+        # shorter, and none of the messages from the cut on kept: a window of new messages only
+        # (``[system, newest question]``), not an edit -- an edit keeps what follows it
+        return "history_removed"
     if i < len(p.hashes) and cur.messages[i].get("role") == prev.messages[i].get("role"):
         return "history_edited"
     return "other"

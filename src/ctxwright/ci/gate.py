@@ -34,13 +34,25 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
+from ctxwright.audit.logs import ParseProblem, read_records
 from ctxwright.cache.prices import Pricing
-from ctxwright.ci.judge import Call, Judgement, Regression, Tolerances, calls_of, judge
+from ctxwright.ci.judge import (
+    ANSWERED,
+    DIVERGED,
+    UNPLACED,
+    Call,
+    Judgement,
+    Regression,
+    Tolerances,
+    calls_of,
+    counted_here,
+    judge,
+)
 from ctxwright.ci.resume import INTERRUPT_GRACE_S, Parity, agent_group, parity
 from ctxwright.core.supervise import find_executable, launch_argv
 from ctxwright.errors import GateError
 from ctxwright.replay.golden import Golden
-from ctxwright.replay.server import Hold, ReplayServer
+from ctxwright.replay.server import Hold, ReplayServer, TraceRecord
 
 #: Seconds the agent may run before the gate stops it and says so.
 DEFAULT_TIMEOUT_S = 600.0
@@ -95,13 +107,28 @@ def golden_calls(golden: Golden) -> tuple[list[Call], list[str]]:
 
 
 def run_calls(server: ReplayServer) -> tuple[list[Call], list[str]]:
-    """The calls the replay answered from the recording, by conversation, in arrival order;
-    a call that left the recording is not judged (it has no golden counterpart)."""
-    by_conv: dict[str, list[dict[str, Any]]] = {}
-    for rec in server.calls:
-        if rec.diverged is None and rec.conversation is not None:
-            by_conv.setdefault(rec.conversation, []).append({"request": rec.request})
-    return calls_of(by_conv.items())
+    """Every request the run sent, in arrival order, where the replay placed it: answered from
+    the recording (``ANSWERED``), in its conversation where it left the recording
+    (``DIVERGED``), or in none (``UNPLACED``: refused before it was placed, or a conversation
+    the recording does not have). All are judged (``ci/judge.py``): a rewrite that makes a
+    request leave the recording is named, not only the run's end."""
+    return run_calls_of(server.calls)
+
+
+def run_calls_of(records: Sequence[TraceRecord]) -> tuple[list[Call], list[str]]:
+    """:func:`run_calls` on the records of a replay (or of a trace it wrote)."""
+    calls: list[Call] = []
+    problems: list[str] = []
+    for i, (rec, item) in enumerate(zip(records, read_records({"request": r.request} for r in records), strict=True)):
+        if isinstance(item, ParseProblem):
+            problems.append(f"request {i + 1} of the run: {item.message}")
+            continue
+        if rec.conversation is None or rec.position is None:
+            calls.append(Call("", i, counted_here(item, None), UNPLACED))
+        else:
+            placed = ANSWERED if rec.diverged is None else DIVERGED
+            calls.append(Call(rec.conversation, rec.position, counted_here(item, rec.conversation), placed))
+    return calls, problems
 
 
 def run_gate(
@@ -377,4 +404,13 @@ def replacing(path: Path) -> Iterator[Path]:
             os.unlink(tmp)
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "GateError", "GateResult", "golden_calls", "replacing", "run_calls", "run_gate"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "GateError",
+    "GateResult",
+    "golden_calls",
+    "replacing",
+    "run_calls",
+    "run_calls_of",
+    "run_gate",
+]

@@ -14,17 +14,30 @@ altered. Three rules, each a list of :class:`Regression`:
     change is named by its segment (``ci/segments.py``), JSON path, byte offset and the text
     on both sides, once, with the calls it affects.
 ``append_only``
-    every call continues the previous call of its conversation in the run (the audit's
-    ``append``), or breaks it where the golden breaks too (a compaction the golden also made,
-    by the audit's cause names). A sliding window, a tool result edited in place, a status
-    line rewritten into the history each turn all re-write what follows them on every call.
-    A tool result that merely *differs* from the golden's (a new timestamp) is appended, not
-    edited, and is no regression.
+    every request the run sent continues the run's previous request of its conversation (the
+    audit's ``append``), or breaks it where the golden breaks too (a compaction the golden
+    also made, by the audit's cause names). A sliding window, a tool result edited in place, a
+    status line rewritten into the history each turn all re-write what follows them on every
+    call. A tool result that merely *differs* from the golden's (a new timestamp) is appended,
+    not edited, and is no regression. *Every* request is judged, whether the replay answered
+    it or not: a rewrite often makes the request leave the recording (the replay refuses it),
+    and a gate that judged only the answered calls would never name the rewrite -- only the
+    run's end. A request the replay placed in a conversation (answered, or refused where it
+    left the recording) is judged after the run's previous request of that conversation; one
+    it could not place at all, after the run's previous request in arrival order -- when it
+    kept at least one whole message of it (else it is a new conversation, as the audit's own
+    conversation rules say, and the divergence alone says the run left the recording).
 ``tolerances``
     reuse (reusable ÷ prompt tokens: what a perfect prefix cache could reuse; the replay has
     no cache of its own), prompt tokens per task (a task is one conversation) and estimated
     cost per task (priced as ``ctxwright audit`` prices: the reusable prefix as cache reads)
-    within the given tolerances of the golden's.
+    within the given tolerances of the golden's -- compared over the calls both sides made:
+    the run's calls the replay answered, and the golden's calls at the same places. A run that
+    stopped after 3 of 5 calls has a lower reuse than the whole golden only because a
+    conversation's first calls reuse least; comparing it with the golden's first 3 calls
+    measures the change, not where the run stopped. A request with no golden counterpart (it
+    left the recording) is in no ratio: what it costs has nothing recorded to be compared with,
+    and the append-only rule names what it did.
 
 Both sides are counted by ctxwright's own tokenizer, with the golden's recorded usage set
 aside: the run has no real usage (its replies are replayed), and comparing a provider's count
@@ -32,7 +45,8 @@ with ctxwright's would report the tokenizer's difference as a regression.
 
 A run that cannot be judged -- it made fewer calls than the golden, left the recording, or the
 agent failed -- is not a pass: :attr:`Judgement.unjudged` says why, and the exit code is 2
-unless a regression was found in the calls it did make (then 1: that regression is real).
+unless a regression was found in the requests it did send (then 1: that regression is real --
+the rewrite that made a run leave the recording is one).
 """
 
 from __future__ import annotations
@@ -47,6 +61,7 @@ from ctxwright.audit.rules import Finding, Settings, run_rules
 from ctxwright.cache.prices import Pricing
 from ctxwright.cache.verdict import PROMPT_NEUTRAL_OPTIONS
 from ctxwright.ci.segments import diff_prefix
+from ctxwright.core.messages import canonical_json
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.core.words import counted
 
@@ -54,6 +69,15 @@ from ctxwright.core.words import counted
 CONTINUES = frozenset({"first", "append"})
 #: Characters of text shown on each side of a change.
 CONTEXT = 40
+#: How the replay placed a call of a run (a golden's calls are all answered): from the
+#: recording at its conversation and position (it has a golden counterpart) ...
+ANSWERED = "answered"
+#: ... in its conversation, at the position where it left the recording (refused, or answered
+#: the last recorded reply with ``--on-divergence repeat-last``) ...
+DIVERGED = "diverged"
+#: ... or in no conversation of the recording (``Call.conversation`` is empty and
+#: ``Call.position`` the request's 0-based place in the run, in arrival order).
+UNPLACED = "unplaced"
 
 
 @dataclass(frozen=True)
@@ -77,6 +101,8 @@ class Call:
     conversation: str
     position: int
     request: AuditRequest
+    #: :data:`ANSWERED`, :data:`DIVERGED` or :data:`UNPLACED`
+    placed: str = ANSWERED
 
 
 @dataclass(frozen=True)
@@ -135,6 +161,9 @@ class Judgement:
     run: Figures
     #: why the run could not be judged in full (one line each); empty when it could
     unjudged: tuple[str, ...] = ()
+    #: what the tolerances compared when it is not ``golden`` and ``run`` whole: the golden's
+    #: calls at the places the run's answered calls were, and those calls (see the module docstring)
+    compared: tuple[Figures, Figures] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -173,6 +202,11 @@ class Judgement:
             "unjudged": list(self.unjudged),
             "golden": self.golden.to_json(),
             "run": self.run.to_json(),
+            **(
+                {"compared": {"golden": self.compared[0].to_json(), "run": self.compared[1].to_json()}}
+                if self.compared is not None
+                else {}
+            ),
         }
 
 
@@ -192,13 +226,14 @@ def calls_of(conversations: Iterable[tuple[str, Sequence[Mapping[str, Any]]]]) -
             if isinstance(item, ParseProblem):
                 problems.append(f"conversation {conv}, call {item.line - 1}: {item.message}")
                 continue
-            calls.append(Call(conv, position, _counted_here(item, conv)))
+            calls.append(Call(conv, position, counted_here(item, conv)))
             position += 1
     return calls, problems
 
 
-def _counted_here(req: AuditRequest, conversation: str) -> AuditRequest:
-    """The request without its recorded usage (see the module docstring), in ``conversation``."""
+def counted_here(req: AuditRequest, conversation: str | None) -> AuditRequest:
+    """The request without its recorded usage (see the module docstring), in ``conversation``
+    (``None``: in none the replay knows)."""
     return replace(
         req,
         cached_tokens=None,
@@ -227,17 +262,29 @@ def judge(
     pricing = pricing or Pricing()
     counter = counter or TokenCounter()
     g_rows, g_fig = _audit(golden, pricing, counter)
-    r_rows, r_fig = _audit(run, pricing, counter)
+    r_rows, r_fig = _audit_run(run, pricing, counter)
     by_place = {(c.conversation, c.position): c for c in golden}
+    answered = [c for c in run if c.placed == ANSWERED]
+    places = {(c.conversation, c.position) for c in answered}
+    matched = [c for c in golden if (c.conversation, c.position) in places]
+    compared = None
+    if len(matched) < len(golden) or len(answered) < len(run):
+        compared = (_audit(matched, pricing, counter)[1], _audit(answered, pricing, counter)[1])
+    reg_tolerances = tolerance_regressions(*(compared or (g_fig, r_fig)), tol)
+    if compared is not None:
+        over = (
+            f" (over the {counted(compared[1].calls, 'call')} the replay answered, and the golden's at the same places)"
+        )
+        reg_tolerances = [replace(r, line=r.line + over) for r in reg_tolerances]
     regressions = [
         *prefix_regressions(golden, run, by_place),
         *append_regressions(
             run, r_rows, {(c.conversation, c.position): row for c, row in zip(golden, g_rows, strict=True)}
         ),
-        *tolerance_regressions(g_fig, r_fig, tol),
+        *reg_tolerances,
         *named_regressions(golden, run, tol),
     ]
-    return Judgement(tuple(regressions), g_fig, r_fig, tuple(coverage_problems(golden, run)))
+    return Judgement(tuple(regressions), g_fig, r_fig, tuple(coverage_problems(golden, answered)), compared)
 
 
 def _audit(calls: Sequence[Call], pricing: Pricing, counter: TokenCounter) -> tuple[list[AuditRow], Figures]:
@@ -254,6 +301,50 @@ def _audit(calls: Sequence[Call], pricing: Pricing, counter: TokenCounter) -> tu
     )
 
 
+def _audit_run(run: Sequence[Call], pricing: Pricing, counter: TokenCounter) -> tuple[list[AuditRow], Figures]:
+    """Every request of a run (in arrival order), each with its append-only row: a placed one
+    audited in its conversation, an unplaced one after the run's previous request
+    (:func:`_after_previous`). The totals count each unplaced request as a conversation of its
+    own (the replay found it in none); the causes are the judged ones."""
+    auditor = Auditor(counter)
+    rows: list[AuditRow] = []
+    prev: AuditRequest | None = None
+    for i, c in enumerate(run):
+        if c.placed == UNPLACED:
+            auditor.add(replace(c.request, conversation=f"{UNPLACED} {i}"))
+            rows.append(_after_previous(prev, c.request, counter))
+        else:
+            rows.append(auditor.add(c.request))
+        prev = c.request
+    s = auditor.summary(pricing)
+    causes: dict[str, int] = {}
+    for row in rows:
+        causes[row.cause] = causes.get(row.cause, 0) + 1
+    return rows, Figures(
+        calls=len(run),
+        conversations=len({(c.conversation, c.position if c.placed == UNPLACED else 0) for c in run}),
+        prompt_tokens=s.prompt_tokens,
+        reusable_tokens=s.reusable_tokens,
+        cost=s.est_cost,
+        causes=causes,
+    )
+
+
+def _after_previous(prev: AuditRequest | None, cur: AuditRequest, counter: TokenCounter) -> AuditRow:
+    """The audit row of ``cur`` as the next request after ``prev`` -- when it kept at least one
+    whole message of it: a rewrite keeps something (a sliding window its newest messages, an
+    edit the rest), while a request that shares no message is a new conversation (the audit's
+    rule 3) and ``first``. Unlike the audit's rule 2, a request of one message that is
+    ``prev``'s first is *not* a new run of the task here: the replay found no new conversation
+    for it, and a window that kept only the question is the rewrite to name."""
+    auditor = Auditor(counter)
+    if prev is not None and {canonical_json(m) for m in prev.messages}.intersection(
+        canonical_json(m) for m in cur.messages
+    ):
+        auditor.add(replace(prev, conversation="previous"))
+    return auditor.add(replace(cur, conversation="previous"))
+
+
 def prefix_regressions(
     golden: Sequence[Call], run: Sequence[Call], by_place: Mapping[tuple[str, int], Call]
 ) -> list[Regression]:
@@ -264,6 +355,8 @@ def prefix_regressions(
         first_of.setdefault(c.conversation, c)
     found: dict[str, tuple[Regression, list[str]]] = {}
     for c in run:
+        if c.placed == UNPLACED:
+            continue  # in no recorded conversation: no golden call to compare its prefix with
         g = by_place.get((c.conversation, c.position)) or first_of.get(c.conversation)
         if g is None:
             continue
@@ -316,26 +409,34 @@ def _prefix_changes(g: AuditRequest, r: AuditRequest) -> list[Regression]:
 def append_regressions(
     run: Sequence[Call], rows: Sequence[AuditRow], golden_rows: Mapping[tuple[str, int], AuditRow]
 ) -> list[Regression]:
-    """Each call that breaks its conversation where the golden does not."""
+    """Each request that breaks its conversation where the golden does not (``run`` in
+    arrival order, ``rows`` its audit rows: see :func:`judge`)."""
     out: list[Regression] = []
-    for c, row in zip(run, rows, strict=True):
+    for n, (c, row) in enumerate(zip(run, rows, strict=True), start=1):
         if row.cause in CONTINUES:
             continue
         if row.cause == "options_changed" and set(row.options_changed) <= PROMPT_NEUTRAL_OPTIONS:
             continue  # sampling settings are not part of the cached prompt
-        g = golden_rows.get((c.conversation, c.position))
+        g = golden_rows.get((c.conversation, c.position)) if c.placed != UNPLACED else None
         if g is not None and g.cause == row.cause:
             continue  # the golden breaks here too, for the same cause (a compaction it also made)
         d = row.first_divergence
         at = f" at {d.where}" if d is not None else ""
         text = f": {_change(d)}" if d is not None and (d.before or d.after) else ""
+        if c.placed == UNPLACED:
+            call = f"request {n} of the run (in no recorded conversation; judged after the request before it)"
+        else:
+            call = f"call {c.position + 1} of conversation {c.conversation}"
+        left = " -- where the run left the recording" if c.placed != ANSWERED else ""
         out.append(
             Regression(
                 "append_only",
-                f"append-only: call {c.position + 1} of conversation {c.conversation} is {row.cause}{at}{text}",
+                f"append-only: {call} is {row.cause}{at}{text}{left}",
                 {
-                    "conversation": c.conversation,
-                    "position": c.position,
+                    "conversation": c.conversation if c.placed != UNPLACED else None,
+                    "position": c.position if c.placed != UNPLACED else None,
+                    "request": n,
+                    "placed": c.placed,
                     "cause": row.cause,
                     "where": d.where if d is not None else None,
                     "before": d.before if d is not None else None,
@@ -465,6 +566,9 @@ def _f(v: float | None, digits: int = 3) -> str:
 
 
 __all__ = [
+    "ANSWERED",
+    "DIVERGED",
+    "UNPLACED",
     "Call",
     "Figures",
     "Judgement",
@@ -472,6 +576,7 @@ __all__ = [
     "Tolerances",
     "append_regressions",
     "calls_of",
+    "counted_here",
     "coverage_problems",
     "judge",
     "named_regressions",

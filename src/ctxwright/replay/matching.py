@@ -17,7 +17,11 @@ the same reply, the one holding most of the request's replies, then the one this
 already answered). A request that contains none starts the next golden conversation whose
 first request has the same first user message; else continues a started conversation whose
 next recorded request holds no reply either and has that first user message (a history
-summarised by a compaction); else starts the next conversation not started yet.
+summarised by a compaction); else continues a started conversation, not yet at its end, one of
+whose recorded turns that first user message opens -- at its next call (a sliding window that
+kept only the newest question, or the question alone: it belongs to that conversation, and is
+answered or diverges there, so the gate judges it against the conversation's previous request
+rather than as a new conversation); else starts the next conversation not started yet.
 
 **Divergence** ("the conversation left the recording"): the request is past the recording's
 last call of its conversation, or a conversation the recording does not have; or its new
@@ -161,8 +165,10 @@ class Matcher:
         self._replies: dict[Signature, list[tuple[int, int]]] = {}
         self._by_id: dict[str, tuple[int, int]] = {}
         self._said: list[list[list[Said]]] = []
+        self._asked: list[set[str]] = []  # per conversation, the user questions that open its turns
         for ci, conv in enumerate(self.convs):
             self._said.append([said(call.api, call.request) for call in conv.calls])
+            self._asked.append(self._questions(ci))
             for pos, call in enumerate(conv.calls):
                 self._replies.setdefault(call.turn.signature(), []).append((ci, pos))
                 if call.turn.id is not None:
@@ -236,7 +242,28 @@ class Matcher:
                 and not any(m.role == "assistant" for m in self._said[ci][nxt])
             ):
                 return ci
+        if first is not None:
+            ongoing = [
+                ci for ci, nxt in self.progress.items() if nxt < len(self.convs[ci].calls) and first in self._asked[ci]
+            ]
+            if ongoing:
+                return self._last if self._last in ongoing else min(ongoing)
         return unstarted[0] if unstarted else None
+
+    def _questions(self, ci: int) -> set[str]:
+        """The user questions of conversation ``ci``: the first user message of each recorded
+        batch that opens a turn (its first call, or one after a reply without a tool call) --
+        the same message :func:`compare_new` compares by text."""
+        out: set[str] = set()
+        calls = self.convs[ci].calls
+        for pos, messages in enumerate(self._said[ci]):
+            if pos and calls[pos - 1].turn.tool_calls:
+                continue  # a batch of tool results: its user messages are a harness's, not a question
+            newest = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1) if pos else -1
+            asked = next((m.text for m in messages[newest + 1 :] if m.role == "user"), None)
+            if asked is not None:
+                out.add(asked)
+        return out
 
     def _first_user(self, ci: int, pos: int) -> str | None:
         return next((m.text for m in self._said[ci][pos] if m.role == "user"), None)
