@@ -288,3 +288,47 @@ def test_the_pytest_helper_resumes_an_agent_in_process(resumable: tuple[Path, Pa
     assert result.resume is not None and result.resume["first_run"] == "interrupted" and result.resume["holds"]
     with pytest.raises(AssertionError, match=r"resume: .*message 1 \(user\) content changed at byte 0"):
         gate_helper(golden, sender(0), resume_after=1, then=sender(1, edit=True), timeout=120)
+
+
+def test_parity_holds_a_replaced_status_block_to_the_runs_own_rule() -> None:
+    """An agent that replaces its last message (a status block) on every call may replace it
+    across the resume too; one that does not may not, and an edit is named either way."""
+    from ctxwright.ci.resume import Parity, parity
+
+    def body(*messages: Any) -> dict[str, Any]:
+        return {"request": {"model": "m", "messages": [{"role": "system", "content": "S"}, *messages]}}
+
+    user, status = {"role": "user", "content": "task"}, {"role": "user", "content": "<status> t=1"}
+    turn = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{}"}}],
+    }
+    result = {"role": "tool", "tool_call_id": "c1", "content": "5"}
+    earlier = body(user, status)
+    before = body(user, turn, result, {"role": "user", "content": "<status> t=2"})
+    after = body(
+        user, turn, result, {"role": "assistant", "content": "5."}, {"role": "user", "content": "<status> t=3"}
+    )
+    held = parity(before, after, earlier)
+    assert isinstance(held, Parity) and not held.regressions and held.replaced, held
+    # without the run's own pattern (the status kept from call to call), the dropped message is a regression
+    kept = body(user, turn, result, {"role": "user", "content": "<status> t=2"})
+    broken = parity(before, after, body(user))
+    assert isinstance(broken, Parity) and broken.regressions, broken
+    appended = parity(
+        kept,
+        body(user, turn, result, {"role": "user", "content": "<status> t=2"}, {"role": "user", "content": "go on"}),
+    )
+    assert isinstance(appended, Parity) and not appended.regressions and not appended.replaced, appended
+    # the replaced block allowed, an edit before it is still named, by message, field and byte
+    edited = body(
+        {"role": "user", "content": [{"type": "text", "text": "task"}]},
+        turn,
+        result,
+        {"role": "user", "content": "<status> t=3"},
+    )
+    named = parity(before, edited, earlier)
+    assert isinstance(named, Parity) and named.replaced
+    assert [r.details["segment"] for r in named.regressions] == ["message 1 (user)"], named
+    assert "content changed at byte 0" in named.regressions[0].line and "(was 'task')" in named.regressions[0].line
