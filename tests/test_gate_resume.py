@@ -211,7 +211,8 @@ def test_an_agent_that_ignores_sigint_is_still_stopped_and_resumed(
     assert time.monotonic() - started < 60
     assert result.exit_code == 0, result.lines()
     assert result.resume is not None and result.resume["first_run"] == "interrupted", result.resume
-    assert result.resume["first_status"] == 128 + 15, result.resume  # ended by the supervisor's SIGTERM
+    # ended by the supervisor's SIGTERM (its SIGKILL on a machine too loaded for that), not by SIGINT
+    assert result.resume["first_status"] in (128 + 15, 128 + 9, -9), result.resume
     assert result.judgement.run.calls == 3
     first = int(pids.read_text().split()[0])
     assert not _alive(first), "the agent that ignored SIGINT outlived the stop"
