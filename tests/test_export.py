@@ -148,7 +148,7 @@ def test_export_piped_into_audit_agrees_with_show_call_by_call(tmp_path, capsys)
     """``ctxwright export ID --requests | ctxwright audit /dev/stdin`` (real processes, a real
     pipe) gives each call the cause, reusable prefix and cached count ``ctxwright show`` gives:
     the options that changed between calls (a forced first tool call, then an answer required)
-    are the live audit's business, the usage is the server's, a replaced status is a
+    are named on both sides, the usage is the server's, a replaced status is a
     ``status_replaced``, and the resumed calls belong to the same session."""
     db = tmp_path / "c.db"
     with F(
@@ -181,7 +181,8 @@ def test_export_piped_into_audit_agrees_with_show_call_by_call(tmp_path, capsys)
     assert [r["reusable_prefix_tokens"] for r in rows] == [c["audit"]["reusable_prefix_tokens"] for c in shown]
     assert [r["cached_tokens"] for r in rows] == [c["cached_tokens"] for c in shown] == [0, 221, None, 0]
     assert [r["prompt_tokens"] for r in rows] == [c["audit"]["prompt_tokens"] for c in shown]
-    assert "options_changed" not in [r["cause"] for r in rows] and "status_replaced" in [r["cause"] for r in rows], rows
+    assert [r["options_changed"] for r in rows] == [c["audit"]["options_changed"] for c in shown]
+    assert rows[1]["options_changed"] == ["tool_choice"] and "status_replaced" in [r["cause"] for r in rows], rows
     assert {r["conversation"] for r in rows} == {0}
 
 

@@ -482,8 +482,16 @@ def test_the_parts_and_the_prompt_count_agree_or_a_note_says_why(tmp_path):
     with (tmp_path / "server.jsonl").open("w") as f:
         for line, n in zip(log.read_text().splitlines(), parts, strict=True):
             f.write(json.dumps({"request": json.loads(line), "response": {"usage": {"prompt_tokens": n + 40}}}) + "\n")
-    html = render_html(from_log(tmp_path / "server.jsonl"))
-    (note,) = _parts_notes(html)
+    served = from_log(tmp_path / "server.jsonl")
+    # the difference is a part of its own, named, so the parts add up to the server's count: no note
+    assert [c.parts["template_difference"] for c in served.sessions[0].calls] == [40, 40, 40]
+    assert [sum(c.parts.values()) for c in served.sessions[0].calls] == [n + 40 for n in parts]
+    html = render_html(served)
+    assert _parts_notes(html) == [] and "chat template and tokenizer difference" in html
+    # a session recorded without the part (an older ctxwright): the note gives both totals and says why
+    for c in served.sessions[0].calls:
+        c.parts["template_difference"] = 0
+    (note,) = _parts_notes(render_html(served))
     total = sum(parts)
     assert f"The parts add up to {total:,} tokens" in note and f"the prompt tokens to {total + 120:,} (+120, " in note
     assert "the provider's own count of the request as its chat template rendered it" in note

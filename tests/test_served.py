@@ -256,8 +256,10 @@ def test_the_ledger_parts_and_framing_add_up_to_the_prompt_compaction_counts() -
         ledger = report.ledger
         parts = ledger.system_and_tools + ledger.tool_results + ledger.history + ledger.latest_user
         assert ledger.framing > 0 and parts + ledger.framing == ledger.total == counted
+        # the backend counted the prompt: the difference is a part of its own, and all add up to it
+        assert ledger.template_difference == report.prompt_tokens - counted and ledger.prompt == report.prompt_tokens
     headers = [str(c.header) for c in calls_table(result.calls, wide=True).columns]
-    assert headers[-2:] == ["framing", "counted"]
+    assert headers[-3:] == ["framing", "template/tokenizer", "counted"]
 
 
 def test_check_reported_margin_and_what_it_says() -> None:

@@ -485,6 +485,7 @@ class Context:
         if cache is not None:
             audit["cache"] = cache
         mismatch = check_reported(ledger, u.prompt_tokens, self.counter.source, request.tool_choice)
+        ledger = ledger.reconciled(u.prompt_tokens)  # the parts add up to the backend's count
         ledger_rec: dict[str, Any] = dict(ledger.to_dict())
         if mismatch is not None:
             ledger_rec["mismatch"] = {"kind": mismatch.kind, "reported": mismatch.reported, "message": mismatch.message}

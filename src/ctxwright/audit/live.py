@@ -11,15 +11,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ctxwright.audit.compare import AuditRequest, AuditRow, segment_hash
-from ctxwright.audit.logs import WireCache
+from ctxwright.audit.logs import WireCache, sent_options
 from ctxwright.cache.expiry import Price, cache_state, expiry_cost, price_of
 from ctxwright.cache.prices import Pricing
 from ctxwright.cache.reported import Reported, reported
 from ctxwright.cache.verdict import ByteEvidence, Facts, fuse
 from ctxwright.core.incremental import common_prefix_len
 from ctxwright.core.messages import Message, Usage
+from ctxwright.core.records import CallRecord
 from ctxwright.core.render import replay_calls
-from ctxwright.core.request import ChatRequest, ToolSpec
+from ctxwright.core.request import ChatRequest, RequestOptions, ToolSpec
 from ctxwright.core.session import Session
 from ctxwright.core.usage import raw_cache_usage
 
@@ -47,6 +48,7 @@ def audit_request(
         marker=marker,
         reusable_tokens_hint=_hint(u),
         message_bytes=[m.canonical_utf8 for m in rest],
+        options=sent_options(RequestOptions.of(request, model), request.tools),
         conversation=LIVE_CONVERSATION,
         **_priced_by(u, model),
     )
@@ -67,6 +69,7 @@ class LiveRequests:
         self._bytes: list[bytes] = []
         self._hashes: list[bytes] = []
         self._tools: tuple[tuple[ToolSpec, ...], list[dict[str, Any]]] | None = None
+        self._options: tuple[tuple[ToolSpec, ...], RequestOptions, dict[str, Any]] | None = None
 
     def audit_request(
         self, request: ChatRequest, usage: Usage | None, marker: str | None = None, model: str | None = None
@@ -88,6 +91,10 @@ class LiveRequests:
         tools = self._tools
         if tools is None or tools[0] is not request.tools:
             tools = self._tools = (request.tools, [t.to_wire() for t in request.tools])
+        sent = RequestOptions.of(request, model)
+        opts = self._options
+        if opts is None or opts[0] is not request.tools or opts[1] != sent:  # made once per change
+            opts = self._options = (request.tools, sent, sent_options(sent, request.tools))
         return AuditRequest(
             system=system,
             tools=tools[1],
@@ -99,6 +106,7 @@ class LiveRequests:
             reusable_tokens_hint=_hint(u),
             message_bytes=list(self._bytes),
             message_hashes=list(self._hashes),
+            options=opts[2],
             conversation=LIVE_CONVERSATION,
             **_priced_by(u, model),
         )
@@ -199,7 +207,9 @@ def past_requests(session: Session) -> Iterator[AuditRequest]:
     Rebuilding them lets the audit of the next call compare against the best earlier
     request, as if the session had never stopped. Rendered by the one renderer
     (``core/render.py``) with the session's recorded settings -- the code and settings
-    that rendered them live -- so an unchanged history is audited as ``append``.
+    that rendered them live -- so an unchanged history is audited as ``append``; and with the
+    options each call recorded (:func:`sent_options`), so a ``tool_choice`` that changes at the
+    resume is ``options_changed``, as the live audit and the audit of the export say.
     """
     if not session.events or session.store is None:
         return
@@ -207,6 +217,7 @@ def past_requests(session: Session) -> Iterator[AuditRequest]:
     prefix = session.prefix
     system = prefix.system_prompt
     tools = [t.to_wire() for t in prefix.tools]
+    last: list[tuple[RequestOptions, dict[str, Any]]] = []  # the previous call's: most calls repeat them
     wire = WireCache()
     for rc in replay_calls(session.events, session.settings(), tools_in_use=bool(prefix.tools)):
         call = calls.get(rc.reply.call_index) if rc.reply.call_index is not None else None
@@ -221,9 +232,23 @@ def past_requests(session: Session) -> Iterator[AuditRequest]:
             marker=rc.marker,
             reusable_tokens_hint=_hint(u),
             message_bytes=[m.canonical_utf8 for m in rc.messages],
+            options=_recorded_options(call, prefix.tools, last),
             conversation=LIVE_CONVERSATION,
             **_priced_by(u, call.model if call is not None else None),
         )
+
+
+def _recorded_options(
+    call: CallRecord | None, tools: Sequence[ToolSpec], last: list[tuple[RequestOptions, dict[str, Any]]]
+) -> dict[str, Any] | None:
+    """:func:`sent_options` of a stored call (``None``, not compared, for a reply with no call
+    record); ``last`` holds the previous call's, reused while they do not change."""
+    if call is None:
+        return None
+    opts = call.options
+    if not last or last[0][0] != opts:
+        last[:] = [(opts, sent_options(opts, tools))]
+    return last[0][1]
 
 
 def _priced_by(u: Usage, model: str | None) -> dict[str, Any]:

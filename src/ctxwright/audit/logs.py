@@ -24,8 +24,8 @@ Messages of a request log are kept exactly as logged, never re-serialised or "cl
 cache matches bytes, so normalising them would hide the very differences the audit looks
 for. A session export is different: it holds events, not requests, and its requests are
 rendered by the same renderer that rendered the live ones (``core/render.py``), so its audit
-is the audit the live session stored (request options are not compared there: the live audit
-does not compare them either).
+is the audit the live session stored, the options each call recorded compared as the live audit
+compared them (:func:`sent_options`).
 
 A log is evidence, not input we control: a bad line, a bad event or a compaction record that
 names events that are not there is reported as a :class:`ParseProblem` with its 1-based line
@@ -59,7 +59,9 @@ from ctxwright.audit.compare import AuditRequest, segment_hash, utf8
 from ctxwright.audit.provider_log import breakpoint_ttls, provider_raw
 from ctxwright.core.events import CompactionEvent, Event, MessageEvent, event_from_dict
 from ctxwright.core.messages import Message, canonical_json
+from ctxwright.core.records import CallRecord
 from ctxwright.core.render import RenderSettings, replay_calls
+from ctxwright.core.request import RequestOptions, ToolSpec
 from ctxwright.core.usage import CacheUsage, as_object, first_int, raw_cache_usage, read_usage
 from ctxwright.errors import CtxwrightError, EventFormatError, LogRecordRejected, LogUnreadable
 
@@ -489,8 +491,8 @@ class ExportedCall:
     Applied so that the audit of an export gives what the live audit stored (``ctxwright
     show``): the lines of one session are one conversation, a compaction before a call is
     reported as such, the backend's own reusable count is used as it was, and the request
-    options are not compared -- the live audit does not compare them (the same rule as for a
-    session export, below).
+    options are read from the body, as the live audit read them from the call (``audit/live.py:
+    sent_options``).
     """
 
     session: str
@@ -505,7 +507,6 @@ class ExportedCall:
             session=self.session,
             marker=self.marker,
             reusable_tokens_hint=self.reusable_tokens,
-            options=None,
         )
 
 
@@ -606,6 +607,21 @@ def _tools_of(body: dict[str, Any]) -> list[Any]:
 def request_options(body: Mapping[str, Any]) -> dict[str, Any]:
     """The options of a request body that the audit compares (:data:`OPTION_KEYS`)."""
     return {k: body[k] for k in OPTION_KEYS if k in body}
+
+
+def sent_options(options: RequestOptions, tools: Sequence[ToolSpec]) -> dict[str, Any]:
+    """The request options the audit compares (:func:`request_options`), of the body
+    a call with these options was sent as.
+
+    Why from :meth:`RequestOptions.body`: that is the code that puts them on the wire -- the
+    OpenAI backend and a ``Context`` loop's ``ctx.request()`` send ``ChatRequest.openai_body``,
+    the store records the same :class:`RequestOptions` and ``ctxwright export --requests``
+    prints that body -- so the live audit, the rebuilt audit of a resumed session and the
+    offline audit of the export compare the same values, written by one rule (``tool_choice``
+    only with tools, a named tool as a function object, an unrecorded option left out). A
+    change of them is a change of the prompt on llama.cpp's function-calling formats, which
+    render the tools only when ``tool_choice`` is set and not ``"none"``."""
+    return request_options(options.body((), tuple(tools)))
 
 
 def usage_of(response: Any) -> dict[str, int | None]:
@@ -887,6 +903,18 @@ class WireCache:
         return hit[1]
 
 
+def _call_options(call: dict[str, Any], tools: list[Any]) -> dict[str, Any] | None:
+    """:func:`sent_options` of a session export's call record, as the live audit compared them;
+    ``None`` (not compared) for a record without them or one that cannot be read."""
+    if not call or "tool_choice" not in call:
+        return None
+    try:
+        specs = tuple(ToolSpec.from_wire(t) for t in tools)
+        return sent_options(CallRecord.from_dict(call).options, specs)
+    except Exception:  # a hand-edited record: its options are not compared, the rest is audited
+        return None
+
+
 def _export_request(
     system: str,
     tools: list[Any],
@@ -904,6 +932,7 @@ def _export_request(
     return AuditRequest(
         system=system,
         tools=tools,
+        options=_call_options(call, tools),
         messages=[wire(m) for m in messages],
         cached_tokens=first_int(call.get("cached_tokens")),
         prompt_tokens=first_int(call.get("prompt_tokens")),

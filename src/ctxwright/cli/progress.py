@@ -502,7 +502,7 @@ def calls_table(reports: Sequence[CallReport], *, wide: bool = False) -> Table:
         "decode ms",
         "out tok",
         "compaction",
-        *Ledger.LABELS.values(),
+        *(Ledger.LABELS[k] for k in Ledger.SHOWN),
         "counted",
     ):
         # numbers stay on one line; the planner's decision is the cell that wraps
@@ -524,6 +524,7 @@ def calls_table(reports: Sequence[CallReport], *, wide: bool = False) -> Table:
             _fmt(r.completion_tokens),
             Text(compaction_cell(r)),
             *[f"{r.ledger.to_dict()[k]:,} ({sh[k]:.0%})" for k in r.ledger.PARTS],
+            _fmt(r.ledger.template_difference),  # the backend's count less ctxwright's (core/tokens.py)
             f"{r.ledger.total:,}",
         )
     return t

@@ -408,34 +408,47 @@ def _render(
 
 def _part(ledger: Mapping[str, Any], part: str) -> str:
     """One part of a stored ledger; ``?`` when the call was recorded before that part existed
-    (the skills catalog was then counted inside history or the prefix)."""
+    (the skills catalog was then counted inside history or the prefix), ``-`` for a difference
+    from a prompt count the backend did not report; the difference is signed."""
     v = ledger.get(part)
+    if part == "template_difference":
+        return f"{v:+,}" if isinstance(v, int) else "-" if part in ledger else "?"
     return f"{v:,}" if isinstance(v, int) else "?"
 
 
 def _print_parts(console: Console, calls: list[CallRecord], indent: str, *, wide: bool) -> None:
     """The context by part (the ledger ``core/tokens.py`` recorded for each call: system and
-    tools, skills catalog, tool results, history, latest user, framing): the last call's on one
-    line, every call's in a table with ``wide``."""
+    tools, skills catalog, tool results, history, latest user, framing, and the chat template
+    and tokenizer difference from the prompt the backend counted): the last call's on one line,
+    every call's in a table with ``wide``. ``counted`` is ctxwright's count; ``prompt`` the
+    backend's, which the parts add up to."""
     recorded = [c for c in calls if c.ledger]
     if not recorded:
         return
     if wide:
-        t = Table(title=f"{indent}context by part (tokens, ctxwright's count)")
-        for col in ("call", *Ledger.LABELS.values(), "counted"):
+        t = Table(title=f"{indent}context by part (tokens, ctxwright's count; the server's prompt count)")
+        for col in ("call", *(Ledger.LABELS[k] for k in Ledger.SHOWN), "counted", "prompt"):
             t.add_column(col, justify="right")
         for c in recorded:
             lg = c.ledger
-            t.add_row(str(c.call_index), *(_part(lg, k) for k in Ledger.PARTS), _part(lg, "total"))
+            t.add_row(
+                str(c.call_index),
+                *(_part(lg, k) for k in Ledger.SHOWN),
+                _part(lg, "total"),
+                f"{c.prompt_tokens:,}" if c.prompt_tokens is not None else "-",
+            )
         console.print(t)
         return
     last = recorded[-1]
     lg = last.ledger
     parts = " · ".join(f"{Ledger.LABELS[k]} {_part(lg, k)}" for k in Ledger.PARTS)
-    console.print(
-        Text(f"{indent}context of call {last.call_index} by part: {parts} · counted {_part(lg, 'total')}"),
-        soft_wrap=True,
-    )
+    line = f"{indent}context of call {last.call_index} by part: {parts} · counted {_part(lg, 'total')}"
+    if isinstance(lg.get("template_difference"), int) and last.prompt_tokens is not None:
+        line += (
+            f" · {Ledger.DIFFERENCE_TEXT} {_part(lg, 'template_difference')}"
+            f" · prompt {last.prompt_tokens:,} (the server's count)"
+        )
+    console.print(Text(line), soft_wrap=True)
 
 
 def _calls_table(

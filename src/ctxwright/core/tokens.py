@@ -14,7 +14,7 @@ import hashlib
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from ctxwright.core.incremental import PrefixScan
@@ -137,6 +137,15 @@ class Ledger:
     (``core/skills_catalog.py``): the catalog messages, taken out of ``history`` and
     ``latest_user``, and a catalog block in a tool description, taken out of
     ``system_and_tools`` -- so the parts still add up to the same ``total``.
+
+    ``template_difference`` is the prompt the backend counted less ``total``, set once the
+    reply reports it (:meth:`reconciled`; ``None`` while it is not known): the chat template's
+    own text (role markers, the tools in its format -- or left out, llama.cpp's
+    function-calling formats drop them for ``tool_choice="none"``) and the difference of the
+    model's tokenizer from ctxwright's counter. A part of its own, so the parts shown
+    (:data:`SHOWN`) add up to the server's count, :attr:`prompt`, rather than to a count that
+    silently differs from it by a sixth; ``total`` stays ctxwright's count, the one the
+    compaction layers plan with before the request is sent.
     """
 
     system_and_tools: int
@@ -146,8 +155,12 @@ class Ledger:
     framing: int = 0
     tools: int = 0
     skills_catalog: int = 0
+    template_difference: int | None = None
 
     PARTS = ("system_and_tools", "skills_catalog", "tool_results", "history", "latest_user", "framing")
+    #: the parts every view of the ledger shows: :data:`PARTS` and the difference from the
+    #: backend's count, which add up to :attr:`prompt`
+    SHOWN = (*PARTS, "template_difference")
     #: each part's name in tables (``ctxwright run --wide``, ``ctxwright show``)
     LABELS: ClassVar[dict[str, str]] = {
         "system_and_tools": "sys+tools",
@@ -156,7 +169,10 @@ class Ledger:
         "history": "history",
         "latest_user": "latest user",
         "framing": "framing",
+        "template_difference": "template/tokenizer",
     }
+    #: :attr:`template_difference` in a sentence (``ctxwright show``'s one-line form, the docs)
+    DIFFERENCE_TEXT = "chat template and tokenizer difference"
 
     @property
     def total(self) -> int:
@@ -169,11 +185,24 @@ class Ledger:
             + self.framing
         )
 
+    @property
+    def prompt(self) -> int:
+        """The prompt the parts add up to: the backend's count once :meth:`reconciled` with it,
+        else ``total``."""
+        return self.total + (self.template_difference or 0)
+
+    def reconciled(self, reported: int | None) -> Ledger:
+        """This ledger with :attr:`template_difference` set from the prompt tokens the backend
+        ``reported`` (unchanged when it reported none)."""
+        if reported is None:
+            return self
+        return replace(self, template_difference=reported - self.total)
+
     def shares(self) -> dict[str, float]:
         t = self.total or 1
         return {k: getattr(self, k) / t for k in self.PARTS}
 
-    def to_dict(self) -> dict[str, int | float]:
+    def to_dict(self) -> dict[str, int | float | None]:
         return {
             "system_and_tools": self.system_and_tools,
             "tool_results": self.tool_results,
@@ -183,6 +212,7 @@ class Ledger:
             "tools": self.tools,
             "skills_catalog": self.skills_catalog,
             "total": self.total,
+            "template_difference": self.template_difference,
         }
 
 

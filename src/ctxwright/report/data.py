@@ -64,7 +64,9 @@ from ctxwright.store.sessions import Store
 
 #: The parts of a request, in prompt order as far as they have one. The ledger's parts
 #: (``core/tokens.py``) plus two the ledger counts inside history: the status bar's messages
-#: (``status/``) and the notes compactions leave in place of what they removed.
+#: (``status/``) and the notes compactions leave in place of what they removed; last the
+#: chat template and tokenizer difference, the prompt the provider counted less ctxwright's
+#: count of the parts, so the parts add up to the provider's count where it reported one.
 PARTS: tuple[str, ...] = (
     "system_and_tools",
     "skills_catalog",
@@ -74,12 +76,14 @@ PARTS: tuple[str, ...] = (
     "history",
     "latest_user",
     "framing",
+    "template_difference",
 )
 LABELS: dict[str, str] = {
     **Ledger.LABELS,
     "system_and_tools": "system + tools",
     "status": "status",
     "compaction_notes": "compaction notes",
+    "template_difference": Ledger.DIFFERENCE_TEXT,
 }
 
 #: The causes that are not a cache break (``audit/compare.py``).
@@ -379,7 +383,7 @@ def _stored_session(store: Store, session_id: str, counter: TokenCounter) -> Ses
     for c in calls:
         a = c.audit
         ctx_before, ctx_after = a.context or ("", "")
-        parts = {k: int(c.ledger.get(k) or 0) for k in Ledger.PARTS}
+        parts = {k: int(c.ledger.get(k) or 0) for k in Ledger.SHOWN}
         moved = extra.get(c.call_index)
         if moved:
             _carve(parts, moved)
@@ -671,6 +675,8 @@ def _logged_call(counter: TokenCounter, req: AuditRequest, row: AuditRow, index:
     parts["framing"] = PER_MESSAGE_OVERHEAD * len(msgs)
     if row.skills_catalog_tokens:
         _carve(parts, {"skills_catalog": (row.skills_catalog_tokens, "history")})
+    if row.usage_known:  # the provider counted the prompt: the parts add up to its count
+        parts["template_difference"] = row.prompt_tokens - sum(parts.values())
     rec = audit_record(row)
     ctx = rec.get("context") or {}
     return CallData(

@@ -56,6 +56,7 @@ COLORS: dict[str, str] = {
     "history": "#54a24b",
     "latest_user": "#e45756",
     "framing": "#bab0ac",
+    "template_difference": "#d3d3d3",
     "cached": "#72b7b2",
     "reusable": "#c7e9e6",
     "prefilled": "#e45756",
