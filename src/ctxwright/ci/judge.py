@@ -335,8 +335,8 @@ def _after_previous(prev: AuditRequest | None, cur: AuditRequest, counter: Token
     whole message of it: a rewrite keeps something (a sliding window its newest messages, an
     edit the rest), while a request that shares no message is a new conversation (the audit's
     rule 3) and ``first``. Unlike the audit's rule 2, a request of one message that is
-    ``prev``'s first is *not* a new run of the task here: the replay found no new conversation
-    for it, and a window that kept only the question is the rewrite to name."""
+    ``prev``'s first is *not* a new run of the task here: a window that kept only the question
+    is the rewrite to name."""
     auditor = Auditor(counter)
     if prev is not None and {canonical_json(m) for m in prev.messages}.intersection(
         canonical_json(m) for m in cur.messages
