@@ -50,6 +50,7 @@ from ctxwright.ci.judge import (
 )
 from ctxwright.ci.resume import INTERRUPT_GRACE_S, Parity, agent_group, parity
 from ctxwright.core.supervise import find_executable, launch_argv
+from ctxwright.core.words import counted
 from ctxwright.errors import GateError
 from ctxwright.replay.golden import Golden
 from ctxwright.replay.server import Hold, ReplayServer, TraceRecord
@@ -165,6 +166,11 @@ def run_gate(
     if resume is not None and not callable(resume) and not resume:
         raise GateError(
             "no command after --then: ctxwright gate GOLDEN --resume-after N -- COMMAND --then RESUME_COMMAND"
+        )
+    if resume_after is not None and len(expected) < 2:
+        raise GateError(
+            f"--resume-after: the golden holds {counted(len(expected), 'call')}; a resume needs at least 2 "
+            "(one before the stop, one after it): record a longer run"
         )
     if resume_after is not None and not 1 <= resume_after < len(expected):
         raise GateError(

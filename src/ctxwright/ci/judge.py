@@ -477,13 +477,23 @@ def tolerance_regressions(g: Figures, r: Figures, tol: Tolerances) -> list[Regre
     return out
 
 
+#: rules not run between the golden and the run: a tool description the developer changed since
+#: the golden is the ``prefix`` rule's (a rug pull is a change *within* a session, or against the
+#: lock's approved hashes), and the tool budget holds each request alone
+NOT_AGAINST_GOLDEN = frozenset({"mcp_rug_pull", "tool_budget"})
+
+
 def named_regressions(golden: Sequence[Call], run: Sequence[Call], tol: Tolerances) -> list[Regression]:
-    """The named rules (``audit/rules/``) on each request of the run, after the run's previous
-    request of its conversation, against the same rules on the golden's call at the same place:
-    a rule that fires on the run where it does not on the golden is a regression naming the
-    rule, where, and its fix -- once per distinct finding, with the calls it affects. The tool
-    budget (``--max-tool-tokens``) is the user's, not the golden's: it fails whatever the golden did."""
+    """The named rules (``audit/rules/``) on each request of the run -- after the run's previous
+    request of its conversation, and after the golden's request at the same place (a date
+    written into the prompt since the golden, a per-session id, tools sorted differently: each
+    the same on every call of the run, so only the golden shows the change) -- against the same
+    rules on the golden's own calls: a rule that fires on the run where it does not on the golden
+    is a regression naming the rule, where, and its fix -- once per distinct finding, with the
+    calls it affects. The tool budget (``--max-tool-tokens``) is the user's, not the golden's:
+    it fails whatever the golden did."""
     settings = Settings(tol.max_tool_tokens)
+    by_place = {(c.conversation, c.position): c for c in golden}
     on_golden: dict[tuple[str, int], set[str]] = {}
     last: dict[str, AuditRequest] = {}
     for c in golden:
@@ -496,6 +506,14 @@ def named_regressions(golden: Sequence[Call], run: Sequence[Call], tol: Toleranc
     for c in run:
         fired = run_rules(last.get(c.conversation), c.request, settings)
         last[c.conversation] = c.request
+        g = by_place.get((c.conversation, c.position))
+        if g is not None:  # and against the golden's request at this place: what the change under test did
+            named = {f.rule for f in fired}
+            fired += [
+                f
+                for f in run_rules(g.request, c.request, settings)
+                if f.rule not in named and f.rule not in NOT_AGAINST_GOLDEN
+            ]
         golden_fired = on_golden.get((c.conversation, c.position), set())
         here = f"call {c.position + 1} of {c.conversation or 'the run'}"
         for f in fired:

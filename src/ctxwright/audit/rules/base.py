@@ -151,6 +151,12 @@ def first_change(before: str, after: str) -> Change | None:
     )
 
 
+def common_suffix_len(a: str, b: str) -> int:
+    """How many characters ``a`` and ``b`` share at their ends (compared as slices, by the
+    binary search of :func:`common_prefix_len`)."""
+    return common_prefix_len(a[::-1], b[::-1])
+
+
 def span_at(spans: Sequence[tuple[int, int]], at: int) -> tuple[int, int] | None:
     """The span holding character ``at`` (or ending right there: a date that grew by a digit)."""
     for s, e in spans:
@@ -207,6 +213,11 @@ def word_at(text: str, at: int) -> str:
     return ""
 
 
+def words_in(text: str) -> list[str]:
+    """The runs of letters, digits, ``_`` and ``-`` of ``text`` (what :func:`word_at` reads)."""
+    return _WORD.findall(text)
+
+
 def looks_like_id(word: str) -> bool:
     """Whether ``word`` reads as a generated id rather than a word a person wrote: a UUID, a
     hex token of 12+ digits, or a run of 12+ characters mixing letters and digits (base62/base64
@@ -241,6 +252,7 @@ __all__ = [
     "Settings",
     "by_name",
     "changed_tools",
+    "common_suffix_len",
     "descriptions",
     "first_change",
     "looks_like_id",
@@ -251,4 +263,5 @@ __all__ = [
     "tool_name",
     "url_spans",
     "word_at",
+    "words_in",
 ]

@@ -10,7 +10,9 @@ reported against Claude Code, where the first request after ``--resume`` re-writ
 cache (anthropics/claude-code#42338 and the reports named with it, #86299 and #87137).
 
 Checked on a pair of requests: the first difference of the prefix falls inside a date or time
-on both sides (an ISO date, a month name and day, a clock, an epoch timestamp). Checked on the
+on both sides (an ISO date, a month name and day, a clock, an epoch timestamp), or the text the
+current request put there holds a date or time no version number takes (a date written in where
+there was none: the resume bug above, or a build that started adding today's date). Checked on the
 first request of a conversation: a span of the prefix shaped like a date or time no version
 number takes (``2026-12-06``, ``Dec 6``, ``15:48:02``, ``3:45 PM``) is a warning: it will change.
 """
@@ -23,6 +25,7 @@ from ctxwright.audit.rules.base import (
     STRICT_DATE,
     Finding,
     Settings,
+    common_suffix_len,
     first_change,
     prefix_texts,
     span_at,
@@ -48,7 +51,15 @@ def check(previous: AuditRequest | None, current: AuditRequest, settings: Settin
             continue
         now, then = span_at(spans(LOOSE_DATE, text), ch.at), span_at(spans(LOOSE_DATE, before), ch.at)
         if now is None or then is None:
-            continue
+            added = _added_date(before, text, ch.at)
+            if added is None:
+                continue
+            return Finding(
+                name,
+                f"{where} @{ch.byte}: the date/time {added!r} was written into it",
+                fix,
+                details={"where": where, "byte": ch.byte, "before": None, "after": added},
+            )
         was, is_ = before[then[0] : then[1]], text[now[0] : now[1]]
         return Finding(
             name,
@@ -57,6 +68,14 @@ def check(previous: AuditRequest | None, current: AuditRequest, settings: Settin
             details={"where": where, "byte": ch.byte, "before": was, "after": is_},
         )
     return None
+
+
+def _added_date(before: str, after: str, at: int) -> str | None:
+    """A strict date or time inside the text ``after`` holds in place of ``before``'s from
+    character ``at`` on (the two share everything before ``at`` and their common tail)."""
+    tail = common_suffix_len(before[at:], after[at:])
+    m = STRICT_DATE.search(after, at, len(after) - tail)
+    return m.group() if m is not None else None
 
 
 def _warning(current: AuditRequest) -> Finding | None:

@@ -11,7 +11,7 @@ listing) into the first user message where the session before the resume had it 
 breaking the cache of every turn after the resume (anthropics/claude-code#43657, refiled as
 #67497).
 
-Checked on a pair of requests: a ``<system-reminder>…</system-reminder>`` span, or the last text
+Checked on a pair of requests: a ``<system-reminder>…</system-reminder>`` (or ``<reminder>``) span, or the last text
 block of the previous request's last message (at least :data:`MIN_BLOCK` characters), that the
 current request holds in its system prompt or in a message the previous request also held,
 where the previous request did not hold it at that place.
@@ -28,7 +28,8 @@ from ctxwright.audit.rules.base import Finding, Settings
 name = "reminder_moved"
 fix = "append reminders to the newest message only; never insert them into the system prompt or earlier turns"
 
-_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
+#: a reminder block: ``<system-reminder>…</system-reminder>`` (Claude Code's), ``<reminder>…</reminder>``
+_REMINDER = re.compile(r"<((?:[a-z]+[-_])?reminder)>.*?</\1>", re.S)
 #: the shortest tail block followed (a shorter one, "ok", is found everywhere)
 MIN_BLOCK = 24
 #: characters of a moved text shown
@@ -81,7 +82,7 @@ def check(previous: AuditRequest | None, current: AuditRequest, settings: Settin
     places = [p for p in places if p[1] != p[2]]
     if not places or _shifted(previous, current):
         return None
-    news = [(w, old, new) for w, old, new in places if "<system-reminder>" in new]
+    news = [(w, old, new) for w, old, new in places if "reminder>" in new]
     for text, at_tail in _candidates(previous):
         for where, old, new in places:
             if text in new and text not in old:

@@ -12,23 +12,31 @@ UUID written into the first message cost one project 76% of its cache-write spen
 
 Checked on a pair of requests: a tool present in both whose schema differs, where the first
 difference lies inside a URL, or inside a word that reads as a generated id on both sides (a
-UUID, a hex token, a run of letters mixed with digits).
+UUID, a hex token, a run of letters mixed with digits), or where the text written in place of
+the old holds such a URL or id (an id added where there was none).
 """
 
 from __future__ import annotations
+
+import re
 
 from ctxwright.audit.compare import AuditRequest
 from ctxwright.audit.rules.base import (
     Finding,
     Settings,
     changed_tools,
+    common_suffix_len,
     first_change,
     looks_like_id,
     span_at,
     url_spans,
     word_at,
+    words_in,
 )
 from ctxwright.core.messages import canonical_json
+
+#: a port in a URL (``127.0.0.1:53211``): local servers a session started pick one per session
+_PORT = re.compile(r"://[^/\s]*:\d{2,5}\b")
 
 name = "session_id_in_tool"
 fix = "keep per-session ids and URLs out of tool descriptions: pass them as an argument or in the newest message"
@@ -49,7 +57,16 @@ def check(previous: AuditRequest | None, current: AuditRequest, settings: Settin
         else:
             was, is_ = word_at(before, ch.at), word_at(after, ch.at)
             if not (looks_like_id(was) and looks_like_id(is_)):
-                continue
+                added = _added_id(before, after, ch.at)
+                if added is None:
+                    continue
+                what, is_ = added
+                return Finding(
+                    name,
+                    f"tool {tool!r} @{ch.byte}: the per-session {what} {is_!r} was written into it",
+                    fix,
+                    details={"tool": tool, "byte": ch.byte, "kind": what, "before": None, "after": is_},
+                )
             what = "id"
         return Finding(
             name,
@@ -57,4 +74,19 @@ def check(previous: AuditRequest | None, current: AuditRequest, settings: Settin
             fix,
             details={"tool": tool, "byte": ch.byte, "kind": what, "before": was, "after": is_},
         )
+    return None
+
+
+def _added_id(before: str, after: str, at: int) -> tuple[str, str] | None:
+    """``("URL" | "id", text)`` of a URL or a generated id inside the text ``after`` holds in
+    place of ``before``'s from character ``at`` on: an id written in where there was none."""
+    end = len(after) - common_suffix_len(before[at:], after[at:])
+    for s, e in url_spans(after):
+        url = after[s:e]
+        # a URL with an id or a port in it: a link to documentation is not per-session
+        if s < end and e > at and (any(looks_like_id(w) for w in words_in(url)) or _PORT.search(url)):
+            return "URL", url
+    for word in words_in(after[max(0, at - 1) : end + 1]):
+        if looks_like_id(word):
+            return "id", word
     return None
