@@ -45,6 +45,7 @@ def main() -> None:
         ["injection.py", *(["--quick"] if args.quick else [])],
         ["provider_cache.py", *(["--quick"] if args.quick else [])],
         ["gate_overhead.py", *(["--quick"] if args.quick else [])],
+        ["gate_catches.py"],  # known cache bugs planted in the example agent, gated
         ["store.py", *(["--quick"] if args.quick else [])],  # SQLite and PostgreSQL, 1-16 writers; no model
         ["integrations.py", *(["--quick"] if args.quick else [])],  # three frameworks, scripted; no model
         ["agent_logs.py", *(["--mb", "20"] if args.quick else [])],  # Claude Code logs beside ccusage; no model
@@ -66,6 +67,7 @@ def main() -> None:
         "hostile.py",
         "provider_cache.py",  # the loopback provider simulators, no model
         "gate_overhead.py",  # the replay of a recording, no model
+        "gate_catches.py",  # the golden is recorded from a scripted server (or --base-url), no model
         "store.py",  # appends into SQLite and PostgreSQL, no model
         "integrations.py",  # the frameworks against a scripted server, no model
         "agent_logs.py",  # generated Claude Code logs, ctxwright audit and ccusage, no model
