@@ -474,7 +474,8 @@ def calls_table(reports: Sequence[CallReport], *, wide: bool = False) -> Table:
     Why the wall time sits by the reusable tokens: servers that report no cached tokens
     (llama-cpp-python's) leave ``cached`` at ``?``; a call that reused most of its prompt is
     still visibly faster. The ledger's parts and framing add up to ``counted``, ctxwright's
-    count of the prompt (``core/tokens.py``).
+    count of the prompt (``core/tokens.py``); with the template/tokenizer difference, to the
+    prompt the server counted.
     """
     if not wide:
         t = Table(title="model calls")
