@@ -442,7 +442,7 @@ def _bytes_divergence(a: bytes, b: bytes) -> tuple[int, str, str]:
     return off, before, after
 
 
-def _text_divergence(old: str, new: str) -> tuple[int, str, str]:
+def text_divergence(old: str, new: str) -> tuple[int, str, str]:
     return _bytes_divergence(utf8(old), utf8(new))
 
 
@@ -451,7 +451,7 @@ def _field_divergence(index: int, a: dict[str, Any], b: dict[str, Any]) -> Diver
     keys = list(_MESSAGE_FIELDS) + sorted((set(a) | set(b)) - set(_MESSAGE_FIELDS), key=str)
     for k in keys:
         if a.get(k) != b.get(k):
-            off, before, after = _text_divergence(_text_of(a.get(k)), _text_of(b.get(k)))
+            off, before, after = text_divergence(_text_of(a.get(k)), _text_of(b.get(k)))
             role = b.get("role")
             return Divergence(
                 index, str(k), off, role=role if isinstance(role, str) else None, before=before, after=after
@@ -506,7 +506,7 @@ class _Shape:
 def _divergence(prev: AuditRequest, p: _Shape, cur: AuditRequest, c: _Shape) -> Divergence | None:
     for part in wire_order(cur.provider):  # system and tools, in the order the server renders them
         if part == "system" and p.system != c.system:
-            off, before, after = _text_divergence(p.system, c.system)
+            off, before, after = text_divergence(p.system, c.system)
             return Divergence(0, "content", off, role="system", before=before, after=after)
         if part == "tools" and p.tools != c.tools:
             off, before, after = _bytes_divergence(p.tools, c.tools)

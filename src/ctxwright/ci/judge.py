@@ -361,7 +361,7 @@ def prefix_regressions(
         if g is None:
             continue
         here = f"call {c.position + 1} of {c.conversation}"  # 1-based, as the replay names calls
-        for reg in _prefix_changes(g.request, c.request):
+        for reg in prefix_changes(g.request, c.request):
             if reg.line in found:
                 found[reg.line][1].append(here)
             else:
@@ -373,34 +373,51 @@ def prefix_regressions(
     return out
 
 
-def _prefix_changes(g: AuditRequest, r: AuditRequest) -> list[Regression]:
+def prefix_changes(
+    g: AuditRequest,
+    r: AuditRequest,
+    *,
+    rule: str = "prefix",
+    head: str = "prefix",
+    extra: Mapping[str, Any] | None = None,
+) -> list[Regression]:
+    """Each change of ``r``'s frozen prefix against ``g``'s -- segment by segment
+    (``ci/segments.py``), then each option that is part of the cached prompt -- as a regression
+    of ``rule`` whose line starts with ``head``. The gate compares the run with the golden
+    (``prefix``); resume parity compares the first request after a resume with the last one
+    before the stop (``resume``, ``ci/resume.py``)."""
+    more = dict(extra or {})
     out: list[Regression] = []
     if g.system != r.system or g.tools != r.tools:
         provider = r.provider or g.provider
         for ch in diff_prefix((g.system, g.tools), (r.system, r.tools), provider=provider):
-            out.append(
-                Regression(
-                    "prefix",
-                    f"prefix: {ch.line}",
-                    {
-                        "segment": ch.segment,
-                        "kind": ch.change,
-                        "path": ch.path,
-                        "offset": ch.offset,
-                        "before": ch.before,
-                        "after": ch.after,
-                    },
-                )
-            )
+            details = {
+                **more,
+                "segment": ch.segment,
+                "kind": ch.change,
+                "path": ch.path,
+                "offset": ch.offset,
+                "before": ch.before,
+                "after": ch.after,
+                "was": ch.was,
+            }
+            out.append(Regression(rule, f"{head}: {ch.line}", details))
     names = [n for n in changed_options(g.options, r.options) if n not in PROMPT_NEUTRAL_OPTIONS]
     for name in names:
         before = (g.options or {}).get(name)
         after = (r.options or {}).get(name)
         out.append(
             Regression(
-                "prefix",
-                f"prefix: option {name!r} changed: {_short(before)} -> {_short(after)}",
-                {"segment": f"option {name}", "kind": "changed", "path": f"$.{name}", "before": before, "after": after},
+                rule,
+                f"{head}: option {name!r} changed: {_short(before)} -> {_short(after)}",
+                {
+                    **more,
+                    "segment": f"option {name}",
+                    "kind": "changed",
+                    "path": f"$.{name}",
+                    "before": before,
+                    "after": after,
+                },
             )
         )
     return out
@@ -598,6 +615,7 @@ __all__ = [
     "coverage_problems",
     "judge",
     "named_regressions",
+    "prefix_changes",
     "prefix_regressions",
     "tolerance_regressions",
 ]

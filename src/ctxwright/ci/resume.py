@@ -30,10 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ctxwright.audit.compare import AuditRequest, _text_divergence, changed_options, classify, first_divergence, utf8
+from ctxwright.audit.compare import AuditRequest, changed_options, classify, first_divergence, text_divergence, utf8
 from ctxwright.cache.verdict import PROMPT_NEUTRAL_OPTIONS
-from ctxwright.ci.judge import CONTINUES, Regression, calls_of
-from ctxwright.ci.segments import diff_prefix
+from ctxwright.ci.judge import CONTINUES, Regression, calls_of, prefix_changes
 from ctxwright.core.messages import canonical_json
 
 #: The word in the agent's command that starts the resume command.
@@ -127,7 +126,7 @@ def _compare(prev: AuditRequest, cur: AuditRequest) -> Parity:
     changed = [n for n in changed_options(prev.options, cur.options) if n not in PROMPT_NEUTRAL_OPTIONS]
     if cause in CONTINUES or (cause == "options_changed" and not changed):
         return Parity(cause, ())
-    out = [*_prefix(prev, cur, cause), *_options(prev, cur, changed, cause)]
+    out = prefix_changes(prev, cur, rule="resume", head=_head(cause), extra={"cause": cause})
     messages = _message(prev, replace(cur, system=prev.system, tools=prev.tools), cause)
     if messages is not None:
         out.append(messages)
@@ -136,43 +135,6 @@ def _compare(prev: AuditRequest, cur: AuditRequest) -> Parity:
 
 def _head(cause: str) -> str:
     return f"resume: the first request after the resume does not extend the last request before the stop ({cause})"
-
-
-def _prefix(prev: AuditRequest, cur: AuditRequest, cause: str) -> list[Regression]:
-    if prev.system == cur.system and prev.tools == cur.tools:
-        return []
-    provider = cur.provider or prev.provider
-    return [
-        Regression(
-            "resume",
-            f"{_head(cause)}: {ch.line}",
-            {
-                "cause": cause,
-                "segment": ch.segment,
-                "kind": ch.change,
-                "path": ch.path,
-                "offset": ch.offset,
-                "before": ch.before,
-                "after": ch.after,
-                "was": ch.was,
-            },
-        )
-        for ch in diff_prefix((prev.system, prev.tools), (cur.system, cur.tools), provider=provider)
-    ]
-
-
-def _options(prev: AuditRequest, cur: AuditRequest, names: list[str], cause: str) -> list[Regression]:
-    out = []
-    for name in names:
-        a, b = (prev.options or {}).get(name), (cur.options or {}).get(name)
-        out.append(
-            Regression(
-                "resume",
-                f"{_head(cause)}: option {name!r} changed: {a!r} -> {b!r}",
-                {"cause": cause, "segment": f"option {name}", "kind": "changed", "before": a, "after": b},
-            )
-        )
-    return out
 
 
 def _message(prev: AuditRequest, cur: AuditRequest, cause: str) -> Regression | None:
@@ -192,7 +154,7 @@ def _message(prev: AuditRequest, cur: AuditRequest, cause: str) -> Regression | 
     old = prev.messages[i] if i < len(prev.messages) else {}
     segment = f"message {d.message_index} ({new.get('role', '?')})"
     a, b = _field_text(old.get(d.field)), _field_text(new.get(d.field))
-    off, left, right = _text_divergence(a, b)
+    off, left, right = text_divergence(a, b)
     was = utf8(a)[off:].decode("utf-8", "ignore")[:_WINDOW]
     where = f"{segment} {d.field} changed at byte {off:,}"
     line = f"{where}: {_w(left, tail=True)!r} | {_w(right)!r} (was {_w(was)!r})"
