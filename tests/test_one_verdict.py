@@ -16,6 +16,11 @@ split, many random ones do.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -273,6 +278,49 @@ def test_run_and_continue_give_one_verdict(tmp_path, capsys) -> None:
     store.close()
     assert_one_verdict(live, verdicts(db, sid, capsys, tmp_path))
     assert live == ["first", "options_changed", "options_changed", "options_changed"], live
+
+
+@pytest.mark.slow
+def test_ctrl_c_then_continue_gives_one_verdict(tmp_path, capsys) -> None:
+    """``ctxwright run`` stopped by Ctrl-C (SIGINT to its process group) while the server is
+    answering its second call -- the tool budget's ``"none"`` -- then ``ctxwright run
+    --continue``: every reader gives every answered call the live cause."""
+    from fakeserver import FakeOpenAIServer as F
+
+    db = tmp_path / "c.db"
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src, "NO_PROXY": "127.0.0.1,localhost"}
+    tool_round = F.reply_tool_calls([("c1", "now", "{}")])
+    with F([tool_round, F.reply_text("never seen", delay_s=30), tool_round, F.reply_text("43")]) as srv:
+        args = ["--db", str(db), "run", "--backend", "openai", "--base-url", srv.url, "--model", "m"]
+        args += ["--status-mode", "append", "--max-tool-rounds", "1"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ctxwright.cli.main", *args, "--tool-choice-first", "required", "what time?"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while len(srv.requests) < 2:  # the second call is being answered (slowly)
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+                time.sleep(0.05)
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole group
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        assert proc.returncode != 0
+        assert main([*args, "--continue", "and now?"]) == 0
+    store = Store(db)
+    sid = store.list_sessions()[0]["id"]
+    live = [c.audit.cause or "" for c in store.calls(sid) if c.error is None]
+    store.close()
+    assert len(live) >= 3 and "options_changed" in live, live
+    assert_one_verdict(live, verdicts(db, sid, capsys, tmp_path))
+    ledger_adds_up(db, sid)
 
 
 # -- the embedded model and llama-cpp-python's server ------------------------------------------
