@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from ctxwright.agent.context import Context
@@ -222,7 +222,7 @@ def run_scripted(db: Path, tmp: Path, spec: Any) -> tuple[str, list[str]]:
 
 @pytest.mark.slow
 @settings(
-    max_examples=10,
+    max_examples=25,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
@@ -232,6 +232,8 @@ def test_scripted_sessions_get_one_verdict_live_and_offline(spec: Any, tmp_path_
     tmp = tmp_path_factory.mktemp("s")
     db = tmp / "a.db"
     sid, live = run_scripted(db, tmp, spec)
+    for cause in sorted(set(live)):  # what the examples cover (--hypothesis-show-statistics)
+        event(cause)
     assert_one_verdict(live, verdicts(db, sid, capsys, tmp))
     ledger_adds_up(db, sid)
 
