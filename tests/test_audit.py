@@ -48,6 +48,7 @@ REQUEST_KEYS = {
     "skills_catalog_tokens",
     "cost",
     "cost_if_held",
+    "rules",
 }
 SUMMARY_KEYS = {
     "requests",
@@ -660,7 +661,7 @@ def test_cli_audit_json_has_exactly_the_documented_keys(tmp_path, capsys):
     assert main(["audit", str(cli_log(tmp_path)), "--json"]) == 0
     cap = capsys.readouterr()
     doc = json.loads(cap.out)
-    assert set(doc) == {"requests", "conversations", "summary"}
+    assert set(doc) == {"requests", "conversations", "summary", "rules"}
     assert all(set(r) == REQUEST_KEYS for r in doc["requests"])
     assert set(doc["summary"]) == SUMMARY_KEYS
     assert [r["cause"] for r in doc["requests"]] == ["first", "append", "history_edited"]
