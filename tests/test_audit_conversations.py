@@ -83,21 +83,26 @@ def test_a_tool_choice_change_is_options_changed_naming_the_option(tmp_path, cap
     ],
 )
 def test_each_request_option_is_compared(tmp_path, option, before, after):
+    """Each option is compared and listed; only one that is part of the cached prompt makes the
+    cause ``options_changed`` (a sampling or length field is cached by no provider: an append)."""
     q = U("q")
     log = [body("s", [q], **{option: before}), body("s", [q, A("a"), U("b")], **{option: after})]
     rows = audit_rows(write_jsonl(tmp_path / "log.jsonl", log))
-    assert causes(rows) == ["first", "options_changed"]
+    neutral = option in ("max_tokens", "temperature")
+    assert causes(rows) == ["first", "append" if neutral else "options_changed"]
     assert rows[1].options_changed == (option,)
 
 
 def test_an_option_set_on_one_call_only_counts_and_several_are_named_together(tmp_path):
     q = U("q")
-    log = [body("s", [q]), body("s", [q, A("a"), U("b")], temperature=0.2, max_tokens=9)]
+    log = [body("s", [q]), body("s", [q, A("a"), U("b")], parallel_tool_calls=False, model="m2", temperature=0.2)]
     rows = audit_rows(write_jsonl(tmp_path / "log.jsonl", log))
-    assert rows[1].cause == "options_changed" and rows[1].options_changed == ("max_tokens", "temperature")
-    d = rows[1].first_divergence
-    assert d is not None and d.before == "max_tokens=(not set); temperature=(not set)"
-    assert d.after == "max_tokens=9; temperature=0.2"
+    assert rows[1].cause == "options_changed"
+    assert rows[1].options_changed == ("model", "parallel_tool_calls", "temperature")
+    d = rows[1].first_divergence  # the options of the cached prompt, named together
+    assert d is not None and d.before.startswith("model=") and "parallel_tool_calls=(not set)" in d.before
+    assert d.after.startswith('model="m2"') and "parallel_tool_calls=false" in d.after
+    assert "temperature" not in d.after
 
 
 def test_options_are_listed_when_another_cause_comes_first(tmp_path):

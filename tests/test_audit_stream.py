@@ -347,7 +347,7 @@ def test_the_json_document_is_whole_and_in_order(tmp_path, capsys):
     assert main(["audit", str(path), "--json"]) == 0
     out = capsys.readouterr().out
     assert out.startswith('{"requests": [{"index": 0,') and out.endswith("}\n")
-    assert list(json.loads(out)) == ["requests", "conversations", "summary"]
+    assert list(json.loads(out)) == ["requests", "conversations", "rules", "summary"]
 
 
 # -- an 80-column terminal ------------------------------------------------------------------------

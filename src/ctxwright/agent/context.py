@@ -478,7 +478,9 @@ class Context:
         self.tokens_used += (u.prompt_tokens or 0) + (u.completion_tokens or 0)
         request, ledger = pending.request, pending.ledger
         row = self.auditor.add(
-            self._live.audit_request(request, u, marker=s.marker_since_last_call(), model=self.backend.model)
+            self._live.audit_request(
+                request, u, marker=s.marker_since_last_call(), model=self.backend.model, backend=self.backend.name
+            )
         )
         audit = audit_record(row)
         cache = self.provider_cache.after_call(request, row, u)

@@ -17,13 +17,16 @@ The audit therefore measures three things per request:
   ``compaction`` (a compaction the harness recorded), ``status_replaced`` (the status bar's
   replace mode) or ``other``.
 
-**Options.** ``tool_choice``, ``response_format``, ``parallel_tool_calls``, the model and the
-sampling fields are not part of the message bytes, yet a change of them is a change of the
-request: several servers render them into the prompt (llama.cpp's function-calling chat
-formats write the tool list into the system message only when ``tool_choice`` is set and not
-``"none"``), and a different model or cache key routes to a cold cache. A request whose
-messages only append but whose options changed is ``options_changed``, with the options
-named; the options that changed are listed on every row, whatever its cause.
+**Options.** ``tool_choice``, ``response_format``, ``parallel_tool_calls`` and the model are
+not part of the message bytes, yet a change of them is a change of the cached prompt: several
+servers render them into it (llama.cpp's function-calling chat formats write the tool list into
+the system message only when ``tool_choice`` is set and not ``"none"``; Anthropic documents that
+a changed ``tool_choice`` invalidates the cached messages), and a different model is a cold
+cache. A request whose messages only append but whose prompt options changed is
+``options_changed``, with the options named. The sampling and length fields (``temperature``,
+``max_tokens`` ...: ``cache/verdict.py``'s ``PROMPT_NEUTRAL_OPTIONS``) are not part of any
+cached prompt, so a change of only them is an ``append``; the options that changed, these
+included, are listed on every row, whatever its cause.
 
 **Conversations.** A log often holds several independent conversations, one after another
 or interleaved. Comparing each request with the line before it would call every new
@@ -74,6 +77,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxwright.cache.prices import ModelPrice, Pricing, call_cost, held_usage, with_reads
+from ctxwright.cache.verdict import PROMPT_NEUTRAL_OPTIONS
 from ctxwright.core.incremental import common_prefix_len as shared_len
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.skills_catalog import is_catalog_message, skills_catalog_tokens
@@ -473,6 +477,14 @@ def changed_options(before: Mapping[str, Any] | None, after: Mapping[str, Any] |
     return tuple(sorted(out))
 
 
+def prompt_options(names: Iterable[str]) -> tuple[str, ...]:
+    """The options among ``names`` that are part of the cached prompt (the model,
+    ``tool_choice``, thinking ...): a change of only the others (``max_tokens``, ``temperature``,
+    the routing key, which has its own rule) leaves the bytes a provider caches as they were,
+    so it is no ``options_changed`` -- the row still lists it."""
+    return tuple(n for n in names if n not in PROMPT_NEUTRAL_OPTIONS)
+
+
 def _option_text(value: Any) -> str:
     """An option's value, short: a tool_choice that names a function shows as that name."""
     if isinstance(value, Mapping) and isinstance(value.get("function"), Mapping):
@@ -591,7 +603,7 @@ def first_divergence(prev: AuditRequest, cur: AuditRequest) -> Divergence | None
 
 def classify(prev: AuditRequest | None, cur: AuditRequest, div: Divergence | None) -> str:
     """The cause of the difference between two consecutive requests of one conversation."""
-    opts = bool(changed_options(prev.options, cur.options)) if prev is not None else False
+    opts = bool(prompt_options(changed_options(prev.options, cur.options))) if prev is not None else False
     return _classify(prev, _shape(prev) if prev is not None else None, cur, _shape(cur), div, opts)
 
 
@@ -1156,9 +1168,10 @@ class Auditor:
         prev_req = conv.prev if conv is not None else None
         div = _divergence(prev_req, conv.shape, req, shape) if conv is not None and prev_req is not None else None
         options = changed_options(prev_req.options, req.options) if prev_req is not None else ()
-        cause = _classify(prev_req, conv.shape if conv is not None else None, req, shape, div, bool(options))
+        in_prompt = prompt_options(options)
+        cause = _classify(prev_req, conv.shape if conv is not None else None, req, shape, div, bool(in_prompt))
         if cause == "options_changed" and prev_req is not None and prev_req.options is not None:
-            div = _options_divergence(prev_req.options, req.options or {}, options)
+            div = _options_divergence(prev_req.options, req.options or {}, in_prompt)
         if conv is None:
             conv = self.conversations.start(req, shape, size, self.count)
             prev_prompt = 0

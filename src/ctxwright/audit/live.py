@@ -30,7 +30,11 @@ LIVE_CONVERSATION = "live session"
 
 
 def audit_request(
-    request: ChatRequest, usage: Usage | None, marker: str | None = None, model: str | None = None
+    request: ChatRequest,
+    usage: Usage | None,
+    marker: str | None = None,
+    model: str | None = None,
+    backend: str | None = None,
 ) -> AuditRequest:
     u = usage or Usage()
     msgs = request.messages
@@ -48,7 +52,7 @@ def audit_request(
         marker=marker,
         reusable_tokens_hint=_hint(u),
         message_bytes=[m.canonical_utf8 for m in rest],
-        options=sent_options(RequestOptions.of(request, model), request.tools),
+        options=sent_options(RequestOptions.of(request, model), request.tools, backend),
         conversation=LIVE_CONVERSATION,
         **_priced_by(u, model),
     )
@@ -72,7 +76,12 @@ class LiveRequests:
         self._options: tuple[tuple[ToolSpec, ...], RequestOptions, dict[str, Any]] | None = None
 
     def audit_request(
-        self, request: ChatRequest, usage: Usage | None, marker: str | None = None, model: str | None = None
+        self,
+        request: ChatRequest,
+        usage: Usage | None,
+        marker: str | None = None,
+        model: str | None = None,
+        backend: str | None = None,
     ) -> AuditRequest:
         u = usage or Usage()
         msgs = request.messages
@@ -94,7 +103,7 @@ class LiveRequests:
         sent = RequestOptions.of(request, model)
         opts = self._options
         if opts is None or opts[0] is not request.tools or opts[1] != sent:  # made once per change
-            opts = self._options = (request.tools, sent, sent_options(sent, request.tools))
+            opts = self._options = (request.tools, sent, sent_options(sent, request.tools, backend))
         return AuditRequest(
             system=system,
             tools=tools[1],
@@ -232,14 +241,17 @@ def past_requests(session: Session) -> Iterator[AuditRequest]:
             marker=rc.marker,
             reusable_tokens_hint=_hint(u),
             message_bytes=[m.canonical_utf8 for m in rc.messages],
-            options=_recorded_options(call, prefix.tools, last),
+            options=_recorded_options(call, prefix.tools, last, session.backend),
             conversation=LIVE_CONVERSATION,
             **_priced_by(u, call.model if call is not None else None),
         )
 
 
 def _recorded_options(
-    call: CallRecord | None, tools: Sequence[ToolSpec], last: list[tuple[RequestOptions, dict[str, Any]]]
+    call: CallRecord | None,
+    tools: Sequence[ToolSpec],
+    last: list[tuple[RequestOptions, dict[str, Any]]],
+    backend: str | None,
 ) -> dict[str, Any] | None:
     """:func:`sent_options` of a stored call (``None``, not compared, for a reply with no call
     record); ``last`` holds the previous call's, reused while they do not change."""
@@ -247,7 +259,7 @@ def _recorded_options(
         return None
     opts = call.options
     if not last or last[0][0] != opts:
-        last[:] = [(opts, sent_options(opts, tools))]
+        last[:] = [(opts, sent_options(opts, tools, backend))]
     return last[0][1]
 
 

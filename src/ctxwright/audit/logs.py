@@ -61,7 +61,7 @@ from ctxwright.core.events import CompactionEvent, Event, MessageEvent, event_fr
 from ctxwright.core.messages import Message, canonical_json
 from ctxwright.core.records import CallRecord
 from ctxwright.core.render import RenderSettings, replay_calls
-from ctxwright.core.request import RequestOptions, ToolSpec
+from ctxwright.core.request import RequestOptions, ToolSpec, without_reply_only
 from ctxwright.core.usage import CacheUsage, as_object, first_int, raw_cache_usage, read_usage
 from ctxwright.errors import CtxwrightError, EventFormatError, LogRecordRejected, LogUnreadable
 
@@ -609,7 +609,7 @@ def request_options(body: Mapping[str, Any]) -> dict[str, Any]:
     return {k: body[k] for k in OPTION_KEYS if k in body}
 
 
-def sent_options(options: RequestOptions, tools: Sequence[ToolSpec]) -> dict[str, Any]:
+def sent_options(options: RequestOptions, tools: Sequence[ToolSpec], backend: str | None = None) -> dict[str, Any]:
     """The request options the audit compares (:func:`request_options`), of the body
     a call with these options was sent as.
 
@@ -620,8 +620,11 @@ def sent_options(options: RequestOptions, tools: Sequence[ToolSpec]) -> dict[str
     offline audit of the export compare the same values, written by one rule (``tool_choice``
     only with tools, a named tool as a function object, an unrecorded option left out). A
     change of them is a change of the prompt on llama.cpp's function-calling formats, which
-    render the tools only when ``tool_choice`` is set and not ``"none"``."""
-    return request_options(options.body((), tuple(tools)))
+    render the tools only when ``tool_choice`` is set and not ``"none"``. ``backend``: the
+    session's backend; an option it applies to the reply only (``core/request.py:
+    REPLY_ONLY_OPTIONS``: the embedded backend's ``tool_choice`` grammar) is no option of the
+    prompt, and left out as the export leaves it out of the body."""
+    return request_options(without_reply_only(options.body((), tuple(tools)), backend))
 
 
 def usage_of(response: Any) -> dict[str, int | None]:
@@ -846,10 +849,11 @@ def _session_requests(export: dict[str, Any], key: str) -> Iterator[Issue]:
         settings = RenderSettings()
     produced = 0
     wire = WireCache()
+    backend = export.get("backend") if isinstance(export.get("backend"), str) else None
     try:
         for rc in replay_calls(events, settings, tools_in_use=bool(tools)):
             call = calls.get(rc.reply.call_index if rc.reply.call_index is not None else -1) or {}
-            yield _export_request(system, tools, rc.messages, wire, call, rc.marker, (key, sid)), None
+            yield _export_request(system, tools, rc.messages, wire, call, rc.marker, (key, sid), backend), None
             produced += 1
     except CtxwrightError as exc:  # e.g. a reasoning policy the recorded messages violate
         yield None, f"session {sid}: {exc}"
@@ -903,14 +907,14 @@ class WireCache:
         return hit[1]
 
 
-def _call_options(call: dict[str, Any], tools: list[Any]) -> dict[str, Any] | None:
+def _call_options(call: dict[str, Any], tools: list[Any], backend: str | None) -> dict[str, Any] | None:
     """:func:`sent_options` of a session export's call record, as the live audit compared them;
     ``None`` (not compared) for a record without them or one that cannot be read."""
     if not call or "tool_choice" not in call:
         return None
     try:
         specs = tuple(ToolSpec.from_wire(t) for t in tools)
-        return sent_options(CallRecord.from_dict(call).options, specs)
+        return sent_options(CallRecord.from_dict(call).options, specs, backend)
     except Exception:  # a hand-edited record: its options are not compared, the rest is audited
         return None
 
@@ -923,6 +927,7 @@ def _export_request(
     call: dict[str, Any],
     marker: str | None,
     conversation: tuple[str, str],
+    backend: str | None = None,
 ) -> AuditRequest:
     """The request of one call; exact reusable tokens if the backend recorded them."""
     usage = as_object(call.get("usage"))
@@ -932,7 +937,7 @@ def _export_request(
     return AuditRequest(
         system=system,
         tools=tools,
-        options=_call_options(call, tools),
+        options=_call_options(call, tools, backend),
         messages=[wire(m) for m in messages],
         cached_tokens=first_int(call.get("cached_tokens")),
         prompt_tokens=first_int(call.get("prompt_tokens")),

@@ -133,10 +133,8 @@ class ByteEvidence:
 
     @property
     def changed(self) -> bool:
-        """The bytes the provider caches changed: an options change counts only when one of
-        the options is part of the cached prompt (the model, ``tool_choice``, thinking ...)."""
-        if self.cause == "options_changed" and self.options and set(self.options) <= PROMPT_NEUTRAL_OPTIONS:
-            return False
+        """The bytes the provider caches changed (the audit's ``options_changed`` names only
+        options that are part of the cached prompt: ``audit/compare.py: prompt_options``)."""
         return self.cause not in UNCHANGED
 
     @property

@@ -432,8 +432,6 @@ def append_regressions(
     for n, (c, row) in enumerate(zip(run, rows, strict=True), start=1):
         if row.cause in CONTINUES:
             continue
-        if row.cause == "options_changed" and set(row.options_changed) <= PROMPT_NEUTRAL_OPTIONS:
-            continue  # sampling settings are not part of the cached prompt
         g = golden_rows.get((c.conversation, c.position)) if c.placed != UNPLACED else None
         if g is not None and g.cause == row.cause:
             continue  # the golden breaks here too, for the same cause (a compaction it also made)

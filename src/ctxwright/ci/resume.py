@@ -30,8 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ctxwright.audit.compare import AuditRequest, changed_options, classify, first_divergence, text_divergence, utf8
-from ctxwright.cache.verdict import PROMPT_NEUTRAL_OPTIONS
+from ctxwright.audit.compare import AuditRequest, classify, first_divergence, text_divergence, utf8
 from ctxwright.ci.judge import CONTINUES, Regression, calls_of, prefix_changes
 from ctxwright.core.messages import canonical_json
 
@@ -123,8 +122,7 @@ def _trimmed(req: AuditRequest) -> AuditRequest:
 
 def _compare(prev: AuditRequest, cur: AuditRequest) -> Parity:
     cause = classify(prev, cur, first_divergence(prev, cur))
-    changed = [n for n in changed_options(prev.options, cur.options) if n not in PROMPT_NEUTRAL_OPTIONS]
-    if cause in CONTINUES or (cause == "options_changed" and not changed):
+    if cause in CONTINUES:
         return Parity(cause, ())
     out = prefix_changes(prev, cur, rule="resume", head=_head(cause), extra={"cause": cause})
     messages = _message(prev, replace(cur, system=prev.system, tools=prev.tools), cause)

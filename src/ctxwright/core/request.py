@@ -99,6 +99,21 @@ class ChatRequest:
         return body
 
 
+#: Request options a backend applies to the reply, not to the prompt, by backend name. The
+#: embedded backend turns ``tool_choice`` into a grammar over the reply (``backends/embedded.py:
+#: reply_schema``) and renders the same prompt whatever it is, so llama.cpp reuses its KV cache
+#: across a change of it: such a change is no ``options_changed`` of the cached prompt, and a
+#: request body written for such a call (``ctxwright export --requests``) leaves the option out,
+#: so the live audit and the audit of the export agree (``audit/logs.py: sent_options``).
+REPLY_ONLY_OPTIONS: Mapping[str, frozenset[str]] = {"embedded": frozenset({"tool_choice"})}
+
+
+def without_reply_only(body: dict[str, Any], backend: str | None) -> dict[str, Any]:
+    """``body`` without the options ``backend`` applies to the reply only (:data:`REPLY_ONLY_OPTIONS`)."""
+    drop = REPLY_ONLY_OPTIONS.get(backend or "", frozenset())
+    return {k: v for k, v in body.items() if k not in drop} if drop & body.keys() else body
+
+
 @dataclass(frozen=True)
 class RequestOptions:
     """What one model call was sent with besides the messages and tools.

@@ -169,7 +169,7 @@ class Ledger:
         "history": "history",
         "latest_user": "latest user",
         "framing": "framing",
-        "template_difference": "template/tokenizer",
+        "template_difference": "template",
     }
     #: :attr:`template_difference` in a sentence (``ctxwright show``'s one-line form, the docs)
     DIFFERENCE_TEXT = "chat template and tokenizer difference"

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxwright.core.messages import sha256_text
+from ctxwright.core.request import without_reply_only
 from ctxwright.store.sessions import Store
 
 
@@ -109,6 +110,6 @@ def request_bodies(store: Store, session_id: str) -> tuple[str, list[CallBody], 
         if c.error is not None:
             meta["error"] = c.error
         usage = openai_usage(c.prompt_tokens, c.completion_tokens, c.cached_tokens)
-        body = opts.body(messages, session.prefix.tools)
+        body = without_reply_only(opts.body(messages, session.prefix.tools), session.backend)
         out.append(CallBody(c.call_index, body, opts.unknown, verified, usage, meta))
     return session.id, out, missing
