@@ -2,8 +2,13 @@
 
 Layers, low to high (docs/architecture.md explains each)::
 
-    errors < core < {backends, cache, store} < tools < defence < {audit, status, compaction, skills, mcp} < recipe
-        < {agent, proxy, report, telemetry} < {harness, ci} < cli
+    errors < core < {backends, cache, store} < tools < defence < {audit, status, compaction, skills, mcp}
+        < {recipe, progress} < {agent, proxy, report, telemetry} < {harness, ci} < cli
+
+Within a rank some arrows are forbidden too (:data:`FORBIDDEN`): ``telemetry`` never imports
+``agent``, no CLI command module imports ``cli/main.py``, and the compaction pipeline never
+imports its manager. And provider usage is read in ``core/usage.py`` alone: the cache package
+reads no provider's usage field and picks no shape itself.
 
 ``audit``, ``status``, ``compaction``, ``skills`` and ``mcp`` share a layer and must not import each other.
 
@@ -57,13 +62,17 @@ RANKS: dict[str, int] = {
     # the logs agents keep (Claude Code, Codex): read with the audit's reader caps, judged with the
     # cache's causes and prices; the CLI and the status line read them
     "agent_logs": 6,
+    # the progress events with data of the layers above core (a compaction's report, the gate's
+    # decision) and the call report: below the agent that emits them and the telemetry and CLI
+    # that read them, so an observer never imports the agent
+    "progress": 6,
     "agent": 7,
     "proxy": 7,
     "report": 7,
     # where a model's attention goes (``attention/``): its views draw into the report's page, and
     # the report draws a session's saved maps with them, so the two share a rank
     "attention": 7,
-    # OpenTelemetry export: it turns the agent's progress events (agent/progress.py) and the proxy's
+    # OpenTelemetry export: it turns the agent's progress events (ctxwright/progress.py) and the proxy's
     # recorded exchanges (proxy/recorder.py) into spans, so it sits beside both; the wiring
     # (agent/wiring.py) opens it for a Harness or Context, and neither agent nor proxy needs more of it
     "telemetry": 7,
@@ -213,7 +222,144 @@ def test_known_exceptions_are_still_needed():
     assert not stale, f"these KNOWN entries no longer occur; delete them from tests/test_layering.py: {stale}"
 
 
+#: Arrows forbidden inside a rank, where the ranks alone allow them: (importer prefix, imported
+#: prefix, why). A prefix names a module and everything under it.
+FORBIDDEN: tuple[tuple[str, str, str], ...] = (
+    (
+        "ctxwright.telemetry",
+        "ctxwright.agent",
+        "telemetry observes the agent from beside it: the events and the call report it reads live "
+        "below both (ctxwright/progress.py), so the agent can open telemetry without a circle",
+    ),
+    (
+        "ctxwright.cli",
+        "ctxwright.cli.main",
+        "cli/main.py builds the parser from every command module; what they share (consoles, the "
+        "store, explain()) is in cli/common.py, which main imports too",
+    ),
+    (
+        "ctxwright.compaction.pipeline",
+        "ctxwright.compaction.manager",
+        "the manager runs the pipeline's tiers; the tiers see the manager through the Compactor "
+        "protocol declared in pipeline.py",
+    ),
+)
+
+
+def _under(dotted: str, prefix: str) -> bool:
+    return dotted == prefix or dotted.startswith(prefix + ".")
+
+
+def forbidden(edge: Edge) -> str | None:
+    """Why ``edge`` is one of the :data:`FORBIDDEN` arrows, or None (a module importing itself
+    is no arrow: cli/main.py is under ``ctxwright.cli``)."""
+    if edge.importer == edge.imported:
+        return None
+    for importer, imported, why in FORBIDDEN:
+        if _under(edge.importer, importer) and _under(edge.imported, imported):
+            return why
+    return None
+
+
+def test_forbidden_arrows_within_a_rank():
+    found = [f"{e.path}:{e.line}: {e.importer} imports {e.imported} -- {forbidden(e)}" for e in edges() if forbidden(e)]
+    assert not found, "\n".join(found)
+
+
+def test_compaction_manager_and_pipeline_do_not_import_each_other():
+    pairs = {(e.importer, e.imported) for e in edges()}
+    manager, pipeline = "ctxwright.compaction.manager", "ctxwright.compaction.pipeline"
+    assert not ((manager, pipeline) in pairs and (pipeline, manager) in pairs)
+    assert (pipeline, manager) not in pairs
+
+
+#: The fields of the providers' usage objects whose meaning differs by provider (what the
+#: input count includes, where cache reads and writes are): read in ``core/usage.py`` alone.
+PROVIDER_USAGE_FIELDS = frozenset(
+    {
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+        "cache_creation",
+        "prompt_cache_hit_tokens",
+        "prompt_cache_miss_tokens",
+        "prompt_tokens_details",
+        "input_tokens_details",
+        "cache_write_tokens",
+    }
+)
+#: ``core/usage.py``'s readers of one provider's shape: the cache package asks for a call's
+#: whole reading (``raw_cache_usage``) once instead of choosing a shape and reading it itself
+SHAPE_READERS = frozenset({"read_cache_usage", "usage_provider"})
+
+
+def usage_shape_reads(source: str) -> list[tuple[int, str]]:
+    """``(line, what)`` for each read of a provider usage field (``u["cache_read_input_tokens"]``,
+    ``u.get(...)``, ``"..." in u``) and each import of a per-shape reader of ``core/usage.py``."""
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        key: object = None
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("get", "pop")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            key = node.args[0].value
+        elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant):
+            key = node.left.value
+        elif isinstance(node, ast.ImportFrom) and node.module == "ctxwright.core.usage":
+            out.extend((node.lineno, f"imports {a.name}") for a in node.names if a.name in SHAPE_READERS)
+        if key in PROVIDER_USAGE_FIELDS:
+            out.append((node.lineno, f"reads {key!r}"))
+    return out
+
+
+def test_the_cache_package_reads_provider_usage_only_through_core_usage():
+    """A reply's usage is read in one module: ``cache/reported.py`` used to pick the provider's
+    shape and read it through ``core/usage.py`` piece by piece, and back again."""
+    found = [
+        f"{path.relative_to(SRC.parent.parent)}:{line}: {what}"
+        for path in sorted((SRC / "cache").rglob("*.py"))
+        for line, what in usage_shape_reads(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, "read the call's usage with core/usage.py: raw_cache_usage(raw):\n" + "\n".join(found)
+
+
 # -- the checker itself ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "importer,imported,bad",
+    [
+        ("ctxwright.telemetry.spans", "ctxwright.agent.progress", True),
+        ("ctxwright.telemetry.spans", "ctxwright.progress", False),
+        ("ctxwright.agent.wiring", "ctxwright.telemetry.spans", False),
+        ("ctxwright.cli.gate", "ctxwright.cli.main", True),
+        ("ctxwright.cli.gate", "ctxwright.cli.common", False),
+        ("ctxwright.cli.main", "ctxwright.cli.main", False),
+        ("ctxwright.__main__", "ctxwright.cli.main", False),
+        ("ctxwright.compaction.pipeline", "ctxwright.compaction.manager", True),
+        ("ctxwright.compaction.manager", "ctxwright.compaction.pipeline", False),
+    ],
+)
+def test_the_forbidden_arrows(importer, imported, bad):
+    assert (forbidden(Edge(importer, imported, "x.py", 1)) is not None) is bad
+
+
+def test_usage_shape_reads_are_seen():
+    source = """
+from ctxwright.core.usage import as_object, read_cache_usage
+def f(u, raw):
+    a = u["cache_read_input_tokens"]
+    b = u.get("prompt_cache_hit_tokens")
+    c = "cache_creation" in u
+    out = {"cache_read_input_tokens": 3}  # writing a body is no read
+    return raw_cache_usage(raw), u.get("input_tokens")
+"""
+    assert [line for line, _ in usage_shape_reads(source)] == [2, 4, 5, 6]
 
 
 @pytest.mark.parametrize(
@@ -227,6 +373,8 @@ def test_known_exceptions_are_still_needed():
         ("ctxwright.core.render", "ctxwright.status.bar", True),
         ("ctxwright.status.bar", "ctxwright.audit.compare", True),
         ("ctxwright.compaction.summarizer", "ctxwright.backends.base", False),
+        ("ctxwright.progress", "ctxwright.compaction.pipeline", False),
+        ("ctxwright.progress", "ctxwright.agent.context", True),
         ("ctxwright.agent.loop", "ctxwright.compaction", False),
         ("ctxwright.tools.registry", PACKAGE, True),
         ("ctxwright.cli.main", PACKAGE, False),

@@ -45,7 +45,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
 from ctxwright.agent.assemble import Assembly
-from ctxwright.agent.progress import AssistantReply, Compacted, GateDecided
 from ctxwright.agent.provider_cache import ProviderCache, wants_auto_ttl
 from ctxwright.agent.results import drafts_of, result_steps
 from ctxwright.audit.compare import Auditor, AuditSummary
@@ -57,7 +56,7 @@ from ctxwright.compaction.recall import RECALL_TOOL, Recall
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.core.events import AssistantEvent, ToolEvent
 from ctxwright.core.interrupted import close_open_rounds
-from ctxwright.core.messages import Message, ToolCall, Usage, canonical_json
+from ctxwright.core.messages import Message, ToolCall, canonical_json
 from ctxwright.core.progress import (
     EventSink,
     LedgerWarning,
@@ -79,6 +78,7 @@ from ctxwright.defence.gate import Gate
 from ctxwright.defence.levels import Features, features
 from ctxwright.defence.provenance import ProvenanceIndex
 from ctxwright.errors import ConfigError, CtxwrightError
+from ctxwright.progress import AssistantReply, CallReport, Compacted, GateDecided
 from ctxwright.recipe import MAX_RESULT_CHARS, default, harness_doc, harness_parameters
 from ctxwright.status.bar import StatusBar
 from ctxwright.tools.registry import BoundCall, Tool, ToolOutcome, ToolRegistry, error_outcome
@@ -124,40 +124,6 @@ class ContextConfig:
     #: the defence level's features (``defence/levels.py``): marking and the sanitizer are
     #: applied to untrusted results where they are recorded (``defence/record.py``)
     defence: Features = field(default_factory=features)
-
-
-@dataclass
-class CallReport:
-    """What one model call cost and reused; printed in the per-call table."""
-
-    index: int
-    prompt_tokens: int | None
-    cached_tokens: int | None
-    completion_tokens: int | None
-    prefill_ms: float | None
-    decode_ms: float | None
-    ledger: Ledger
-    tool_calls: int
-    reusable_tokens: int | None = None
-    cause: str | None = None
-    divergence: str | None = None
-    #: ctxwright's own time for this turn (status, layers, render, count, audit, store), not the model's
-    overhead_ms: float | None = None
-    compactions: list[CompactionReport] = field(default_factory=list)
-    #: the backend call's wall time (retries included): shows prompt reuse on servers that
-    #: report no cached tokens
-    wall_ms: float | None = None
-    #: what probably happened when the server's prompt tokens are far from the ledger's
-    mismatch: str | None = None
-    #: the provider's cache verdict (``audit/live.py: cache_record``) on a provider-caching backend
-    cache: dict[str, Any] | None = None
-    #: what an observer of the call needs beyond the table's row (``telemetry/``): the usage as the
-    #: backend reported it (its raw object included), the reply's finish reason and model, and the
-    #: live audit as stored with the call
-    usage: Usage | None = None
-    finish_reason: str | None = None
-    response_model: str | None = None
-    audit: dict[str, Any] | None = None
 
 
 @dataclass

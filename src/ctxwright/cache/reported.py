@@ -5,7 +5,8 @@ report and ``ctxwright audit`` all need the same few facts -- tokens read from a
 the cache, the provider's miss reason, the TTL, when the request was sent, the breakpoints and
 the routing key. ``Usage.raw`` holds them in the layout every provider-caching backend writes
 (``raw["usage"]``, ``raw["provider"]``, ``raw["diagnostics"]``, ``raw["cache"]``); the token
-counts themselves are read only through ``core/usage.py``.
+counts themselves are read by ``core/usage.py`` alone, in one call (``raw_cache_usage``: which
+provider's shape, then its counts), so no provider's usage fields are parsed here.
 
 Provider behaviour read here:
 
@@ -27,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ctxwright.core.usage import as_object, first_int, read_cache_usage, usage_provider
+from ctxwright.core.usage import CacheUsage, as_object, first_int, raw_cache_usage
 
 #: The provider's miss reasons that name the part of the request that changed.
 REASON_SEGMENT: dict[str, str] = {
@@ -48,16 +49,13 @@ class CacheTokens:
     output: int | None
 
 
-def cache_tokens(provider: str | None, usage: Mapping[str, Any]) -> CacheTokens:
-    """The call's tokens from the provider's own fields.
-
-    Through ``core/usage.py`` only (``read_cache_usage``: writes split by TTL, never double
-    counting OpenAI's cached tokens inside its input count). A provider not named is told by
-    the usage object's own fields (``usage_provider``); no usage at all is all unknown."""
-    name = provider or usage_provider({"usage": dict(usage)})
-    if not name or not usage:
+def cache_tokens(usage: CacheUsage | None) -> CacheTokens:
+    """The call's tokens as ``core/usage.py`` read them (writes split by TTL and added up here,
+    OpenAI's cached tokens never counted twice inside its input count); no usage read at all
+    is all unknown."""
+    if usage is None:
         return CacheTokens(None, None, None, None)
-    u = read_cache_usage(name, dict(usage))
+    u = usage
     return CacheTokens(
         cache_read=u.cache_read,
         cache_write=u.cache_write_5m + u.cache_write_1h,
@@ -112,7 +110,9 @@ def reported(raw: Mapping[str, Any] | None) -> Reported:
     ``None``)."""
     raw = as_object(raw)
     provider = raw.get("provider") if isinstance(raw.get("provider"), str) else None
-    usage = as_object(raw.get("usage"))
+    # the counts are read only when the call recorded a usage object (llama.cpp's ``timings``
+    # alone say nothing of a provider's cache); the shape, named or by its fields, is core/usage's
+    read = raw_cache_usage(raw) if as_object(raw.get("usage")) else None
     diag_value = raw.get("diagnostics")
     diag = as_object(diag_value)
     reason_value = diag.get("cache_miss_reason", diag.get("reason"))
@@ -137,7 +137,7 @@ def reported(raw: Mapping[str, Any] | None) -> Reported:
     ttl = cache.get("ttl")
     return Reported(
         provider=provider,
-        tokens=cache_tokens(provider, usage) if usage else CacheTokens(None, None, None, None),
+        tokens=cache_tokens(read[1] if read is not None else None),
         miss_reason=reason,
         missed_tokens=missed,
         diagnosed=isinstance(diag_value, dict),

@@ -99,7 +99,7 @@ def _prompt(args: argparse.Namespace) -> Any:
                 f"--system {args.system}: {path.stat().st_size:,} bytes, more than {MAX_PROMPT_BYTES:,}; "
                 "a system prompt, not a corpus"
             )
-        from ctxwright.cli.main import _system_text
+        from ctxwright.cli.common import system_text as _system_text
 
         return split_markdown(_system_text(args.system), where=f"--system {args.system}")
     return split_markdown(str(literal), where="--system-text")
@@ -123,7 +123,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     from ctxwright.ablation.results import Checkpoint, read_results, stopped_runs
     from ctxwright.ablation.run import MAX_TRIALS, Runner, make_plan, run_ablation
     from ctxwright.ablation.tasks import load_tasks
-    from ctxwright.cli.main import approver, console, err_console
+    from ctxwright.cli.common import approver, console, err_console
     from ctxwright.recipe import given_from_args
     from ctxwright.tools.imported import import_tool
 

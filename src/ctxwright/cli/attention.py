@@ -66,7 +66,7 @@ def add_attention_parser(sub: Any) -> None:
 
 def cmd_attention(args: argparse.Namespace) -> int:
     from ctxwright.attention.model import parse_layers
-    from ctxwright.cli.main import console
+    from ctxwright.cli.common import console
 
     try:
         from ctxwright.attention.capture import AttentionReader
@@ -248,7 +248,7 @@ def _run_session_only(args: argparse.Namespace) -> None:
 
 def _stored_call(args: argparse.Namespace) -> tuple[Any, str, int, Any, str, dict[str, Any]]:
     """The request of call N of a stored session, rebuilt by the one renderer, and its answer."""
-    from ctxwright.cli.main import _store
+    from ctxwright.cli.common import existing_store as _store
     from ctxwright.core.prefix import Prefix
     from ctxwright.core.render import RenderSettings, replay_calls
     from ctxwright.core.request import ChatRequest

@@ -60,7 +60,7 @@ def _ranges(indices: list[int]) -> str:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ctxwright.cli.main import _store
+    from ctxwright.cli.common import existing_store as _store
     from ctxwright.cli.sessions import SessionRef, named
     from ctxwright.store.export import request_bodies, session_export
 

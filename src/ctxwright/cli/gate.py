@@ -122,7 +122,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     except Exception as exc:
         if getattr(args, "debug", False):
             raise
-        from ctxwright.cli.main import explain
+        from ctxwright.cli.common import explain
 
         print(f"ctxwright gate: {explain(exc)}", file=sys.stderr)
         return UNJUDGED

@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ctxwright.errors import CtxwrightError
-from ctxwright.proxy.server import DEFAULT_UPSTREAMS, PROVIDERS
+from ctxwright.proxy.providers import DEFAULT_UPSTREAMS, PROVIDERS
 
 if TYPE_CHECKING:
     from ctxwright.audit.logs import LogItem
@@ -113,10 +113,10 @@ def _store(args: argparse.Namespace) -> Any:
 
 
 def cmd_proxy(args: argparse.Namespace) -> int:
-    from ctxwright.cli.main import console
+    from ctxwright.cli.common import console
 
     if args.list:
-        from ctxwright.cli.main import _store as existing_store  # a reader: never creates the store
+        from ctxwright.cli.common import existing_store  # a reader: never creates the store
 
         return _list(existing_store(args), as_json=args.json)
     from ctxwright.cli.audit import pricing_from_args
@@ -433,7 +433,7 @@ def is_loopback(host: str) -> bool:
 
 
 def _list(store: Any, *, as_json: bool) -> int:
-    from ctxwright.cli.main import console, id_column
+    from ctxwright.cli.common import console, id_column
     from ctxwright.proxy.log import proxy_sessions
 
     rows = proxy_sessions(store)
@@ -464,7 +464,7 @@ def audit_proxy_session(args: argparse.Namespace, run: Callable[[Iterator[LogIte
     """``ctxwright audit --proxy-session ID``: the session's stored calls audited as the proxy
     audited them live (``proxy/session_audit.py``), printed by the code that prints the audit
     of a log file (``run(items, source)`` is ``cli/audit.audit_items``)."""
-    from ctxwright.cli.main import _store as existing_store  # a reader: never creates the store
+    from ctxwright.cli.common import existing_store  # a reader: never creates the store
     from ctxwright.proxy.log import proxy_session_requests
     from ctxwright.proxy.session_audit import session_items
     from ctxwright.proxy.store import ProxyLog

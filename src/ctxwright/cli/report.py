@@ -35,7 +35,7 @@ def add_report_parser(sub: Any) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from ctxwright.cli.audit import pricing_from_args
-    from ctxwright.cli.main import console
+    from ctxwright.cli.common import console
 
     prices = pricing_from_args(args)
     if (args.target is None) == (args.proxy_session is None):
@@ -67,7 +67,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _gather(args: argparse.Namespace) -> Any:
     from ctxwright.cli.audit import pricing_from_args
-    from ctxwright.cli.main import _store
+    from ctxwright.cli.common import existing_store as _store
     from ctxwright.cli.sessions import SessionRef, named
 
     ref = named(args, args.target, proxy_session=args.proxy_session, files=True, usage="ctxwright report ID|FILE")

@@ -98,10 +98,10 @@ def all_sessions(store: Any, limit: int) -> list[dict[str, Any]]:
 
 def is_file_argument(given: str) -> bool:
     """Whether a positional that may be a FILE or an ID is a file: ``-`` (stdin), a path that
-    exists, or one that looks like a file name (``cli/main.py: _looks_like_path``: a folder
+    exists, or one that looks like a file name (``cli/common.py: looks_like_path``: a folder
     separator or an extension, which no session ID has) -- so a mistyped file name is said to
     be unreadable, not looked up as an ID."""
-    from ctxwright.cli.main import _looks_like_path
+    from ctxwright.cli.common import looks_like_path as _looks_like_path
 
     if given == "-" or _looks_like_path(given):
         return True
@@ -126,7 +126,7 @@ def named(
     the one list (a run session's ID; a proxy or framework session's), passed on as given --
     the command's reader resolves them as it always did. ``usage`` is the command line to show
     when more than one was given. The store is read through the CLI's one opener
-    (``cli/main.py: _store``), and only when an ID must be looked up."""
+    (``cli/common.py: existing_store``), and only when an ID must be looked up."""
     given_ones = [x for x in (given, session, proxy_session) if x is not None]
     if len(given_ones) > 1:
         raise CtxwrightError(f"give one source, not {len(given_ones)}: {usage}")
@@ -142,7 +142,7 @@ def named(
 
 
 def _lookup(args: argparse.Namespace, given: str, *, files: bool) -> SessionRef:
-    from ctxwright.cli.main import _store
+    from ctxwright.cli.common import existing_store as _store
 
     store = _store(args)
     try:

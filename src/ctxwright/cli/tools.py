@@ -172,7 +172,7 @@ def tools_report(args: argparse.Namespace) -> dict[str, Any]:
     builds (``agent/wiring.py``: the same backend and its defaults, the same components in
     the same order), in an in-memory session -- nothing is stored and no model is called."""
     from ctxwright.agent.wiring import wire
-    from ctxwright.cli.main import approver, system_and_tools
+    from ctxwright.cli.common import approver, system_and_tools
     from ctxwright.recipe import given_from_args
     from ctxwright.tools.deferred import DISPATCH_TOOLS, schema_tokens
 

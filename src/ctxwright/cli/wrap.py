@@ -484,7 +484,7 @@ def _wrapped(
         if warmer is not None:
             warmer.attach(proxy.recorder)
     except Exception as exc:  # a port, a thread, a loop that would not start: the agent is not started
-        from ctxwright.cli.main import explain
+        from ctxwright.cli.common import explain
 
         log.close()
         raise CtxwrightError(f"the recording proxy did not start ({explain(exc)}); {argv[0]} was not started") from None

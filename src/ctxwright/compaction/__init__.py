@@ -18,8 +18,25 @@ One module per rule or layer:
 Every layer records a ``compaction`` event; nothing already stored is ever edited.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ctxwright.compaction.config import CompactionConfig
-from ctxwright.compaction.manager import ContextManager
-from ctxwright.compaction.pipeline import CompactionReport
+
+if TYPE_CHECKING:
+    from ctxwright.compaction.manager import ContextManager
+    from ctxwright.compaction.pipeline import CompactionReport
 
 __all__ = ["CompactionConfig", "CompactionReport", "ContextManager"]
+
+#: Loaded on first use (PEP 562): the options only need the config, and importing the
+#: manager brings every layer (and the tools they register) into ``ctxwright --help``.
+_LAZY = {"ContextManager": "ctxwright.compaction.manager", "CompactionReport": "ctxwright.compaction.pipeline"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -44,8 +44,13 @@ from ctxwright.core.progress import CompactionAhead
 from ctxwright.core.render import render
 
 if TYPE_CHECKING:
-    from ctxwright.compaction.manager import ContextManager
+    from ctxwright.compaction.breaker import CircuitBreaker
+    from ctxwright.compaction.ledger import ItemCache
+    from ctxwright.compaction.strategies import StrategyContext
+    from ctxwright.compaction.summarizer import Summarizer
+    from ctxwright.core.progress import EventSink
     from ctxwright.core.session import Session
+    from ctxwright.core.tokens import TokenCounter
 
 
 @dataclass
@@ -94,11 +99,45 @@ class Plan:
         )
 
 
+class Compactor(Protocol):
+    """What the tiers read and use of the compaction manager (``manager.py: ContextManager``,
+    which runs them): declared here so the manager imports the tiers and never the other way
+    round -- a tier that needs more of the manager says so in this one list."""
+
+    config: CompactionConfig
+    counter: TokenCounter
+    summarizer: Summarizer | None
+    breaker: CircuitBreaker
+    known: list[str]
+    last_compaction_call: int
+    ledger_items: ItemCache
+
+    @property
+    def on_event(self) -> EventSink: ...
+
+    @property
+    def effective_window(self) -> int: ...
+
+    def tokens_of(self, m: Message) -> int: ...
+
+    def request_tokens(self, session: Session) -> int: ...
+
+    def original_text(self, session: Session, seq: int) -> str: ...
+
+    def ledger_text(self, session: Session, seq: int) -> str | None: ...
+
+    def strategy_context(self, session: Session, call_index: int) -> StrategyContext: ...
+
+    def summarize(
+        self, session: Session, call_index: int, text: str, instruction: str, max_chars: int, query: str | None = None
+    ) -> str | None: ...
+
+
 @dataclass
 class PassState:
     """One pass of the tiers before one model call."""
 
-    manager: ContextManager
+    manager: Compactor
     session: Session
     call_index: int
     #: the request's size now; :func:`apply` measures it again after each recorded plan

@@ -37,7 +37,6 @@ from ctxwright.compaction.offload import ResultFiles
 from ctxwright.core.events import CompactionEvent, Event, MessageEvent, ToolEvent
 from ctxwright.tools.component import Build, Component, register_core
 from ctxwright.tools.registry import Tool, ToolResult
-from ctxwright.tools.search import MAX_QUERY_CHARS, best_scored, bm25_index, bm25_scores, tokenize
 
 if TYPE_CHECKING:
     import bm25s
@@ -85,6 +84,8 @@ def passages(text: str, size: int = PASSAGE_CHARS) -> list[str]:
 def tokens_of(text: str) -> list[str]:
     """A passage's (or a query's) search tokens: :func:`tokenize` with lone digits kept, plus
     its whole identifiers."""
+    from ctxwright.tools.search import tokenize  # numpy and bm25s: loaded when a session first recalls
+
     return tokenize(text, digits=True) + [i.lower() for i in extract(text, limit=50)]
 
 
@@ -145,11 +146,15 @@ class Recall:
             if len(found) >= MAX_PASSAGES:
                 break
         self._passages = found[:MAX_PASSAGES]
+        from ctxwright.tools.search import bm25_index
+
         self._bm25 = bm25_index([tokens_of(p.text) for p in self._passages])
         self._key = key
 
     def search(self, query: str, limit: int = 3) -> list[Passage]:
         """The best ``limit`` hidden passages for ``query``, best first."""
+        from ctxwright.tools.search import MAX_QUERY_CHARS, best_scored, bm25_scores
+
         if self.session is None:
             raise RuntimeError("recall is not bound to a session")
         if not isinstance(query, str) or not query.strip():

@@ -13,7 +13,6 @@ repeated activation returns has no newline after the opening tag, so it never re
 from __future__ import annotations
 
 import re
-from xml.sax.saxutils import escape, unescape
 
 #: The name of the level-2 tool (the Agent Skills client guide's ``Skill``).
 SKILL_TOOL = "Skill"
@@ -22,9 +21,24 @@ CLOSE = "</skill_content>"
 _OPEN = re.compile(r'<skill_content name="([^"]*)">\n')
 
 
+def xml_escape(text: str, *, quote: bool = False) -> str:
+    """``text`` with ``&``, ``<`` and ``>`` escaped (and ``"`` when ``quote``), byte for byte
+    what ``xml.sax.saxutils.escape`` writes -- the skill tags are in the cached prefix, so the
+    form must never drift -- without importing it: ``xml.sax.saxutils`` loads ``urllib.request``,
+    ``http.client`` and ``email`` into every command that reads an event."""
+    text = text.replace("&", "&amp;").replace(">", "&gt;").replace("<", "&lt;")
+    return text.replace('"', "&quot;") if quote else text
+
+
+def xml_unescape(text: str) -> str:
+    """The inverse of :func:`xml_escape` with ``quote`` (``xml.sax.saxutils.unescape``'s order:
+    ``&amp;`` last, so ``&amp;lt;`` stays ``&lt;``)."""
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"').replace("&amp;", "&")
+
+
 def open_tag(name: str) -> str:
     """``<skill_content name="NAME">`` with the name escaped as XML."""
-    return f'<skill_content name="{escape(name, {chr(34): "&quot;"})}">'
+    return f'<skill_content name="{xml_escape(name, quote=True)}">'
 
 
 def body_skill(tool_name: str | None, content: str | None) -> str | None:
@@ -37,7 +51,7 @@ def body_skill(tool_name: str | None, content: str | None) -> str | None:
     m = _OPEN.search(content, 0, 200)
     if m is None or ("\n" + CLOSE) not in content[m.end() - 1 :]:
         return None
-    return unescape(m.group(1), {"&quot;": '"'})
+    return xml_unescape(m.group(1))
 
 
-__all__ = ["CLOSE", "SKILL_TOOL", "body_skill", "open_tag"]
+__all__ = ["CLOSE", "SKILL_TOOL", "body_skill", "open_tag", "xml_escape", "xml_unescape"]

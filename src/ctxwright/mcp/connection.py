@@ -52,6 +52,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from ctxwright.errors import McpServerError, McpToolError
+from ctxwright.mcp.limits import DEFAULT_RESULT_CAP_MB, DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_TIMEOUT_S
 from ctxwright.mcp.lines import LineStats
 from ctxwright.mcp.transport import DROPPED, stdio_transport
 
@@ -65,16 +66,6 @@ __all__ = [
 
 logging.getLogger("mcp").addHandler(logging.NullHandler())
 
-#: Seconds a tool call may take before it is answered with a timeout error.
-DEFAULT_TIMEOUT_S = 60.0
-#: Seconds a server has to start, answer ``initialize`` and list its tools.
-DEFAULT_STARTUP_TIMEOUT_S = 30.0
-#: Megabytes one message from a server may take (a tool result, a tool listing). The loop
-#: keeps at most ``MAX_RESULT_CHARS`` (200,000) characters of a result and compaction far
-#: fewer (the rest is saved for ``read_result``): 4 MB leaves room for JSON escaping (up to
-#: six bytes a character) and a result sent twice (text and ``structuredContent``), and is
-#: read in milliseconds.
-DEFAULT_RESULT_CAP_MB = 4.0
 #: Most pages of ``tools/list`` followed: a server whose cursor never ends cannot hang startup.
 MAX_LIST_PAGES = 1000
 #: Seconds :meth:`McpConnection.close` waits for the transport's shutdown (stdin close, 2 s

@@ -62,6 +62,7 @@ from ctxwright.cache.prices import Pricing
 from ctxwright.errors import ClientStalled
 from ctxwright.proxy.limits import ClientLimits, http_protocol
 from ctxwright.proxy.log import api_of
+from ctxwright.proxy.providers import DEFAULT_UPSTREAMS, PROVIDERS
 
 if TYPE_CHECKING:
     from ctxwright.proxy.compress import BodyCompressor
@@ -86,10 +87,6 @@ DEFAULT_RECORD_CAP = 32 * 1024 * 1024
 SESSION_HEADER = "x-ctxwright-session"
 
 
-#: The providers one proxy routes to, each to its own upstream (``ProxyConfig.upstreams``).
-PROVIDERS = ("anthropic", "openai")
-#: Each provider's official host: ``ctxwright proxy`` with no ``--upstream`` serves both.
-DEFAULT_UPSTREAMS = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com"}
 #: The path prefix of Anthropic's Messages API (``/v1/messages``, ``/v1/messages/count_tokens``,
 #: ``/v1/messages/batches``)
 ANTHROPIC_PATH = b"/v1/messages"

@@ -27,8 +27,8 @@ from ctxwright.defence.gate import APPROVAL_MODES, ApprovalMode, Approver
 from ctxwright.defence.levels import DEFAULT_LEVEL, LEVELS, Features, Level
 from ctxwright.defence.levels import features as defence_features
 from ctxwright.defence.policy import GatePolicy
-from ctxwright.mcp.connection import DEFAULT_RESULT_CAP_MB as MCP_DEFAULT_RESULT_CAP_MB
-from ctxwright.mcp.connection import DEFAULT_TIMEOUT_S as MCP_DEFAULT_TIMEOUT_S
+from ctxwright.mcp.limits import DEFAULT_RESULT_CAP_MB as MCP_DEFAULT_RESULT_CAP_MB
+from ctxwright.mcp.limits import DEFAULT_TIMEOUT_S as MCP_DEFAULT_TIMEOUT_S
 from ctxwright.recipe.declare import BY_BACKEND, Flag, opt
 from ctxwright.skills.scripts import DEFAULT_SCRIPT_TIMEOUT_S
 from ctxwright.skills.tools import CATALOG_MODES, CatalogEntry, CatalogMode

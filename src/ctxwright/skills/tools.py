@@ -29,17 +29,19 @@ import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
-from xml.sax.saxutils import escape
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ctxwright.core.events import SKILLS_CATALOG_KEY, UserEvent
 from ctxwright.core.session import Session
 from ctxwright.core.skill_content import SKILL_TOOL, open_tag
+from ctxwright.core.skill_content import xml_escape as escape
 from ctxwright.core.skills_catalog import CATALOG_CLOSE, CATALOG_OPEN, REMINDER_CLOSE, REMINDER_OPEN
 from ctxwright.errors import NoSuchSkillFile, SkillLinkLeavesFolder, SkillToolError
 from ctxwright.skills import paths, spec
-from ctxwright.skills.loader import Skill
 from ctxwright.tools.registry import Tool, ToolResult
+
+if TYPE_CHECKING:  # the loader brings PyYAML; the tools only take the skills it loaded
+    from ctxwright.skills.loader import Skill
 
 READ_SKILL_FILE_TOOL = "read_skill_file"
 SKILL_TOOLS = (SKILL_TOOL, READ_SKILL_FILE_TOOL)
@@ -263,9 +265,7 @@ class SkillTools:
             )
         self.activated.append(skill.name)
         files = resource_files(skill.folder)
-        listed = [
-            f'<file path="{escape(rel, {chr(34): "&quot;"})}" bytes="{size}"/>' for rel, size in files[:MAX_LISTED]
-        ]
+        listed = [f'<file path="{escape(rel, quote=True)}" bytes="{size}"/>' for rel, size in files[:MAX_LISTED]]
         if len(files) > MAX_LISTED:
             listed.append(f"<!-- {len(files) - MAX_LISTED} more files not listed -->")
         resources = (

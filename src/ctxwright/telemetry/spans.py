@@ -38,8 +38,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxwright.agent.context import CallReport
-from ctxwright.agent.progress import AssistantReply, Compacted, GateDecided
 from ctxwright.compaction.pipeline import CompactionReport
 from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.progress import (
@@ -58,6 +56,7 @@ from ctxwright.core.progress import (
 from ctxwright.core.records import CallAudit, CallRecord
 from ctxwright.core.request import ChatRequest
 from ctxwright.core.usage import as_object, raw_cache_usage
+from ctxwright.progress import AssistantReply, CallReport, Compacted, GateDecided
 from ctxwright.telemetry import attributes as A
 from ctxwright.telemetry import content as C
 from ctxwright.telemetry.exporter import Exporter, quiet

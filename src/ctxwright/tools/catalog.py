@@ -34,10 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import jsonschema.exceptions
-from jsonschema.validators import validator_for
-
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.request import ToolSpec
 from ctxwright.errors import ToolCatalogError
@@ -146,6 +142,10 @@ def check_parameters(schema: object, where: str) -> dict[str, Any]:
         )
     key = canonical_json(schema)
     if key not in _CHECKED:
+        import jsonschema  # loaded by the first schema checked, not by every command's start
+        import jsonschema.exceptions
+        from jsonschema.validators import validator_for
+
         validator = validator_for(schema, default=jsonschema.Draft202012Validator)
         error = jsonschema.exceptions.best_match(validator(validator.META_SCHEMA).iter_errors(schema))
         if error is not None:

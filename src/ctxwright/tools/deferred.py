@@ -31,11 +31,7 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, cast
-
-from jsonschema import SchemaError, validators
-from jsonschema.exceptions import best_match
-from pydantic import create_model
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ctxwright.core.messages import ToolCall, canonical_json
 from ctxwright.core.progress import ToolsDeferred
@@ -57,7 +53,9 @@ from ctxwright.tools.registry import (
     error_outcome,
     valid_function_name,
 )
-from ctxwright.tools.search import ToolIndex
+
+if TYPE_CHECKING:
+    from ctxwright.tools.search import ToolIndex
 
 __all__ = [
     "CALL_TOOL",
@@ -204,7 +202,11 @@ class DeferredTools:
 
     def _new_index(self, specs: list[ToolSpec]) -> ToolIndex:
         """The search index with the configured ranker; an embedding ranker's tool vectors
-        are cached on disk (``tools/embeddings.py``), so a restart does not embed them again."""
+        are cached on disk (``tools/embeddings.py``), so a restart does not embed them again.
+        The index (numpy, bm25s) is imported here, where a session defers tools, not by the
+        options that only declare the mode."""
+        from ctxwright.tools.search import ToolIndex
+
         if self.config.ranker == "bm25":
             return ToolIndex(specs)
         from ctxwright.tools.embeddings import VectorCache
@@ -263,6 +265,8 @@ class DeferredTools:
 
         def unreachable(**_: Any) -> None:  # the registry runs the resolver's call instead
             raise RuntimeError("call_tool runs through its resolver")
+
+        from pydantic import create_model
 
         return Tool(
             name=CALL_TOOL,
@@ -380,6 +384,9 @@ class DeferredTools:
 
         A tool built from a given schema (``Tool.from_schema``: an MCP tool) already holds its
         checked validator; only a tool whose schema was derived from a function needs one here."""
+        from jsonschema import SchemaError, validators
+        from jsonschema.exceptions import best_match
+
         validator = target.schema_validator or self._validators.get(target.name)
         if validator is None:
             schema = target.parameters

@@ -23,9 +23,10 @@ measures.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is loaded by a ranking, not by the options that name the rankers
+    import numpy as np
 
 #: how a tool index ranks: words (BM25), meaning (a sentence-embedding model), or both fused.
 #: Declared beside the fusion that defines ``hybrid``; the index, the options and the command
@@ -44,6 +45,8 @@ def finite(scores: np.ndarray[Any, np.dtype[np.float32]]) -> np.ndarray[Any, np.
     compares false with everything and poisons every sum it enters, so one damaged vector
     (``tools/embeddings.py`` refuses those it can see) would sink its tool in both rankers,
     and an all-NaN side would blank the fused ranking -- BM25's exact word matches included."""
+    import numpy as np
+
     scores = np.asarray(scores, dtype=np.float32)
     if bool(np.isfinite(scores).all()):
         return scores
@@ -58,6 +61,8 @@ def weighted_sum(
     """``weight``·BM25/max(BM25) + (1−``weight``)·cosine, per tool; BM25 ``None`` (no query
     word in the index) or all zero counts as zero, and a score that is not finite on either
     side counts as zero on that side (:func:`finite`): one bad side never blanks the other."""
+    import numpy as np
+
     out = (1.0 - weight) * finite(cosine)
     if bm25 is not None:
         bm25 = finite(bm25)

@@ -29,6 +29,7 @@ Why this module exists:
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import json
 import re
@@ -37,15 +38,18 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Union, overload
-
-import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from typing import TYPE_CHECKING, Any, Literal, Union, overload
 
 from ctxwright.core.messages import ToolCall, canonical_json
 from ctxwright.core.request import ToolSpec
 from ctxwright.errors import ToolFailure
 from ctxwright.tools.catalog import check_parameters
+
+if TYPE_CHECKING:
+    # pydantic and jsonschema are imported where a tool is built or its arguments checked: a
+    # command that only declares options (``ctxwright --help``) never loads them
+    import jsonschema
+    from pydantic import BaseModel, ValidationError
 
 __all__ = [
     "ERROR_INVALID_ARGUMENTS",
@@ -102,10 +106,16 @@ def check_declarations(name: str, trust: object, effects: object) -> None:
         raise ValueError(f"tool {name!r}: effects must be one of {', '.join(EFFECTS_VALUES)}, not {effects!r}")
 
 
-class _AnyArguments(BaseModel):
-    """The arguments model of a tool checked by JSON Schema instead (:meth:`Tool.from_schema`)."""
+@functools.cache
+def _any_arguments() -> type[BaseModel]:
+    """The arguments model of a tool checked by JSON Schema instead (:meth:`Tool.from_schema`):
+    built on first use, so importing the registry does not load pydantic."""
+    from pydantic import BaseModel, ConfigDict
 
-    model_config = ConfigDict(extra="allow")
+    class _AnyArguments(BaseModel):
+        model_config = ConfigDict(extra="allow")
+
+    return _AnyArguments
 
 
 # --------------------------------------------------------------------------- schema
@@ -330,6 +340,8 @@ class Tool:
         properties: dict[str, Any] = {}
         required: list[str] = []
         fields: dict[str, Any] = {}
+        from pydantic import ConfigDict, Field, create_model
+
         for index, param in enumerate(inspect.signature(func).parameters.values()):
             if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
                 raise TypeError(
@@ -404,13 +416,15 @@ class Tool:
             raise ValueError(f"invalid tool name {name!r}: use 1-64 letters, digits, '_' or '-'")
         check_declarations(name, trust, effects)
         check_parameters(parameters, f"tool {name!r}")  # the catalog's rule: one check of a schema
+        import jsonschema
+
         validator_cls = jsonschema.validators.validator_for(parameters, default=jsonschema.Draft202012Validator)
         return cls(
             name=name,
             description=description,
             func=func,
             spec=ToolSpec.create(name, description, parameters),
-            args_model=_AnyArguments,
+            args_model=_any_arguments(),
             timeout_s=timeout_s,
             deferred=deferred,
             trust=trust,
@@ -423,6 +437,8 @@ class Tool:
         """Validated keyword arguments for ``func``; raises pydantic ``ValidationError`` (or
         ``jsonschema.ValidationError`` for a tool built by :meth:`from_schema`)."""
         if self.schema_validator is not None:
+            import jsonschema
+
             error = jsonschema.exceptions.best_match(self.schema_validator.iter_errors(arguments))
             if error is not None:
                 raise error
@@ -764,6 +780,9 @@ class ToolRegistry:
             return error_outcome(call, ERROR_UNKNOWN_TOOL, f"there is no tool named {call.name!r}", hint, elapsed())
         if found.resolver is not None:
             return found.resolver(call)
+        import jsonschema
+        from pydantic import ValidationError
+
         try:
             arguments = call.parsed_arguments()
         except ValueError as exc:
