@@ -92,9 +92,11 @@ class WorkersProxy:
     def stop(self) -> str:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
-        out, _ = self.proc.communicate(timeout=90)
+        # not communicate(): it would read stderr too, taking lines from the reader thread
+        self.proc.wait(90)  # --quiet: nothing fills the stdout pipe meanwhile
         self._reader.join(10)
-        return out
+        assert self.proc.stdout is not None
+        return self.proc.stdout.read()
 
 
 def _conversations(clients: int, each: int, turns: int) -> list[list[tuple[str, dict[str, Any]]]]:
@@ -294,3 +296,111 @@ def test_a_number_of_workers_no_machine_runs_is_one_line(capsys: pytest.CaptureF
     assert main(["--db", db, "proxy", "--upstream", "http://127.0.0.1:9", "--workers", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith("--workers 0: give a number of processes from 1 to 64") and "\n" not in err
+
+
+#: ``worker N (pid P) stopped; R exchange(s) recorded...; its live audit read B call(s) back from
+#: the store, rebuilt S session(s)``
+AUDIT_LINE = re.compile(
+    r"stopped; (\d+) exchange\(s\) recorded.*read (\d+) call\(s\) back from the store, rebuilt (\d+)"
+)
+
+
+def _varied(convs: int, turns: int) -> list[list[dict[str, Any]]]:
+    """Per conversation (placed by its ``user`` key), its requests in order, with the breaks the
+    audit names: a changed option, a changed system prompt, an edited earlier message."""
+    out = []
+    for c in range(convs):
+        system = f"You help with task {c}. " * 20
+        msgs: list[dict[str, str]] = []
+        reqs = []
+        for t in range(turns):
+            if c == 1 and t == turns // 2:
+                system += " Be brief."
+            if c == 2 and t == turns // 2 and msgs:
+                msgs[0] = {"role": "user", "content": msgs[0]["content"] + " (edited)"}
+            msgs.append({"role": "user", "content": f"conversation {c} question {t}"})
+            body: dict[str, Any] = {"model": "m", "messages": [{"role": "system", "content": system}, *msgs]}
+            body["user"] = f"conv-{c}"
+            if c == 3 and t >= turns // 2:
+                body["tool_choice"] = "none"
+                body["tools"] = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]
+            reqs.append(body)
+            msgs.append({"role": "assistant", "content": "Hello there."})
+        out.append(reqs)
+    return out
+
+
+def _new_connection_clients(url: str, plan: list[list[dict[str, Any]]]) -> None:
+    """Each conversation's requests in order, the conversations at once, each request on a
+    new connection (a new SDK client): the kernel hands it to either worker."""
+    errors: list[str] = []
+
+    def client(reqs: list[dict[str, Any]]) -> None:
+        for body in reqs:
+            with openai.OpenAI(base_url=url, api_key=KEY, max_retries=0, timeout=60) as sdk:
+                try:
+                    sdk.chat.completions.create(**body)
+                except openai.OpenAIError as exc:
+                    errors.append(repr(exc))
+
+    threads = [threading.Thread(target=client, args=(r,)) for r in plan]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def _audits(store: Store) -> dict[tuple[str, int], tuple[Any, Any]]:
+    """(conversation, turn) -> the stored live audit's (cause, reusable prefix tokens)."""
+    out = {}
+    log = ProxyLog(store)
+    for row in log.session_rows():
+        for ex in log.exchange_rows(row["id"]):
+            body = json.loads(ex["request_body"])
+            turn = sum(m["role"] == "user" for m in body["messages"]) - 1
+            out[body["user"], turn] = (ex["audit"].get("cause"), ex["audit"].get("reusable_prefix_tokens"))
+    return out
+
+
+@pytest.mark.slow
+def test_two_workers_audit_a_session_moving_between_them_as_one_process_without_rebuilding_it(
+    db_target: str, upstream: Any, tmp_path: Path
+) -> None:
+    """New-connection clients move every session between the workers; each worker reads back
+    only the calls its sibling recorded (each at most once) and builds a session's audit anew
+    at most once, and the stored audit is the one process's, call for call."""
+    convs, turns = 4, 12
+    plan = _varied(convs, turns)
+    total = convs * turns
+    one_db = str(tmp_path / "one.db")
+    store = Store(one_db)
+    with RecordingProxy.start(ProxyConfig(upstream=upstream.url), store, printer=None) as single:
+        _new_connection_clients(single.url + "/v1", plan)
+        assert single.recorder.wait_idle(60, at_least=total)
+        assert single.recorder.audits.read_back == 0
+    one = _audits(store)
+    store.close()
+    assert len(one) == total
+    causes = {cause for cause, _ in one.values()}
+    assert {"first", "append"} < causes and len(causes) >= 4, causes  # the breaks are there to compare
+
+    proxy = WorkersProxy(db_target, upstream.url, workers=2)
+    try:
+        _new_connection_clients(proxy.url, plan)
+    finally:
+        proxy.stop()
+    store = Store(db_target)
+    two = _audits(store)
+    store.close()
+    assert two == one
+    lines = [m for m in map(AUDIT_LINE.search, proxy.lines) if m]
+    assert len(lines) == 2, proxy.lines
+    recorded = [int(m[1]) for m in lines]
+    read_back = [int(m[2]) for m in lines]
+    rebuilt = [int(m[3]) for m in lines]
+    assert sum(recorded) == total
+    assert sum(read_back) > 0, "no session moved between the workers: nothing tested"
+    for i in range(2):
+        # rebuilding a session per call that moved would read it whole each time: far more rows
+        assert read_back[i] <= recorded[1 - i] and rebuilt[i] <= convs, (recorded, read_back, rebuilt)

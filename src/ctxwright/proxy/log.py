@@ -130,7 +130,9 @@ def proxy_sessions(store: Store) -> list[dict[str, Any]]:
     return ProxyLog(store).session_rows()
 
 
-def proxy_session_requests(store: Store, session_id: str) -> list[dict[str, Any]]:
+def proxy_session_requests(
+    store: Store, session_id: str, start: int = 0, stop: int | None = None
+) -> list[dict[str, Any]]:
     """The model calls of one proxy session (id or unique prefix), in order, as the records of a
     request log: ``{"request": body, "response": body or stream events, "proxy": {...}}``.
 
@@ -138,12 +140,13 @@ def proxy_session_requests(store: Store, session_id: str) -> list[dict[str, Any]
     ``complete`` or ``client_disconnected``, timings, sizes) and the live audit stored with
     it (``audit``). A call whose request body was not JSON, or was over the recording cap,
     has ``request`` ``None``; ``audit/logs.py`` reports such a record as a problem of its
-    line and reads on.
+    line and reads on. ``start``/``stop``: only those calls, counted from 0 in call order
+    (``ProxyLog.exchange_rows``).
     """
     log = ProxyLog(store)
     sid = log.session_row(session_id)["id"]
     out = []
-    for row in log.exchange_rows(sid):
+    for row in log.exchange_rows(sid, start, stop):
         meta = {k: row.get(k) for k in _META}
         meta["streamed"] = bool(meta["streamed"])
         meta["session_id"] = sid

@@ -9,7 +9,8 @@ call after a restart the other way round. So a proxy session is audited on its o
 in call order, read by the log reader (``audit/logs.py``), each in the session's one
 conversation, by an :class:`~ctxwright.audit.compare.Auditor` of its own with the default
 limits. Live, :class:`LiveAudits` keeps one such auditor per recent session and rebuilds it
-from the stored calls when it has none (the proxy restarted, or dropped it for memory);
+from the stored calls when it has none (the proxy restarted, or dropped it for memory), or
+reads just the calls it has not seen when another process recorded some (``--workers``);
 offline, :func:`session_items` feeds the stored calls to a fresh one. The same requests in the
 same order give the same rows.
 
@@ -101,26 +102,37 @@ class LiveAudits:
         #: the provider's cache verdict of the call :meth:`add` audited last (``None``: its
         #: exchange carries no Anthropic/Responses cache report)
         self.cache: dict[str, Any] | None = None
-        #: how many auditors were rebuilt from the store (tests)
+        #: sessions with stored calls whose auditor was built anew from all of them (tests,
+        #: the summary of a ``--workers`` process)
         self.rebuilt = 0
+        #: calls read back from the store: every call of a rebuilt session, and the calls
+        #: another process recorded in a session whose auditor this one keeps
+        self.read_back = 0
 
     def add(
         self, session_id: str, req: AuditRequest, *, new: bool, stored: int | None = None, refresh: bool = False
     ) -> AuditRow:
         """Audit one call of ``session_id`` (``new``: the session has no stored call yet).
-        ``stored``: how many calls of the session the store holds; a kept auditor that saw
-        another number (another proxy process recorded some) is rebuilt from the store."""
+
+        ``stored``: how many calls of the session the store holds. A kept auditor that saw
+        fewer -- another process (a ``--workers`` sibling, a second proxy on the same
+        database) recorded the rest -- first audits just those, read from the store, and keeps
+        its state: the kernel hands each new connection to any worker, so a session's calls
+        move between workers all the time, and rebuilding the auditor from the whole session
+        on each move would cost every call the session's length. Each call is still audited
+        after exactly the calls stored before it, so the row is the one one process gives."""
         auditor = self._auditors.pop(session_id, None)
-        if auditor is not None and stored is not None and self._seen.get(session_id) != stored:
-            auditor = None
+        if auditor is not None and stored is not None and self._seen.get(session_id, 0) > stored:
+            auditor = None  # calls it saw are no longer stored (deleted meanwhile): start over
+        fresh = auditor is None
         if auditor is None:
             auditor = Auditor(self.counter, keep_rows=False)
             self._verdicts[session_id] = LogVerdicts()
             self._seen[session_id] = 0
             if not new:
-                self._rebuild(auditor, session_id)
-                if stored is not None:  # calls whose request could not be read count too
-                    self._seen[session_id] = stored
+                self.rebuilt += 1
+        if not new and (fresh or (stored is not None and self._seen[session_id] < stored)):
+            self._catch_up(auditor, session_id, self._seen[session_id], stored)
         self._auditors[session_id] = auditor
         item = in_session(req, session_id, refresh)
         row = auditor.add(item)
@@ -136,12 +148,16 @@ class LiveAudits:
         self._verdicts.pop(session_id, None)
         self._seen.pop(session_id, None)
 
-    def _rebuild(self, auditor: Auditor, session_id: str) -> None:
-        self.rebuilt += 1
-        for item in session_items(proxy_session_requests(self.store, session_id), session_id):
+    def _catch_up(self, auditor: Auditor, session_id: str, start: int, stop: int | None) -> None:
+        """Audit the stored calls ``start`` to ``stop`` (all from ``start`` when ``None``) of
+        the session with ``auditor``; a call whose request could not be read counts as seen."""
+        records = proxy_session_requests(self.store, session_id, start, stop)
+        self.read_back += len(records)
+        verdicts = self._verdicts[session_id]
+        for item in session_items(records, session_id):
             if isinstance(item, AuditRequest):
-                self._verdicts[session_id].add(item, auditor.add(item))
-                self._seen[session_id] += 1
+                verdicts.add(item, auditor.add(item))
+        self._seen[session_id] = start + len(records)
 
     def _evict(self) -> None:
         while len(self._auditors) > 1 and (

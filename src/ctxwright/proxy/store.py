@@ -240,16 +240,21 @@ class ProxyLog:
             raise SessionNotFound(f"proxy session {session_id!r} is no longer in {self.db.location}")
         return {**dict(row), "kind": session_kind(row["upstream"])}
 
-    def exchange_rows(self, session_id: str | None) -> list[dict[str, Any]]:
+    def exchange_rows(self, session_id: str | None, start: int = 0, stop: int | None = None) -> list[dict[str, Any]]:
         """The exchanges of one proxy session in call order (``None``: those of no session,
-        the requests that were not model calls), bodies included."""
+        the requests that were not model calls), bodies included; of a session, only its
+        ``start``-th to ``stop``-th stored call (counted from 0, ``stop`` excluded) -- what a
+        live audit that saw the first ``start`` has not seen (``proxy/session_audit.py``)."""
         cols = ", ".join(("id", *PROXY_EXCHANGE_COLUMNS))
         if session_id is None:
             rows = self.db.fetchall(f"SELECT {cols} FROM proxy_exchanges WHERE session_id IS NULL ORDER BY id")
         else:
-            rows = self.db.fetchall(
-                f"SELECT {cols} FROM proxy_exchanges WHERE session_id=? ORDER BY call_index, id", (session_id,)
-            )
+            sql = f"SELECT {cols} FROM proxy_exchanges WHERE session_id=? ORDER BY call_index, id"
+            params: tuple[Any, ...] = (session_id,)
+            if start > 0 or stop is not None:  # SQLite takes an OFFSET only after a LIMIT
+                sql += " LIMIT ? OFFSET ?"
+                params += (2**62 if stop is None else max(0, stop - start), max(0, start))
+            rows = self.db.fetchall(sql, params)
         out = []
         for r in rows:
             d = dict(r)

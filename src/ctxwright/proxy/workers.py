@@ -46,7 +46,7 @@ from ctxwright.proxy.serve import HOLD_END_S, bind, serve_on
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
-    from ctxwright.proxy.recorder import RecordedExchange
+    from ctxwright.proxy.recorder import RecordedExchange, Recorder
     from ctxwright.proxy.server import ProxyConfig
 
 #: the most workers one machine is given (a typo such as ``--workers 4000`` is refused)
@@ -102,11 +102,24 @@ def _worker(
         recorder = serve_on(
             sock, config, target, printer=(lambda _l: None) if quiet else out, observer=observer, warn=warn
         )
-        stderr_line(f"ctxwright proxy: worker {index} (pid {os.getpid()}) stopped; {recorder.summary()}")
+        stderr_line(
+            f"ctxwright proxy: worker {index} (pid {os.getpid()}) stopped; {recorder.summary()}{_audits(recorder)}"
+        )
     finally:
         close = getattr(observer, "close", None)
         if callable(close):
             close()
+
+
+def _audits(recorder: Recorder) -> str:
+    """What the worker's live audit read back from the store (``proxy/session_audit.py``): at
+    most each call its siblings recorded once, and each session it met already started once.
+    Figures far above those would mean whole sessions re-read as their calls move between
+    workers."""
+    audits = getattr(recorder, "audits", None)  # there once the store was opened
+    if audits is None:
+        return ""
+    return f"; its live audit read {audits.read_back} call(s) back from the store, rebuilt {audits.rebuilt} session(s)"
 
 
 def serve_workers(
