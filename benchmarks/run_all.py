@@ -28,6 +28,7 @@ def main() -> None:
         ["call_limit.py", "--runs", "5" if args.quick else "20"],
         ["context_distillation.py", *(["--quick"] if args.quick else [])],
         ["audit_speed.py", *(["--requests", "200", "--memory-sizes", "10000,20000"] if args.quick else [])],
+        ["startup.py", *(["--runs", "5", "--requests", "200"] if args.quick else [])],  # CPU and RSS of a start
         ["long_session.py"],
         ["per_turn.py"],
         ["compression.py", *(["--quick"] if args.quick else [])],
@@ -55,6 +56,7 @@ def main() -> None:
     # offline: no backend arguments (tool_search's e2e part is the one that runs a model)
     no_model = {
         "audit_speed.py",
+        "startup.py",  # child processes of the CLI, no model
         "long_session.py",
         "per_turn.py",
         "compression_facts.py",  # a scripted loopback model, no model

@@ -32,13 +32,17 @@ __all__ = ["add_ablate_parser", "cmd_ablate"]
 MAX_PROMPT_BYTES = 1024 * 1024
 
 
+#: the command's line in ``ctxwright --help``: cli/main.py lists it without building the parser
+HELP = "run tasks once per arm of a system prompt (full, and each section removed), scored by code"
+
+
 def add_ablate_parser(sub: Any) -> None:
     """Register ``ablate`` on the ``ctxwright`` subcommand parser."""
     from ctxwright.recipe import add_arguments
 
     ab = sub.add_parser(
         "ablate",
-        help="run tasks once per arm of a system prompt (full, and each section removed), scored by code",
+        help=HELP,
         description="Prompt ablation: the full system prompt, then one arm per section removed (Markdown "
         "headings, or a SystemPromptBuilder's sections), each run on every task of a JSONL file and scored by "
         "code (expected tool calls and arguments, final state, answer). Prints success per arm with its 95% "

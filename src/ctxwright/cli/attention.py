@@ -33,12 +33,18 @@ MAX_ANSWER_CHARS = 16_000
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+#: the command's line in ``ctxwright --help``: cli/main.py lists it without building the parser
+HELP = (
+    "show where the model's attention went when it answered: per layer, per message, "
+    "status-bar line and system-prompt section (embedded model)"
+)
+
+
 def add_attention_parser(sub: Any) -> None:
     """Register ``attention`` on the ``ctxwright`` subcommand parser."""
     ap = sub.add_parser(
         "attention",
-        help="show where the model's attention went when it answered: per layer, per message, "
-        "status-bar line and system-prompt section (embedded model)",
+        help=HELP,
     )
     ap.add_argument(
         "session",

@@ -23,12 +23,15 @@ from typing import Any
 from ctxwright.core.messages import canonical_json
 from ctxwright.errors import CtxwrightError
 
+#: the command's line in ``ctxwright --help``: cli/main.py lists it without building the parser
+HELP = "print a stored session as JSON, or with --requests each model call's request body (JSONL)"
+
 
 def add_export_parser(sub: Any) -> None:
     """Register ``export`` on the ``ctxwright`` subcommand parser."""
     ex = sub.add_parser(
         "export",
-        help="print a stored session as JSON, or with --requests each model call's request body (JSONL)",
+        help=HELP,
     )
     ex.add_argument(
         "id",

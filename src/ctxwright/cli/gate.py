@@ -36,13 +36,17 @@ from ctxwright.errors import CtxwrightError
 UNJUDGED = 2
 
 
+#: the command's line in ``ctxwright --help``: cli/main.py lists it without building the parser
+HELP = "run an agent against a replay of its golden trace; fail on a cache regression"
+
+
 def add_gate_parser(sub: Any) -> None:
     from ctxwright.cli.audit import add_price_options, add_tool_budget_option
 
     p = sub.add_parser(
         "gate",
         usage="ctxwright gate [GOLDEN] [options] -- COMMAND [ARGS...] [--then RESUME_COMMAND [ARGS...]]",
-        help="run an agent against a replay of its golden trace; fail on a cache regression",
+        help=HELP,
         description="Replays GOLDEN's model replies to COMMAND (through OPENAI_BASE_URL and ANTHROPIC_BASE_URL) "
         "and judges the requests it sends: prefix byte-identical, append-only, reuse/tokens/cost within "
         "tolerances. Exit 0: pass; 1: a regression; 2: the run could not be judged.",

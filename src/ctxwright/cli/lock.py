@@ -18,6 +18,12 @@ from typing import Any
 from ctxwright.core.words import counted
 from ctxwright.errors import CtxwrightError
 
+#: the command's line in ``ctxwright --help``: cli/main.py lists it without building the parser
+HELP = (
+    "write ctxwright.lock (each system-prompt section and tool schema: tokens, sha256); "
+    "--check fails when the prefix changed"
+)
+
 
 def add_lock_parser(sub: Any) -> None:
     """Register ``lock`` on the ``ctxwright`` subcommand parser."""
@@ -26,8 +32,7 @@ def add_lock_parser(sub: Any) -> None:
 
     lk = sub.add_parser(
         "lock",
-        help="write ctxwright.lock (each system-prompt section and tool schema: tokens, sha256); "
-        "--check fails when the prefix changed",
+        help=HELP,
     )
     lk.add_argument(
         "source",

@@ -321,8 +321,30 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message}; see `{self.prog} --help`\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser. ``command``: the command the line names (``""``: none), when
+    only that one will parse: the others are listed by name and help line only. A command's
+    options import what declares them -- ``run``'s and the price flags come from the recipe
+    (every mechanism's config types), the audit's from the audit -- the largest part of a
+    start, which ``ctxwright --help`` and another command's parse do not need."""
+    from ctxwright.cli import (
+        ablate,
+        attention,
+        export,
+        gate,
+        lock,
+        proxy,
+        replay,
+        report,
+        skills,
+        statusline,
+        tools,
+        wrap,
+    )
     from ctxwright.cli.replay import _count  # the one "whole number above 0" of the flags
+
+    def wanted(name: str) -> bool:
+        return command is None or command == name
 
     p = Parser(prog="ctxwright", description="Context engineering for LLM agents.")
     p.add_argument("--version", action=_VersionAction)
@@ -335,6 +357,89 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the agent on a prompt",
     )
     r.add_argument("prompt", nargs="?", help="the task, or - to read it from stdin")
+    session_group = _add_run_arguments(r) if command in (None, "run") else r
+    r.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("sessions", help="list stored sessions of every kind (run, proxy, framework), newest first")
+    s.add_argument("--limit", type=_count, default=30, metavar="N", help="at most N sessions (default 30)")
+    s.add_argument("--json", action="store_true", help="print the rows as JSON (each kind's fields, and its kind)")
+    s.set_defaults(func=cmd_sessions)
+
+    sh = sub.add_parser("show", help="print one session: messages, tool calls, per-call usage")
+    sh.set_defaults(func=cmd_show)
+    if wanted("show"):
+        _add_show_arguments(sh)
+
+    au = sub.add_parser("audit", help="audit a request log's prompt-cache reuse, offline")
+    au.set_defaults(func=cmd_audit)
+    if wanted("audit"):
+        _add_audit_arguments(au)
+    for name, summary, add in (  # in the order --help lists them
+        ("report", report.HELP, report.add_report_parser),
+        ("export", export.HELP, export.add_export_parser),
+        ("skills", skills.HELP, skills.add_skills_parser),
+        ("tools", tools.HELP, tools.add_tools_parser),
+        ("proxy", proxy.HELP, proxy.add_proxy_parser),
+        ("replay", replay.HELP, replay.add_replay_parser),
+        ("lock", lock.HELP, lock.add_lock_parser),
+        ("gate", gate.HELP, gate.add_gate_parser),
+        ("ablate", ablate.HELP, ablate.add_ablate_parser),
+        ("attention", attention.HELP, attention.add_attention_parser),
+        ("wrap", wrap.HELP, wrap.add_wrap_parser),
+        ("statusline", statusline.HELP, statusline.add_statusline_parser),
+    ):
+        if wanted(name):
+            add(sub)
+        else:
+            sub.add_parser(name, help=summary)
+    for each in sub.choices.values():  # `ctxwright show ID --db x.db` as well as `ctxwright --db x.db show ID`
+        _add_global_options(session_group if each is r else each, argparse.SUPPRESS)
+    return p
+
+
+def _add_show_arguments(sh: argparse.ArgumentParser) -> None:
+    sh.add_argument("id", help="a session ID of any kind (a unique start of it is enough)")
+    sh.add_argument(
+        "--json",
+        action="store_true",
+        help="print what the view shows as JSON (a run's: the session, and what each event is sent as, each "
+        "call's cost, the totals); the session file to keep or audit is `ctxwright export ID`",
+    )
+    sh.add_argument("--wide", action="store_true", help="the calls table with all its columns (wider than 80)")
+    sh.add_argument(
+        "--compactions",
+        action="store_true",
+        help="only the compactions: per compaction the events it hid, the identifiers and numbers lost from "
+        "view and where to read them back (the loss ledger; with --json, as JSON)",
+    )
+    from ctxwright.cli.audit import add_price_options
+
+    add_price_options(sh)
+
+
+def _add_audit_arguments(au: argparse.ArgumentParser) -> None:
+    au.add_argument(
+        "file",
+        nargs="?",
+        metavar="FILE|ID",
+        help="JSONL of request bodies or {request, response} pairs (OpenAI or Anthropic), "
+        "or a session file from `ctxwright export ID`; a regular file or a pipe, - for stdin; or a stored "
+        "session's ID, of any kind; or Claude Code's or Codex's own logs (a file, or a folder of them)",
+    )
+    au.add_argument("--proxy-session", metavar="ID", help="alias of ID for a proxy or framework session")
+    au.add_argument("--json", action="store_true", help="print the audit as JSON")
+    from ctxwright.cli.audit import add_price_options, add_record_cap_option, add_tool_budget_option
+
+    add_price_options(au)
+    add_record_cap_option(au)
+    add_tool_budget_option(au)
+    from ctxwright.cli.audit_agents import add_agent_log_options
+
+    add_agent_log_options(au)
+
+
+def _add_run_arguments(r: argparse.ArgumentParser) -> Any:
+    """``run``'s options, by group; the group the global options join."""
     from ctxwright.recipe.flags import OUTPUT_GROUP, SESSION_GROUP, add_arguments, argument_group
 
     run_groups = add_arguments(r)  # every option's flags, grouped, from its one declaration (recipe/options.py)
@@ -362,93 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="at the end of the run, write the session's HTML report there (as `ctxwright report ID -o PATH`)",
     )
-    r.set_defaults(func=cmd_run)
-
-    s = sub.add_parser("sessions", help="list stored sessions of every kind (run, proxy, framework), newest first")
-    s.add_argument("--limit", type=_count, default=30, metavar="N", help="at most N sessions (default 30)")
-    s.add_argument("--json", action="store_true", help="print the rows as JSON (each kind's fields, and its kind)")
-    s.set_defaults(func=cmd_sessions)
-
-    sh = sub.add_parser("show", help="print one session: messages, tool calls, per-call usage")
-    sh.add_argument("id", help="a session ID of any kind (a unique start of it is enough)")
-    sh.add_argument(
-        "--json",
-        action="store_true",
-        help="print what the view shows as JSON (a run's: the session, and what each event is sent as, each "
-        "call's cost, the totals); the session file to keep or audit is `ctxwright export ID`",
-    )
-    sh.add_argument("--wide", action="store_true", help="the calls table with all its columns (wider than 80)")
-    sh.add_argument(
-        "--compactions",
-        action="store_true",
-        help="only the compactions: per compaction the events it hid, the identifiers and numbers lost from "
-        "view and where to read them back (the loss ledger; with --json, as JSON)",
-    )
-    from ctxwright.cli.audit import add_price_options as _add_prices
-
-    _add_prices(sh)
-    sh.set_defaults(func=cmd_show)
-
-    au = sub.add_parser("audit", help="audit a request log's prompt-cache reuse, offline")
-    au.add_argument(
-        "file",
-        nargs="?",
-        metavar="FILE|ID",
-        help="JSONL of request bodies or {request, response} pairs (OpenAI or Anthropic), "
-        "or a session file from `ctxwright export ID`; a regular file or a pipe, - for stdin; or a stored "
-        "session's ID, of any kind; or Claude Code's or Codex's own logs (a file, or a folder of them)",
-    )
-    au.add_argument("--proxy-session", metavar="ID", help="alias of ID for a proxy or framework session")
-    au.add_argument("--json", action="store_true", help="print the audit as JSON")
-    from ctxwright.cli.audit import add_price_options, add_record_cap_option, add_tool_budget_option
-
-    add_price_options(au)
-    add_record_cap_option(au)
-    add_tool_budget_option(au)
-    from ctxwright.cli.audit_agents import add_agent_log_options
-
-    add_agent_log_options(au)
-    au.set_defaults(func=cmd_audit)
-    from ctxwright.cli.report import add_report_parser
-
-    add_report_parser(sub)
-
-    from ctxwright.cli.export import add_export_parser
-
-    add_export_parser(sub)
-    from ctxwright.cli.skills import add_skills_parser
-
-    add_skills_parser(sub)
-    from ctxwright.cli.tools import add_tools_parser
-
-    add_tools_parser(sub)
-    from ctxwright.cli.proxy import add_proxy_parser
-
-    add_proxy_parser(sub)
-    from ctxwright.cli.replay import add_replay_parser
-
-    add_replay_parser(sub)
-    from ctxwright.cli.lock import add_lock_parser
-
-    add_lock_parser(sub)
-    from ctxwright.cli.gate import add_gate_parser
-
-    add_gate_parser(sub)
-    from ctxwright.cli.ablate import add_ablate_parser
-
-    add_ablate_parser(sub)
-    from ctxwright.cli.attention import add_attention_parser
-
-    add_attention_parser(sub)
-    from ctxwright.cli.wrap import add_wrap_parser
-
-    add_wrap_parser(sub)
-    from ctxwright.cli.statusline import add_statusline_parser
-
-    add_statusline_parser(sub)
-    for command in sub.choices.values():  # `ctxwright show ID --db x.db` as well as `ctxwright --db x.db show ID`
-        _add_global_options(session_group if command is r else command, argparse.SUPPRESS)
-    return p
+    return session_group
 
 
 def _add_global_options(parser: Any, default: Any) -> None:
@@ -511,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return statusline(argv[1:])
     argv, agent = split_agent_command(argv)
-    parser = build_parser()
+    parser = build_parser(command_word(argv))
     args, extra = parser.parse_known_args(argv)
     if extra:  # said by the command's own parser, so the line names its help
         _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
@@ -546,6 +565,15 @@ def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             if isinstance(found, argparse.ArgumentParser):
                 return found
     return parser
+
+
+def command_word(argv: list[str]) -> str:
+    """The command a line names (``""``: none): the first word that is not a global option
+    (``--db VALUE``, ``--debug``) or its value."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] == "--db" else 1
+    return argv[i] if i < len(argv) else ""
 
 
 def split_agent_command(argv: list[str]) -> tuple[list[str], list[str] | None]:

@@ -31,10 +31,14 @@ if TYPE_CHECKING:
     from ctxwright.audit.logs import LogItem
 
 
+#: the command's line in ``ctxwright --help``: cli/main.py lists it without building the parser
+HELP = "relay an agent's model calls to its provider, record and audit each one"
+
+
 def add_proxy_parser(sub: Any) -> None:
     p = sub.add_parser(
         "proxy",
-        help="relay an agent's model calls to its provider, record and audit each one",
+        help=HELP,
         description="An HTTP proxy for OpenAI chat completions, the OpenAI Responses API and Anthropic Messages: "
         "every request and answer is passed on unchanged, recorded in the store, and audited as it completes.",
     )

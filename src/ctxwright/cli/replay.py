@@ -26,10 +26,14 @@ from ctxwright.errors import CtxwrightError
 PARENT_POLL_S = 0.2
 
 
+#: the command's line in ``ctxwright --help``: cli/main.py lists it without building the parser
+HELP = "answer an agent's model calls from a recorded trace (a loopback fake of the providers)"
+
+
 def add_replay_parser(sub: Any) -> None:
     p = sub.add_parser(
         "replay",
-        help="answer an agent's model calls from a recorded trace (a loopback fake of the providers)",
+        help=HELP,
         description="Replay a recording to an agent: the agent's model calls are answered with the recorded replies.",
     )
     rsub = p.add_subparsers(dest="replay_command", required=True)

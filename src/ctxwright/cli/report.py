@@ -11,6 +11,9 @@ from typing import Any
 from ctxwright.core.words import counted
 from ctxwright.errors import CtxwrightError
 
+#: the command's line in ``ctxwright --help``: cli/main.py lists it without building the parser
+HELP = "write an HTML report (charts of every call's context, cache reuse, breaks, tools, cost)"
+
 
 def add_report_parser(sub: Any) -> None:
     """Register ``report`` on the ``ctxwright`` subcommand parser."""
@@ -18,7 +21,7 @@ def add_report_parser(sub: Any) -> None:
 
     rp = sub.add_parser(
         "report",
-        help="write an HTML report (charts of every call's context, cache reuse, breaks, tools, cost)",
+        help=HELP,
     )
     rp.add_argument(
         "target",

@@ -14,10 +14,13 @@ import json
 import sys
 from typing import Any
 
+#: the command's line in ``ctxwright --help``: cli/main.py lists it without building the parser
+HELP = "validate or list Agent Skills (folders with a SKILL.md)"
+
 
 def add_skills_parser(sub: Any) -> None:
     """Register ``skills`` (with ``validate`` and ``list``) on the ``ctxwright`` subcommand parser."""
-    sk = sub.add_parser("skills", help="validate or list Agent Skills (folders with a SKILL.md)")
+    sk = sub.add_parser("skills", help=HELP)
     sk_sub = sk.add_subparsers(dest="skills_command", required=True)
     va = sk_sub.add_parser("validate", help="check skill folders against every rule of the specification")
     va.add_argument("paths", nargs="+", metavar="PATH", help="a skill folder, or a folder of skill folders")

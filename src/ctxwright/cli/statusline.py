@@ -329,10 +329,14 @@ def status_line(args: argparse.Namespace, stdin: BinaryIO | None, now: float | N
     return render(got, time.time() if now is None else now)
 
 
+#: the command's line in ``ctxwright --help``: cli/main.py lists it without building the parser
+HELP = "one line for Claude Code's status bar or a shell prompt: hit ratio, $ spent and lost, cache expiry"
+
+
 def add_statusline_parser(sub: Any) -> None:
     p = sub.add_parser(
         "statusline",
-        help="one line for Claude Code's status bar or a shell prompt: hit ratio, $ spent and lost, cache expiry",
+        help=HELP,
         description="Prints one line: this session's cache hit ratio, $ so far, $ lost to cache misses, the time "
         "until the cache expires and the tokens left in the context window. Set it as Claude Code's statusLine "
         'command ({"statusLine": {"type": "command", "command": "ctxwright statusline"}}): the session is read from '

@@ -37,9 +37,13 @@ from ctxwright.tools.fusion import RANKERS
 Mode = Literal["bm25", "embed", "hybrid", "regex"]
 
 
+#: the command's line in ``ctxwright --help``: cli/main.py lists it without building the parser
+HELP = "list the tools of a run, or search a tool catalog"
+
+
 def add_tools_parser(sub: Any) -> None:
     """Register ``tools`` and its subcommands on the ``ctxwright`` subcommand parser."""
-    tools = sub.add_parser("tools", help="list the tools of a run, or search a tool catalog")
+    tools = sub.add_parser("tools", help=HELP)
     tools_sub = tools.add_subparsers(dest="tools_command", required=True)
     _add_search_parser(tools_sub)
     _add_list_parser(tools_sub)

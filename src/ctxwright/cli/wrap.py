@@ -62,12 +62,16 @@ WORST_SHOWN = 3
 CAUSES_SHOWN = 4
 
 
+#: the command's line in ``ctxwright --help``: cli/main.py lists it without building the parser
+HELP = "run an agent (claude, codex, an SDK program...) with every model call recorded and audited"
+
+
 def add_wrap_parser(sub: Any) -> None:
     from ctxwright.cli.audit import add_price_options
 
     p = sub.add_parser(
         "wrap",
-        help="run an agent (claude, codex, an SDK program...) with every model call recorded and audited",
+        help=HELP,
         description="Start a recording proxy on a free loopback port, point the agent at it (the variables each "
         "known agent reads: docs/agents.md) and run it with the terminal left to it. At its exit: one summary "
         "(calls, hit ratio, $ spent and lost by miss cause, the worst breaks with their byte) and a report.",
