@@ -39,13 +39,17 @@ AUDIT_TARGET_S = 1.5
 AUDIT_TARGET_MIB = 70.0
 
 
+#: the source tree the commands import (``--src``: another checkout's, for a before/after)
+SRC = [ROOT / "src"]
+
+
 def child(cmd: list[str]) -> tuple[float, float]:
     """``(CPU seconds, peak RSS in MiB)`` of one run of ``cmd`` with its output discarded.
 
     Measured by ``/usr/bin/time`` (GNU time: a small C program that forks and execs the
     command): the rusage of a child forked by this Python process would count the parent's
     pages it held before its exec as the child's peak RSS."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": str(SRC[0])}
     with tempfile.NamedTemporaryFile("r", suffix=".time") as out, open(os.devnull, "wb") as null:
         proc = subprocess.run(
             ["/usr/bin/time", "-f", "%U %S %M", "-o", out.name, *cmd], stdout=null, stderr=subprocess.PIPE, env=env
@@ -85,8 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=1000, help="requests in the audited log")
     p.add_argument("--tokens", type=int, default=50_000, help="median estimated tokens per request")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--src", metavar="DIR", help="the src/ folder to measure (default: this checkout's)")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON here")
     args = p.parse_args(argv)
+    if args.src:
+        SRC[0] = Path(args.src).resolve()
 
     start = rounds(COMMANDS, args.runs)
     floor = start["python -c pass"]["cpu_s"]
@@ -156,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         {
             "benchmark": "startup",
             "machine": machine(),
+            "src": str(SRC[0]),
             "targets": {
                 "start_cpu_s": START_TARGET_S,
                 "audit_cpu_s": AUDIT_TARGET_S,

@@ -13,9 +13,11 @@ what it was imported under), so the message says which ctxwright module pulled o
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -113,6 +115,21 @@ def test_print_only_commands_import_nothing_heavy(argv: list[str]) -> None:
         "function that needs them, or move the constant the parser reads to a module that imports "
         "nothing:\n  " + "\n  ".join(heavy)
     )
+
+
+def test_the_audit_of_a_log_imports_nothing_heavy(tmp_path: Path) -> None:
+    """``ctxwright audit FILE`` reads JSON and audits it: half its CPU on the benchmark's log
+    was start-up when the recipe brought the MCP SDK and numpy."""
+    system = {"role": "system", "content": "You are terse."}
+    first = {"model": "gpt-4o", "messages": [system, {"role": "user", "content": "hi"}]}
+    second = {
+        "model": "gpt-4o",
+        "messages": [*first["messages"], {"role": "assistant", "content": "hello"}, {"role": "user", "content": "?"}],
+    }
+    log = tmp_path / "requests.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in (first, second)), encoding="utf-8")
+    heavy = heavy_imports(["-m", "ctxwright", "audit", str(log)])
+    assert not heavy, "`ctxwright audit FILE` imported heavy packages:\n  " + "\n  ".join(heavy)
 
 
 def test_the_budget_sees_a_heavy_import() -> None:
