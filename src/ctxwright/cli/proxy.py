@@ -25,7 +25,6 @@ from rich.table import Table
 from rich.text import Text
 
 from ctxwright.errors import CtxwrightError
-from ctxwright.proxy.providers import DEFAULT_UPSTREAMS, PROVIDERS
 
 if TYPE_CHECKING:
     from ctxwright.audit.logs import LogItem
@@ -222,6 +221,8 @@ def add_upstream_arguments(p: argparse.ArgumentParser, *, agent_env: bool = Fals
     routes by path), for ``proxy`` and ``wrap``. ``agent_env``: the default is first the base
     URL the agent's environment already sets (wrap keeps a gateway or local server where the
     agent's calls went), then the provider's own host."""
+    # here, not at the top: the proxy package's reader and tables are no part of another command's start
+    from ctxwright.proxy.providers import DEFAULT_UPSTREAMS
 
     def default(provider: str, variable: str) -> str:
         host = DEFAULT_UPSTREAMS[provider]
@@ -372,6 +373,8 @@ def proxy_upstreams(args: argparse.Namespace) -> tuple[str | None, dict[str, str
     ``--PROVIDER-upstream`` given routes that provider's paths to its own; with none given, each
     provider's official host (:data:`DEFAULT_UPSTREAMS`), so one proxy serves Claude Code and
     Codex at once. Each URL is taken as :func:`upstream_origin` takes it."""
+    from ctxwright.proxy.providers import DEFAULT_UPSTREAMS, PROVIDERS
+
     notes: list[str] = []
     upstream: str | None = None
     if args.upstream:
