@@ -33,8 +33,9 @@ COMMANDS: dict[str, list[str]] = {
     "ctxwright --help": [sys.executable, "-m", "ctxwright", "--help"],
     "ctxwright audit --help": [sys.executable, "-m", "ctxwright", "audit", "--help"],
 }
-#: CPU seconds each print-only command may take (the floor has none)
+#: CPU seconds ``--version`` and ``--help`` may take (``audit --help`` is measured, with no target)
 START_TARGET_S = 0.15
+TARGETED = ("ctxwright --version", "ctxwright --help")
 AUDIT_TARGET_S = 1.5
 AUDIT_TARGET_MIB = 70.0
 
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['cpu_s'] - floor:+.3f}" if label != "python -c pass" else "",
             f"{r['cpu_s_min']:.3f}-{r['cpu_s_max']:.3f}",
             f"{r['peak_rss_mib']:.1f}",
-            "" if label == "python -c pass" else ("yes" if r["cpu_s"] <= START_TARGET_S else "NO"),
+            ("yes" if r["cpu_s"] <= START_TARGET_S else "NO") if label in TARGETED else "",
         ]
         for label, r in start.items()
     ]
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             "start": start,
             "audit": {"requests": args.requests, "tokens": args.tokens, "log_mb": round(size / 1e6, 1), **audit},
             "met": {
-                **{label: r["cpu_s"] <= START_TARGET_S for label, r in start.items() if label != "python -c pass"},
+                **{label: start[label]["cpu_s"] <= START_TARGET_S for label in TARGETED},
                 "ctxwright audit LOG cpu": a["cpu_s"] <= AUDIT_TARGET_S,
                 "ctxwright audit LOG rss": a["peak_rss_mib"] <= AUDIT_TARGET_MIB,
             },
