@@ -150,7 +150,7 @@ def test_the_real_catalog_benchmark_runs_every_ranker_and_judges_by_its_targets(
     real = tool_catalogs.load_sets
     tool_catalogs.load_sets = lambda which, quick: (small, {})  # type: ignore[assignment]
     try:
-        assert tool_catalogs.main(["--big", "300", "--weights", "0.3", "--json", str(out)]) == 0
+        assert tool_catalogs.main(["--big", "300", "--before-tools", "60", "--weights", "0.3", "--json", str(out)]) == 0
     finally:
         tool_catalogs.load_sets = real
     data = json.loads(out.read_text())
@@ -174,6 +174,9 @@ def test_the_real_catalog_benchmark_runs_every_ranker_and_judges_by_its_targets(
     assert data["pass"]["hybrid_recall_at_5_bfcl"] == (rankers["hybrid"]["recall_at_5"] >= 0.92)
     scale = data["scale"]
     assert scale["tools"] == 300 and scale["index_rebuild_from_cache_s"] < scale["index_build_s"]
+    # the old settings measured beside the new in the same run
+    assert scale["build_compared_tools"] == 60 and scale["before_index_build_s"] > 0 < scale["after_index_build_s"]
+    assert scale["before_hybrid_query_ms_median"] > 0 and scale["repeated_query_ms_median"] > 0
 
 
 @pytest.mark.slow

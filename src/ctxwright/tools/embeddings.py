@@ -66,6 +66,14 @@ MAX_TOKENS = 256
 #: texts embedded per ONNX run (sorted by length first, so a batch pads little)
 BATCH = 32
 DIM = 384
+#: whether the ONNX session's worker threads spin (busy-wait) for work between runs, as
+#: onnxruntime does by default. Off: on a shared 2-core machine (load average 7) spinning
+#: threads fight every other process for the cores: probed at a load average of 7, a one-query
+#: embedding took a median 22 ms with them against 9 ms without (p99 114 against 42 ms), and
+#: embedding 500 tools was no slower (``benchmarks/tool_catalogs.py`` measures both side by
+#: side at scale). A search embeds one short query: there is no
+#: burst of runs for the spinning to save a wake-up on.
+SPINNING = False
 #: how the extra is installed, said in every error about it
 INSTALL = "pip install 'ctxwright[embeddings]'"
 #: how far a vector's length may be from 1 and still be the model's (float32 rounding is ~1e-7)
@@ -103,7 +111,9 @@ class MiniLM:
     model_id = MODEL_ID
     dim = DIM
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, *, spinning: bool = SPINNING) -> None:
+        """``threads``: the ONNX session's intra-op threads (default: ``CTXWRIGHT_THREADS`` or
+        two); ``spinning``: whether those threads busy-wait between runs (:data:`SPINNING`)."""
         try:
             import onnxruntime as ort
             from tokenizers import Tokenizer
@@ -129,6 +139,8 @@ class MiniLM:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or default_threads()
         options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+        self.spinning = spinning
         options.log_severity_level = 3  # its warnings are about graph fusions, not ours to act on
         self._session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
         self._lock = threading.Lock()  # one run at a time: the session's threads are the parallelism
