@@ -27,7 +27,30 @@ and measures each turn's CPU time:
 Reported: the median CPU of turns 1-50 and of the last 50 turns, their ratio, for both.
 Targets: the last 50 within 1.2x of the first 50, and under 1 ms median.
 
-    python benchmarks/per_turn.py [--turns 200] [--no-skills] [--json PATH] [--profile PATH]
+**Through the openai SDK** (``--sdk-rounds``, default 1; 0 leaves it out): a loop of one's
+own calls ``client.chat.completions.create`` each turn, and at 200 turns the SDK's own work
+on the request (its request transform walks every key of every message) is most of a turn's
+CPU. Three loops run in lockstep -- turn k of each, one after the other, the order rotating
+each turn, so a burst of load on the shared machine falls on all three alike -- against an
+in-process stand-in server (an ``httpx.MockTransport`` answering each call with a reply made
+before any timing, so no network time and no server CPU is counted):
+
+* the **bare SDK loop**, the floor: it builds the same messages itself (the reply appended as
+  the server needs it, no ``content`` key on a tool-call turn without text; each tool run and
+  its result appended) and sends them with the same tools and options;
+* **Context + SDK**: ``ctx.request()`` -> ``create`` -> ``ctx.record(reply)`` ->
+  ``ctx.run_tools(step)`` (SQLite store, compaction on), the session's wire form of a
+  tool-call turn without text ``omit`` (the form OpenAI takes);
+* the same with the form ``empty`` (``"content": ""``, the default where the server is not
+  known), to show what that key costs in the SDK.
+
+A turn's CPU is ``time.process_time()`` around the whole turn (the SDK call, the reply's
+parsing, the tools, ctxwright's work). Checked: the bare loop's last request holds the same
+messages and tools as the Context's. Target: Context + SDK within 1.1x of the bare loop's
+median CPU per turn over the last 50 turns. Also reported: the SDK's request transform of
+each loop's last request, alone.
+
+    python benchmarks/per_turn.py [--turns 200] [--no-skills] [--sdk-rounds 1] [--json PATH] [--profile PATH]
 """
 
 from __future__ import annotations
@@ -38,6 +61,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -242,12 +266,216 @@ def summary(xs: list[float], turns: int) -> dict[str, float]:
     return {"first_50_ms": round(a, 4), "last_50_ms": round(b, 4), "ratio": round(b / a, 3) if a else float("nan")}
 
 
+# -- through the openai SDK ---------------------------------------------------------------------
+
+SDK_MODEL = "gpt-4o-mini"
+
+
+def sdk_replies(turns: int) -> list[bytes]:
+    """The chat-completion JSON the stand-in server answers each call with, made before any
+    timing: the plan's tool calls (a short note on three turns of four), then an answer."""
+    policy = Policy(plan(turns, False))
+    dummy = ChatRequest(messages=())
+    out = []
+    for k in range(turns + 1):
+        reply = policy(dummy)
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = [c.to_wire() for c in reply.tool_calls]
+        body = {
+            "id": f"chatcmpl-{k}",
+            "object": "chat.completion",
+            "created": 1_700_000_000,
+            "model": SDK_MODEL,
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": "tool_calls" if reply.tool_calls else "stop"}
+            ],
+            "usage": {"prompt_tokens": 100 + 120 * k, "completion_tokens": 20, "total_tokens": 120 + 120 * k},
+        }
+        out.append(json.dumps(body).encode())
+    return out
+
+
+class StandIn:
+    """The server, in process and as cheap as can be: an ``httpx.MockTransport`` that answers
+    call k with reply k, and keeps the raw request bodies (for the check that both loops sent
+    the same messages) without parsing them."""
+
+    def __init__(self, replies: list[bytes]) -> None:
+        self.replies = replies
+        self.bodies: list[bytes] = []
+
+    def __call__(self, request: Any) -> Any:
+        import httpx
+
+        self.bodies.append(request.content)
+        return httpx.Response(
+            200, content=self.replies[len(self.bodies) - 1], headers={"content-type": "application/json"}
+        )
+
+    def client(self) -> Any:
+        import httpx
+        import openai
+
+        return openai.OpenAI(
+            api_key="sk-bench", max_retries=0, http_client=httpx.Client(transport=httpx.MockTransport(self))
+        )
+
+
+def context_sdk_loop(server: StandIn, work: Path, form: str) -> Iterator[None]:
+    """A loop of one's own around the SDK, with ctxwright's ``Context`` deciding the request:
+    ``ctx.request()`` -> ``client.chat.completions.create`` -> ``ctx.record`` -> ``ctx.run_tools``
+    (SQLite store, compaction on, the defaults of a context without a backend of its own).
+    ``form``: the session's wire form of a tool-call turn without text (``core/render.py``).
+    Yields after each turn."""
+    from ctxwright import Context
+    from ctxwright.backends.external import ExternalBackend
+
+    client = server.client()
+    backend = ExternalBackend(SDK_MODEL, null_content=form)
+    with Context(SYSTEM, [weather, clock, archive], backend=backend, db=work / f"sdk_{form}.db") as ctx:
+        ctx.add_user(TASK)
+        while True:
+            reply = client.chat.completions.create(model=SDK_MODEL, **ctx.request())
+            step = ctx.record(reply)
+            if step.tool_calls:
+                ctx.run_tools(step)
+            yield
+            if not step.tool_calls:
+                break
+    client.close()
+
+
+def bare_sdk_loop(server: StandIn) -> Iterator[None]:
+    """The floor: a bare loop around the SDK that builds the same messages itself -- the reply
+    appended as the server needs it (no ``content`` key on a tool-call turn without text),
+    each tool run and its result appended -- and sends them with the same tools and options.
+    Yields after each turn."""
+    client = server.client()
+    tools = [t.to_wire() for t in (weather.spec, clock.spec, archive.spec)]
+    fns = {"weather": weather.func, "clock": clock.func, "archive": archive.func}
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
+    while True:
+        reply = client.chat.completions.create(
+            model=SDK_MODEL,
+            messages=messages,
+            tools=tools,
+            tool_choice="auto",
+            max_tokens=256,
+            temperature=0.0,
+        )
+        msg = reply.choices[0].message
+        calls = msg.tool_calls or []
+        wire: dict[str, Any] = {"role": "assistant"}
+        if msg.content is not None:
+            wire["content"] = msg.content
+        if calls:
+            wire["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.function.name, "arguments": c.function.arguments},
+                }
+                for c in calls
+            ]
+        messages.append(wire)
+        for c in calls:
+            out = fns[c.function.name](**json.loads(c.function.arguments))
+            messages.append({"role": "tool", "tool_call_id": c.id, "content": out})
+        yield
+        if not calls:
+            break
+    client.close()
+
+
+def sent(server: StandIn, k: int) -> dict[str, Any]:
+    """The messages and tools of request ``k`` as the stand-in server received them."""
+    body = json.loads(server.bodies[k])
+    return {"messages": body["messages"], "tools": body.get("tools")}
+
+
+def transform_ms(requests: dict[str, list[dict[str, Any]]], repeats: int = 7) -> dict[str, float]:
+    """The SDK's own request transform (what ``create`` runs over every message) of each
+    loop's last request, by name: the fastest of ``repeats`` tries, the loops interleaved."""
+    from openai._utils._transform import maybe_transform
+    from openai.types.chat import completion_create_params
+
+    params = completion_create_params.CompletionCreateParamsNonStreaming
+    times: dict[str, list[float]] = {name: [] for name in requests}
+    for _ in range(repeats):
+        for name, messages in requests.items():
+            t = time.process_time()
+            maybe_transform({"messages": messages, "model": SDK_MODEL}, params)
+            times[name].append((time.process_time() - t) * 1000)
+    return {name: round(min(ts), 2) for name, ts in times.items()}
+
+
+def sdk_compare(turns: int, work: Path, rounds: int) -> dict[str, Any]:
+    """The three loops in lockstep: turn k of each, one after the other (the order rotating
+    each turn), so a burst of load on the shared machine falls on all three alike; per loop
+    the median over rounds of each window's median turn. The target: ``Context`` + SDK (form
+    ``omit``) within 1.1x of the bare loop's CPU per turn at the last 50 turns."""
+    replies = sdk_replies(turns)
+    names = ("bare", "omit", "empty")
+    runs: dict[str, list[list[float]]] = {n: [] for n in names}
+    servers: dict[str, StandIn] = {}
+    for r in range(rounds):
+        folder = work / f"round{r}"
+        folder.mkdir(parents=True, exist_ok=True)
+        servers = {n: StandIn(replies) for n in names}
+        loops = {
+            "bare": bare_sdk_loop(servers["bare"]),
+            "omit": context_sdk_loop(servers["omit"], folder, "omit"),
+            "empty": context_sdk_loop(servers["empty"], folder, "empty"),
+        }
+        cpu: dict[str, list[float]] = {n: [] for n in names}
+        for k in range(turns):
+            for n in names[k % 3 :] + names[: k % 3]:
+                t = time.process_time()
+                next(loops[n])
+                cpu[n].append((time.process_time() - t) * 1000)
+        for n in names:
+            for _ in loops[n]:  # the answer turn, and the context's close
+                pass
+            runs[n].append(cpu[n])
+    last = turns - 1
+    same = sent(servers["bare"], last) == sent(servers["omit"], last)
+    out: dict[str, Any] = {"rounds": rounds, "same_messages_and_tools_as_bare": same}
+    transform = transform_ms({n: sent(servers[n], last)["messages"] for n in names})
+    # the same request with no text on any tool-call turn, each form: what the key alone costs
+    bare_turns = [
+        {k: v for k, v in m.items() if k != "content"} if m.get("tool_calls") else m
+        for m in sent(servers["bare"], last)["messages"]
+    ]
+    out["sdk_transform_no_text_turns_ms"] = transform_ms(
+        {"omit": bare_turns, "empty": [{**m, "content": ""} if m.get("tool_calls") else m for m in bare_turns]}
+    )
+    for name, per_round in runs.items():
+        sums = [summary(xs, turns) for xs in per_round]
+        out[name] = {
+            "first_50_ms": round(statistics.median(s["first_50_ms"] for s in sums), 3),
+            "last_50_ms": round(statistics.median(s["last_50_ms"] for s in sums), 3),
+            "mean_ms": round(statistics.median(statistics.fmean(xs) for xs in per_round), 3),
+            "last_50_ms_rounds": [s["last_50_ms"] for s in sums],
+            "request_bytes": len(servers[name].bodies[last]),
+            "sdk_transform_ms": transform[name],
+        }
+    for name in ("omit", "empty"):
+        out[f"ratio_{name}"] = round(out[name]["last_50_ms"] / out["bare"]["last_50_ms"], 3)
+        out[f"ratio_{name}_mean"] = round(out[name]["mean_ms"] / out["bare"]["mean_ms"], 3)
+    out["within_1_1x"] = out["ratio_omit"] <= 1.1
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--turns", type=int, default=200, help="model calls with tool calls (at least 100)")
     p.add_argument("--window", type=int, default=131_072, help="the context window the compaction plans for")
     p.add_argument("--no-skills", action="store_true", help="no skills catalog and no Skill load")
     p.add_argument("--profile", metavar="PATH", help="write a cProfile of the Harness run here")
+    p.add_argument(
+        "--sdk-rounds", type=int, default=1, help="interleaved rounds of the openai-SDK loops (0: leave them out)"
+    )
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args()
     if args.turns < 100:
@@ -259,6 +487,7 @@ def main() -> None:
     run = harness_run(args.turns, not args.no_skills, args.window, work, args.profile)
     lean = harness_run(args.turns, not args.no_skills, args.window, work, None, lean=True)
     bare = bare_run(args.turns)
+    sdk = sdk_compare(args.turns, work / "sdk", args.sdk_rounds) if args.sdk_rounds > 0 else None
     wall = time.perf_counter() - t0
     cw, ow, bw = summary(run["cpu_ms"], args.turns), summary(run["overhead_ms"], args.turns), summary(bare, args.turns)
     lw = summary(lean["cpu_ms"], args.turns)
@@ -277,6 +506,7 @@ def main() -> None:
         "bare_loop_cpu": bw,
         "flat": cw["ratio"] <= 1.2,
         "under_1ms": cw["last_50_ms"] < 1.0,
+        "sdk": sdk,
         "loadavg_1_5_15": [round(x, 2) for x in load],
         "wall_s": round(wall, 2),
         "machine": machine(),
@@ -300,6 +530,49 @@ def main() -> None:
         (data["under_1ms"], f"ctxwright median CPU under 1 ms at {last} ({cw['last_50_ms']} ms)"),
     ]:
         console.print(("[green]PASS[/] " if ok else "[red]FAIL[/] ") + what)
+    if sdk is not None:
+        rows = []
+        for key, label in [
+            ("bare", "bare openai-SDK loop (no content key on a tool-call turn)"),
+            ("omit", 'Context + SDK, null_content="omit"'),
+            ("empty", 'Context + SDK, null_content="empty" ("content": "")'),
+        ]:
+            r = sdk[key]
+            ratio = sdk.get(f"ratio_{key}", 1.0)
+            rows.append(
+                [
+                    label,
+                    r["first_50_ms"],
+                    r["last_50_ms"],
+                    r["mean_ms"],
+                    ratio,
+                    r["sdk_transform_ms"],
+                    r["request_bytes"],
+                ]
+            )
+        console.print(
+            table(
+                f"per turn through the openai SDK · {args.turns} turns · {sdk['rounds']} interleaved rounds",
+                [
+                    "loop",
+                    "turns 1-50 (ms)",
+                    f"{last} (ms)",
+                    "mean (ms)",
+                    f"x bare at {last}",
+                    "SDK transform of the last request (ms)",
+                    "last request (bytes)",
+                ],
+                rows,
+            )
+        )
+        if not sdk["same_messages_and_tools_as_bare"]:
+            console.print(
+                "[yellow]note[/] the bare loop's last request holds other messages or tools than the Context's"
+            )
+        console.print(
+            ("[green]PASS[/] " if sdk["within_1_1x"] else "[red]FAIL[/] ")
+            + f"Context + SDK within 1.1x of the bare SDK loop's CPU per turn at {last} (x{sdk['ratio_omit']})"
+        )
     save(args, data)
 
 

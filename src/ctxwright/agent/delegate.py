@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ctxwright.core.progress import EventSink, ignore
+from ctxwright.core.render import NULL_CONTENT_KEY
 from ctxwright.core.session import Session
 from ctxwright.tools.component import Build, Component, register_core
 from ctxwright.tools.registry import Tool
@@ -121,7 +122,8 @@ class Delegator:
             backend=ps.backend,
             model=ps.model,
             parent_id=ps.id,
-            meta={"delegated_task": task},
+            # the parent's wire form: the same server takes it (core/render.py)
+            meta={"delegated_task": task, NULL_CONTENT_KEY: ps.settings().null_content},
         )
         self.children.append(child.id)
         assembly.bind(child)

@@ -35,6 +35,7 @@ from ctxwright.core.reasoning import META_KEY as REASONING_META_KEY
 from ctxwright.core.reasoning import ReasoningPolicy
 from ctxwright.core.reasoning import install as install_reasoning
 from ctxwright.core.redact import is_redacted
+from ctxwright.core.render import NULL_CONTENT_KEY
 from ctxwright.core.request import ToolChoice
 from ctxwright.core.session import Session
 from ctxwright.defence.component import DefenceComponent
@@ -228,7 +229,12 @@ def wire(
                 store=opened.store,
                 backend=chosen.name,
                 model=chosen.model,
-                meta={"workspace": str(workspace) if workspace else None, META_KEY: record},
+                # the tool-call turn's wire form the backend's server takes (core/render.py)
+                meta={
+                    "workspace": str(workspace) if workspace else None,
+                    META_KEY: record,
+                    NULL_CONTENT_KEY: chosen.null_content,
+                },
             )
             if opened.store is not None:  # one writer per session (store/lease.py)
                 lease = acquire_lease(opened.store, session.id)

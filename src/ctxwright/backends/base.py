@@ -25,7 +25,11 @@ so no caller probes an object with ``getattr`` or inspects a signature:
 * ``bind_lineage(root_session_id)`` -- default: ignored; the harness tells the backend
   which session lineage it serves (the root session's id: a sub-agent's is its parent's), so a
   backend that sends a routing key (``cache/routing.py``) keeps one key for the lineage;
-* ``close()`` -- default: nothing to release.
+* ``close()`` -- default: nothing to release;
+* ``null_content`` -- default ``"empty"``: how a session started on this backend sends an
+  assistant turn without text (``core/render.py``); ``"empty"`` (``"content": ""``) is the
+  form every server takes, ``"omit"`` (no key on a tool-call turn) is cheaper where the
+  server accepts it.
 
 A backend of your own subclasses :class:`Backend`::
 
@@ -52,6 +56,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from ctxwright.core.progress import EventSink
+from ctxwright.core.render import CURRENT_NULL_CONTENT, NullContent
 from ctxwright.core.request import ChatRequest, Completion
 from ctxwright.core.tokens import TokenCounter
 
@@ -69,6 +74,9 @@ class Backend(ABC):
     name: str
     #: the model's name, recorded with every call and checked on resume
     model: str
+    #: the wire form of an assistant turn without text that a session started on this backend
+    #: records (``core/render.py``); a resumed session keeps the form it recorded
+    null_content: NullContent = CURRENT_NULL_CONTENT
 
     @abstractmethod
     def complete(self, request: ChatRequest, *, on_event: EventSink | None = None) -> Completion:

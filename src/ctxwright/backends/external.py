@@ -11,6 +11,7 @@ for those.
 from __future__ import annotations
 
 from ctxwright.backends.base import Backend, EventSink
+from ctxwright.core.render import CURRENT_NULL_CONTENT, NULL_CONTENT_FORMS, NullContent
 from ctxwright.core.request import ChatRequest, Completion
 from ctxwright.errors import BackendUnavailable
 
@@ -20,13 +21,28 @@ EXTERNAL = "external"
 
 
 class ExternalBackend(Backend):
-    """Stands for the caller's model: a name, a window, no calls of its own."""
+    """Stands for the caller's model: a name, a window, no calls of its own.
+
+    ``null_content``: how the requests send an assistant turn without text (``core/render.py``).
+    ctxwright cannot see which server your client talks to, so the default is ``"empty"``
+    (``"content": ""``, which every server takes); ``"omit"`` leaves the key out of a tool-call
+    turn, for a server that accepts that (OpenAI): the ``openai`` SDK then spends less CPU on
+    every request."""
 
     name = EXTERNAL
 
-    def __init__(self, model: str | None = None, context_window: int | None = None) -> None:
+    def __init__(
+        self,
+        model: str | None = None,
+        context_window: int | None = None,
+        *,
+        null_content: NullContent = CURRENT_NULL_CONTENT,
+    ) -> None:
+        if null_content not in NULL_CONTENT_FORMS:
+            raise ValueError(f"null_content={null_content!r}: expected one of {', '.join(NULL_CONTENT_FORMS)}")
         self.model = model or EXTERNAL
         self._window = context_window
+        self.null_content = null_content
 
     @property
     def context_window(self) -> int | None:

@@ -36,6 +36,20 @@ goes in that request header (vLLM's production-stack router, SGLang's router, NV
 with ``prompt_cache_key`` in the body's ``prompt_cache_key`` (OpenAI; ``"auto"``: the derived
 key). Like the stream flags, the key is transport: not part of the recorded request; it is
 recorded in each call's ``Usage.raw["cache"]["routing_key"]``.
+
+The wire form of a tool-call turn without text (``null_content``, ``core/render.py``): by
+default ``"omit"`` (no ``content`` key) on OpenAI's own API, which documents the key as
+optional on a turn with tool calls, and ``"empty"`` (``"content": ""``) anywhere else, because
+llama-cpp-python's server answers both a missing key and ``null`` with HTTP 500. The SDK's
+request transform checks every key of every message on each call, so the key left out saves
+client CPU on every call of a long session.
+
+The SDK does not walk the messages at all here: they go in ``extra_body`` with the other
+fields, and the ``messages`` argument is an empty list. The SDK merges ``extra_body`` over its
+own body (``_merge_mappings``: the second mapping wins, in the first one's key order), so the
+bytes sent are the same; given as the argument, the messages would pass the SDK's request
+transform, which checks every key of every message against each message type it knows on
+each call and returns the same plain JSON, at a CPU cost that grows with the session.
 """
 
 from __future__ import annotations
@@ -64,6 +78,7 @@ from ctxwright.cache.routing import header_name, prefix_sha256, routing_key
 from ctxwright.core.messages import Message, Usage, canonical_json
 from ctxwright.core.progress import EventSink, Retry, StreamFallback, Token, ignore
 from ctxwright.core.redact import redact, scrub_secret
+from ctxwright.core.render import NULL_CONTENT_FORMS, NullContent
 from ctxwright.core.request import ChatRequest, Completion
 from ctxwright.core.usage import as_object, read_usage
 from ctxwright.errors import (
@@ -101,6 +116,9 @@ _CONTEXT_PHRASES: tuple[str, ...] = (
 )
 _CONTEXT_CODES: frozenset[str] = frozenset({"context_length_exceeded", "exceed_context_size_error"})
 _CONTEXT_STATUSES: frozenset[int] = frozenset({400, 413, 422})
+#: Hosts whose API accepts an assistant turn with tool calls and no ``content`` key (OpenAI's
+#: reference: content is "required unless tool_calls or function_call is specified").
+OMIT_CONTENT_HOSTS: frozenset[str] = frozenset({"api.openai.com"})
 
 
 @dataclass
@@ -175,10 +193,13 @@ class OpenAIBackend(Backend):
         routing_header: str | None = None,
         prompt_cache_key: str | None = None,
         clock: Callable[[], float] = time.time,
+        null_content: NullContent | None = None,
     ) -> None:
         check_timeout(timeout)
         if max_retries < 0:
             raise ValueError(f"max_retries must be 0 or more, not {max_retries!r}")
+        if null_content is not None and null_content not in NULL_CONTENT_FORMS:
+            raise ValueError(f"null_content={null_content!r}: expected one of {', '.join(NULL_CONTENT_FORMS)}")
         self.model = model
         self._context_window = context_window
         self.timeout = float(timeout)
@@ -207,6 +228,8 @@ class OpenAIBackend(Backend):
         if base_url is not None:
             kwargs["base_url"] = base_url
         self._client = openai.OpenAI(**kwargs)
+        #: how a session started here sends a tool-call turn without text (the module docstring)
+        self.null_content: NullContent = null_content or default_null_content(self.base_url)
 
     @property
     def base_url(self) -> str:
@@ -327,13 +350,13 @@ class OpenAIBackend(Backend):
     def _plain(self, body: dict[str, Any], headers: Mapping[str, str]) -> Completion | _Failure:
         wire = dict(body)
         model = wire.pop("model")
-        messages = wire.pop("messages")
         started = time.perf_counter()
         try:
-            # Everything but the two required arguments goes through ``extra_body``, which
-            # the SDK sends untouched: the server sees exactly what the harness rendered.
+            # Everything but the model goes through ``extra_body``, which the SDK sends
+            # untouched: the server sees exactly what the harness rendered. The messages too
+            # (the module docstring): the SDK's ``messages=[]`` is replaced by them in place.
             raw = self._client.chat.completions.with_raw_response.create(
-                model=model, messages=messages, extra_body=wire, extra_headers=dict(headers) or None
+                model=model, messages=[], extra_body=wire, extra_headers=dict(headers) or None
             )
             text = raw.text
         except openai.OpenAIError as exc:
@@ -345,14 +368,13 @@ class OpenAIBackend(Backend):
     ) -> Completion | _Failure | _Fallback:
         wire = dict(body)
         model = wire.pop("model")
-        messages = wire.pop("messages")
         wire["stream"] = True
         wire["stream_options"] = {"include_usage": True}
         started = time.perf_counter()
         got = _Assembly()
         try:
             with self._client.chat.completions.with_streaming_response.create(
-                model=model, messages=messages, extra_body=wire, extra_headers=dict(headers) or None
+                model=model, messages=[], extra_body=wire, extra_headers=dict(headers) or None
             ) as response:
                 try:
                     for data in _sse_events(response.iter_lines()):
@@ -594,6 +616,18 @@ class OpenAIBackend(Backend):
                 f"{url} answered HTTP 200 without a non-empty `choices` list; body starts with {text[:200]!r}"
             )
         return completion_from_data(data, latency_ms, where=url)
+
+
+def default_null_content(base_url: str) -> NullContent:
+    """``"omit"`` on a host known to accept a tool-call turn without a ``content`` key
+    (:data:`OMIT_CONTENT_HOSTS`), else ``"empty"``, which every server takes."""
+    from urllib.parse import urlsplit
+
+    try:
+        host = (urlsplit(base_url).hostname or "").lower()
+    except ValueError:  # an unparsable URL: the SDK will say so on the first call
+        host = ""
+    return "omit" if host in OMIT_CONTENT_HOSTS else "empty"
 
 
 def completion_from_data(data: dict[str, Any], latency_ms: float = 0.0, *, where: str = "the reply") -> Completion:

@@ -102,6 +102,13 @@ class Message:
     blocks), the Responses API's ``reasoning`` items with their ``encrypted_content``. Text,
     not a list, so a frozen message cannot be changed through a shared object (as
     ``ToolSpec.parameters_json``). ``reasoning_content`` then holds their readable text.
+
+    ``omit_content``: a tool-call turn without text is sent with no ``content`` key at all
+    rather than ``"content": null``. Set only by the renderer, for a session whose recorded
+    wire form is ``omit`` (``core/render.py``): OpenAI accepts the key absent on a turn with
+    tool calls, and the ``openai`` SDK's request transform walks every key of every message
+    against each message type it knows, so a key left out is CPU saved on every call.
+    Never stored: an event holds the message as received, and each reader renders the form.
     """
 
     role: Role
@@ -111,6 +118,7 @@ class Message:
     name: str | None = None
     reasoning_content: str | None = None
     reasoning_blocks: str | None = None
+    omit_content: bool = False
 
     def __post_init__(self) -> None:
         if self.role not in ("system", "user", "assistant", "tool"):
@@ -119,12 +127,16 @@ class Message:
             raise ValueError("a tool message needs the tool_call_id of the call it answers")
         if self.tool_calls and self.role != "assistant":
             raise ValueError("only assistant messages carry tool_calls")
+        if self.omit_content and (self.content is not None or not self.tool_calls):
+            # a server needs the content of a turn without tool calls; text is never dropped
+            raise ValueError("omit_content is for an assistant turn with tool calls and no text")
 
     def to_wire(self, *, include_reasoning: bool = True) -> dict[str, Any]:
         """The chat-completions JSON object for this message."""
         out: dict[str, Any] = {"role": self.role}
         if self.role == "assistant":
-            out["content"] = self.content
+            if not self.omit_content:
+                out["content"] = self.content
             if self.tool_calls:
                 out["tool_calls"] = [tc.to_wire() for tc in self.tool_calls]
             if include_reasoning and self.reasoning_content is not None:

@@ -15,13 +15,19 @@ recorded state only:
 3. **the reasoning policy** (``core/reasoning.py``) recorded in the session's meta: whether
    each assistant turn's thinking is sent back, stripped, or kept for the current turn only;
 4. **the wire form of an assistant turn without text** (a tool-call turn), recorded in the
-   session's meta under :data:`NULL_CONTENT_KEY`: ``"content": ""`` for sessions started
-   now, ``"content": null`` for sessions recorded before. Why: llama-cpp-python's server
-   answers ``null`` with HTTP 500 (its request model refuses it) and a missing key with
-   HTTP 500 (its template reads ``message.content``); ``""`` is accepted there and by
-   OpenAI, vLLM and llama.cpp's own server. The form is fixed per session: switching an
-   old session to ``""`` would change bytes the provider already cached, and its resume,
-   audit and export must rebuild exactly what it sent.
+   session's meta under :data:`NULL_CONTENT_KEY` when the session starts, as the backend
+   asks (``Backend.null_content``): ``empty`` sends ``"content": ""``, ``omit`` sends no
+   ``content`` key on a turn with tool calls (``""`` on one without: a server needs it
+   there), ``null`` sends ``"content": null`` (sessions recorded before the rule). Why:
+   llama-cpp-python's server answers ``null`` with HTTP 500 (its request model refuses it)
+   and a missing key with HTTP 500 (its template reads ``message.content``); ``""`` is
+   accepted there and by OpenAI, vLLM and llama.cpp's own server, so it is the default.
+   OpenAI takes the key absent on a turn with tool calls, and there ``omit`` is cheaper for
+   the client: the ``openai`` SDK checks every key of every message against every message
+   type on every call, so a key left out is work saved per message per call
+   (``benchmarks/per_turn.py`` measures it). The form is fixed per session:
+   switching would change bytes the provider already cached, and its resume, audit and
+   export must rebuild exactly what it sent.
 
 :func:`render` is the pure function. :class:`Renderer` is its incremental form for the live
 session (a long session renders on every call; re-decoding every event each time would be
@@ -46,8 +52,11 @@ from ctxwright.core.reasoning import META_KEY, ReasoningMode, ReasoningPolicy
 
 #: Session meta key: how an assistant message without text is sent (see the module docstring).
 NULL_CONTENT_KEY = "null_content"
-NullContent = Literal["null", "empty"]
-#: The form recorded with every session started from now on (``Session.start``).
+NullContent = Literal["null", "empty", "omit"]
+#: Every form a session may record.
+NULL_CONTENT_FORMS: tuple[NullContent, ...] = ("null", "empty", "omit")
+#: The form recorded with a session started without one (``Session.start``): every server
+#: takes it (the module docstring).
 CURRENT_NULL_CONTENT: NullContent = "empty"
 
 
@@ -67,8 +76,8 @@ class RenderSettings:
     def from_meta(cls, meta: Mapping[str, Any] | None) -> RenderSettings:
         meta = meta or {}
         form = meta.get(NULL_CONTENT_KEY, "null")
-        if form not in ("null", "empty"):
-            raise ValueError(f"session meta {NULL_CONTENT_KEY}={form!r}: expected 'null' or 'empty'")
+        if form not in NULL_CONTENT_FORMS:
+            raise ValueError(f"session meta {NULL_CONTENT_KEY}={form!r}: expected 'null', 'empty' or 'omit'")
         mode = meta.get(META_KEY)
         reasoning = ReasoningPolicy(mode).mode if mode is not None else None  # an unknown mode raises
         return cls(reasoning=reasoning, null_content=cast(NullContent, form))
@@ -183,7 +192,7 @@ class Renderer:
                 self._out = self._render_new()
             else:
                 out = self._reasoned([m for _, m in self.shown_entries()])
-                self._out = self._empty_content(out) if self.settings.null_content == "empty" else out
+                self._out = self._empty_content(out) if self.settings.null_content != "null" else out
         return list(self._out)
 
     def _render_new(self) -> list[Message]:
@@ -197,7 +206,7 @@ class Renderer:
         assert shown is not None
         k = common_prefix_len(self._rendered_from, shown)
         del self._rendered_from[k:], self._rendered[k:]
-        policy, empty = self._policy, self.settings.null_content == "empty"
+        policy, empty = self._policy, self.settings.null_content != "null"
         for entry in shown[k:]:
             m = entry[1]
             if policy is not None:
@@ -219,16 +228,19 @@ class Renderer:
         return after
 
     def _empty_content(self, msgs: list[Message]) -> list[Message]:
-        """Assistant messages without text get ``content=""`` (the session's wire form), the
-        same object every call (memoized by identity, like :meth:`_reasoned`)."""
+        """Assistant messages without text in the session's wire form: ``content=""``, or for
+        ``omit`` no content key when the turn has tool calls; the same object every call
+        (memoized by identity, like :meth:`_reasoned`)."""
         memo = self._wired
+        omit = self.settings.null_content == "omit"
         out = list(msgs)
         for i, m in enumerate(msgs):
             if m.role != "assistant" or m.content is not None:
                 continue
             hit = memo.get(id(m))
             if hit is None or hit[0] is not m:
-                hit = memo[id(m)] = (m, dc_replace(m, content=""))
+                wired = dc_replace(m, omit_content=True) if omit and m.tool_calls else dc_replace(m, content="")
+                hit = memo[id(m)] = (m, wired)
             out[i] = hit[1]
         return out
 
