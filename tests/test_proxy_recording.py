@@ -215,7 +215,7 @@ def test_the_live_line_and_the_offline_audit_agree_on_every_call(upstream, tmp_p
     with start() as proxy:
         call(proxy, "a")
         call(proxy, "b")  # first of its session; its system prompt was sent by session a
-        call(proxy, "a", temperature=0.5)  # options changed
+        call(proxy, "a", temperature=0.5, response_format={"type": "json_object"})  # options changed
         call(proxy, "a", behaviour="no-cached")  # usage without a cached-token count
         call(proxy, "b", stream=True)  # a stream without usage: every token counted here
     with start() as proxy:  # a restart: the proxy's memory is gone, the store is not
