@@ -7,7 +7,8 @@ thread decodes it, places it in a session (``proxy/sessions.py``), audits it as
 ``ctxwright audit --proxy-session`` audits the stored session (``proxy/session_audit.py``:
 one computation, so the printed line and the offline audit agree), writes one row, and
 prints one line. One writer keeps the session placement and the audit in arrival order.
-Rows are written one by one as they arrive (autocommit, WAL); a served proxy sends the end of
+Calls are written one by one as they arrive, each in one transaction with the chain ends that
+place later calls in its session (WAL); a served proxy sends the end of
 each answer only once its row is written (``proxy/serve.py``), so a crash loses only the
 exchanges in flight, and closing the recorder drains the queue first.
 
@@ -698,12 +699,13 @@ class Recorder:
             if ex.compression is not None:  # --compress: the body recorded is the one that went upstream
                 audit["compression"] = ex.compression
             row.update(session_id=sid, audit_json=json.dumps(audit, ensure_ascii=False))
-            rid, k = self.log.record_call(row)
+            rid, k = self.log.record_call(row, placement.heads)
         except BaseException:
             # not stored: its number stays free for the next call, and the session's audit is
             # rebuilt from the calls that were stored
             self.audits.forget(sid)
             raise
+        self.placer.remember(placement)
         if stored >= 0 and k != stored:  # another process recorded a call of this session meanwhile
             self.audits.forget(sid)
         if self.printer is not None and not ex.keep_warm:  # a refresh is announced by keep-warm itself

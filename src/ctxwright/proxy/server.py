@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any
 
+import anyio
+import httpcore
 import httpx
 import uvicorn
 from starlette.applications import Starlette
@@ -486,9 +488,156 @@ async def _close(upstream: httpx.Response, *, clean: bool) -> None:
     other request can take the connection between the two steps."""
     connection = _connection_of(upstream)
     drop = not clean or _sent_past_its_end(connection)  # before aclose(), which readies it for reuse
+    pooled = getattr(getattr(upstream.stream, "_stream", None), "_httpcore_stream", None)
+    if drop and isinstance(pooled, _PooledStream):
+        pooled.reusable = False  # not pushed back for the next request, even for a moment
     await upstream.aclose()
     if drop and connection is not None:
         await connection.aclose()
+
+
+class _PooledStream:
+    """An upstream answer's body as the pool hands it out: when it is closed, its connection
+    goes back on its upstream's stack of idle connections (or is closed), in O(1).
+
+    ``_stream`` is the connection's own body stream: :func:`_connection_of` walks through it to
+    the connection. ``reusable`` is cleared by :func:`_close` for an answer that ended badly,
+    before the connection could be handed to another request."""
+
+    __slots__ = ("_closed", "_connection", "_origin", "_pool", "_stream", "reusable")
+
+    def __init__(
+        self,
+        stream: Any,
+        pool: _UpstreamPool,
+        connection: httpcore.AsyncConnectionInterface,
+        origin: httpcore.Origin,
+    ) -> None:
+        self._stream = stream
+        self._pool = pool
+        self._connection = connection
+        self._origin = origin
+        self._closed = False
+        self.reusable = True
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for part in self._stream:
+            yield part
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if hasattr(self._stream, "aclose"):
+                await self._stream.aclose()
+        finally:
+            await self._pool.release(self._connection, self._origin, reusable=self.reusable)
+
+
+class _UpstreamPool(httpcore.AsyncConnectionPool):
+    """httpcore's connection pool without its scans: per upstream origin, a stack of idle
+    HTTP/1.1 connections, the most recently used on top.
+
+    httpcore's own pool re-examines every connection it holds whenever a request starts or an
+    answer ends (``_assign_requests_to_connections``: per connection ``is_idle``,
+    ``has_expired`` -- a ``poll`` of its socket -- and a count of all connections per
+    connection), so with 32 clients in flight each request costs hundreds of checks, the
+    largest share of the proxy's CPU. Here a request pops one idle connection (its expiry and
+    socket checked, that one only) or opens a new one, and its answer's close pushes the
+    connection back: O(1) per request. Sized: at most ``max_keepalive_connections`` idle per
+    upstream (the rest closed as their answers end); the open ones are the answers in flight,
+    which the proxy's own connection cap bounds (``proxy/limits.py``). The oldest idle
+    connection is checked for expiry on every release, so one left at the bottom of the stack
+    is not kept open past ``keepalive_expiry``. HTTP/1.1 only (one answer per connection at a
+    time), as the relay uses it."""
+
+    def __init__(self, like: httpcore.AsyncConnectionPool) -> None:
+        super().__init__(
+            ssl_context=like._ssl_context,
+            max_connections=None,  # (httpcore's default, 10, would also cap the idle ones at 10)
+            max_keepalive_connections=like._max_keepalive_connections,
+            keepalive_expiry=like._keepalive_expiry,
+            http1=True,
+            http2=False,
+            retries=like._retries,
+            local_address=like._local_address,
+            uds=like._uds,
+            network_backend=like._network_backend,
+            socket_options=like._socket_options,
+        )
+        #: idle connections per origin (``Origin`` itself is not hashable: its scheme, host, port)
+        self._idle: dict[tuple[bytes, bytes, int], list[httpcore.AsyncConnectionInterface]] = {}
+        self._open: set[httpcore.AsyncConnectionInterface] = set()
+
+    @property
+    def connections(self) -> list[httpcore.AsyncConnectionInterface]:
+        return list(self._open)
+
+    async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
+        origin = request.url.origin
+        while True:
+            connection = await self._take(origin)
+            try:
+                response = await connection.handle_async_request(request)
+            except httpcore.ConnectionNotAvailable:  # closed between the check and the send: the next one
+                await self.release(connection, origin, reusable=False)
+                continue
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await self.release(connection, origin, reusable=False)
+                raise
+            return httpcore.Response(
+                status=response.status,
+                headers=response.headers,
+                content=_PooledStream(response.stream, self, connection, origin),
+                extensions=response.extensions,
+            )
+
+    async def _take(self, origin: httpcore.Origin) -> httpcore.AsyncConnectionInterface:
+        """The most recently used idle connection to ``origin`` still good, else a new one."""
+        stack = self._idle.get((origin.scheme, origin.host, origin.port))
+        while stack:
+            connection = stack.pop()
+            if connection.is_available() and not connection.has_expired():
+                return connection
+            await self._drop(connection)
+        connection = self.create_connection(origin)
+        self._open.add(connection)
+        return connection
+
+    async def release(
+        self, connection: httpcore.AsyncConnectionInterface, origin: httpcore.Origin, *, reusable: bool
+    ) -> None:
+        """An answer on ``connection`` ended: back on its stack when it is idle and there is
+        room, else closed."""
+        stack = self._idle.setdefault((origin.scheme, origin.host, origin.port), [])
+        if reusable and connection.is_available() and len(stack) < self._max_keepalive_connections:
+            stack.append(connection)
+        else:
+            await self._drop(connection)
+        if len(stack) > 1 and stack[0].has_expired():
+            await self._drop(stack.pop(0))
+
+    async def _drop(self, connection: httpcore.AsyncConnectionInterface) -> None:
+        self._open.discard(connection)
+        if not connection.is_closed():
+            await connection.aclose()
+
+    async def aclose(self) -> None:
+        self._idle.clear()
+        open_now, self._open = self._open, set()
+        for connection in open_now:
+            await connection.aclose()
+
+
+def _pooled(client: httpx.AsyncClient) -> None:
+    """Give ``client``'s direct transport the scan-free pool (:class:`_UpstreamPool`); a
+    transport through an outbound proxy (``HTTPS_PROXY``) keeps httpcore's own."""
+    transport: Any = getattr(client, "_transport", None)
+    pool = getattr(transport, "_pool", None)
+    if type(pool) is httpcore.AsyncConnectionPool and not pool._http2:
+        transport._pool = _UpstreamPool(pool)
 
 
 def build_app(
@@ -515,10 +664,12 @@ def build_app(
         # no cookie jar: a proxy must not carry one client's cookies into another's requests
         jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
         # One client for the proxy's life: every request reuses a kept-alive connection (no TCP
-        # or TLS handshake per call). The idle pool is capped because httpcore scans (and polls)
-        # each idle connection on every request; 64 covers a few dozen concurrent agents.
+        # or TLS handshake per call), taken from a pool that does not scan its connections per
+        # request (_UpstreamPool); at most 64 idle per upstream, enough for a few dozen agents.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=30)
-        async with httpx.AsyncClient(timeout=timeout, limits=limits, cookies=jar, follow_redirects=False) as client:
+        client = httpx.AsyncClient(timeout=timeout, limits=limits, cookies=jar, follow_redirects=False)
+        _pooled(client)
+        async with client:
             state["client"] = client
             yield
 

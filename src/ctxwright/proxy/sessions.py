@@ -49,6 +49,14 @@ class Placement:
     session_id: str
     grouped_by: str
     new: bool
+    #: the hash chain ends later requests find this one's session by, to be stored in the
+    #: transaction that writes the call (``ProxyLog.record_call``), then :meth:`SessionPlacer.remember`
+    heads: tuple[str, ...] = ()
+
+
+#: chain ends this process keeps in memory (the latest ones): where to start asking the store
+#: (:meth:`SessionPlacer._head_session`); about 3 MB at most
+HEADS_KEPT = 16384
 
 
 #: the start of the messages-only chain: a constant no system-and-tools hash can equal, so the
@@ -94,6 +102,7 @@ class SessionPlacer:
         self.upstream = upstream
         self._keyed: dict[tuple[str, str], str] = {}  # a key's session never changes once made
         self._fixed_of: tuple[Any, str, bytes] | None = None
+        self._heads: dict[str, None] = {}  # the chain ends this process stored, oldest first
 
     def _fixed(self, req: AuditRequest) -> bytes:
         """The hash of the system prompt and tools; the reader hands back the same tools
@@ -107,18 +116,49 @@ class SessionPlacer:
         self, header: str | None, body: dict[str, Any] | None, api: str | None, req: AuditRequest | None = None
     ) -> Placement:
         """The session of one call; ``req`` is its body as the log reader read it (``None``
-        when it could not be read: it is then placed by header or key only, or alone)."""
+        when it could not be read: it is then placed by header or key only, or alone).
+
+        The chain ends that let later calls find this session (``Placement.heads``: later
+        requests that extend this one, and later ones that repeat its messages under another
+        prefix) are not written here: the recorder stores them with the call, in one
+        transaction (``ProxyLog.record_call``), then calls :meth:`remember`."""
         chain: list[str] = []
         repeated: list[str] = []
         if req is not None:
             full, alone = _chains(req, self._fixed(req))
             chain, repeated = [h.hex() for h in full], [h.hex() for h in alone]
         placement = self._find(header, body, chain, repeated, api)
-        if chain:  # later requests that extend this one find its session
-            self.log.add_head(chain[-1], placement.session_id)
-        if len(repeated) > 1:  # ... and so do later ones that repeat its messages under another prefix
-            self.log.add_head(repeated[-1], placement.session_id)
-        return placement
+        heads = ([chain[-1]] if chain else []) + ([repeated[-1]] if len(repeated) > 1 else [])
+        return Placement(placement.session_id, placement.grouped_by, placement.new, tuple(heads))
+
+    def remember(self, placement: Placement) -> None:
+        """``placement``'s chain ends are stored: keep them in memory (the latest
+        :data:`HEADS_KEPT`) as where the next lookups start."""
+        for head in placement.heads:
+            self._heads.pop(head, None)
+            self._heads[head] = None
+        while len(self._heads) > HEADS_KEPT:
+            del self._heads[next(iter(self._heads))]
+
+    def _head_session(self, chain: list[str]) -> str | None:
+        """``ProxyLog.head_session(chain)`` -- the session of the longest stored chain end in
+        ``chain`` -- asking the store about a few hashes instead of one per message.
+
+        Why: an agent's request extends its previous one, whose chain end this process stored
+        and remembers (:meth:`remember`), so the answer is at that end or past it. The store is
+        asked about the hashes from the longest remembered one on (another process may have
+        stored a longer one, or the same one for another session since); only when it has none
+        of them -- the session was deleted -- are the shorter ones asked too. So the answer is
+        the store's, whatever the memory holds, and a long history costs one lookup of two or
+        three hashes instead of a lookup per message."""
+        known = self._heads
+        start = next((i for i in range(len(chain) - 1, -1, -1) if chain[i] in known), None)
+        if start is None:
+            return self.log.head_session(chain)
+        found = self.log.head_session(chain[start:])
+        if found is None and start:
+            found = self.log.head_session(chain[:start])
+        return found
 
     def _find(
         self, header: str | None, body: dict[str, Any] | None, chain: list[str], repeated: list[str], api: str | None
@@ -136,10 +176,10 @@ class SessionPlacer:
             answered = self.log.response_session(prev)
             if answered is not None:
                 return Placement(answered, "previous_response_id", False)
-        found = self.log.head_session(chain[1:])  # the longest earlier request this one extends
+        found = self._head_session(chain[1:])  # the longest earlier request this one extends
         if found is not None:
             return Placement(found, "continuity", False)
-        found = self.log.head_session(repeated[1:-1])  # the longest strictly shorter run of the same messages
+        found = self._head_session(repeated[1:-1])  # the longest strictly shorter run of the same messages
         if found is not None:
             return Placement(found, "repeated_messages", False)
         sid = self.log.create_session(grouped_by="continuity", group_key=None, api=api, upstream=self.upstream)

@@ -86,6 +86,10 @@ PROXY_EXCHANGE_COLUMNS = (
 )
 
 
+#: a request's hash chain end and its session (``proxy_heads``), replaced when met again
+_HEAD_UPSERT = upsert_sql("proxy_heads", ("chain_sha", "session_id", "created_at"), ("chain_sha",))
+
+
 def _newest_keyed(db: Connection, grouped_by: str, group_key: str) -> str | None:
     """The newest proxy session recorded under a key, on a connection (in or out of a transaction)."""
     row = db.execute(
@@ -138,10 +142,7 @@ class ProxyLog:
 
     def add_head(self, chain_sha: str, session_id: str) -> None:
         """Remember that a request whose hash chain ends in ``chain_sha`` is ``session_id``'s."""
-        self.db.execute(
-            upsert_sql("proxy_heads", ("chain_sha", "session_id", "created_at"), ("chain_sha",)),
-            (chain_sha, session_id, time.time()),
-        )
+        self.db.execute(_HEAD_UPSERT, (chain_sha, session_id, time.time()))
 
     def head_session(self, chain: Sequence[str]) -> str | None:
         """The session of the longest earlier request that ``chain`` (a request's hash chain,
@@ -167,9 +168,11 @@ class ProxyLog:
         row = self.db.fetchone("SELECT session_id FROM proxy_responses WHERE response_id=?", (response_id,))
         return None if row is None else str(row["session_id"])
 
-    def record_call(self, row: Mapping[str, Any]) -> tuple[int, int]:
+    def record_call(self, row: Mapping[str, Any], heads: Sequence[str] = ()) -> tuple[int, int]:
         """One relayed model call of ``row["session_id"]``, numbered next in its session in
-        the transaction that writes it; ``(row id, call index)``."""
+        the transaction that writes it; ``(row id, call index)``. ``heads``: the call's hash
+        chain ends (``proxy/sessions.py``), stored in the same transaction -- one commit per
+        call, and a call not stored leaves no chain end pointing at it."""
         clean = self._clean(row)
         cols = [c for c in PROXY_EXCHANGE_COLUMNS if c in clean and c != "call_index"]
         sid = clean["session_id"]
@@ -182,6 +185,9 @@ class ProxyLog:
                 f"INSERT INTO proxy_exchanges ({', '.join(names)}) VALUES ({', '.join('?' * len(names))}) RETURNING id",
                 [*(clean[c] for c in cols), k],
             ).fetchone()["id"]
+            now = time.time()
+            for head in heads:
+                db.execute(_HEAD_UPSERT, (head, sid, now))
             return int(rid), k
 
         return self.db.exclusive(f"proxy session {sid}", write)
