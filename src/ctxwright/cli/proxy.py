@@ -197,7 +197,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
             store,
             host=args.host,
             port=args.port,
-            printer=(lambda _l: None) if args.quiet else print_line,
+            printer=None if args.quiet else print_line,
             observer=observers(tracer, warmer.observe if warmer is not None else None),
             on_recorder=warmer.attach if warmer is not None else None,
         )

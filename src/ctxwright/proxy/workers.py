@@ -99,9 +99,7 @@ def _worker(
         stderr_line(line.replace("ctxwright proxy:", f"ctxwright proxy: worker {index}:", 1))
 
     try:
-        recorder = serve_on(
-            sock, config, target, printer=(lambda _l: None) if quiet else out, observer=observer, warn=warn
-        )
+        recorder = serve_on(sock, config, target, printer=None if quiet else out, observer=observer, warn=warn)
         stderr_line(
             f"ctxwright proxy: worker {index} (pid {os.getpid()}) stopped; {recorder.summary()}{_audits(recorder)}"
         )
