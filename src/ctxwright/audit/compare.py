@@ -419,7 +419,9 @@ def common_prefix_len(a: bytes, b: bytes) -> int:
     return lo
 
 
-def _text_of(value: Any) -> str:
+def field_text(value: Any) -> str:
+    """A message field as the audit compares it: its text, or its canonical JSON (a list of
+    content blocks where a string was is a change of the bytes too)."""
     if value is None:
         return ""
     return value if isinstance(value, str) else canonical_json(value)
@@ -446,7 +448,7 @@ def _bytes_divergence(a: bytes, b: bytes) -> tuple[int, str, str]:
     return off, before, after
 
 
-def text_divergence(old: str, new: str) -> tuple[int, str, str]:
+def _text_divergence(old: str, new: str) -> tuple[int, str, str]:
     return _bytes_divergence(utf8(old), utf8(new))
 
 
@@ -455,7 +457,7 @@ def _field_divergence(index: int, a: dict[str, Any], b: dict[str, Any]) -> Diver
     keys = list(_MESSAGE_FIELDS) + sorted((set(a) | set(b)) - set(_MESSAGE_FIELDS), key=str)
     for k in keys:
         if a.get(k) != b.get(k):
-            off, before, after = text_divergence(_text_of(a.get(k)), _text_of(b.get(k)))
+            off, before, after = _text_divergence(field_text(a.get(k)), field_text(b.get(k)))
             role = b.get("role")
             return Divergence(
                 index, str(k), off, role=role if isinstance(role, str) else None, before=before, after=after
@@ -518,7 +520,7 @@ class _Shape:
 def _divergence(prev: AuditRequest, p: _Shape, cur: AuditRequest, c: _Shape) -> Divergence | None:
     for part in wire_order(cur.provider):  # system and tools, in the order the server renders them
         if part == "system" and p.system != c.system:
-            off, before, after = text_divergence(p.system, c.system)
+            off, before, after = _text_divergence(p.system, c.system)
             return Divergence(0, "content", off, role="system", before=before, after=after)
         if part == "tools" and p.tools != c.tools:
             off, before, after = _bytes_divergence(p.tools, c.tools)

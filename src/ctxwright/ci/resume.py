@@ -30,9 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ctxwright.audit.compare import AuditRequest, classify, first_divergence, text_divergence, utf8
+from ctxwright.audit.compare import AuditRequest, classify, field_text, first_divergence, utf8
 from ctxwright.ci.judge import CONTINUES, Regression, calls_of, prefix_changes
-from ctxwright.core.messages import canonical_json
 
 #: The word in the agent's command that starts the resume command.
 THEN = "--then"
@@ -151,9 +150,8 @@ def _message(prev: AuditRequest, cur: AuditRequest, cause: str) -> Regression | 
     new = cur.messages[i]
     old = prev.messages[i] if i < len(prev.messages) else {}
     segment = f"message {d.message_index} ({new.get('role', '?')})"
-    a, b = _field_text(old.get(d.field)), _field_text(new.get(d.field))
-    off, left, right = text_divergence(a, b)
-    was = utf8(a)[off:].decode("utf-8", "ignore")[:_WINDOW]
+    off, left, right = d.byte_offset, d.before, d.after  # the audit's own comparison of the field
+    was = utf8(field_text(old.get(d.field)))[off:].decode("utf-8", "ignore")[:_WINDOW]
     where = f"{segment} {d.field} changed at byte {off:,}"
     line = f"{where}: {_w(left, tail=True)!r} | {_w(right)!r} (was {_w(was)!r})"
     details = {
@@ -167,14 +165,6 @@ def _message(prev: AuditRequest, cur: AuditRequest, cause: str) -> Regression | 
         "was": was,
     }
     return Regression("resume", f"{_head(cause)}: {line}", details)
-
-
-def _field_text(value: Any) -> str:
-    """A message field as the audit compares it: its text, or its canonical JSON (a list of
-    content blocks where a string was is the bug this names)."""
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else canonical_json(value)
 
 
 def _w(text: str, *, tail: bool = False) -> str:
