@@ -18,8 +18,8 @@ from ctxwright.ci.segments import (
     first_difference_path,
     prefix_segments,
     system_sections,
-    tool_name,
 )
+from ctxwright.core.request import tool_name
 from ctxwright.core.tokens import TokenCounter
 
 SYSTEM = (

@@ -52,6 +52,7 @@ from typing import Any, Literal, Protocol
 from ctxwright.audit.compare import _bytes_divergence, utf8
 from ctxwright.core.markdown import headings
 from ctxwright.core.messages import canonical_json
+from ctxwright.core.request import tool_name
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.core.wire_order import wire_order
 from ctxwright.core.words import counted
@@ -171,15 +172,6 @@ def system_path(provider: str | None) -> str:
     if "responses" in p:
         return "$.instructions"
     return "$.messages[0].content"
-
-
-def tool_name(tool: Any) -> str | None:
-    """The name of a tool schema in any of the three API shapes, or ``None``."""
-    if not isinstance(tool, dict):
-        return None
-    fn = tool.get("function")
-    name = fn.get("name") if isinstance(fn, dict) else tool.get("name")
-    return name if isinstance(name, str) else None
 
 
 # -- cutting a prefix into segments ---------------------------------------------------------
@@ -571,6 +563,5 @@ __all__ = [
     "spoken",
     "system_path",
     "system_sections",
-    "tool_name",
     "tools_first",
 ]

@@ -57,6 +57,21 @@ class ToolSpec:
         return cls.create(fn.get("name", ""), fn.get("description", ""), fn.get("parameters"))
 
 
+def tool_body(tool: Any) -> Any:
+    """The part of a tool schema on the wire that holds its name, description and parameters:
+    ``function`` for chat completions, the schema itself for Responses and Anthropic."""
+    if isinstance(tool, Mapping) and isinstance(tool.get("function"), Mapping):
+        return tool["function"]
+    return tool
+
+
+def tool_name(tool: Any) -> str | None:
+    """A tool schema's name in any of the three API shapes, or ``None``."""
+    body = tool_body(tool)
+    name = body.get("name") if isinstance(body, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
 @dataclass(frozen=True)
 class ChatRequest:
     """Everything sent on one model call, already rendered: messages[0] is the system prompt."""

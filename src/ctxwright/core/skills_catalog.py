@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxwright.core.messages import Message, canonical_json
-from ctxwright.core.request import ToolSpec
+from ctxwright.core.request import ToolSpec, tool_body
 
 #: The tags the catalog is written with (``skills/tools.py``) and recognised by (here).
 REMINDER_OPEN = "<system-reminder>"
@@ -89,7 +89,7 @@ def _role_content(m: Message | Mapping[str, Any]) -> tuple[Any, Any]:
 def _description(t: ToolSpec | Mapping[str, Any]) -> str:
     if isinstance(t, ToolSpec):
         return t.description
-    fn = t.get("function") if isinstance(t.get("function"), Mapping) else t
+    fn = tool_body(t)
     desc = fn.get("description") if isinstance(fn, Mapping) else None
     return desc if isinstance(desc, str) else ""
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from ctxwright.audit.compare import AuditRequest, utf8
 from ctxwright.core.incremental import common_prefix_len
 from ctxwright.core.messages import canonical_json
+from ctxwright.core.request import tool_body, tool_name
 from ctxwright.core.tokens import TokenCounter
 
 Severity = Literal["error", "warning"]
@@ -61,24 +62,6 @@ class Settings:
 
 
 # -- tools ------------------------------------------------------------------------------------
-
-
-def tool_name(tool: Any) -> str | None:
-    """A tool schema's name in any of the three API shapes (chat completions' ``function``,
-    Responses' and Anthropic's top-level ``name``)."""
-    if not isinstance(tool, dict):
-        return None
-    fn = tool.get("function")
-    name = fn.get("name") if isinstance(fn, dict) else tool.get("name")
-    return name if isinstance(name, str) else None
-
-
-def tool_body(tool: Any) -> Any:
-    """The part of a tool schema that holds its description and parameters (``function`` for
-    chat completions, the schema itself otherwise)."""
-    if isinstance(tool, dict) and isinstance(tool.get("function"), dict):
-        return tool["function"]
-    return tool
 
 
 def descriptions(tool: Any) -> list[str]:
@@ -259,8 +242,6 @@ __all__ = [
     "prefix_texts",
     "span_at",
     "spans",
-    "tool_body",
-    "tool_name",
     "url_spans",
     "word_at",
     "words_in",

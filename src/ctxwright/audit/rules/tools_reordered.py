@@ -15,7 +15,8 @@ Checked on a pair of requests: both send the same tool names, each once, in anot
 from __future__ import annotations
 
 from ctxwright.audit.compare import AuditRequest
-from ctxwright.audit.rules.base import Finding, Settings, tool_name
+from ctxwright.audit.rules.base import Finding, Settings
+from ctxwright.core.request import tool_name
 
 name = "tools_reordered"
 fix = "send the tools in one fixed order (sort them by name once) for the whole session"
