@@ -296,13 +296,17 @@ def _call_held(
     worker.start()
     while worker.is_alive() and not hold.held.wait(0.05):
         if time.monotonic() >= deadline:
-            return None, f"the agent did not finish within {timeout:g} s (--timeout)"
+            return None, _too_long(timeout)
     hold.release()
     worker.join(max(0.0, deadline - time.monotonic()))
     if worker.is_alive() or not box:
-        return None, f"the agent did not finish within {timeout:g} s (--timeout)"
+        return None, _too_long(timeout)
     status, failure = box[0]
     return (status, None) if hold.request is not None else (status, failure)
+
+
+def _too_long(timeout: float) -> str:
+    return f"the agent did not finish within {timeout:g} s (--timeout)"
 
 
 def _call(agent: Callable[[Mapping[str, str]], object], env: Mapping[str, str]) -> tuple[int, str | None]:
@@ -334,10 +338,7 @@ def _spawn(
         status = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         _stop(proc)
-        return (
-            None,
-            f"the agent did not finish within {total if total is not None else timeout:g} s (--timeout); it was stopped",
-        )
+        return None, f"{_too_long(total if total is not None else timeout)}; it was stopped"
     except BaseException:
         _stop(proc)  # Ctrl-C or the gate stopped: nothing of the agent's is left running
         raise
