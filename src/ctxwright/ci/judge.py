@@ -55,11 +55,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ctxwright.audit.compare import Auditor, AuditRequest, AuditRow, Divergence, changed_options
+from ctxwright.audit.compare import Auditor, AuditRequest, AuditRow, Divergence, changed_options, prompt_options
 from ctxwright.audit.logs import ParseProblem, read_records
 from ctxwright.audit.rules import Finding, Settings, run_rules
 from ctxwright.cache.prices import Pricing
-from ctxwright.cache.verdict import PROMPT_NEUTRAL_OPTIONS
 from ctxwright.ci.segments import diff_prefix
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.tokens import TokenCounter
@@ -402,7 +401,7 @@ def prefix_changes(
                 "was": ch.was,
             }
             out.append(Regression(rule, f"{head}: {ch.line}", details))
-    names = [n for n in changed_options(g.options, r.options) if n not in PROMPT_NEUTRAL_OPTIONS]
+    names = prompt_options(changed_options(g.options, r.options))
     for name in names:
         before = (g.options or {}).get(name)
         after = (r.options or {}).get(name)
