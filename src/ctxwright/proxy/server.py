@@ -596,7 +596,7 @@ class _UpstreamPool(httpcore.AsyncConnectionPool):
 
     async def _take(self, origin: httpcore.Origin) -> httpcore.AsyncConnectionInterface:
         """The most recently used idle connection to ``origin`` still good, else a new one."""
-        stack = self._idle.get((origin.scheme, origin.host, origin.port))
+        stack = self._idle.get(_origin_key(origin))
         while stack:
             connection = stack.pop()
             if connection.is_available() and not connection.has_expired():
@@ -611,7 +611,7 @@ class _UpstreamPool(httpcore.AsyncConnectionPool):
     ) -> None:
         """An answer on ``connection`` ended: back on its stack when it is idle and there is
         room, else closed."""
-        stack = self._idle.setdefault((origin.scheme, origin.host, origin.port), [])
+        stack = self._idle.setdefault(_origin_key(origin), [])
         if reusable and connection.is_available() and len(stack) < self._max_keepalive_connections:
             stack.append(connection)
         else:
@@ -629,6 +629,11 @@ class _UpstreamPool(httpcore.AsyncConnectionPool):
         open_now, self._open = self._open, set()
         for connection in open_now:
             await connection.aclose()
+
+
+def _origin_key(origin: httpcore.Origin) -> tuple[bytes, bytes, int]:
+    """An upstream origin as a dict key (``Origin`` itself is not hashable)."""
+    return origin.scheme, origin.host, origin.port
 
 
 def _pooled(client: httpx.AsyncClient) -> None:
