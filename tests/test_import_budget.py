@@ -139,3 +139,16 @@ def test_the_budget_sees_a_heavy_import() -> None:
     heavy = heavy_imports(["-c", "from ctxwright.compaction.recall import tokens_of; tokens_of('x')"])
     assert any(line.startswith("numpy (via ctxwright.tools.search") for line in heavy), heavy
     assert any(line.startswith("bm25s (via ctxwright.tools.search") for line in heavy), heavy
+
+
+def test_resolving_options_with_an_mcp_server_imports_no_sdk() -> None:
+    """Every command that takes options resolves them (``ctxwright proxy`` reads its telemetry
+    settings that way at start); reading an ``--mcp`` command line is ``shlex``'s job, and the
+    recipe once imported the module that talks to the MCP SDK for it."""
+    code = (
+        "from ctxwright.recipe import Recipe, backend_defaults; "
+        "r = Recipe.resolve({'mcp_servers': ['python server.py']}, None, backend_defaults('openai')); "
+        "assert r.mcp.servers == [['python', 'server.py']], r.mcp.servers"
+    )
+    heavy = heavy_imports(["-c", code])
+    assert not heavy, "resolving the options imported heavy packages:\n  " + "\n  ".join(heavy)

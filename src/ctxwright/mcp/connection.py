@@ -52,6 +52,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from ctxwright.errors import McpServerError, McpToolError
+from ctxwright.mcp.command import parse_command
 from ctxwright.mcp.limits import DEFAULT_RESULT_CAP_MB, DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_TIMEOUT_S
 from ctxwright.mcp.lines import LineStats
 from ctxwright.mcp.transport import DROPPED, stdio_transport
@@ -72,17 +73,6 @@ MAX_LIST_PAGES = 1000
 #: grace, SIGTERM, 2 s, SIGKILL) before it gives up on the loop.
 _CLOSE_WAIT_S = 10.0
 _STDERR_TAIL_BYTES = 4096
-
-
-def parse_command(spec: str | Sequence[str]) -> list[str]:
-    """``argv`` of a server given as one string (split like a shell, ``shlex``) or a list."""
-    argv = shlex.split(spec) if isinstance(spec, str) else [str(a) for a in spec]
-    if not argv or not argv[0]:
-        raise McpServerError(
-            f"an MCP server command is empty ({spec!r}): give the command that starts it, e.g. "
-            "--mcp 'python my_server.py' (library: mcp_servers=['python my_server.py'])"
-        )
-    return argv
 
 
 class McpConnection:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxwright.errors import ConfigError
-from ctxwright.mcp.connection import parse_command
+from ctxwright.mcp.command import parse_command
 from ctxwright.recipe.declare import OptionSpec, options
 from ctxwright.recipe.options import Recipe
 
