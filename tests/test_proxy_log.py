@@ -125,6 +125,25 @@ def test_a_stream_reads_back_as_its_events_with_usage():
     assert usage_of(sse_events(responses_stream)) == {"prompt_tokens": 50, "completion_tokens": 7, "cached_tokens": 48}
 
 
+def test_stream_events_read_as_json_reads_them():
+    """The events are parsed by orjson; what it reads differently (an integer past 64 bits,
+    which it makes a float; NaN; a lone surrogate; a payload split over data lines) comes out
+    as ``json.loads`` gives it, and what neither reads is left out."""
+    payloads = [
+        '{"seed": 123456789012345678901234567890, "n": -9223372036854775809}',
+        '{"x": NaN}',
+        '{"s": "\\ud800", "e": "\\u00e9"}',
+        '{"f": 1e400, "g": 0.1}',
+        "not json",
+        "[" * 5000 + "]" * 5000,
+    ]
+    stream = "".join(f"data: {p}\n\n" for p in payloads) + 'data: {"a":\ndata: 1}\n\ndata: [DONE]\n\n'
+    events = sse_events(stream.encode())
+    expected = [json.loads(p) for p in payloads[:4]] + [{"a": 1}]
+    assert repr(events) == repr(expected)
+    assert type(events[0]["seed"]) is int and events[0]["seed"] == 123456789012345678901234567890
+
+
 def test_responses_api_bodies_are_read():
     body = {
         "model": "gpt-5",
@@ -174,3 +193,38 @@ def test_a_record_without_a_readable_request_is_one_problem():
 )
 def test_api_of(method, path, api):
     assert api_of(method, path) == api
+
+
+def test_the_live_auditors_stay_within_their_byte_bound(tmp_path):
+    """``LiveAudits`` keeps a running sum of its auditors' held bytes instead of asking every
+    kept auditor on every call: the sum stays the true one through adds, rebuilds and
+    ``forget``, and the least recently used sessions go once it passes the bound."""
+    from ctxwright.audit.logs import RecordReader
+    from ctxwright.proxy.session_audit import LiveAudits
+
+    store = Store(tmp_path / "p.db")
+    try:
+        reader = RecordReader()
+
+        def req(session: int, turn: int) -> object:
+            msgs = [{"role": "system", "content": f"agent {session} " + "rules " * 400}]
+            msgs += [{"role": "user", "content": f"step {t} " * 50} for t in range(turn + 1)]
+            (item,) = list(reader.read_record({"request": {"model": "m", "messages": msgs}}, 1))
+            return item
+
+        probe = LiveAudits(store, TokenCounter())
+        probe.add("probe", req(0, 0), new=True)
+        one = next(iter(probe._auditors.values())).held_bytes
+        audits = LiveAudits(store, TokenCounter(), max_bytes=3 * one)
+        for turn in range(3):
+            for s in range(6):
+                audits.add(f"s{s}", req(s, turn), new=True)  # (nothing stored: never rebuilt)
+                held = sum(a.held_bytes for a in audits._auditors.values())
+                assert audits._held_sum == held
+                assert held <= audits.max_bytes or len(audits._auditors) == 1
+        assert 1 <= len(audits._auditors) < 6  # the bound dropped some
+        kept = next(reversed(audits._auditors))
+        audits.forget(kept)
+        assert audits._held_sum == sum(a.held_bytes for a in audits._auditors.values())
+    finally:
+        store.close()

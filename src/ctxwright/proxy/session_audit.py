@@ -97,6 +97,11 @@ class LiveAudits:
         self.max_bytes = max_bytes
         self._auditors: OrderedDict[str, Auditor] = OrderedDict()  # least recently used first
         self._seen: dict[str, int] = {}  # calls each kept auditor has audited
+        #: each kept auditor's ``held_bytes`` when it last audited, and their sum: only the
+        #: auditor that just audited a call changes, so the bound is kept without asking
+        #: every kept auditor on every call
+        self._held: dict[str, int] = {}
+        self._held_sum = 0
         #: each session's history of the provider's cache reports, kept with its auditor
         self._verdicts: dict[str, LogVerdicts] = {}
         #: the provider's cache verdict of the call :meth:`add` audited last (``None``: its
@@ -124,6 +129,8 @@ class LiveAudits:
         auditor = self._auditors.pop(session_id, None)
         if auditor is not None and stored is not None and self._seen.get(session_id, 0) > stored:
             auditor = None  # calls it saw are no longer stored (deleted meanwhile): start over
+        if auditor is None:
+            self._held_sum -= self._held.pop(session_id, 0)
         fresh = auditor is None
         if auditor is None:
             auditor = Auditor(self.counter, keep_rows=False)
@@ -138,6 +145,9 @@ class LiveAudits:
         row = auditor.add(item)
         self._seen[session_id] = self._seen.get(session_id, 0) + 1
         self.cache = self._verdicts.setdefault(session_id, LogVerdicts()).add(item, row)
+        held = auditor.held_bytes
+        self._held_sum += held - self._held.get(session_id, 0)
+        self._held[session_id] = held
         self._evict()
         return row
 
@@ -147,6 +157,7 @@ class LiveAudits:
         self._auditors.pop(session_id, None)
         self._verdicts.pop(session_id, None)
         self._seen.pop(session_id, None)
+        self._held_sum -= self._held.pop(session_id, 0)
 
     def _catch_up(self, auditor: Auditor, session_id: str, start: int, stop: int | None) -> None:
         """Audit the stored calls ``start`` to ``stop`` (all from ``start`` when ``None``) of
@@ -160,13 +171,11 @@ class LiveAudits:
         self._seen[session_id] = start + len(records)
 
     def _evict(self) -> None:
-        while len(self._auditors) > 1 and (
-            len(self._auditors) > self.max_sessions
-            or sum(a.held_bytes for a in self._auditors.values()) > self.max_bytes
-        ):
+        while len(self._auditors) > 1 and (len(self._auditors) > self.max_sessions or self._held_sum > self.max_bytes):
             old, _ = self._auditors.popitem(last=False)
             self._verdicts.pop(old, None)
             self._seen.pop(old, None)
+            self._held_sum -= self._held.pop(old, 0)
 
 
 __all__ = ["LIVE_AUDIT_BYTES", "LIVE_SESSIONS", "LiveAudits", "in_session", "session_items", "session_rows"]

@@ -90,6 +90,14 @@ PROXY_EXCHANGE_COLUMNS = (
 _HEAD_UPSERT = upsert_sql("proxy_heads", ("chain_sha", "session_id", "created_at"), ("chain_sha",))
 
 
+def _heads_upsert(n: int) -> str:
+    """:data:`_HEAD_UPSERT` for ``n`` distinct chain ends in one statement: a call stores two,
+    and each statement the recorder runs is a round into SQLite (one more hand-over of the
+    GIL to the event loop's thread and back)."""
+    one = "(?, ?, ?)"
+    return _HEAD_UPSERT.replace(f"VALUES {one}", "VALUES " + ", ".join([one] * n), 1)
+
+
 def _newest_keyed(db: Connection, grouped_by: str, group_key: str) -> str | None:
     """The newest proxy session recorded under a key, on a connection (in or out of a transaction)."""
     row = db.execute(
@@ -176,6 +184,7 @@ class ProxyLog:
         clean = self._clean(row)
         cols = [c for c in PROXY_EXCHANGE_COLUMNS if c in clean and c != "call_index"]
         sid = clean["session_id"]
+        unique = list(dict.fromkeys(heads))  # (one statement may not touch a row twice)
 
         def write(db: Connection) -> tuple[int, int]:
             last = db.execute("SELECT MAX(call_index) AS k FROM proxy_exchanges WHERE session_id=?", (sid,)).fetchone()
@@ -185,9 +194,9 @@ class ProxyLog:
                 f"INSERT INTO proxy_exchanges ({', '.join(names)}) VALUES ({', '.join('?' * len(names))}) RETURNING id",
                 [*(clean[c] for c in cols), k],
             ).fetchone()["id"]
-            now = time.time()
-            for head in heads:
-                db.execute(_HEAD_UPSERT, (head, sid, now))
+            if unique:
+                now = time.time()
+                db.execute(_heads_upsert(len(unique)), [v for head in unique for v in (head, sid, now)])
             return int(rid), k
 
         return self.db.exclusive(f"proxy session {sid}", write)
