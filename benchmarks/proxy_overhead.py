@@ -12,23 +12,32 @@ upstream directly, through the relay and through the proxy, alternating rounds, 
 run; the table puts them side by side.
 
 Measured per request at the client: latency (send to last byte) and, streaming, time to the
-first body byte. Added latency = through a relay minus direct, at the median. Bytes altered:
+first body byte. Added latency: each configuration runs ``ROUNDS`` rounds, each round the
+upstream directly, the relay and the proxy in turn (who goes first rotates); a path's added
+latency in a round is its median minus the direct median of that round, and the row's figure
+is the median over rounds. The proxy's ratio to the relay is judged only where the relay's
+added latency stands out of the measurement's own noise (above 1 ms and above the spread of
+its per-round figures); where it does not, a ratio of two noise-sized numbers means nothing,
+the table says so ("noise: ...") and the row is judged by proxy minus relay against that
+noise. The JSON keeps every per-round figure. Bytes altered:
 the upstream returns the sha256 of the body it received in a header, and the client compares
 it with what it sent and the body it received with the upstream's fixed bytes; any difference
-counts. Each relay process's CPU time per request (the proxy's: relay, recording and live
-audit together) is read from ``/proc``: unlike latency, it hardly depends on what else the
-machine runs.
+counts. Each relay's CPU time per request (the proxy's: relay, recording and live audit
+together; every thread of the process and any process under it) is read from ``/proc``:
+unlike latency, it hardly depends on what else the machine runs.
 
     python benchmarks/proxy_overhead.py [--quick] [--upstream-ms MS] [--json PATH]
 
 Target: at 8 and 32 clients, for both client kinds and both modes, the proxy's added latency
-and CPU per request within 1.3x the bare relay's; 0 bytes altered; every call recorded.
+(or, where the relay's is within the noise, the difference) and CPU per request within 1.3x
+the bare relay's; 0 bytes altered; every call recorded.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -50,6 +59,8 @@ STREAM_GAP_S = 0.002
 TARGET_RATIO = 1.3
 #: the client counts the target holds at
 TARGET_CLIENTS = (8, 32)
+#: rounds per configuration (each runs direct, relay and proxy in turn)
+ROUNDS = 5
 #: the upstream's think time before it answers (seconds; ``--upstream-ms``)
 UPSTREAM_DELAY_S = 0.0
 
@@ -231,15 +242,59 @@ def _p(xs: list[float], q: float) -> float:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux ``/proc``)."""
+    """User + system CPU time so far of a process and every process under it (Linux ``/proc``):
+    whatever part of a relay runs in another process counts too."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in children:
+            with contextlib.suppress(OSError):  # (gone meanwhile)
+                total += cpu_seconds(int(child))
+    return total
 
 
 TARGETS = ("direct", "relay", "proxy")
 #: each round's conversations are new ones (new client ids): the proxy places each in a new
 #: session, as it would a new agent's, instead of finding the same conversation again
 _ids = iter(range(10**9))
+#: an added latency at or under this is within loopback timing's own noise, whatever the rounds say
+NOISE_FLOOR_MS = 1.0
+
+
+def _judge(relay_rounds: list[float], proxy_rounds: list[float]) -> dict[str, Any]:
+    """The added-latency verdict of one configuration from its per-round figures.
+
+    Each round measures the upstream directly, through the relay and through the proxy, one
+    after the other, and a path's added latency in that round is its median minus the direct
+    median of the same round: what the machine did meanwhile moves all three. The row's
+    figure is the median over rounds. The ratio to the floor means something only when the
+    floor's own added latency stands out of the noise -- above ``NOISE_FLOOR_MS`` and above
+    the spread (max - min) of its per-round figures; otherwise a ratio of two noise-sized
+    numbers says nothing (a floor of -0.8 ms once gave 11.6x), and the row is judged by the
+    absolute difference proxy - relay against that same noise instead. Every per-round figure
+    is kept in the JSON."""
+    relay, proxy = statistics.median(relay_rounds), statistics.median(proxy_rounds)
+    spread = max(relay_rounds) - min(relay_rounds)
+    noise = max(NOISE_FLOOR_MS, spread)
+    meaningful = relay > noise
+    ratio = proxy / relay if relay > 0 else None
+    ok = (ratio is not None and ratio <= TARGET_RATIO) if meaningful else (proxy - relay <= noise)
+    return {
+        "relay_added_median_ms": round(relay, 3),
+        "proxy_added_median_ms": round(proxy, 3),
+        "relay_added_rounds_ms": [round(x, 3) for x in relay_rounds],
+        "proxy_added_rounds_ms": [round(x, 3) for x in proxy_rounds],
+        "relay_added_spread_ms": round(spread, 3),
+        "noise_ms": round(noise, 3),
+        "added_difference_ms": round(proxy - relay, 3),
+        "added_ratio": None if ratio is None else round(ratio, 2),
+        "added_ratio_meaningful": meaningful,
+        "added_within_target": ok,
+    }
 
 
 def measure(
@@ -248,46 +303,61 @@ def measure(
     res = {name: {"latency": [], "ttfb": [], "altered": []} for name in TARGETS}
     wall = dict.fromkeys(TARGETS, 0.0)
     cpu = dict.fromkeys(TARGETS, 0.0)
+    medians: dict[str, list[float]] = {name: [] for name in TARGETS}
+    cpu_rounds: dict[str, list[float]] = {"relay": [], "proxy": []}
     for name in TARGETS:  # warm every path (connections, imports)
         asyncio.run(_round(bases[name], clients, 2, stream, fresh, next(_ids) * 64))
-    for _ in range(rounds):
-        for name in TARGETS:
+    for r in range(rounds):
+        order = TARGETS[r % 3 :] + TARGETS[: r % 3]  # who goes first changes from round to round
+        for name in order:
             pid = pids.get(name)
             before = cpu_seconds(pid) if pid else 0.0
             out, secs = asyncio.run(_round(bases[name], clients, calls, stream, fresh, next(_ids) * 64))
             if pid:
-                if name == "proxy":
-                    time.sleep(0.2)  # the recorder finishes the round's last calls
-                cpu[name] += cpu_seconds(pid) - before
+                time.sleep(0.2)  # (a relay's last calls end: the proxy's recorder, say)
+                used = cpu_seconds(pid) - before
+                cpu[name] += used
+                cpu_rounds[name].append(round(used * 1000 / len(out["latency"]), 3))
             for k in out:
                 res[name][k] += out[k]
             wall[name] += secs
+            medians[name].append(statistics.median(out["latency"]))
     row: dict[str, Any] = {
         "clients": clients,
         "stream": stream,
         "connection": "new" if fresh else "keep-alive",
+        "rounds": rounds,
         "requests": len(res["proxy"]["latency"]),
     }
     for name in TARGETS:
         lat = res[name]["latency"]
         row[f"{name}_median_ms"] = round(statistics.median(lat), 3)
+        row[f"{name}_round_medians_ms"] = [round(x, 3) for x in medians[name]]
         row[f"{name}_p99_ms"] = round(_p(lat, 0.99), 3)
         row[f"{name}_rps"] = round(len(lat) / wall[name], 1)
         if res[name]["ttfb"]:
             row[f"{name}_ttfb_median_ms"] = round(statistics.median(res[name]["ttfb"]), 3)
         row[f"{name}_altered"] = int(sum(res[name]["altered"]))
+    added = {
+        name: [m - d for m, d in zip(medians[name], medians["direct"], strict=True)] for name in ("relay", "proxy")
+    }
     for name in ("relay", "proxy"):
         row[f"{name}_cpu_ms_per_request"] = round(cpu[name] * 1000 / len(res[name]["latency"]), 3)
-        row[f"{name}_added_median_ms"] = round(row[f"{name}_median_ms"] - row["direct_median_ms"], 3)
+        row[f"{name}_cpu_rounds_ms_per_request"] = cpu_rounds[name]
         row[f"{name}_added_p99_ms"] = round(row[f"{name}_p99_ms"] - row["direct_p99_ms"], 3)
         if stream:
             row[f"{name}_added_ttfb_ms"] = round(row[f"{name}_ttfb_median_ms"] - row["direct_ttfb_median_ms"], 3)
-    # the ratios against the floor; an added latency under 0.5 ms is within the noise of
-    # loopback timing, so it is compared as 0.5 ms
-    row["added_ratio"] = round(max(row["proxy_added_median_ms"], 0.5) / max(row["relay_added_median_ms"], 0.5), 2)
+    row.update(_judge(added["relay"], added["proxy"]))
     row["cpu_ratio"] = round(row["proxy_cpu_ms_per_request"] / max(row["relay_cpu_ms_per_request"], 1e-3), 2)
-    row["within_target"] = row["added_ratio"] <= TARGET_RATIO and row["cpu_ratio"] <= TARGET_RATIO
+    row["within_target"] = row["added_within_target"] and row["cpu_ratio"] <= TARGET_RATIO
     return row
+
+
+def _added_text(row: dict[str, Any]) -> str:
+    """The added-latency verdict as the table says it: the ratio, or the difference within the noise."""
+    if row["added_ratio_meaningful"]:
+        return f"x{row['added_ratio']:.2f}"
+    return f"~{row['added_difference_ms']:+.1f}±{row['noise_ms']:.1f}"
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -344,8 +414,8 @@ def main(argv: list[str] | None = None) -> int:
         wait_port(px_port, proxy, "the proxy")
         bases = {"direct": up_url, "relay": f"http://127.0.0.1:{rl_port}", "proxy": f"http://127.0.0.1:{px_port}"}
         pids = {"relay": relay.pid, "proxy": proxy.pid}
-        rounds = 1 if args.quick else 3
-        per_client = {1: 40, 8: 15, 32: 6} if not args.quick else {1: 6, 8: 3, 32: 2}
+        rounds = 2 if args.quick else ROUNDS
+        per_client = {1: 24, 8: 15, 32: 6} if not args.quick else {1: 6, 8: 3, 32: 2}
         for stream in (False, True):
             for fresh in (False, True):
                 for clients in (1, 8, 32):
@@ -354,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
                     console.print(
                         f"{'stream' if stream else 'plain '} {row['connection']:>10} {clients:>2} clients: "
                         f"added relay {row['relay_added_median_ms']:+.2f} ms, proxy {row['proxy_added_median_ms']:+.2f} "
-                        f"(x{row['added_ratio']:.2f}); cpu relay {row['relay_cpu_ms_per_request']:.2f} ms, "
+                        f"({_added_text(row)}); cpu relay {row['relay_cpu_ms_per_request']:.2f} ms, "
                         f"proxy {row['proxy_cpu_ms_per_request']:.2f} (x{row['cpu_ratio']:.2f})"
                     )
     finally:
@@ -369,8 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     altered = sum(r[f"{n}_altered"] for r in rows for n in TARGETS)
     targeted = [r for r in rows if r["clients"] in TARGET_CLIENTS]
     checks = {
-        f"added_latency_ratio<={TARGET_RATIO}_at_8_and_32_clients": all(
-            r["added_ratio"] <= TARGET_RATIO for r in targeted
+        f"added_latency<={TARGET_RATIO}x_relay_or_within_noise_at_8_and_32_clients": all(
+            r["added_within_target"] for r in targeted
         ),
         f"cpu_per_request_ratio<={TARGET_RATIO}_at_8_and_32_clients": all(
             r["cpu_ratio"] <= TARGET_RATIO for r in targeted
@@ -378,17 +448,16 @@ def main(argv: list[str] | None = None) -> int:
         "bytes_altered==0": altered == 0,
         "every_call_recorded": recorded == expected,
     }
-    cols = ["mode", "connection", "clients", "requests", "direct med ms", "relay added", "proxy added", "added ×"]
+    cols = ["mode", "connection", "clients", "requests", "direct med ms", "relay added", "proxy added", "noise ±"]
+    cols += ["added ×"]
     cols += [
         "relay cpu ms",
         "proxy cpu ms",
         "cpu ×",
-        "relay p99 added",
-        "proxy p99 added",
         "ttfb relay +",
         "ttfb proxy +",
     ]
-    cols += ["direct req/s", "relay req/s", "proxy req/s", "altered"]
+    cols += ["altered"]  # (p99s and requests per second: in the JSON)
     trows = [
         [
             "stream" if r["stream"] else "plain",
@@ -398,23 +467,25 @@ def main(argv: list[str] | None = None) -> int:
             r["direct_median_ms"],
             r["relay_added_median_ms"],
             r["proxy_added_median_ms"],
-            r["added_ratio"],
+            r["noise_ms"],
+            _added_text(r),
             r["relay_cpu_ms_per_request"],
             r["proxy_cpu_ms_per_request"],
             r["cpu_ratio"],
-            r["relay_added_p99_ms"],
-            r["proxy_added_p99_ms"],
             r.get("relay_added_ttfb_ms"),
             r.get("proxy_added_ttfb_ms"),
-            r["direct_rps"],
-            r["relay_rps"],
-            r["proxy_rps"],
             sum(r[f"{n}_altered"] for n in TARGETS),
         ]
         for r in rows
     ]
     title = f"proxy overhead against a bare relay (loopback upstream answering after {args.upstream_ms:g} ms)"
     console.print(table(title, cols, trows))
+    console.print(
+        f"added latency: medians over {rounds} rounds of (path median - direct median) in the same round. "
+        "'added ×' is the proxy's over the relay's where the relay's stands out of the noise; '~d±n' where it "
+        f"does not (under {NOISE_FLOOR_MS:g} ms or under the spread of its rounds): no ratio means anything "
+        "there, and the row is judged by the difference d against the noise n"
+    )
     for name, ok in checks.items():
         console.print(f"{'PASS' if ok else 'FAIL'}  {name}")
     console.print(f"recorded {recorded} of {expected} calls in the proxy's store")
@@ -433,6 +504,14 @@ def main(argv: list[str] | None = None) -> int:
             "quick": args.quick,
             "upstream_ms": args.upstream_ms,
             "target_ratio": TARGET_RATIO,
+            "rounds": rounds,
+            "noise_floor_ms": NOISE_FLOOR_MS,
+            "added_latency_rule": (
+                "per round: a path's median minus the direct median of the same round; per row: the median over "
+                "rounds. The ratio to the relay is judged only when the relay's added latency exceeds the noise "
+                f"(max of {NOISE_FLOOR_MS} ms and the spread of its per-round figures); otherwise the row is judged "
+                "by proxy - relay <= noise and added_ratio_meaningful is false"
+            ),
             "target_clients": list(TARGET_CLIENTS),
             "stream_events": STREAM_EVENTS,
             "stream_gap_ms": STREAM_GAP_S * 1000,
