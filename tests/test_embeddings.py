@@ -127,6 +127,68 @@ def test_a_text_gets_the_same_vector_alone_or_padded_in_a_batch(minilm: Any) -> 
     assert np.abs(together[5] - together[6]).max() > 1e-3  # rows are the texts' own, in order
 
 
+def test_the_model_runs_as_a_quantized_copy_made_once(minilm: Any, tmp_path: Path) -> None:
+    """The shipped export multiplies in float32; the copy ctxwright runs has int8 MatMuls, is
+    made once per folder (a second load reuses the file), names its vectors apart from the
+    export's, and gives the export's meaning (each vector within a small angle of the export's)."""
+    import onnx
+
+    from ctxwright.tools.embeddings import MiniLM
+
+    first = MiniLM(threads=2, models=tmp_path)
+    (made,) = tmp_path.glob("*.dyn-int8.*.onnx")
+    ops = [node.op_type for node in onnx.load(str(made)).graph.node]
+    # every weight's MatMul (6 layers: query, key, value, output, two feed-forward) is int8;
+    # the attention's two products of activations stay float
+    assert ops.count("MatMulInteger") == 36 and ops.count("MatMul") == 12
+    stamp = made.stat().st_mtime_ns
+    second = MiniLM(threads=1, models=tmp_path)
+    assert made.stat().st_mtime_ns == stamp and list(tmp_path.iterdir()) == [made]  # no temporary left
+    assert first.model_id == second.model_id == minilm.model_id != MODEL_ID and first.alone
+    plain = MiniLM(quantize=False)
+    assert plain.model_id == MODEL_ID and not plain.alone
+    texts = ["A man is eating food.", "kick the build off again", "Current weather for a city"]
+    # two lanes or one, the same vectors: each text runs alone
+    assert np.abs(first.embed(texts) - second.embed(texts)).max() < 1e-5
+    assert ((first.embed(texts) * plain.embed(texts)).sum(axis=1) > 0.95).all()
+
+
+@pytest.mark.parametrize("why", ["no onnx", "folder is a file"])
+def test_without_its_quantized_copy_the_model_runs_as_shipped_with_one_warning(
+    why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from ctxwright.tools.embeddings import MiniLM
+
+    folder = tmp_path / "models"
+    if why == "no onnx":
+        monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx raises ImportError
+    else:
+        folder.write_text("not a folder")
+    with caplog.at_level("WARNING", logger="ctxwright"):
+        model = MiniLM(threads=1, models=folder)
+    assert model.model_id == MODEL_ID and not model.alone
+    (record,) = [r for r in caplog.records if r.name == "ctxwright"]
+    assert "unquantized" in record.getMessage()
+    assert (INSTALL in record.getMessage()) == (why == "no onnx")
+    assert 0.70 < cos(model, "A man is eating food.", "A man is eating a piece of bread.") < 0.80
+
+
+def test_a_failure_in_a_lane_is_raised_not_lost(minilm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that fails in one of the worker threads fails the call: no row is left zero."""
+    if not minilm.alone or len(minilm._sessions) < 2:
+        pytest.skip("needs the quantized model with two lanes")
+    real = minilm._run
+
+    def broken(texts: list[str], lane: int = 0) -> Any:
+        if lane == 1:
+            raise RuntimeError("lane 1 broke")
+        return real(texts, lane)
+
+    monkeypatch.setattr(minilm, "_run", broken)
+    with pytest.raises(RuntimeError, match="lane 1 broke"):
+        minilm.embed(["one text", "another text", "a third"])
+
+
 def test_no_texts_and_a_huge_text(minilm: Any) -> None:
     assert minilm.embed([]).shape == (0, DIM)
     huge = "word " * 20_000  # 100,000 characters
@@ -174,14 +236,16 @@ def test_hybrid_holds_what_either_ranker_finds(hybrid: ToolIndex) -> None:
         "send an email",
         "calendar event",
         "user amount",
+        "user number amount",
         "remove the meeting from my calendar",
         *PARAPHRASES,
     ]:
         words = set(names(hybrid.search(query, 10, mode="bm25")))
         meaning = set(names(hybrid.search(query, 10, mode="embed")))
         assert set(names(hybrid.search(query, 10, mode="hybrid"))) == words | meaning, query
-    # words alone find the calendar tools ("user"), meaning alone math.factorial: hybrid has both
-    assert {"create_calendar_event", "math.factorial"} <= set(names(hybrid.search("user amount", 10)))
+    # words alone find the calendar tools ("user"), meaning alone math.factorial (a cosine of 0.29,
+    # clear of MIN_COSINE): hybrid has both
+    assert {"create_calendar_event", "math.factorial"} <= set(names(hybrid.search("user number amount", 10)))
     # the order is the weighted sum of BM25 (divided by the query's best) and the cosine
     for query in ("calendar event", "user amount", "send an email"):
         order, words, cosine = hybrid.scores(query)

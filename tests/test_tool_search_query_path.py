@@ -79,7 +79,7 @@ def test_the_onnx_threads_spin_only_when_asked(spinning: bool) -> None:
     """Sleeping threads are the default: spinning ones fight every other process for the cores
     of a loaded machine. The session is configured as asked, and the vectors do not change."""
     model = MiniLM(threads=1, spinning=spinning)
-    options = model._session.get_session_options()
+    options = model._sessions[0].get_session_options()
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == ("1" if spinning else "0")
     shared = load_embedder()
     assert isinstance(shared, MiniLM) and shared.spinning is False
