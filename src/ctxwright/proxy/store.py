@@ -186,14 +186,16 @@ class ProxyLog:
         sid = clean["session_id"]
         unique = list(dict.fromkeys(heads))  # (one statement may not touch a row twice)
 
+        # numbered next in its session by the insert itself: one statement, not a lookup and an
+        # insert (each statement the recorder runs hands the GIL to the event loop and back)
+        insert = (
+            f"INSERT INTO proxy_exchanges ({', '.join([*cols, 'call_index'])}) VALUES ({', '.join('?' * len(cols))}, "
+            "(SELECT COALESCE(MAX(call_index) + 1, 0) FROM proxy_exchanges WHERE session_id=?)) RETURNING id, call_index"
+        )
+
         def write(db: Connection) -> tuple[int, int]:
-            last = db.execute("SELECT MAX(call_index) AS k FROM proxy_exchanges WHERE session_id=?", (sid,)).fetchone()
-            k = 0 if last is None or last["k"] is None else int(last["k"]) + 1
-            names = [*cols, "call_index"]
-            rid = db.execute(
-                f"INSERT INTO proxy_exchanges ({', '.join(names)}) VALUES ({', '.join('?' * len(names))}) RETURNING id",
-                [*(clean[c] for c in cols), k],
-            ).fetchone()["id"]
+            got = db.execute(insert, [*(clean[c] for c in cols), sid]).fetchone()
+            rid, k = got["id"], int(got["call_index"])
             if unique:
                 now = time.time()
                 db.execute(_heads_upsert(len(unique)), [v for head in unique for v in (head, sid, now)])
