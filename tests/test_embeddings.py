@@ -744,3 +744,22 @@ def test_an_oversized_blob_in_the_cache_is_never_read(minilm: Any, tmp_path: Pat
     (size,) = db.execute("SELECT length(vec) FROM vectors").fetchone()
     db.close()
     assert size == 384 * 4
+
+
+def test_a_conversion_left_by_a_killed_process_is_removed(minilm: Any, tmp_path: Path) -> None:
+    """A process killed mid-conversion leaves its ``.quantizing-*`` folder (about 110 MB); the
+    next conversion removes one older than ``STALE_WORK_S`` and keeps a younger one, which may
+    be another process's work in progress."""
+    import os
+    import time
+
+    from ctxwright.tools.embeddings import STALE_WORK_S, MiniLM
+
+    dead, live = tmp_path / ".quantizing-dead", tmp_path / ".quantizing-live"
+    for work in (dead, live):
+        work.mkdir()
+        (work / "folded.onnx").write_bytes(b"x" * 1024)
+    old = time.time() - STALE_WORK_S - 60
+    os.utime(dead, (old, old))
+    MiniLM(threads=1, models=tmp_path)
+    assert not dead.exists() and live.is_dir()

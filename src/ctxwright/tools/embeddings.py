@@ -148,6 +148,7 @@ def quantized(source: Path, folder: Path) -> tuple[Path, str]:
     if target.is_file():
         return target, tag
     folder.mkdir(parents=True, exist_ok=True)
+    _remove_stale_work(folder)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".quantizing-") as tmp:
         folded, out = Path(tmp) / "folded.onnx", Path(tmp) / "quantized.onnx"
         options = ort.SessionOptions()
@@ -163,6 +164,22 @@ def quantized(source: Path, folder: Path) -> tuple[Path, str]:
             logging.getLogger().removeFilter(quiet)
         os.replace(out, target)
     return target, tag
+
+
+#: A ``.quantizing-*`` folder older than this was left by a process killed mid-conversion (a
+#: conversion takes seconds); a younger one may be another process's work in progress.
+STALE_WORK_S = 600.0
+
+
+def _remove_stale_work(folder: Path) -> None:
+    """Removes the temporary folders (about 110 MB each) of conversions whose process died."""
+    import shutil
+
+    cutoff = time.time() - STALE_WORK_S
+    for work in folder.glob(".quantizing-*"):
+        with contextlib.suppress(OSError):
+            if work.is_dir() and work.stat().st_mtime < cutoff:
+                shutil.rmtree(work, ignore_errors=True)
 
 
 class MiniLM:
