@@ -242,10 +242,15 @@ def _p(xs: list[float], q: float) -> float:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time so far of a process and every process under it (Linux ``/proc``):
-    whatever part of a relay runs in another process counts too."""
+    """User + system CPU time of one process so far (Linux ``/proc``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """:func:`cpu_seconds` of a process and every process under it: whatever part of a relay
+    runs in another process counts too."""
+    total = cpu_seconds(pid)
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             children = (task / "children").read_text().split()
@@ -253,7 +258,7 @@ def cpu_seconds(pid: int) -> float:
             continue
         for child in children:
             with contextlib.suppress(OSError):  # (gone meanwhile)
-                total += cpu_seconds(int(child))
+                total += tree_cpu_seconds(int(child))
     return total
 
 
@@ -311,11 +316,11 @@ def measure(
         order = TARGETS[r % 3 :] + TARGETS[: r % 3]  # who goes first changes from round to round
         for name in order:
             pid = pids.get(name)
-            before = cpu_seconds(pid) if pid else 0.0
+            before = tree_cpu_seconds(pid) if pid else 0.0
             out, secs = asyncio.run(_round(bases[name], clients, calls, stream, fresh, next(_ids) * 64))
             if pid:
                 time.sleep(0.2)  # (a relay's last calls end: the proxy's recorder, say)
-                used = cpu_seconds(pid) - before
+                used = tree_cpu_seconds(pid) - before
                 cpu[name] += used
                 cpu_rounds[name].append(round(used * 1000 / len(out["latency"]), 3))
             for k in out:
