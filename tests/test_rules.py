@@ -16,6 +16,7 @@ from ctxwright.audit.compare import Auditor, AuditRequest
 from ctxwright.audit.logs import request_from_record
 from ctxwright.audit.rules import BY_NAME, RULES, RuleRunner, Settings, run_rules
 from ctxwright.audit.rules.base import STRICT_DATE, looks_like_id
+from ctxwright.compaction.survival import contract
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"
 PAIRS = [(r.name, kind) for r in RULES for kind in ("fires", "quiet")]
@@ -27,7 +28,10 @@ def load(rule: str, kind: str) -> tuple[AuditRequest | None, AuditRequest, Setti
     reqs = [None if prev is None else request_from_record(prev), request_from_record(doc["current"])]
     previous, current = (None if r is None else dataclasses.replace(r, conversation="fixture") for r in reqs)
     assert current is not None
-    return previous, current, Settings(**doc["settings"])
+    given = dict(doc["settings"])
+    if "keep" in given:  # the survival contract, declared as CompactionConfig(keep=...) and --keep declare it
+        given["keep"] = contract(given["keep"])
+    return previous, current, Settings(**given)
 
 
 def audited(previous: AuditRequest | None, current: AuditRequest, settings: Settings) -> list[str]:

@@ -60,6 +60,7 @@ from ctxwright.audit.logs import ParseProblem, read_records
 from ctxwright.audit.rules import Finding, Settings, run_rules
 from ctxwright.cache.prices import Pricing
 from ctxwright.ci.segments import diff_prefix
+from ctxwright.compaction.survival import contract
 from ctxwright.core.messages import canonical_json
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.core.words import counted
@@ -91,6 +92,9 @@ class Tolerances:
     max_cost_increase: float = 0.10
     #: ``--max-tool-tokens``: the tools' token budget of the named rule ``tool_budget`` (``None``: none)
     max_tool_tokens: int | None = None
+    #: ``--keep``: the survival contract of the named rule ``compaction_lost_item`` -- the
+    #: declarations of ``CompactionConfig(keep=...)`` (``compaction/survival.py``); empty: none
+    keep: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -494,7 +498,11 @@ def tolerance_regressions(g: Figures, r: Figures, tol: Tolerances) -> list[Regre
 #: rules not run between the golden and the run: a tool description the developer changed since
 #: the golden is the ``prefix`` rule's (a rug pull is a change *within* a session, or against the
 #: lock's approved hashes), and the tool budget holds each request alone
-NOT_AGAINST_GOLDEN = frozenset({"mcp_rug_pull", "tool_budget"})
+NOT_AGAINST_GOLDEN = frozenset({"mcp_rug_pull", "tool_budget", "compaction_lost_item"})
+#: rules that hold the run to what the user declared (``--max-tool-tokens``, ``--keep``), not to
+#: the golden: they fail whatever the golden did -- a compaction the golden's build made that
+#: lost a declared item is the bug the contract is there to catch, not a baseline
+USER_DECLARED = frozenset({"tool_budget", "compaction_lost_item"})
 
 
 def named_regressions(golden: Sequence[Call], run: Sequence[Call], tol: Tolerances) -> list[Regression]:
@@ -505,8 +513,9 @@ def named_regressions(golden: Sequence[Call], run: Sequence[Call], tol: Toleranc
     rules on the golden's own calls: a rule that fires on the run where it does not on the golden
     is a regression naming the rule, where, and its fix -- once per distinct finding, with the
     calls it affects. The tool budget (``--max-tool-tokens``) is the user's, not the golden's:
-    it fails whatever the golden did."""
-    settings = Settings(tol.max_tool_tokens)
+    it fails whatever the golden did, and so does the survival contract (``--keep``: a
+    compaction of the run that takes a declared item out of the request, ``compaction_lost_item``)."""
+    settings = Settings(tol.max_tool_tokens, keep=contract(tol.keep) if tol.keep else None)
     by_place = {(c.conversation, c.position): c for c in golden}
     on_golden: dict[tuple[str, int], set[str]] = {}
     last: dict[str, AuditRequest] = {}
@@ -531,7 +540,7 @@ def named_regressions(golden: Sequence[Call], run: Sequence[Call], tol: Toleranc
         golden_fired = on_golden.get((c.conversation, c.position), set())
         here = f"call {c.position + 1} of {c.conversation or 'the run'}"
         for f in fired:
-            if f.rule in golden_fired and f.rule != "tool_budget":
+            if f.rule in golden_fired and f.rule not in USER_DECLARED:
                 continue
             if (f.rule, f.line) in found:
                 found[(f.rule, f.line)][1].append(here)

@@ -65,6 +65,16 @@ def add_gate_parser(sub: Any) -> None:
     add_price_options(p)
     add_tool_budget_option(p)  # --max-tool-tokens N: the tool_budget rule fails the build over it
     p.add_argument(
+        "--keep",
+        type=_keep,
+        action="append",
+        default=[],
+        metavar="ITEM",
+        help="the survival contract (repeatable): task, files, errors, constraints, or a regular expression; "
+        "the compaction_lost_item rule fails when a request the run sent drops a declared item the next "
+        "request no longer holds anywhere (as CompactionConfig(keep=...) declares it)",
+    )
+    p.add_argument(
         "--on-divergence",
         choices=("stop", "repeat-last"),
         default="stop",
@@ -154,7 +164,9 @@ def _gate(args: argparse.Namespace) -> int:
     golden = load_golden(
         args.golden, proxy_session=args.proxy_session, session=args.session, store=store, **golden_limits(args)
     )
-    tolerances = Tolerances(args.max_reuse_drop, args.max_token_increase, args.max_cost_increase, args.max_tool_tokens)
+    tolerances = Tolerances(
+        args.max_reuse_drop, args.max_token_increase, args.max_cost_increase, args.max_tool_tokens, tuple(args.keep)
+    )
     pricing = pricing_from_args(args)
     stdout = sys.stderr.buffer if args.json else None
 
@@ -261,6 +273,21 @@ def _print(result: Any, as_json: bool) -> None:
         for line in result.lines():
             print(line)
     sys.stdout.flush()
+
+
+def _keep(text: str) -> str:
+    """One ``--keep`` declaration, checked as ``CompactionConfig(keep=...)`` checks it."""
+    from ctxwright.compaction.survival import contract
+
+    if text == "todos":
+        raise argparse.ArgumentTypeError(
+            "todos: a request holds no TODO list; give task, files, errors, constraints or a pattern"
+        )
+    try:
+        contract([text])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("compaction keep: ")) from None
+    return text
 
 
 def _share(text: str) -> float:

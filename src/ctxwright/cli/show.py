@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -38,6 +38,9 @@ from ctxwright.errors import EventFormatError
 from ctxwright.store.export import session_export
 from ctxwright.store.sessions import Store
 
+if TYPE_CHECKING:
+    from ctxwright.compaction.survival import Survival
+
 
 def _n(v: Any) -> str:
     if v is None:
@@ -62,7 +65,10 @@ def render_session(
 
 
 def render_compactions(store: Store, session_id: str, console: Console, *, as_json: bool = False) -> None:
-    """``show ID --compactions``: the loss ledger of every compaction (``compaction/ledger.py``)."""
+    """``show ID --compactions``: the loss ledger of every compaction (``compaction/ledger.py``)
+    and, where ``CompactionConfig.keep`` declared items, whether each survived it
+    (``compaction/survival.py``)."""
+    from ctxwright.compaction import survival
     from ctxwright.compaction.ledger import ledgers
 
     data = session_export(store, session_id)
@@ -70,9 +76,9 @@ def render_compactions(store: Store, session_id: str, console: Console, *, as_js
     rows = ledgers(events)
     if as_json:
         out = [
-            led.to_dict()
+            {**led.to_dict(), "survival": _survival_json(survival.read(ev.ledger))}
             if led is not None
-            else {"event": ev.seq, "layer": ev.layer, "call_index": ev.call_index, "ledger": None}
+            else {"event": ev.seq, "layer": ev.layer, "call_index": ev.call_index, "ledger": None, "survival": None}
             for ev, led in rows
         ]
         print(json.dumps({"session": data["id"], "compactions": out}, ensure_ascii=False, indent=1))
@@ -99,6 +105,27 @@ def render_compactions(store: Store, session_id: str, console: Console, *, as_js
             console.print(line, soft_wrap=True)
         if led.events_omitted:
             console.print(Text(f"  … {led.events_omitted} more hidden event(s) not listed", style="dim"))
+        _render_survival(survival.read(ev.ledger), console)
+
+
+def _survival_json(found: Survival | None) -> dict[str, Any] | None:
+    return found.to_dict() if found is not None else None
+
+
+def _render_survival(found: Survival | None, console: Console) -> None:
+    """The survival contract's lines under a compaction: the counts, then each item, lost first."""
+    if found is None:
+        return
+    head = f"  survival ({', '.join(found.declared)}): {found.kept} kept, {found.lost} lost"
+    console.print(Text(head, style="bold red" if found.lost else ""), soft_wrap=True)
+    for i in found.items:
+        line = Text(f"    {'LOST' if not i.kept else 'kept'} {i.kind}: {i.text!r}")
+        where = f"in the {i.where}" if i.kept and i.where else "nowhere in view"
+        origin = f"; from event {i.seq}" if i.seq is not None else ""
+        line.append(f"  · {where}{origin}", style="dim")
+        console.print(line, soft_wrap=True)
+    if found.items_omitted:
+        console.print(Text(f"    … {found.items_omitted} more item(s) not listed", style="dim"))
 
 
 def costs_of(calls: list[CallRecord], pricing: Pricing, session_model: str | None = None) -> list[RowCost | None]:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ctxwright.compaction.survival import Keep
 
 #: ``CompactionConfig.policy`` values (planner.py).
 POLICIES = ("cost", "eager")
@@ -115,9 +119,23 @@ class CompactionConfig:
     breaker_threshold: int = 3
     breaker_cooldown_calls: int = 10
 
+    # -- the survival contract (survival.py) ---------------------------------------------
+    #: What must survive every compaction: ``"task"``, ``"todos"`` (open TODO items),
+    #: ``"files"`` (paths in tool calls and results), ``"errors"`` (failed results not fixed
+    #: since), ``"constraints"`` (sentences of user messages with must, never, always, only,
+    #: don't...), a regular expression, or ``Keep(name, pattern)``. After each compaction the
+    #: declared items it hid are checked to be still in view (note, summary, kept messages,
+    #: system prompt) and the result is recorded in its ledger (``show ID --compactions``).
+    #: Empty: no check.
+    keep: list[str | Keep] = field(default_factory=list)
+
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"compaction policy {self.policy!r} is not one of {', '.join(POLICIES)}")
+        if self.keep:  # a bad declaration fails here, not at the first compaction
+            from ctxwright.compaction.survival import contract
+
+            contract(self.keep)
 
     @property
     def alpha(self) -> float:

@@ -29,7 +29,7 @@ from dataclasses import replace as dc_replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ctxwright.compaction import archival, full, ledger, skills
+from ctxwright.compaction import archival, full, ledger, skills, survival
 from ctxwright.compaction.check import violations
 from ctxwright.compaction.clearing import clear_old_results
 from ctxwright.compaction.config import CompactionConfig
@@ -556,7 +556,13 @@ def loss_ledger(state: PassState, plan: Plan, view: list[Message]) -> dict[str, 
 
     cache = state.manager.ledger_items
     seen = ledger.Seen([s.prefix.system_prompt, *ledger.visible_parts(view)], cache.words_of)
-    return ledger.build(s.events, hidden, seen, partial(state.manager.ledger_text, s), cache)
+    out = ledger.build(s.events, hidden, seen, partial(state.manager.ledger_text, s), cache)
+    out.update(  # the declared items it hid (CompactionConfig.keep): still in view or lost
+        survival.ledger_fields(
+            state.config.keep, s.events, hidden, seen, plan.note, plan.replace, s.prefix.system_prompt
+        )
+    )
+    return out
 
 
 def run(tiers: list[Tier], state: PassState) -> list[CompactionReport]:

@@ -28,6 +28,7 @@ from types import ModuleType
 
 from ctxwright.audit.compare import MAX_OPEN_CONVERSATIONS, AuditRequest
 from ctxwright.audit.rules import (
+    compaction_lost_item,
     content_shape,
     date_in_prefix,
     mcp_rug_pull,
@@ -77,6 +78,7 @@ RULES: tuple[Rule, ...] = (
     Rule.of(tools_reordered),
     Rule.of(tool_budget, cheap=True),
     Rule.of(mcp_rug_pull),
+    Rule.of(compaction_lost_item),
 )
 BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
 

@@ -10,9 +10,9 @@ cache, and two rules reading the same change (a tool description that holds a se
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from ctxwright.audit.compare import AuditRequest, utf8
 from ctxwright.core.incremental import common_prefix_len
@@ -41,6 +41,18 @@ class Finding:
         return {"rule": self.rule, "severity": self.severity, "line": self.line, "fix": self.fix, **dict(self.details)}
 
 
+class KeepContract(Protocol):
+    """What the rule ``compaction_lost_item`` asks of a survival contract: the declared items
+    of a request's messages -- ``turns``, each (role, text with any tool-call arguments, the
+    tool a result came from, whether it reports a failure) -- that the next request no longer
+    holds (``hidden``: their indices) and none of its texts (``seen``) shows, as (kind, text,
+    index) each."""
+
+    def lost_items(
+        self, turns: Sequence[tuple[str, str, str | None, bool]], hidden: Collection[int], seen: Sequence[str]
+    ) -> list[tuple[str, str, int]]: ...
+
+
 @dataclass
 class Settings:
     """What the rules may be told (``--max-tool-tokens``) and what they may keep between two
@@ -50,6 +62,10 @@ class Settings:
     max_tool_tokens: int | None = None
     counter: TokenCounter = field(default_factory=TokenCounter)
     _tool_tokens: tuple[Sequence[Any], list[tuple[str, int]]] | None = field(default=None, repr=False)
+    #: ``--keep``: the survival contract the rule ``compaction_lost_item`` holds requests to
+    #: (``compaction/survival.py``'s ``Contract``, built by the caller: the audit does not
+    #: import the compaction layer); ``None``: nothing declared, the rule is quiet
+    keep: KeepContract | None = None
 
     def tool_tokens(self, tools: Sequence[Any]) -> list[tuple[str, int]]:
         """(name, tokens of its canonical JSON) of each tool, counted once per tool list object."""
@@ -232,6 +248,7 @@ __all__ = [
     "STRICT_DATE",
     "Change",
     "Finding",
+    "KeepContract",
     "Settings",
     "by_name",
     "changed_tools",
