@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ctxwright.backends.openai_responses import ResponsesBackend
     from ctxwright.backends.scripted import ScriptedBackend
     from ctxwright.compaction.config import CompactionConfig
+    from ctxwright.compaction.survival import Keep
     from ctxwright.core.reasoning import ReasoningPolicy
     from ctxwright.defence.gate import GateRequest
     from ctxwright.defence.policy import GatePolicy
@@ -46,6 +47,7 @@ _EXPORTS = {
     "ToolRegistry": "ctxwright.tools.registry",
     "RunResult": "ctxwright.agent.loop",
     "CompactionConfig": "ctxwright.compaction.config",
+    "Keep": "ctxwright.compaction.survival",
     "ReasoningPolicy": "ctxwright.core.reasoning",
     "OpenAIBackend": "ctxwright.backends.openai_compat",
     "ResponsesBackend": "ctxwright.backends.openai_responses",
@@ -76,6 +78,7 @@ __all__ = [
     "GateRequest",
     "GateRuleError",
     "Harness",
+    "Keep",
     "OpenAIBackend",
     "PrefixMismatch",
     "ReasoningPolicy",
