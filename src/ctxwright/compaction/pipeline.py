@@ -559,7 +559,7 @@ def loss_ledger(state: PassState, plan: Plan, view: list[Message]) -> dict[str, 
     out = ledger.build(s.events, hidden, seen, partial(state.manager.ledger_text, s), cache)
     out.update(  # the declared items it hid (CompactionConfig.keep): still in view or lost
         survival.ledger_fields(
-            state.config.keep, s.events, hidden, seen, plan.note, plan.replace, s.prefix.system_prompt
+            state.config.keep, s.events, hidden, seen, plan.note, plan.replace, s.prefix.system_prompt, cache
         )
     )
     return out

@@ -22,7 +22,8 @@ The declarations (strings, or :class:`Keep` for a named pattern):
     whose text stood in a hidden event: the plan the model wrote down must still be readable.
 ``"files"``
     the paths and file names (the ledger's ``path`` and ``file`` kinds, ``identifiers.py``) in
-    the hidden tool calls' arguments and tool results: the files the agent touched.
+    the hidden assistant turns (their tool calls' arguments included) and tool results: the
+    files the agent touched.
 ``"errors"``
     the first line of each hidden failed tool result whose tool has not succeeded since: the
     error not yet fixed.
@@ -45,13 +46,13 @@ longer holds (the named rule ``compaction_lost_item``, ``audit/rules/``).
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from ctxwright.compaction.identifiers import extract_kinds
-from ctxwright.compaction.ledger import Seen, appears
+from ctxwright.compaction.ledger import ItemCache, Seen, appears, candidate_lines
 from ctxwright.core.events import (
     AssistantEvent,
     Event,
@@ -163,16 +164,25 @@ class Contract:
         turns: Sequence[tuple[int, Turn]],
         hidden: Collection[int],
         todos: Sequence[str] = (),
+        known: Callable[[int], Sequence[tuple[str, str]] | None] | None = None,
     ) -> list[Declared]:
         """The declared items at stake when the turns at ``hidden`` are hidden: ``turns`` every
-        turn in order (by seq or index), ``todos`` the open TODO items' texts."""
+        turn in order (by seq or index), ``todos`` the open TODO items' texts, ``known`` the
+        identifiers (kind, value) of a turn when already found (the ledger's :class:`ItemCache
+        <ctxwright.compaction.ledger.ItemCache>`: scanning a large result again with every
+        pattern was most of a check's time)."""
         out: list[Declared] = []
         seen: set[tuple[str, str]] = set()
 
-        def add(kind: str, text: str, at: int) -> None:
-            if text and (kind, text) not in seen:
+        per_kind: dict[str, int] = {}
+
+        def add(kind: str, text: str, at: int) -> bool:
+            """Take the item unless it is a repeat; ``False`` once the kind has its fill."""
+            if text and (kind, text) not in seen and per_kind.get(kind, 0) < MAX_PER_KIND:
                 seen.add((kind, text))
                 out.append(Declared(kind, text, at))
+                per_kind[kind] = per_kind.get(kind, 0) + 1
+            return per_kind.get(kind, 0) < MAX_PER_KIND
 
         hidden_turns = [(at, t) for at, t in turns if at in hidden]
         if "task" in self.kinds:
@@ -181,33 +191,33 @@ class Contract:
                 add("task", clip(task[1].text), task[0])
         if "todos" in self.kinds:
             for item in todos:
-                where = next((at for at, t in hidden_turns if appears(item, _all(t))), None)
+                where = next((at for at, t in hidden_turns if appears(item, _all(t)[:SCAN_CHARS])), None)
                 if where is not None:
                     add("todos", item, where)
         if "files" in self.kinds:
-            n = 0
             for at, t in hidden_turns:
-                text = t.calls if t.role == "assistant" else t.text if t.role == "tool" else ""
-                for kind, value in extract_kinds(text[:SCAN_CHARS], limit=MAX_PER_KIND):
-                    if kind in ("path", "file") and n < MAX_PER_KIND:
-                        n += 1
-                        add("files", value, at)
+                if t.role not in ("assistant", "tool"):
+                    continue
+                found = known(at) if known is not None else None
+                if found is None:
+                    found = extract_kinds(candidate_lines(_all(t)[:SCAN_CHARS]), limit=MAX_PER_KIND)
+                if not all(add("files", value, at) for kind, value in found if kind in ("path", "file")):
+                    break
         if "errors" in self.kinds:
+            last_ok = {t.tool: i for i, (_, t) in enumerate(turns) if t.role == "tool" and not t.failed}
             for i, (at, t) in enumerate(turns):
-                if at in hidden and t.role == "tool" and t.failed and not _fixed(turns[i + 1 :], t.tool):
-                    add("errors", clip(_first_line(t.text)), at)
+                fixed = t.tool is not None and last_ok.get(t.tool, -1) > i  # the same tool succeeded since
+                if at in hidden and t.role == "tool" and t.failed and not fixed:
+                    add("errors", clip(_first_line(t.text[:SCAN_CHARS])), at)
         if "constraints" in self.kinds:
             for at, t in hidden_turns:
                 if t.role == "user":
                     for sentence in constraints(t.text):
                         add("constraints", sentence, at)
         for name, rx in self.patterns:
-            n = 0
             for at, t in hidden_turns:
-                for m in rx.finditer(_all(t)[:SCAN_CHARS]):
-                    if m.group(0).strip() and n < MAX_PER_KIND:
-                        n += 1
-                        add(name, m.group(0).strip(), at)
+                if not all(add(name, m.group(0).strip(), at) for m in rx.finditer(_all(t)[:SCAN_CHARS])):
+                    break
         return out
 
     def lost_items(
@@ -247,11 +257,6 @@ def _declaration(k: Any) -> str | Keep:
 
 def _all(t: Turn) -> str:
     return t.text if t.calls in ("", t.text) else f"{t.text}\n{t.calls}"
-
-
-def _fixed(later: Sequence[tuple[int, Turn]], tool: str | None) -> bool:
-    """Whether the same tool succeeded after a failed result: the error is then fixed."""
-    return tool is not None and any(t.role == "tool" and t.tool == tool and not t.failed for _, t in later)
 
 
 def _first_line(text: str) -> str:
@@ -323,16 +328,18 @@ def check(
     note: str = "",
     replaced: Iterable[str] = (),
     system: str = "",
+    known: Callable[[int], Sequence[tuple[str, str]] | None] | None = None,
 ) -> dict[str, Any] | None:
     """The survival record of one compaction (``None`` when nothing is declared): ``hidden``
     the event seqs it hides, ``seen`` what the model sees after it (the ledger's index),
     ``note`` its note, ``replaced`` the contents it put in place of others (summaries,
-    placeholders), ``system`` the system prompt -- to say *where* a kept item was found."""
+    placeholders), ``system`` the system prompt -- to say *where* a kept item was found;
+    ``known``: the identifiers the ledger found in an event, by seq (:meth:`Contract.items`)."""
     c = contract(keep)
     if not c:
         return None
     turns = turns_of(events, hidden)
-    found = c.items(turns, hidden, open_todos(events) if "todos" in c.kinds else ())
+    found = c.items(turns, hidden, open_todos(events) if "todos" in c.kinds else (), known)
     summaries = [r for r in replaced if r]
     marked: list[dict[str, Any]] = []
     for d in found:
@@ -376,13 +383,18 @@ def ledger_fields(
     note: tuple[int, str] | None,
     replaced: Mapping[int, str],
     system: str,
+    cache: ItemCache | None = None,
 ) -> dict[str, Any]:
     """What a compaction's ledger payload gets from the contract: ``{"survival": ...}``
     (:func:`check`), or nothing when ``keep`` declares nothing. ``note`` and ``replaced`` are
-    the plan's (``pipeline.py``)."""
+    the plan's (``pipeline.py``); ``cache`` the ledger's, holding the identifiers of every
+    event it hid."""
     if not keep:
         return {}
-    found = check(keep, events, hidden, seen, note=note[1] if note else "", replaced=replaced.values(), system=system)
+    known = cache.items.get if cache is not None else None
+    found = check(
+        keep, events, hidden, seen, note=note[1] if note else "", replaced=replaced.values(), system=system, known=known
+    )
     return {"survival": found} if found is not None else {}
 
 
