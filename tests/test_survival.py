@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 
 from ctxwright.agent.loop import Agent, AgentConfig
+from ctxwright.audit.rules import compaction_lost_item as rule
 from ctxwright.backends.scripted import ScriptedBackend, call
 from ctxwright.ci.judge import Tolerances, calls_of, judge, named_regressions
 from ctxwright.compaction import CompactionConfig, ContextManager
 from ctxwright.compaction import survival as sv
-from ctxwright.compaction.ledger import appears, visible_text
+from ctxwright.compaction.ledger import Seen, appears, visible_text
 from ctxwright.compaction.summarizer import Summarizer
-from ctxwright.core.events import BudgetRecord, CompactionEvent
+from ctxwright.core.events import BudgetRecord, CompactionEvent, TodoEvent, TodoItem
 from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
@@ -177,6 +178,57 @@ def test_files_errors_and_patterns_are_taken_from_what_was_hidden():
     # only what the compaction hid is at stake
     assert {d.text for d in c.items(turns, {5})} == {"PROJ-4822"}
     assert sv.clip("word " * 100).endswith("word") and len(sv.clip("word " * 100)) <= sv.MAX_TEXT
+
+
+def test_open_todo_items_a_compaction_hid_are_checked_and_done_ones_are_not():
+    s = Session.start(Prefix.build("sys"))
+    s.add_user("Ship the release.")
+    c = ToolCall("t1", "rewrite_todo_list", '{"items": ["bump the version", "tag v2.1.0", "write the notes"]}')
+    s.add_assistant(A(c))
+    s.add_tool_result(c.id, "[x] 1. bump the version; [ ] 2. tag v2.1.0; [>] 3. write the notes", tool_name="todo")
+    s.append(
+        TodoEvent(
+            items=(
+                TodoItem(1, "bump the version", "completed"),
+                TodoItem(2, "tag v2.1.0", "pending"),
+                TodoItem(3, "write the notes", "in_progress"),
+            ),
+            next_id=4,
+        )
+    )
+    hidden = {1, 2}
+    seen = Seen(["sys", "Ship the release.", "[ctxwright: 2 earlier message(s) were removed]", "next: write the notes"])
+    found = sv.check(["todos"], s.events, hidden, seen)
+    assert found is not None
+    assert {(i["text"], i["kept"]) for i in found["items"]} == {("tag v2.1.0", False), ("write the notes", True)}
+
+
+def test_the_request_reader_takes_errors_and_tools_from_anthropic_and_responses_shapes():
+    anthropic = [
+        {"role": "user", "content": [{"type": "text", "text": "Fix the build."}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "tu1", "name": "make", "input": {"target": "all"}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "tu1", "is_error": True, "content": "cc: no such file"}],
+        },
+    ]
+    responses = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Fix the build."}]},
+        {"type": "function_call", "call_id": "fc1", "name": "make", "arguments": '{"target": "src/app.c"}'},
+        {"type": "function_call_output", "call_id": "fc1", "output": "Error: src/app.c:3: syntax error"},
+    ]
+    assert rule.turns_of(anthropic)[2] == ("tool", "cc: no such file", "make", True)
+    assert rule.turns_of(responses)[1][0] == "assistant" and "src/app.c" in rule.turns_of(responses)[1][1]
+    assert rule.turns_of(responses)[2] == ("tool", "Error: src/app.c:3: syntax error", "make", True)
+    c = sv.contract(["errors", "files"])
+    lost = c.lost_items(rule.turns_of(responses), {1, 2}, ["Fix the build."])
+    assert ("errors", "Error: src/app.c:3: syntax error", 2) in lost and ("files", "src/app.c", 1) in lost
+    # the same request with a later success of the tool: the error is fixed, not at stake
+    fixed = [*responses, {"type": "function_call_output", "call_id": "fc1", "output": "built"}]
+    assert [k for k, *_ in c.lost_items(rule.turns_of(fixed), {1, 2}, ["Fix the build."])] == ["files"]
 
 
 def test_bad_declarations_fail_when_configured_and_a_recorded_keep_resumes():
