@@ -11,9 +11,11 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
 from ctxwright.agent.loop import Agent, AgentConfig
@@ -31,6 +33,7 @@ from ctxwright.core.session import Session
 from ctxwright.core.tokens import TokenCounter, estimate_tokens
 from ctxwright.recipe.resolve import compaction_from_dict, compaction_to_dict
 from ctxwright.store.sessions import Store
+from ctxwright.testing import gate
 from ctxwright.tools.registry import ToolRegistry, tool
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,6 +268,32 @@ def test_the_gate_rule_fails_a_run_that_drops_a_declared_item_and_passes_one_tha
     assert judge(lost, lost, tolerances=keep).exit_code == 1
     assert named_regressions(kept, kept, keep) == []
     assert named_regressions(lost, lost, Tolerances()) == []  # nothing declared: the rule is quiet
+
+
+def test_the_pytest_gate_fails_an_sdk_agent_that_drops_a_declared_item(tmp_path: Path):
+    doc = json.loads((RULES / "fires.json").read_text())
+    answer = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "gpt-4.1",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11},
+    }
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text(
+        "".join(json.dumps({"request": doc[k], "response": answer}) + "\n" for k in ("previous", "current"))
+    )
+
+    def agent(env: Mapping[str, str]) -> None:
+        client = openai.OpenAI(base_url=env["OPENAI_BASE_URL"], api_key=env["OPENAI_API_KEY"], max_retries=0)
+        for k in ("previous", "current"):
+            client.chat.completions.create(**doc[k])
+
+    assert gate(golden, agent).exit_code == 0  # nothing declared: the same run passes
+    with pytest.raises(AssertionError, match=r"compaction_lost_item: .*'Never edit setup\.py\.'"):
+        gate(golden, agent, keep=["constraints"])
+    with pytest.raises(ValueError, match="neither a kind"):
+        gate(golden, agent, keep=["(("])
 
 
 @pytest.mark.slow

@@ -56,12 +56,13 @@ def gate(
     env: Mapping[str, str] | None = None,
     resume_after: int | None = None,
     then: Sequence[str] | Callable[[Mapping[str, str]], object] | None = None,
+    keep: Sequence[str] = (),
 ) -> GateResult:
     """Replay ``golden`` to ``agent`` and assert the gate passes (see the module docstring).
 
     ``golden`` is a trace file; or ``None`` with ``proxy_session=`` / ``session=`` (and the
-    ``store=`` database they are in). The tolerances and ``prices`` (a TOML prices file) are
-    ``ctxwright gate``'s flags."""
+    ``store=`` database they are in). The tolerances, ``prices`` (a TOML prices file) and
+    ``keep`` (the survival contract, ``--keep``) are ``ctxwright gate``'s flags."""
     g = load_golden(
         golden,
         proxy_session=proxy_session,
@@ -71,7 +72,7 @@ def gate(
     result = run_gate(
         g,
         agent,
-        tolerances=Tolerances(max_reuse_drop, max_token_increase, max_cost_increase),
+        tolerances=Tolerances(max_reuse_drop, max_token_increase, max_cost_increase, keep=tuple(keep)),
         pricing=pricing_of(str(prices) if prices is not None else None),
         on_divergence=on_divergence,
         timeout=timeout,

@@ -96,6 +96,10 @@ class Tolerances:
     #: declarations of ``CompactionConfig(keep=...)`` (``compaction/survival.py``); empty: none
     keep: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if self.keep:  # a bad declaration is said before the agent runs, not after
+            contract(self.keep)
+
 
 @dataclass(frozen=True)
 class Call:
