@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ctxwright.backends.openai_responses import ResponsesBackend
     from ctxwright.backends.scripted import ScriptedBackend
     from ctxwright.compaction.config import CompactionConfig
+    from ctxwright.compaction.hooks import CompactionHooks, PlanEdit, PlanView, Veto
     from ctxwright.compaction.survival import Keep
     from ctxwright.core.reasoning import ReasoningPolicy
     from ctxwright.defence.gate import GateRequest
@@ -47,6 +48,10 @@ _EXPORTS = {
     "ToolRegistry": "ctxwright.tools.registry",
     "RunResult": "ctxwright.agent.loop",
     "CompactionConfig": "ctxwright.compaction.config",
+    "CompactionHooks": "ctxwright.compaction.hooks",
+    "PlanEdit": "ctxwright.compaction.hooks",
+    "PlanView": "ctxwright.compaction.hooks",
+    "Veto": "ctxwright.compaction.hooks",
     "Keep": "ctxwright.compaction.survival",
     "ReasoningPolicy": "ctxwright.core.reasoning",
     "OpenAIBackend": "ctxwright.backends.openai_compat",
@@ -69,6 +74,7 @@ __all__ = [
     "BackendError",
     "BackendUnavailable",
     "CompactionConfig",
+    "CompactionHooks",
     "ConfigError",
     "Context",
     "ContextWindowExceeded",
@@ -80,6 +86,8 @@ __all__ = [
     "Harness",
     "Keep",
     "OpenAIBackend",
+    "PlanEdit",
+    "PlanView",
     "PrefixMismatch",
     "ReasoningPolicy",
     "ResponsesBackend",
@@ -88,6 +96,7 @@ __all__ = [
     "SessionNotFound",
     "Tool",
     "ToolRegistry",
+    "Veto",
     "__version__",
     "tool",
 ]

@@ -52,6 +52,7 @@ from ctxwright.audit.live import LiveRequests, audit_record, past_requests
 from ctxwright.backends.base import Backend
 from ctxwright.cache.prices import Pricing
 from ctxwright.compaction import CompactionConfig, CompactionReport, ContextManager
+from ctxwright.compaction.hooks import CompactionHooks
 from ctxwright.compaction.recall import RECALL_TOOL, Recall
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.core.events import AssistantEvent, ToolEvent
@@ -121,6 +122,8 @@ class ContextConfig:
     #: the compaction layers (budget, noise, clearing, trim); ``None`` or ``enabled=False``
     #: sends the trajectory as recorded, with only the plain ``max_result_chars`` cap
     compaction: CompactionConfig | None = field(default_factory=CompactionConfig)
+    #: the user's compaction hooks (``compaction/hooks.py``): callables, so never recorded
+    compaction_hooks: CompactionHooks | None = None
     #: the defence level's features (``defence/levels.py``): marking and the sanitizer are
     #: applied to untrusted results where they are recorded (``defence/record.py``)
     defence: Features = field(default_factory=features)
@@ -302,6 +305,7 @@ class Context:
             if reader is not None:  # the registry's read_result tool pages this session's results
                 self.compaction.reader = reader
             self.compaction.on_event = self.on_event  # the notice before a deep compaction
+            self.compaction.hooks = self.config.compaction_hooks
             recall = _recall_in(tools)
             if recall is not None:  # the registry's recall tool searches this session's hidden events
                 self.compaction.recall = recall

@@ -311,6 +311,7 @@ def context_config(recipe: Recipe, d: BackendDefaults) -> ContextConfig:
         timestamps=recipe.timestamps,
         keep_warm=recipe.keep_warm,
         compaction=_priced(recipe.compaction.config, recipe.status.cache_price_ratio),
+        compaction_hooks=recipe.runtime.compaction_hooks,
         defence=recipe.defence.features,
     )
 

@@ -49,6 +49,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ctxwright.agent.progress import AssistantReply, Compacted, GateDecided
+from ctxwright.compaction.hooks import CompactionHookWarning
 from ctxwright.core.progress import (
     BackendFailed,
     CompactionAhead,
@@ -407,6 +408,10 @@ class RunPrinter:
     @_on.register
     def _(self, event: SkillsCatalog) -> None:
         self.out.print(Text("skills  " + ", ".join(event.names), style="dim"), soft_wrap=True)
+
+    @_on.register
+    def _(self, event: CompactionHookWarning) -> None:
+        self.err.print(_literal("compaction hook", "yellow", " ", event.message), soft_wrap=True)
 
     @_on.register
     def _(self, event: McpWarning) -> None:

@@ -13,7 +13,8 @@ One module per rule or layer:
 * last resort -- :mod:`.trim` (drop the oldest whole units when nothing else fits);
 * :mod:`.pipeline` lists the layers as tiers in the order they run (``tiers_for``, from
   :class:`CompactionConfig`) and holds the one step that checks, records and measures each;
-  :mod:`.manager` runs that list before each model call.
+  :mod:`.manager` runs that list before each model call; :mod:`.hooks` lets the user's
+  ``before_compaction`` veto or edit a plan and ``after_compaction`` read its report, bounded.
 
 Every layer records a ``compaction`` event; nothing already stored is ever edited.
 """

@@ -34,6 +34,7 @@ from ctxwright.compaction.breaker import CircuitBreaker
 from ctxwright.compaction.budget import apply_budget, offload_of, sanitize, text_sha256
 from ctxwright.compaction.compress import Earlier, names_in
 from ctxwright.compaction.config import CompactionConfig
+from ctxwright.compaction.hooks import CompactionHooks
 from ctxwright.compaction.ledger import ItemCache
 from ctxwright.compaction.noise import repeat_marker, salient_terms
 from ctxwright.compaction.offload import ResultFiles
@@ -101,6 +102,8 @@ class ContextManager:
     _round_session: Session | None = None
     #: the first event seq :attr:`ledger_items` has not scanned yet
     _ledger_scanned: int = 0
+    #: the user's ``before_compaction``/``after_compaction`` hooks (``hooks.py``); never stored
+    hooks: CompactionHooks | None = None
 
     @classmethod
     def for_backend(

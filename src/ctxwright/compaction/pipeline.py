@@ -29,7 +29,7 @@ from dataclasses import replace as dc_replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ctxwright.compaction import archival, full, ledger, skills, survival
+from ctxwright.compaction import archival, full, hooks, ledger, skills, survival
 from ctxwright.compaction.check import violations
 from ctxwright.compaction.clearing import clear_old_results
 from ctxwright.compaction.config import CompactionConfig
@@ -40,12 +40,13 @@ from ctxwright.compaction.strategies import COMPRESSED, NewResult, compress_one
 from ctxwright.compaction.trim import note_text, plan_trim
 from ctxwright.core.events import AssistantEvent, CompactionEvent, CompactionNote, ToolEvent, UserEvent
 from ctxwright.core.messages import Message
-from ctxwright.core.progress import CompactionAhead
+from ctxwright.core.progress import TO_DICT, CompactionAhead
 from ctxwright.core.render import render
 
 if TYPE_CHECKING:
     from ctxwright.compaction.breaker import CircuitBreaker
-    from ctxwright.compaction.ledger import ItemCache
+    from ctxwright.compaction.hooks import CompactionHooks
+    from ctxwright.compaction.ledger import ItemCache, Ledger
     from ctxwright.compaction.strategies import StrategyContext
     from ctxwright.compaction.summarizer import Summarizer
     from ctxwright.core.progress import EventSink
@@ -70,6 +71,9 @@ class CompactionReport:
     #: reports reach ``on_event`` after every tier ran, and a trace places each in time
     started_at: float | None = None
     ended_at: float | None = None
+    #: what the compaction hid and which of its identifiers are still in view (``ledger.py``,
+    #: read from the recorded event); what an ``after_compaction`` hook reads (``hooks.py``)
+    ledger: Ledger | None = field(default=None, metadata={TO_DICT: False})
 
 
 @dataclass
@@ -114,6 +118,9 @@ class Compactor(Protocol):
 
     @property
     def on_event(self) -> EventSink: ...
+
+    @property
+    def hooks(self) -> CompactionHooks | None: ...
 
     @property
     def effective_window(self) -> int: ...
@@ -499,19 +506,31 @@ def notify(state: PassState, layer: str, hidden: list[int], stage: int = 0) -> N
     )
 
 
-def apply(state: PassState, tier: Tier, plan: Plan) -> CompactionReport:
-    """Check, record, measure, report: the end of every tier.
-
-    A plan whose view breaks an invariant is a bug in ctxwright: it raises before anything is
-    recorded (the session stays as it was, resumable) and before any request is sent."""
+def check(state: PassState, layer: str, plan: Plan) -> tuple[list[Message], list[str]]:
+    """The view ``plan`` would produce and what is wrong with it (empty: a valid request)."""
     s = state.session
-    view = preview(s, tier.layer, plan)
+    view = preview(s, layer, plan)
     bad = violations([m for _, m in s.recorded_messages()], view, catalog_messages(s.events))
     lost = skills.lost_skills(s.events, s.trajectory(), view)
     if lost:
         bad.append(
             f"the instructions of skill(s) {', '.join(lost)} would be dropped without being re-attached or named"
         )
+    return view, bad
+
+
+def apply(state: PassState, tier: Tier, plan: Plan) -> CompactionReport | None:
+    """The user's ``before_compaction`` hook, then check, record, measure, report, and the
+    ``after_compaction`` hook: the end of every tier. ``None``: the hook vetoed the plan
+    (``hooks.py`` recorded that; nothing else is).
+
+    A plan whose view breaks an invariant is a bug in ctxwright: it raises before anything is
+    recorded (the session stays as it was, resumable) and before any request is sent."""
+    reviewed = hooks.run_before(state, tier, plan, partial(check, state, tier.layer))
+    if reviewed is None:
+        return None
+    plan, s = reviewed, state.session
+    view, bad = check(state, tier.layer, plan)
     if bad:
         raise AssertionError(
             f"ctxwright compaction tier {tier.name!r} would produce an invalid context (nothing recorded): "
@@ -542,9 +561,11 @@ def apply(state: PassState, tier: Tier, plan: Plan) -> CompactionReport:
         state.decision,
         kind=tier.layer,
         ended_at=time.time(),
+        ledger=ledger.read(ev),
     )
     state.manager.last_compaction_call = state.call_index
     state.tokens = after
+    hooks.run_after(state, tier, report)
     return report
 
 
@@ -577,6 +598,7 @@ def run(tiers: list[Tier], state: PassState) -> list[CompactionReport]:
         plan = tier.plan(state)
         if plan is not None:
             report = apply(state, tier, plan)
-            report.started_at = started  # planning included: an LLM summary is written there
-            reports.append(report)
+            if report is not None:  # None: vetoed by the user's hook (hooks.py)
+                report.started_at = started  # planning included: an LLM summary is written there
+                reports.append(report)
     return reports

@@ -837,6 +837,76 @@ class GateEvent(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class HookEvent(Event):
+    """One call of a user's compaction hook (``compaction/hooks.py``): ``hook`` is
+    ``before_compaction`` or ``after_compaction``, ``tier`` the tier it was called for, and
+    ``decision`` what came of it -- ``ok``, ``vetoed``, ``edited`` (``kept``: the seqs the hook
+    took out of the plan, which stay in view), ``noted`` (``note``: the text added to the
+    compaction note), ``overridden`` (a veto or edit not honoured because the request was over
+    the window), ``refused`` (an edit that broke an invariant: the plan applied as planned),
+    ``failed`` (the hook raised or returned something else), ``timeout`` (it did not return
+    within its timeout; its thread was left behind) or ``skipped`` (earlier calls still hang).
+    ``reason`` says why, credentials removed (``core/redact.py``). Not a message: the renderer
+    skips it; recorded so a resumed or replayed session shows who changed its compactions."""
+
+    KIND: ClassVar[str] = "compaction_hook"
+    KNOWN: ClassVar[frozenset[str]] = frozenset(
+        {"hook", "tier", "layer", "decision", "call_index", "duration_ms", "kept", "note", "reason", "compaction_seq"}
+    )
+
+    hook: str
+    tier: str
+    decision: str
+    layer: str = ""
+    call_index: int | None = None
+    duration_ms: float = 0.0
+    kept: tuple[int, ...] = ()
+    note: str | None = None
+    reason: str = ""
+    #: the ``compaction`` event an ``after_compaction`` call saw
+    compaction_seq: int | None = None
+
+    def _fields_payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "hook": self.hook,
+            "tier": self.tier,
+            "layer": self.layer,
+            "decision": self.decision,
+            "duration_ms": self.duration_ms,
+        }
+        _put(out, "call_index", self.call_index)
+        if self.kept:
+            out["kept"] = list(self.kept)
+        _put(out, "note", self.note)
+        if self.reason:
+            out["reason"] = self.reason
+        _put(out, "compaction_seq", self.compaction_seq)
+        return out
+
+    @classmethod
+    def _parse(cls, p: Mapping[str, Any], *, seq: int, created_at: float) -> HookEvent:
+        w = _where(cls.KIND, seq)
+        kept = p.get("kept") or []
+        if not isinstance(kept, list):
+            raise EventFormatError(f"{w}: 'kept' must be a list of event seqs")
+        return cls(
+            seq=seq,
+            created_at=created_at,
+            hook=_str(p, "hook", w) or "",
+            tier=_str(p, "tier", w) or "",
+            layer=_str(p, "layer", w) or "",
+            decision=_str(p, "decision", w) or "",
+            call_index=_int(p, "call_index", w),
+            duration_ms=_float(p, "duration_ms", w) or 0.0,
+            kept=tuple(_seq_named(s, w, "kept") for s in kept),
+            note=_str(p, "note", w),
+            reason=_str(p, "reason", w) or "",
+            compaction_seq=_int(p, "compaction_seq", w),
+            extra=_extra(p, cls.KNOWN),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class UnknownEvent(Event):
     """An event of a kind this build does not know, kept verbatim (a newer writer's)."""
 
@@ -864,6 +934,7 @@ KINDS: dict[str, type[Event]] = {
         SummaryFailedEvent,
         TodoEvent,
         GateEvent,
+        HookEvent,
     )
 }
 

@@ -19,6 +19,7 @@ from ctxwright.backends.base import Backend
 from ctxwright.cache.prices import PriceTable
 from ctxwright.compaction import CompactionConfig
 from ctxwright.compaction.config import POLICIES
+from ctxwright.compaction.hooks import CompactionHooks
 from ctxwright.compaction.strategies import STRATEGIES
 from ctxwright.core.reasoning import REASONING_MODES, ReasoningPolicy
 from ctxwright.core.repeats import DEFAULT_MAX_REPEATS
@@ -1066,6 +1067,19 @@ class RuntimeOptions:
         thing that happens -- a user message, a model call, a tool start and result, a retry, a streamed
         token...; every type and its fields: ``docs/events.md``. A sub-agent's events come with
         ``event.child``, its session id.""",
+    )
+    compaction_hooks: CompactionHooks | None = opt(
+        keyword="compaction_hooks",
+        accepts="CompactionHooks | None",
+        record="never",
+        default_text="none",
+        help="""``CompactionHooks(before=..., after=..., timeout_s=5.0)``: ``before(plan)`` sees each plan a
+        compaction tier is about to apply (a read-only ``PlanView``) and may veto it (return or raise
+        ``Veto``), keep events out of it or add to its note (return ``PlanEdit``); ``after(report)`` sees
+        each recorded compaction's report and loss ledger. Each call runs in a worker thread bounded by
+        ``timeout_s`` and is recorded as a ``compaction_hook`` event; a hook that raises or hangs is
+        reported and the compaction goes on as planned (``compaction/hooks.py``, ``docs/compaction.md``).
+        Not recorded: give them again on resume.""",
     )
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ctxwright.compaction import CompactionConfig
+from ctxwright.compaction.hooks import CompactionHooks
 from ctxwright.core.reasoning import ReasoningMode, ReasoningPolicy
 from ctxwright.core.redact import redact
 from ctxwright.defence.levels import Features
@@ -189,12 +190,24 @@ def resolve(given: Mapping[str, Any], recorded: Mapping[str, Any] | None, defaul
             take_over=bool(src.g("take_over")),
             on_event=src.g("on_event"),
             prices=src.g("prices"),
+            compaction_hooks=_compaction_hooks(src.g("compaction_hooks")),
         ),
     )
     from ctxwright.recipe.values import check_values
 
     check_values(recipe, given)
     return recipe
+
+
+def _compaction_hooks(value: Any) -> CompactionHooks | None:
+    """Hooks are called mid-run from a worker thread: anything but ``CompactionHooks`` is
+    refused now, not when the first compaction would call it."""
+    if value is None or isinstance(value, CompactionHooks):
+        return value
+    raise ConfigError(
+        f"compaction_hooks={type(value).__name__}: give CompactionHooks(before=..., after=...) "
+        "(ctxwright.compaction.hooks)"
+    )
 
 
 def _str_or_none(value: Any) -> str | None:
