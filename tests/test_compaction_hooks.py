@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from ctxwright import CompactionHooks, ConfigError, Harness, PlanEdit, PlanView, ScriptedBackend, Veto, tool
+from ctxwright.agent.progress import Compacted
 from ctxwright.backends.scripted import call
 from ctxwright.compaction import CompactionConfig
 from ctxwright.compaction.hooks import CompactionHookWarning
@@ -96,6 +97,7 @@ def test_a_veto_stops_the_compaction(tmp_path):
         # the plan the hook saw: what the tier would hide, and the tokens it would free
         plan = seen[0]
         assert plan.tier == "trim" and plan.seqs and plan.tokens_after < plan.tokens_before <= plan.window
+        assert plan.session_id == h.session_id
         assert set(plan.messages) == set(plan.drop) and plan.note and "removed" in plan.note
         assert {seen_plan.tier for seen_plan in seen} == {"trim", "clearing"}
         with pytest.raises(TypeError):
@@ -205,8 +207,16 @@ def test_a_hook_that_hangs_is_cut_off_and_the_run_goes_on(tmp_path):
 
 def test_after_compaction_sees_the_ledger(tmp_path):
     reports: list[CompactionReport] = []
-    with _harness(tmp_path, CompactionHooks(after=reports.append)) as h:
+
+    def after(report: CompactionReport) -> None:
+        reports.append(report)
+        report.kind = "changed by the hook"  # its own copy: the loop's report stays as it was
+
+    progress: list[ProgressEvent] = []
+    with _harness(tmp_path, CompactionHooks(after=after), on_event=progress.append) as h:
         h.run("read the pages")
+        shown = [e.report for e in progress if isinstance(e, Compacted)]
+        assert shown and all(r.kind in ("clearing", "trim") and r.ledger is not None for r in shown)
         comps = _compactions(h)
         assert comps and [r.event_seq for r in reports] == [c.seq for c in comps]
         for report, comp in zip(reports, comps, strict=True):

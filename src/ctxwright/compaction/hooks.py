@@ -32,6 +32,7 @@ while the loop waits, and must not touch the session.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import threading
 import time
@@ -95,12 +96,14 @@ class PlanEdit:
 
 @dataclass(frozen=True)
 class PlanView:
-    """What a tier is about to apply, read-only: ``tier`` (its name, e.g. ``clearing``,
-    ``full_stage1``) and ``layer`` (the recorded event's), the events it would ``replace``
-    (seq -> new content) and ``drop``, their ``messages`` as recorded, the compaction
-    ``note`` it would show, and the request's tokens now and (estimated) after it, against
-    the effective ``window``."""
+    """What a tier is about to apply, read-only: in session ``session_id`` (a sub-agent's
+    own, ``delegate``: it runs its parent's hooks) before call ``call_index``, ``tier`` (its
+    name, e.g. ``clearing``, ``full_stage1``) and ``layer`` (the recorded event's), the
+    events it would ``replace`` (seq -> new content) and ``drop``, their ``messages`` as
+    recorded, the compaction ``note`` it would show, and the request's tokens now and
+    (estimated) after it, against the effective ``window``."""
 
+    session_id: str
     tier: str
     layer: str
     call_index: int
@@ -289,6 +292,7 @@ def _view(state: _State, tier: _Tier, plan: _Plan, view: list[Message]) -> PlanV
     events = [s.events[seq] for seq in sorted(hidden)]
     messages = {ev.seq: ev.message for ev in events if isinstance(ev, MessageEvent)}
     return PlanView(
+        session_id=s.id,
         tier=tier.name,
         layer=tier.layer,
         call_index=state.call_index,
@@ -388,7 +392,7 @@ def run_after(state: _State, tier: _Tier, report: _Report) -> None:
     hooks = state.manager.hooks
     if hooks is None or hooks.after is None:
         return
-    outcome = _call(hooks, hooks.after, report)
+    outcome = _call(hooks, hooks.after, copy.copy(report))  # the loop's own report stays as it is
     hook = "after_compaction"
     if outcome.status == "returned":
         _record(state, tier, hook, "ok", outcome.ms, compaction_seq=report.event_seq)
