@@ -31,6 +31,7 @@ from ctxwright.core.messages import Message, ToolCall
 from ctxwright.core.prefix import Prefix
 from ctxwright.core.session import Session
 from ctxwright.core.tokens import TokenCounter, estimate_tokens
+from ctxwright.defence.marking import wrap
 from ctxwright.recipe.resolve import compaction_from_dict, compaction_to_dict
 from ctxwright.store.sessions import Store
 from ctxwright.testing import gate
@@ -168,14 +169,16 @@ def test_files_errors_and_patterns_are_taken_from_what_was_hidden():
         (2, sv.Turn("tool", "Error: tests failed in tests/test_main.py", tool="run_tests", failed=True)),
         (3, sv.Turn("tool", "Traceback: lint failed", tool="lint", failed=True)),
         (4, sv.Turn("tool", "all green", tool="lint")),  # lint succeeded since: its error is fixed
+        (6, sv.Turn("tool", wrap("fetch", "f1", "404 Not Found\nno page"), tool="fetch", failed=True)),
         (5, sv.Turn("user", "Go on, see PROJ-4822.")),
     ]
     c = sv.contract(["files", "errors", sv.Keep("ticket", r"PROJ-\d+")])
-    got = {(d.kind, d.text) for d in c.items(turns, {1, 2, 3, 5})}
+    got = {(d.kind, d.text) for d in c.items(turns, {1, 2, 3, 5, 6})}
     assert got == {
         ("files", "src/app/main.py"),
         ("files", "tests/test_main.py"),
         ("errors", "Error: tests failed in tests/test_main.py"),
+        ("errors", "404 Not Found"),  # an untrusted result's first line inside its wrapper
         ("ticket", "PROJ-4822"),
     }
     # only what the compaction hid is at stake

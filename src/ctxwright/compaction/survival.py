@@ -61,6 +61,7 @@ from ctxwright.core.events import (
     ToolEvent,
     UserEvent,
 )
+from ctxwright.defence.marking import TAG, unwrap
 
 VERSION = 1
 #: the built-in kinds, in the order a report lists them
@@ -80,6 +81,9 @@ CONSTRAINT = re.compile(
     r"should(?:n't| not)|no longer|at most|at least)\b",
     re.IGNORECASE,
 )
+#: what the path pattern reads in the closing tag of an untrusted result's wrapper
+#: (``defence/marking.py``): on every such result, and no file
+_WRAPPER_END = f"/{TAG}"
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _LIST_MARK = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 
@@ -201,14 +205,15 @@ class Contract:
                 found = known(at) if known is not None else None
                 if found is None:
                     found = extract_kinds(candidate_lines(_all(t)[:SCAN_CHARS]), limit=MAX_PER_KIND)
-                if not all(add("files", value, at) for kind, value in found if kind in ("path", "file")):
+                paths = (v for k, v in found if k in ("path", "file") and v != _WRAPPER_END)
+                if not all(add("files", value, at) for value in paths):
                     break
         if "errors" in self.kinds:
             last_ok = {t.tool: i for i, (_, t) in enumerate(turns) if t.role == "tool" and not t.failed}
             for i, (at, t) in enumerate(turns):
                 fixed = t.tool is not None and last_ok.get(t.tool, -1) > i  # the same tool succeeded since
                 if at in hidden and t.role == "tool" and t.failed and not fixed:
-                    add("errors", clip(_first_line(t.text[:SCAN_CHARS])), at)
+                    add("errors", clip(_first_line(t.text)), at)
         if "constraints" in self.kinds:
             for at, t in hidden_turns:
                 if t.role == "user":
@@ -260,7 +265,11 @@ def _all(t: Turn) -> str:
 
 
 def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+    """The first line with text of a result, inside its ``<external_content>`` wrapper when it
+    has one (``defence/marking.py``: the wrapper's tag is on every untrusted result)."""
+    inner = unwrap(text)
+    body = inner[2] if inner is not None else text
+    return next((line.strip() for line in body.splitlines() if line.strip()), "")
 
 
 def clip(text: str) -> str:
