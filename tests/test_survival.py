@@ -227,6 +227,14 @@ def test_the_request_reader_takes_errors_and_tools_from_anthropic_and_responses_
         {"type": "function_call_output", "call_id": "fc1", "output": "Error: src/app.c:3: syntax error"},
     ]
     assert rule.turns_of(anthropic)[2] == ("tool", "cc: no such file", "make", True)
+    wrapped = [
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "a", "type": "function", "function": {"name": "make", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "a", "content": wrap("make", "a", "Error: no rule to make target")},
+    ]
+    assert rule.turns_of(wrapped)[1][2:] == ("make", True)  # read inside ctxwright's wrapper
     assert rule.turns_of(responses)[1][0] == "assistant" and "src/app.c" in rule.turns_of(responses)[1][1]
     assert rule.turns_of(responses)[2] == ("tool", "Error: src/app.c:3: syntax error", "make", True)
     c = sv.contract(["errors", "files"])

@@ -17,7 +17,8 @@ of those messages (``compaction/survival.py``: the task, files, errors not fixed
 constraints, custom patterns; not TODO items, which live in a session, not in a request)
 must each still stand verbatim somewhere in the current request -- its system prompt or any
 message, a summary included. A tool result counts as failed when the Anthropic block says
-``is_error`` or its text starts with error, exception, traceback, fatal or failed.
+``is_error`` or its text (inside ctxwright's ``<external_content>`` wrapper, when it has one)
+starts with error, exception, traceback, fatal or failed.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ctxwright.audit.compare import AuditRequest
 from ctxwright.audit.rules.base import Finding, Settings
 from ctxwright.audit.rules.reminder_moved import texts
 from ctxwright.core.messages import canonical_json
+from ctxwright.defence.marking import unwrap
 
 name = "compaction_lost_item"
 fix = "carry the item across the compaction: keep its message, pin it, or quote it verbatim in the summary"
@@ -101,7 +103,7 @@ def turns_of(messages: Sequence[Any]) -> list[tuple[str, str, str | None, bool]]
         if kind == "function_call_output":
             output = m.get("output")
             text = output if isinstance(output, str) else "\n".join(texts({"content": output}))
-            out.append(("tool", text, names.get(str(m.get("call_id"))), bool(_FAILED.match(text))))
+            out.append(("tool", text, names.get(str(m.get("call_id"))), _failed(text)))
             continue
         body = "\n".join(texts(m))
         content = m.get("content")
@@ -109,13 +111,20 @@ def turns_of(messages: Sequence[Any]) -> list[tuple[str, str, str | None, bool]]
         results = [b for b in blocks if isinstance(b, Mapping) and b.get("type") == "tool_result"]
         if m.get("role") == "tool" or results:
             ref = m.get("tool_call_id") or (results[0].get("tool_use_id") if results else None)
-            failed = any(b.get("is_error") is True for b in results) or bool(_FAILED.match(body))
+            failed = any(b.get("is_error") is True for b in results) or _failed(body)
             out.append(("tool", body, names.get(str(ref)), failed))
             continue
         calls = "\n".join(f"{tool} {args}" for _cid, tool, args in _calls(m))
         role = "assistant" if kind == "function_call" else str(m.get("role") or "")
         out.append((role, f"{body}\n{calls}" if body and calls else body or calls, None, False))
     return out
+
+
+def _failed(text: str) -> bool:
+    """Whether a result's text reports a failure: its start, inside the ``<external_content>``
+    wrapper ctxwright puts around an untrusted result (``defence/marking.py``)."""
+    inner = unwrap(text)
+    return bool(_FAILED.match(inner[2] if inner is not None else text))
 
 
 def _calls(m: Any) -> list[tuple[str, str, str]]:
