@@ -20,6 +20,7 @@ from ctxwright.core.events import (
     GateEvent,
     HookEvent,
     Offload,
+    ProviderCompactionEvent,
     StatusEvent,
     SummaryFailedEvent,
     TodoEvent,
@@ -109,6 +110,15 @@ EXAMPLES: list[Event] = [
         kept=(3, 4),
         note="keep the freeze",
         reason="",
+    ),
+    ProviderCompactionEvent(
+        seq=20,
+        created_at=21.0,
+        provider="openai-responses",
+        edit="compaction",
+        call_index=4,
+        item={"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAA.sig"},
+        score={"kept": 1, "lost": 0, "items": [{"kind": "ticket", "value": "REC-1", "how": "answered"}]},
     ),
     UnknownEvent(seq=8, created_at=9.0, name="thought", payload={"text": "from a newer writer", "n": [1]}),
 ]

@@ -40,6 +40,30 @@ streaming, extended thinking):
   ``thinking_delta`` then ``signature_delta``) / ``content_block_stop``, ``message_delta`` (stop
   reason and usage), ``message_stop``.
 
+* **Context management** (platform.claude.com "Context editing", "Compaction"; the shapes are
+  the SDK's ``BetaContextManagementConfigParam``): ``context_management: {"edits": [...]}``
+  needs the beta header of each edit it holds (``context-management-2025-06-27`` for
+  ``clear_tool_uses_20250919`` and ``clear_thinking_20251015``, ``compact-2026-01-12`` for
+  ``compact_20260112``), else 400; an unknown edit type, a malformed trigger/keep/clear_at_least,
+  ``clear_thinking_20251015`` not first when combined, or a compaction trigger under 50,000
+  tokens is a 400. Applied in that order, on what the model reads (the client keeps its
+  history as it is): every block before the newest ``compaction`` block is dropped (its
+  signature must be this server's); ``clear_thinking`` keeps the thinking of the newest
+  ``keep.value`` assistant turns (default 1; ``"all"`` keeps every one); ``clear_tool_uses``,
+  once the prompt reaches its trigger (``input_tokens``, default 100,000, or ``tool_uses``),
+  replaces the result of every tool use but the newest ``keep.value`` (default 3) with
+  :data:`CLEARED`, oldest first, tools in ``exclude_tools`` never, their inputs too with
+  ``clear_tool_inputs`` -- unless that clears fewer than ``clear_at_least`` tokens;
+  ``compact_20260112``, once the prompt reaches its trigger (default 150,000), summarises the
+  conversation into a ``compaction`` block sent first in the reply, and the model then reads
+  that block and the request's last user message. The summary is this simulator's documented
+  behaviour, not a model's: every user text verbatim, then per tool use its name and the first
+  line of its result (:func:`summarise`). The reply carries ``context_management:
+  {"applied_edits": [{type, cleared_tool_uses | cleared_thinking_turns,
+  cleared_input_tokens}]}``, and a compaction adds ``usage.iterations`` (the compaction pass,
+  then the message; the top-level usage is the message's). The cache is read and written on
+  what the model reads.
+
 Replies are scripted by ``respond(body) -> list of content blocks`` (``text``, ``tool_use``
 without an id gets one, ``thinking`` without a signature gets this server's). ``fail_next``
 queues an error answer (a 429, a 529 ``overloaded_error``), ``fail_next_stream`` an ``error``
@@ -82,6 +106,18 @@ MINIMUMS: tuple[tuple[str, int], ...] = (
 )
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 _THINKING = ("thinking", "redacted_thinking")
+#: The beta header each context-management edit needs, and the documented defaults.
+EDIT_BETAS = {
+    "clear_tool_uses_20250919": "context-management-2025-06-27",
+    "clear_thinking_20251015": "context-management-2025-06-27",
+    "compact_20260112": "compact-2026-01-12",
+}
+CLEAR_TRIGGER = 100_000
+CLEAR_KEEP = 3
+COMPACT_TRIGGER = 150_000
+COMPACT_MINIMUM = 50_000
+#: What a cleared tool result reads as.
+CLEARED = "[tool result cleared by context management]"
 
 
 class SimClock:
@@ -111,6 +147,30 @@ def _strip(block: dict[str, Any]) -> dict[str, Any]:
 def block_tokens(block: dict[str, Any]) -> int:
     """The simulator's token count of one block: a quarter of its canonical JSON's bytes, rounded up."""
     return math.ceil(len(_canonical(_strip(block)).encode("utf-8")) / 4)
+
+
+def summarise(messages: list[dict[str, Any]]) -> str:
+    """The simulator's compaction summary (module docstring): user texts verbatim, then per
+    tool use its name and the first line of its result, and earlier summaries first."""
+    lines: list[str] = []
+    names: dict[str, str] = {}
+    for m in messages:
+        content = m.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        for b in blocks:
+            btype = b.get("type")
+            if btype == "compaction" and isinstance(b.get("content"), str):
+                lines.append(b["content"])
+            elif btype == "text" and m.get("role") == "user":
+                lines.append(f"User: {b.get('text', '')}")
+            elif btype == "tool_use":
+                names[str(b.get("id"))] = str(b.get("name"))
+            elif btype == "tool_result":
+                result = b.get("content")
+                text = result if isinstance(result, str) else " ".join(str(x.get("text", "")) for x in result or [])
+                first = text.strip().split("\n", 1)[0]
+                lines.append(f"Tool {names.get(str(b.get('tool_use_id')), '?')}: {first}")
+    return "Summary of the conversation so far:\n" + "\n".join(lines)
 
 
 class _Refusal(Exception):
@@ -158,6 +218,8 @@ class AnthropicSim:
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     responses: list[dict[str, Any]] = field(default_factory=list)
+    #: per accepted request, the body as the model read it (after context management)
+    seen: list[dict[str, Any]] = field(default_factory=list)
     cache: dict[str, _Entry] = field(default_factory=dict)
     fingerprints: dict[str, _Fingerprint] = field(default_factory=dict)
     secret: bytes = b"anthropic-sim"
@@ -273,6 +335,9 @@ class AnthropicSim:
             if btype == "thinking" and b.segment == "messages":  # noqa: SIM102 -- one rule, one if
                 if b.body.get("signature") != self.sign(str(b.body.get("thinking", ""))):
                     raise _Refusal(f"{b.where}: Invalid `signature` in `thinking` block")
+            if btype == "compaction" and b.body.get("content") is not None:  # noqa: SIM102 -- one rule, one if
+                if b.body.get("signature") != self.sign(str(b.body.get("content"))):
+                    raise _Refusal(f"{b.where}: Invalid `signature` in `compaction` block")
         messages = body["messages"]
         for i, m in enumerate(messages):
             content = m.get("content") if isinstance(m.get("content"), list) else []
@@ -395,6 +460,158 @@ class AnthropicSim:
         order = {"tools": 0, "system": 1, "messages": 2}
         return sum(1 for s in fp.segments if order[s] <= order[seg])
 
+    # -- context management ----------------------------------------------------------------
+
+    def manage(
+        self, body: dict[str, Any], betas: set[str]
+    ) -> tuple[dict[str, Any], list[dict[str, Any]] | None, dict[str, Any] | None]:
+        """What the model reads (the body after the compaction drop and the edits), the
+        ``applied_edits`` (``None`` without ``context_management``) and the compaction block
+        made now, if any (module docstring)."""
+        cm = body.get("context_management")
+        edits = self._edits(cm, betas) if cm is not None else []
+        seen = dict(body, messages=_after_compaction(body["messages"]))
+        seen.pop("context_management", None)
+        applied: list[dict[str, Any]] = []
+        compaction: dict[str, Any] | None = None
+        for edit in edits:
+            if edit["type"] == "clear_thinking_20251015":
+                done = self._clear_thinking(seen, edit)
+            elif edit["type"] == "clear_tool_uses_20250919":
+                done = self._clear_tool_uses(seen, edit)
+            else:
+                trigger = (edit.get("trigger") or {}).get("value", COMPACT_TRIGGER)
+                if self._prompt_tokens(seen) >= trigger:
+                    summary = summarise(seen["messages"])
+                    compaction = {"type": "compaction", "content": summary, "signature": self.sign(summary)}
+                done = None
+            if done is not None:
+                applied.append(done)
+        return seen, (applied if cm is not None else None), compaction
+
+    def _edits(self, cm: Any, betas: set[str]) -> list[dict[str, Any]]:
+        if not isinstance(cm, dict) or not isinstance(cm.get("edits"), list):
+            raise _Refusal("context_management.edits: Input should be a valid list")
+        edits = cm["edits"]
+        for i, e in enumerate(edits):
+            where = f"context_management.edits.{i}"
+            etype = e.get("type") if isinstance(e, dict) else None
+            if etype not in EDIT_BETAS:
+                raise _Refusal(
+                    f"{where}: Input tag {etype!r} found using 'type' does not match any of the expected tags: "
+                    + ", ".join(repr(t) for t in EDIT_BETAS)
+                )
+            if EDIT_BETAS[etype] not in betas:
+                raise _Refusal(f"{where}: {etype} requires the beta header '{EDIT_BETAS[etype]}'")
+            if etype == "clear_thinking_20251015" and i != 0:
+                raise _Refusal(f"{where}: clear_thinking_20251015 must be the first edit when strategies are combined")
+            for key, kinds in (
+                ("trigger", ("input_tokens", "tool_uses")),
+                ("keep", ("tool_uses",)),
+                ("clear_at_least", ("input_tokens",)),
+            ):
+                v = e.get(key)
+                if v is None or (key == "keep" and etype == "clear_thinking_20251015"):
+                    continue
+                allowed = ("input_tokens",) if etype == "compact_20260112" else kinds
+                if not isinstance(v, dict) or v.get("type") not in allowed or not _count(v.get("value")):
+                    raise _Refusal(
+                        f"{where}.{key}: expected {{'type': one of {list(allowed)}, 'value': a whole number}}"
+                    )
+            if etype == "clear_thinking_20251015":
+                keep = e.get("keep", {"type": "thinking_turns", "value": 1})
+                ok = keep == "all" or (
+                    isinstance(keep, dict)
+                    and (
+                        keep.get("type") == "all"
+                        or (keep.get("type") == "thinking_turns" and _count(keep.get("value")))
+                    )
+                )
+                if not ok:
+                    raise _Refusal(f"{where}.keep: expected 'all' or {{'type': 'thinking_turns', 'value': N}}")
+            if etype == "compact_20260112":
+                value = (e.get("trigger") or {}).get("value", COMPACT_TRIGGER)
+                if value < COMPACT_MINIMUM:
+                    raise _Refusal(
+                        f"{where}.trigger.value: must be at least {COMPACT_MINIMUM} input tokens, not {value}"
+                    )
+        return [dict(e) for e in edits]
+
+    def _prompt_tokens(self, body: dict[str, Any]) -> int:
+        return sum(block_tokens(b.body) for b in self.blocks(body))
+
+    def _clear_thinking(self, seen: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
+        keep = edit.get("keep", {"type": "thinking_turns", "value": 1})
+        n = 10**9 if keep == "all" or (isinstance(keep, dict) and keep.get("type") == "all") else int(keep["value"])
+        turns = [i for i, m in enumerate(seen["messages"]) if m.get("role") == "assistant" and _has(m, _THINKING)]
+        cleared = turns[: max(0, len(turns) - n)]
+        tokens = 0
+        messages = list(seen["messages"])
+        for i in cleared:
+            content = messages[i]["content"]
+            tokens += sum(block_tokens(b) for b in content if b.get("type") in _THINKING)
+            messages[i] = dict(messages[i], content=[b for b in content if b.get("type") not in _THINKING])
+        seen["messages"] = messages
+        return {
+            "type": "clear_thinking_20251015",
+            "cleared_thinking_turns": len(cleared),
+            "cleared_input_tokens": tokens,
+        }
+
+    def _clear_tool_uses(self, seen: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
+        done = {"type": "clear_tool_uses_20250919", "cleared_tool_uses": 0, "cleared_input_tokens": 0}
+        trigger = edit.get("trigger") or {"type": "input_tokens", "value": CLEAR_TRIGGER}
+        messages = [
+            dict(m, content=list(m["content"]) if isinstance(m["content"], list) else m["content"])
+            for m in seen["messages"]
+        ]
+        uses = [
+            (i, j, b)
+            for i, m in enumerate(messages)
+            if m.get("role") == "assistant" and isinstance(m["content"], list)
+            for j, b in enumerate(m["content"])
+            if b.get("type") == "tool_use"
+        ]
+        reached = (
+            self._prompt_tokens(seen) >= trigger["value"]
+            if trigger["type"] == "input_tokens"
+            else len(uses) >= trigger["value"]
+        )
+        if not reached:
+            return done
+        keep = int((edit.get("keep") or {"value": CLEAR_KEEP})["value"])
+        excluded = set(edit.get("exclude_tools") or [])
+        inputs = edit.get("clear_tool_inputs")
+        old = [u for u in uses[: max(0, len(uses) - keep)] if u[2].get("name") not in excluded]
+        ids = {str(b.get("id")): (i, j, b) for i, j, b in old}
+        tokens = 0
+        for m in messages:
+            if m.get("role") != "user" or not isinstance(m["content"], list):
+                continue
+            for k, b in enumerate(m["content"]):
+                if b.get("type") == "tool_result" and str(b.get("tool_use_id")) in ids and b.get("content") != CLEARED:
+                    new = dict(b, content=CLEARED)
+                    tokens += block_tokens(b) - block_tokens(new)
+                    m["content"][k] = new
+        for i, j, b in old:
+            if inputs is True or (isinstance(inputs, list) and b.get("name") in inputs):
+                new = dict(b, input={})
+                tokens += block_tokens(b) - block_tokens(new)
+                messages[i]["content"][j] = new
+        least = (edit.get("clear_at_least") or {}).get("value", 0)
+        if not old or tokens < least:
+            return done  # nothing to clear, or not enough to be worth the cache it breaks
+        seen["messages"] = messages
+        return {**done, "cleared_tool_uses": len(old), "cleared_input_tokens": tokens}
+
+    @staticmethod
+    def _usage_of(usage_in: dict[str, int]) -> dict[str, Any]:
+        return {
+            "input_tokens": usage_in["input_tokens"],
+            "cache_creation_input_tokens": usage_in["cache_creation_input_tokens"],
+            "cache_read_input_tokens": usage_in["cache_read_input_tokens"],
+        }
+
     # -- the endpoint --------------------------------------------------------------------
 
     async def _handle(self, request: Request) -> Response:
@@ -412,15 +629,30 @@ class AnthropicSim:
                 raise _Refusal("the request body must be a JSON object")
             blocks = self.blocks(body)
             self.validate(body, blocks)
+            betas = {b.strip() for b in request.headers.get("anthropic-beta", "").split(",") if b.strip()}
+            seen, applied, compaction = self.manage(body, betas)
         except _Refusal as refusal:
             return self._error(refusal)
         model = str(body["model"])
+        blocks = self.blocks(seen)
+        compaction_usage: dict[str, Any] | None = None
+        if compaction is not None:  # the compaction pass read everything, then the model the summary
+            compaction_usage = {"type": "compaction", **self._usage_of(self.cache_pass(model, blocks))}
+            compaction_usage["output_tokens"] = block_tokens(compaction)
+            last = seen["messages"][-1]
+            seen = dict(seen, messages=[{"role": "user", "content": [compaction]}])
+            if last.get("role") == "user" and any(b.get("type") == "text" for b in last["content"]):
+                seen["messages"].append(
+                    {"role": "user", "content": [b for b in last["content"] if b.get("type") == "text"]}
+                )
+            blocks = self.blocks(seen)
+        self.seen.append(seen)
         usage_in = self.cache_pass(model, blocks)
-        content = self._reply(body)
+        content = ([compaction] if compaction is not None else []) + self._reply(seen)
         with self._lock:
             self._n += 1
             msg_id = f"msg_sim_{self._n:06d}"
-        out_tokens = sum(block_tokens(b) for b in content)
+        out_tokens = sum(block_tokens(b) for b in content if b.get("type") != "compaction")
         usage: dict[str, Any] = {
             "input_tokens": usage_in["input_tokens"],
             "cache_creation_input_tokens": usage_in["cache_creation_input_tokens"],
@@ -432,6 +664,11 @@ class AnthropicSim:
             "output_tokens": out_tokens,
             "service_tier": "standard",
         }
+        if compaction_usage is not None:
+            usage["iterations"] = [
+                compaction_usage,
+                {"type": "message", **self._usage_of(usage_in), "output_tokens": out_tokens},
+            ]
         message: dict[str, Any] = {
             "id": msg_id,
             "type": "message",
@@ -442,6 +679,8 @@ class AnthropicSim:
             "stop_sequence": None,
             "usage": usage,
         }
+        if applied is not None:
+            message["context_management"] = {"applied_edits": applied}
         diag = body.get("diagnostics")
         if isinstance(diag, dict):
             fp = self.fingerprint(model, blocks)
@@ -516,3 +755,24 @@ class AnthropicSim:
     def _error(refusal: _Refusal, headers: dict[str, str] | None = None) -> JSONResponse:
         body = {"type": "error", "error": {"type": refusal.etype, "message": refusal.message}}
         return JSONResponse(body, status_code=refusal.status, headers=headers)
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _has(message: dict[str, Any], types: tuple[str, ...]) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(b.get("type") in types for b in content)
+
+
+def _after_compaction(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages from the newest ``compaction`` block on: the API drops every block before it."""
+    for i in range(len(messages) - 1, -1, -1):
+        content = messages[i].get("content")
+        if not isinstance(content, list):
+            continue
+        at = max((j for j, b in enumerate(content) if b.get("type") == "compaction"), default=-1)
+        if at >= 0:
+            return [dict(messages[i], content=content[at:]), *messages[i + 1 :]]
+    return list(messages)

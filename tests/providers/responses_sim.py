@@ -41,6 +41,23 @@ does. Each rule below cites the public documentation it follows:
   for function call <call_id>."); a ``reasoning`` item whose ``encrypted_content`` was changed
   (``invalid_encrypted_content``); an unknown ``previous_response_id``.
 
+**Compaction** (developers.openai.com, "Compaction"; the shapes are the SDK's
+``response_create_params.ContextManagement``, ``ResponseCompactionItem`` and
+``CompactedResponse``): ``context_management`` is a list of ``{"type": "compaction",
+"compact_threshold": N}`` ("currently only 'compaction' is supported": any other type, an
+unknown key or a threshold that is not a positive whole number is a 400; OpenAI documents no
+minimum threshold, so none is enforced, and no default, so without one nothing is compacted).
+Once the prompt reaches the threshold, the output starts with an encrypted ``compaction`` item
+(``{"type", "id", "encrypted_content", "created_by"}``) and the model reads only the system
+messages, the item's summary and the last user message. A ``compaction`` item sent back in the
+input stands for its summary; its ``encrypted_content`` must be this server's
+(``invalid_encrypted_content`` otherwise). ``POST /v1/responses/compact`` (``model``,
+``input``, ``instructions``, ``prompt_cache_key``...) returns ``{"object":
+"response.compaction", "output": [the user messages..., one compaction item], "usage"}``. The
+summary is this simulator's documented behaviour, not a model's: every user text verbatim, then
+per function call its name and the first line of its output (:func:`summarise`); it is
+encrypted (signed), so a client cannot read it -- only ask the model.
+
 **Token counting** (so a test can compute every number): the prompt is a list of blocks --
 each tool (canonical JSON, in order), then ``instructions`` (its text), then each input item
 (canonical JSON, with any ``prompt_cache_breakpoint`` removed: a marker is not content). A
@@ -128,6 +145,7 @@ _TOP_LEVEL = frozenset(
         "background",
         "max_tool_calls",
         "top_logprobs",
+        "context_management",
     }
 )
 _ITEM_FIELDS = {
@@ -135,6 +153,7 @@ _ITEM_FIELDS = {
     "function_call": frozenset({"type", "id", "call_id", "name", "arguments", "status"}),
     "function_call_output": frozenset({"type", "id", "call_id", "output", "status"}),
     "reasoning": frozenset({"type", "id", "summary", "encrypted_content", "content", "status"}),
+    "compaction": frozenset({"type", "id", "encrypted_content", "created_by"}),
 }
 _PART_FIELDS = frozenset({"type", "text", "annotations", "logprobs", "prompt_cache_breakpoint"})
 _TOOL_FIELDS = frozenset({"type", "name", "description", "parameters", "strict"})
@@ -305,6 +324,8 @@ class ResponsesSim:
         #: per accepted request: which machine served it, and what it counted
         self.log: list[JSONDict] = []
         self.refused: list[JSONDict] = []
+        #: per accepted request, the body as the model read it (compaction items as their summaries)
+        self.seen: list[JSONDict] = []
         self._stored: dict[str, JSONDict] = {}
         self._fingerprints: dict[str, Fingerprint] = {}
         self._rate: dict[str, deque[float]] = {}
@@ -315,7 +336,12 @@ class ResponsesSim:
 
     # -- serving ---------------------------------------------------------------------------
     def app(self) -> Starlette:
-        return Starlette(routes=[Route("/v1/responses", self._endpoint, methods=["POST"])])
+        return Starlette(
+            routes=[
+                Route("/v1/responses", self._endpoint, methods=["POST"]),
+                Route("/v1/responses/compact", self._compact_endpoint, methods=["POST"]),
+            ]
+        )
 
     def start(self) -> ResponsesSim:
         self._thread = ProxyThread(self.app()).start()
@@ -361,9 +387,123 @@ class ResponsesSim:
             return StreamingResponse(self._events(out), media_type="text/event-stream")
         return JSONResponse(out)
 
+    async def _compact_endpoint(self, request: Request) -> Response:
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return JSONResponse(SimError("We could not parse the JSON body of your request.").body(), status_code=400)
+        with self._lock:
+            self.requests.append(body)
+            try:
+                if not isinstance(body, dict):
+                    raise SimError("The request body must be a JSON object.")
+                for key in body:
+                    if key not in _COMPACT_TOP_LEVEL:
+                        raise SimError(f"Unknown parameter: '{key}'.", param=key, code="unknown_parameter")
+                if not isinstance(body.get("model"), str):
+                    raise SimError(
+                        "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
+                    )
+                items = self._input_items(body)
+                self._check_items(items)
+                prompt = self.prompt(body, items)
+            except SimError as exc:
+                self.refused.append({"body": body, "error": exc.body()})
+                return JSONResponse(exc.body(), status_code=exc.status)
+            item = self._compaction(items)
+            users = [it for it in items if it.get("type") == "message" and it.get("role") == "user"]
+            out_tokens = tokens_of(item["encrypted_content"])
+            self._n += 1
+            out: JSONDict = {
+                "id": f"resp_cmp_{self._n:04d}",
+                "object": "response.compaction",
+                "created_at": int(self.clock.now()),
+                "output": [*users, item],
+                "usage": {
+                    "input_tokens": prompt.total,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": out_tokens,
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": prompt.total + out_tokens,
+                },
+            }
+            self.responses.append(out)
+        return JSONResponse(out)
+
+    # -- compaction ------------------------------------------------------------------------
+    def _threshold(self, body: JSONDict) -> int | None:
+        """The request's compaction threshold (validated), or ``None`` when it asks for none."""
+        cm = body.get("context_management")
+        if cm is None:
+            return None
+        if not isinstance(cm, list):
+            raise SimError(
+                "Invalid type for 'context_management': expected an array.",
+                param="context_management",
+                code="invalid_type",
+            )
+        threshold: int | None = None
+        for i, entry in enumerate(cm):
+            where = f"context_management[{i}]"
+            if not isinstance(entry, dict):
+                raise SimError(f"Invalid type for '{where}': expected an object.", param=where, code="invalid_type")
+            if entry.get("type") != "compaction":
+                raise SimError(
+                    f"Invalid value: '{entry.get('type')}'. Currently only 'compaction' is supported.",
+                    param=f"{where}.type",
+                    code="invalid_value",
+                )
+            for key in entry:
+                if key not in ("type", "compact_threshold"):
+                    raise SimError(
+                        f"Unknown parameter: '{where}.{key}'.", param=f"{where}.{key}", code="unknown_parameter"
+                    )
+            value = entry.get("compact_threshold")
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise SimError(
+                    f"Invalid value for '{where}.compact_threshold': expected a positive integer.",
+                    param=f"{where}.compact_threshold",
+                    code="invalid_value",
+                )
+            threshold = value
+        return threshold
+
+    def _summary_of(self, item: JSONDict) -> str:
+        payload = str(item.get("encrypted_content")).partition(".")[0]
+        return str(json.loads(base64.urlsafe_b64decode(payload.encode()))["summary"])
+
+    def _compaction(self, items: list[JSONDict]) -> JSONDict:
+        cid = f"cmp_{uuid.uuid4().hex[:16]}"
+        summary = summarise(items, self._summary_of)
+        return {
+            "type": "compaction",
+            "id": cid,
+            "encrypted_content": self._encrypt(cid, summary),
+            "created_by": "server",
+        }
+
+    def _view(self, body: JSONDict, items: list[JSONDict], made: JSONDict | None) -> JSONDict:
+        """What the model reads: compaction items as their summaries; after a compaction made
+        now, the system messages, the summary and the last user message only."""
+        if made is not None:
+            head = [it for it in items if it.get("type") == "message" and it.get("role") in ("system", "developer")]
+            tail = (
+                [items[-1]] if items and items[-1].get("type") == "message" and items[-1].get("role") == "user" else []
+            )
+            items = [*head, made, *tail]
+        shown = [
+            {"type": "compaction_summary", "summary": self._summary_of(it)} if it.get("type") == "compaction" else it
+            for it in items
+        ]
+        return {**body, "input": shown}
+
     # -- one request -----------------------------------------------------------------------
     def _handle(self, body: JSONDict) -> JSONDict:
         self._validate(body)
+        threshold = self._threshold(body)
         model = str(body["model"])
         items = self._input_items(body)
         self._check_items(items)
@@ -372,7 +512,12 @@ class ResponsesSim:
         usage_cache, machine_ix = self._cache(body, prompt, now)
         diagnostics = self._diagnose(body, model, prompt, usage_cache["cached"])
         include = body.get("include") or []
-        output = [self._item(spec, "reasoning.encrypted_content" in include) for spec in self.respond(body)]
+        made = self._compaction(items) if threshold is not None and prompt.total >= threshold else None
+        view = self._view(body, items, made)
+        self.seen.append(view)
+        output = [self._item(spec, "reasoning.encrypted_content" in include) for spec in self.respond(view)]
+        if made is not None:
+            output.insert(0, made)
         out_tokens = 0
         reasoning_tokens = 0
         for item in output:
@@ -570,7 +715,7 @@ class ResponsesSim:
                             param=f"input[{i}].output[{j}].{bad[0]}",
                             code="unknown_parameter",
                         )
-            if kind == "reasoning":
+            if kind in ("reasoning", "compaction"):
                 self._verify(item, i)
         answered = {str(it.get("call_id")) for it in items if it.get("type") == "function_call_output"}
         for it in items:
@@ -840,3 +985,41 @@ def _strip_breakpoints(item: JSONDict) -> tuple[JSONDict, bool]:
             part = {k: v for k, v in part.items() if k != "prompt_cache_breakpoint"}
         parts.append(part)
     return {**item, where: parts}, marked
+
+
+_COMPACT_TOP_LEVEL = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "previous_response_id",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "prompt_cache_options",
+        "safety_identifier",
+        "service_tier",
+    }
+)
+
+
+def summarise(items: list[JSONDict], earlier: Callable[[JSONDict], str]) -> str:
+    """The simulator's compaction summary (module docstring): earlier summaries, every user
+    text verbatim, per function call its name and the first line of its output."""
+    lines: list[str] = []
+    names: dict[str, str] = {}
+    for it in items:
+        kind = it.get("type")
+        if kind == "compaction":
+            lines.append(earlier(it))
+        elif kind == "message" and it.get("role") == "user":
+            content = it.get("content")
+            text = content if isinstance(content, str) else " ".join(str(p.get("text", "")) for p in content or [])
+            lines.append(f"User: {text}")
+        elif kind == "function_call":
+            names[str(it.get("call_id"))] = str(it.get("name"))
+        elif kind == "function_call_output":
+            out = it.get("output")
+            text = out if isinstance(out, str) else " ".join(str(p.get("text", "")) for p in out or [])
+            first = text.strip().split("\n", 1)[0]
+            lines.append(f"Tool {names.get(str(it.get('call_id')), '?')}: {first}")
+    return "Summary of the conversation so far:\n" + "\n".join(lines)

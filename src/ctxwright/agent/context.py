@@ -53,6 +53,7 @@ from ctxwright.backends.base import Backend
 from ctxwright.cache.prices import Pricing
 from ctxwright.compaction import CompactionConfig, CompactionReport, ContextManager
 from ctxwright.compaction.hooks import CompactionHooks
+from ctxwright.compaction.provider import events_of as provider_events
 from ctxwright.compaction.recall import RECALL_TOOL, Recall
 from ctxwright.compaction.retrieval import ResultReader
 from ctxwright.core.events import AssistantEvent, ToolEvent
@@ -488,6 +489,10 @@ class Context:
             self.on_event(LedgerWarning(index=idx, mismatch=mismatch))
         ids = {"assigned_ids": {str(i): v for i, v in assigned.items()}} if assigned else {}
         s.add_assistant(message, u, call_index=idx, finish_reason=completion.finish_reason, **ids)
+        cfg = self.config.compaction
+        excluded = cfg.provider_exclude_tools if cfg is not None else ()
+        for ev in provider_events(u, idx, request.messages, excluded):  # the provider's own compaction, if any
+            s.append(ev)
         report.overhead_ms = round(pending.pre_ms + (time.perf_counter() - t1) * 1000 + self._carry_ms, 3)
         self._carry_ms = 0.0
         if message.tool_calls:

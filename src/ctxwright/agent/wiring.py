@@ -27,6 +27,7 @@ from ctxwright.agent.delegate import DelegateComponent
 from ctxwright.backends.base import Backend
 from ctxwright.backends.external import EXTERNAL, ExternalBackend
 from ctxwright.compaction import CompactionConfig
+from ctxwright.compaction.provider import configure as configure_provider
 from ctxwright.compaction.recall import RecallComponent
 from ctxwright.compaction.retrieval import ReaderComponent
 from ctxwright.compaction.skills import shown_in
@@ -191,6 +192,7 @@ def wire(
             recipe = Recipe.resolve(given, recorded, backend_defaults(chosen.name))
         recipe = recipe.with_backend(chosen)
         d = backend_defaults(chosen.name)
+        configure_provider(chosen, recipe.compaction.config)  # the provider's own context management
         if exporter is not None:  # every event of the run, a sub-agent's too, passes the tracer
             tracer = _tracer(exporter, sink, chosen, recipe)
             sink = tracer

@@ -88,6 +88,10 @@ DIAGNOSTICS_BETA = "cache-diagnosis-2026-04-07"
 TTLS: dict[str, float] = {"5m": 300.0, "1h": 3600.0}
 _TTL_CHOICES = ("5m", "1h", "auto")
 _THINKING_TYPES = ("thinking", "redacted_thinking")
+#: Blocks of a reply kept verbatim and sent back first in their assistant turn: thinking (its
+#: signature is checked) and the server-side compaction block (the API drops everything before
+#: it on the next request, and its signature is checked too).
+_KEPT_TYPES = (*_THINKING_TYPES, "compaction")
 #: Anthropic's stop reasons, as the chat-completions finish reasons the loop reads.
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
 #: The longest tail of blocks treated as rewritten on every call (a status message: 1 or 2).
@@ -147,6 +151,8 @@ class AnthropicBackend(Backend):
         minimum: int | None = None,
         diagnostics: bool = True,
         thinking: dict[str, Any] | None = None,
+        context_management: dict[str, Any] | None = None,
+        betas: tuple[str, ...] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
         check_timeout(timeout)
@@ -172,6 +178,11 @@ class AnthropicBackend(Backend):
         #: extended thinking, sent as the request's ``thinking`` (``{"type": "enabled",
         #: "budget_tokens": N}``); its blocks come back in ``Message.reasoning_blocks``
         self.thinking = thinking
+        #: the provider's context management, sent as the request's ``context_management``
+        #: (``{"edits": [...]}``, built by ``compaction/provider.py``), with the beta headers
+        #: it needs in ``betas``; what the server did comes back in ``Usage.raw``
+        self.context_management = context_management
+        self.betas = tuple(betas)
         self.clock = clock
         #: the id of the last reply, named by the next request's diagnostics
         self.last_message_id: str | None = None
@@ -300,6 +311,8 @@ class AnthropicBackend(Backend):
             body["temperature"] = request.temperature
         if self.thinking is not None:
             body["thinking"] = dict(self.thinking)
+        if self.context_management is not None:
+            body["context_management"] = copy.deepcopy(self.context_management)
         body.update(request.extra)
         if self.diagnostics:
             body["diagnostics"] = {"previous_message_id": self.last_message_id}
@@ -343,7 +356,7 @@ class AnthropicBackend(Backend):
                 if isinstance(rid, str):
                     self.last_message_id = rid
                 return Completion(result.message, usage, result.finish_reason, result.model)
-            if self.diagnostics and _refuses_diagnostics(result):
+            if self.diagnostics and _refuses_diagnostics(result, self.betas):
                 # a server without the cache-diagnosis beta (a gateway, an older deployment):
                 # the diagnostics are an explanation, never worth the call -- drop them for the
                 # session and send again at once (not one of the retries)
@@ -375,7 +388,9 @@ class AnthropicBackend(Backend):
             time.sleep(wait)
 
     def _headers(self) -> dict[str, str]:
-        return {"anthropic-beta": DIAGNOSTICS_BETA} if self.diagnostics else {}
+        betas = [DIAGNOSTICS_BETA] if self.diagnostics else []
+        betas += [b for b in self.betas if b not in betas]
+        return {"anthropic-beta": ",".join(betas)} if betas else {}
 
     def _try(self, body: dict[str, Any], sink: EventSink) -> Completion | _Failure:
         wire = dict(body)
@@ -473,6 +488,11 @@ class AnthropicBackend(Backend):
                 got.texts.setdefault((i, "thinking"), []).append(str(delta.get("thinking", "")))
             elif dtype == "signature_delta":
                 block["signature"] = str(delta.get("signature", ""))
+            elif dtype == "compaction_delta":  # a server-side compaction block's summary, streamed
+                if delta.get("content") is not None:
+                    got.texts.setdefault((i, "content"), []).append(str(delta["content"]))
+                if delta.get("encrypted_content") is not None:
+                    block["encrypted_content"] = str(delta["encrypted_content"])
         elif etype == "content_block_stop":
             i = int(event["index"])
             if i in got.partial:
@@ -488,6 +508,8 @@ class AnthropicBackend(Backend):
             usage = dict(as_object(got.message.get("usage")))
             usage.update(as_object(event.get("usage")))
             got.message["usage"] = usage
+            if isinstance(event.get("context_management"), dict):  # the edits applied, at the end
+                got.message["context_management"] = event["context_management"]
         elif etype == "message_stop":
             got.done = True
         elif etype == "error":
@@ -524,14 +546,14 @@ class AnthropicBackend(Backend):
             for b in content
             if b.get("type") == "tool_use"
         )
-        thinking = [b for b in content if b.get("type") in _THINKING_TYPES]
-        readable = "".join(str(b.get("thinking", "")) for b in thinking if b.get("type") == "thinking")
+        kept = [b for b in content if b.get("type") in _KEPT_TYPES]
+        readable = "".join(str(b.get("thinking", "")) for b in kept if b.get("type") == "thinking")
         message = Message(
             role="assistant",
             content=text or None,
             tool_calls=calls,
             reasoning_content=readable or None,
-            reasoning_blocks=canonical_json(thinking) if thinking else None,
+            reasoning_blocks=canonical_json(kept) if kept else None,
         )
         usage_obj = as_object(data.get("usage"))
         counts = read_usage({"usage": usage_obj})
@@ -543,6 +565,11 @@ class AnthropicBackend(Backend):
         }
         if isinstance(data.get("diagnostics"), dict):  # an object, as documented; anything else is dropped
             raw["diagnostics"] = data["diagnostics"]
+        if isinstance(data.get("context_management"), dict):  # the edits the server applied, verbatim
+            raw["context_management"] = data["context_management"]
+        compactions = [b for b in content if b.get("type") == "compaction"]
+        if compactions:
+            raw["compactions"] = compactions
         usage = Usage(
             prompt_tokens=counts["prompt_tokens"],
             completion_tokens=counts["completion_tokens"],
@@ -683,11 +710,16 @@ def _volatile_tail(previous: list[str] | None, current: list[str], frozen_end: i
     return dropped
 
 
-def _refuses_diagnostics(failure: _Failure) -> bool:
+def _refuses_diagnostics(failure: _Failure, betas: tuple[str, ...] = ()) -> bool:
     """An HTTP 400 whose message names the diagnostics field or the beta header: the server
-    does not take cache diagnostics (Anthropic answers an unknown field or beta with 400)."""
+    does not take cache diagnostics (Anthropic answers an unknown field or beta with 400).
+    One that names a beta of the context management asked for is about that, not diagnostics."""
     text = str(failure.error).lower()
-    return failure.reason == "HTTP 400" and ("diagnostics" in text or "anthropic-beta" in text)
+    if failure.reason != "HTTP 400":
+        return False
+    if "diagnostics" in text or DIAGNOSTICS_BETA in text:
+        return True
+    return "anthropic-beta" in text and not any(b.lower() in text for b in betas)
 
 
 def _tool_choice(choice: str) -> dict[str, Any]:

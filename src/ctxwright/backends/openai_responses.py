@@ -118,6 +118,7 @@ class ResponsesBackend(OpenAIBackend):
         breakpoints: bool | None = None,
         diagnostics: bool = True,
         include_reasoning: bool = True,
+        context_management: list[dict[str, Any]] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(
@@ -143,6 +144,11 @@ class ResponsesBackend(OpenAIBackend):
         self.retention = retention
         self.diagnostics = diagnostics
         self.include_reasoning = include_reasoning
+        #: the provider's context management, sent as the request's ``context_management``
+        #: (``[{"type": "compaction", "compact_threshold": N}]``, built by
+        #: ``compaction/provider.py``); the encrypted ``compaction`` items that come back are kept
+        #: verbatim in the assistant message and sent back in its place
+        self.context_management = context_management
         self._counter: TokenCounter | None = None
         self._last_response_id: str | None = None
 
@@ -174,6 +180,7 @@ class ResponsesBackend(OpenAIBackend):
         items: list[dict[str, Any]] = []
         for i, m in enumerate(msgs):
             items.extend(_items(m, mark=i in marks, reasoning=self.include_reasoning, blocks=self.breakpoints))
+        items = _from_last_compaction(items)
         body: dict[str, Any] = {"model": self.model, "input": items, "store": False}
         if request.tools:
             body["tools"] = [
@@ -198,8 +205,32 @@ class ResponsesBackend(OpenAIBackend):
             body["prompt_cache_options"] = opts
         elif self.retention is not None:
             body["prompt_cache_retention"] = self.retention
+        if self.context_management is not None:
+            body["context_management"] = [dict(e) for e in self.context_management]
         body.update(request.extra)
         return body
+
+    def compact(self, request: ChatRequest) -> dict[str, Any]:
+        """``POST /responses/compact`` on the request's input (the standalone compaction): the
+        reply as sent, whose ``output`` (the user messages, then one encrypted ``compaction``
+        item) replaces that input in a later request. Read from the raw JSON, so the item's
+        bytes are the server's."""
+        key = self.routing_key_for(request)
+        body = self.body(request, key)
+        try:
+            raw = self._client.responses.with_raw_response.compact(
+                model=body["model"], input=body["input"], extra_body={"prompt_cache_key": key}
+            )
+            data = json.loads(raw.text)
+        except openai.OpenAIError as exc:
+            raise self._failure(exc).error from exc
+        except json.JSONDecodeError as exc:
+            raise MalformedResponse(
+                f"{self.shown_url} answered /responses/compact with a body that is not JSON"
+            ) from exc
+        if not isinstance(data, dict) or not isinstance(data.get("output"), list):
+            raise MalformedResponse(f"{self.shown_url} answered /responses/compact without an `output` list")
+        return data
 
     def complete(self, request: ChatRequest, *, on_event: EventSink | None = None) -> Completion:
         """One Responses call (streamed when enabled), with announced retries; ``Usage.raw``
@@ -320,6 +351,7 @@ class ResponsesBackend(OpenAIBackend):
         texts: list[str] = []
         calls: list[ToolCall] = []
         kept: list[dict[str, Any]] = []
+        compactions: list[dict[str, Any]] = []
         summaries: list[str] = []
         for item in output:
             if not isinstance(item, dict):
@@ -337,6 +369,9 @@ class ResponsesBackend(OpenAIBackend):
                         arguments=_arguments(item.get("arguments")),
                     )
                 )
+            elif kind == "compaction":
+                kept.append(item)  # verbatim, opaque: it stands for what it compacted from now on
+                compactions.append(item)
             elif kind == "reasoning":
                 kept.append(item)  # verbatim: its encrypted_content is checked when it comes back
                 for s in item.get("summary") or ():
@@ -360,6 +395,8 @@ class ResponsesBackend(OpenAIBackend):
         }
         if isinstance(data.get("prompt_cache_diagnostics"), dict):
             raw["diagnostics"] = data["prompt_cache_diagnostics"]
+        if compactions:
+            raw["compactions"] = compactions
         usage = Usage(
             prompt_tokens=counts["prompt_tokens"],
             completion_tokens=counts["completion_tokens"],
@@ -408,11 +445,28 @@ def _items(m: Message, *, mark: bool, reasoning: bool, blocks: bool) -> list[dic
         output: Any = [part] if blocks else (m.content or "")
         return [{"type": "function_call_output", "call_id": m.tool_call_id, "output": output}]
     out: list[dict[str, Any]] = []
-    if reasoning and m.reasoning_blocks:
+    if m.reasoning_blocks:
         kept = json.loads(m.reasoning_blocks)
-        out.extend(b for b in kept if isinstance(b, dict) and b.get("type") == "reasoning")
+        # a compaction item always goes back (it stands for the context before it); reasoning
+        # items only when they are asked for
+        wanted = ("reasoning", "compaction") if reasoning else ("compaction",)
+        out.extend(b for b in kept if isinstance(b, dict) and b.get("type") in wanted)
     if m.content:
         out.append({"type": "message", "role": "assistant", "content": m.content})
     for tc in m.tool_calls:
         out.append({"type": "function_call", "call_id": tc.id, "name": tc.name, "arguments": tc.arguments})
     return out
+
+
+def _from_last_compaction(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The input from the newest ``compaction`` item on, the system message kept first.
+
+    OpenAI's compaction guide: after appending the output items, the items before the most
+    recent compaction item may be dropped -- it carries what the next window needs -- which
+    keeps requests smaller. The system message stays (it is the frozen prefix, cached apart).
+    Without a compaction item the input is returned as it is."""
+    last = max((i for i, it in enumerate(items) if it.get("type") == "compaction"), default=-1)
+    if last <= 0:
+        return items
+    head = [items[0]] if items[0].get("type") == "message" and items[0].get("role") == "system" else []
+    return [*head, *items[last:]]

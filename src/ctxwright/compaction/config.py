@@ -129,6 +129,27 @@ class CompactionConfig:
     #: Empty: no check.
     keep: list[str | Keep] = field(default_factory=list)
 
+    # -- the providers' compaction --
+    #: The provider's own context management, sent by the Anthropic and Responses backends
+    #: (``compaction/provider.py``): ``None`` off; ``"clear"`` Anthropic's context editing
+    #: (``clear_tool_uses_20250919``, with ``clear_thinking_20251015`` first when thinking is
+    #: on); ``"compact"`` server-side compaction (Anthropic's ``compact_20260112``, the
+    #: Responses API's ``context_management`` compaction). ``compaction="provider"`` is
+    #: ``"compact"`` with ctxwright's own tiers off.
+    provider: str | None = None
+    #: Input tokens at which the provider acts. ``None``: the provider's default (Anthropic:
+    #: 100,000 for clearing, 150,000 for compaction); the Responses API documents none, so
+    #: there it is 80% of the window.
+    provider_trigger_tokens: int | None = None
+    #: Clearing keeps the newest this many tool uses (Anthropic's default: 3).
+    provider_keep_tool_uses: int = 3
+    #: Clearing happens only if it removes at least this many tokens (``None``: any amount).
+    provider_clear_at_least: int | None = None
+    #: Tools whose uses clearing never touches.
+    provider_exclude_tools: list[str] = field(default_factory=list)
+    #: Clearing also clears the tool calls' inputs.
+    provider_clear_inputs: bool = False
+
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"compaction policy {self.policy!r} is not one of {', '.join(POLICIES)}")

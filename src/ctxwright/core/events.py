@@ -907,6 +907,61 @@ class HookEvent(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ProviderCompactionEvent(Event):
+    """What the provider's own context management did to one call (``compaction/provider.py``).
+
+    Not a :class:`CompactionEvent`: those change ctxwright's view, and the provider's edits
+    change only what its server reads -- the trajectory stays as recorded. ``edit`` is the
+    provider's name for it (``clear_tool_uses_20250919``, ``clear_thinking_20251015``,
+    ``compaction``); ``cleared`` the tool uses or thinking turns it cleared and
+    ``cleared_tokens`` the input tokens it says it removed; ``item`` the opaque compaction
+    block or item verbatim (it is also in the assistant message that carries it, which is what
+    a resume sends back); ``score`` which of the hidden identifiers are still answerable."""
+
+    KIND: ClassVar[str] = "provider_compaction"
+    KNOWN: ClassVar[frozenset[str]] = frozenset(
+        {"provider", "edit", "call_index", "cleared", "cleared_tokens", "item", "score"}
+    )
+
+    provider: str
+    edit: str
+    call_index: int | None = None
+    cleared: int | None = None
+    cleared_tokens: int | None = None
+    item: Mapping[str, Any] | None = None
+    score: Mapping[str, Any] | None = None
+
+    def _fields_payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"provider": self.provider, "edit": self.edit}
+        _put(out, "call_index", self.call_index)
+        _put(out, "cleared", self.cleared)
+        _put(out, "cleared_tokens", self.cleared_tokens)
+        _put(out, "item", None if self.item is None else dict(self.item))
+        _put(out, "score", None if self.score is None else dict(self.score))
+        return out
+
+    @classmethod
+    def _parse(cls, p: Mapping[str, Any], *, seq: int, created_at: float) -> ProviderCompactionEvent:
+        w = _where(cls.KIND, seq)
+        item, score = p.get("item"), p.get("score")
+        for key, v in (("item", item), ("score", score)):
+            if v is not None and not isinstance(v, Mapping):
+                raise EventFormatError(f"{w}: '{key}' is {type(v).__name__}, not an object")
+        return cls(
+            seq=seq,
+            created_at=created_at,
+            provider=_str(p, "provider", w) or "",
+            edit=_str(p, "edit", w) or "",
+            call_index=_int(p, "call_index", w),
+            cleared=_int(p, "cleared", w),
+            cleared_tokens=_int(p, "cleared_tokens", w),
+            item=item,
+            score=score,
+            extra=_extra(p, cls.KNOWN),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class UnknownEvent(Event):
     """An event of a kind this build does not know, kept verbatim (a newer writer's)."""
 
@@ -935,6 +990,7 @@ KINDS: dict[str, type[Event]] = {
         TodoEvent,
         GateEvent,
         HookEvent,
+        ProviderCompactionEvent,
     )
 }
 

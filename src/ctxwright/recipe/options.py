@@ -428,11 +428,12 @@ class CompactionOptions:
             ),
         ),
         from_flags=_compaction_from_flags,
-        accepts="CompactionConfig | Mapping[str, Any] | bool | None",
+        accepts="CompactionConfig | Mapping[str, Any] | bool | str | None",
         default_text="CompactionConfig() (summaries by backend)",
         help="""a ``CompactionConfig``; ``True`` for the defaults; a mapping of its fields for those fields
         over the session's recorded config (or the defaults); ``False`` sends the trajectory as recorded (a
-        character cap per result only). ``None``: on resume, as the session recorded; else the defaults.
+        character cap per result only); ``"provider"`` the provider's own compaction instead
+        (``compaction/provider.py``). ``None``: on resume, as the session recorded; else the defaults.
         Recorded resolved (``window_tokens`` filled from ``window`` is not).""",
     )
     summaries: bool = opt(

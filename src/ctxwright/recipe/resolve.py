@@ -240,9 +240,12 @@ def _compaction(src: _Sources, d: BackendDefaults) -> CompactionOptions:
         values = given if from_record else {**base, **compaction_overrides(given)}
         cfg = compaction_from_dict(values, "compaction")
         from_record = from_record or isinstance(stored, Mapping)
+    elif given == "provider":  # the provider's server-side compaction instead of ctxwright's tiers
+        cfg = CompactionConfig(enabled=False, provider="compact")
     else:
         raise ConfigError(
-            f"compaction={given!r}: pass a CompactionConfig, a mapping of its fields, True (defaults) or False (off)"
+            f"compaction={given!r}: pass a CompactionConfig, a mapping of its fields, True (defaults), False (off) "
+            "or 'provider' (the provider's own compaction)"
         )
     summaries = src.g("summaries")
     if summaries is not None:
