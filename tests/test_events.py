@@ -20,6 +20,7 @@ from ctxwright.core.events import (
     GateEvent,
     HookEvent,
     Offload,
+    PinEvent,
     ProviderCompactionEvent,
     StatusEvent,
     SummaryFailedEvent,
@@ -120,6 +121,7 @@ EXAMPLES: list[Event] = [
         item={"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAA.sig"},
         score={"kept": 1, "lost": 0, "items": [{"kind": "ticket", "value": "REC-1", "how": "answered"}]},
     ),
+    PinEvent(seq=10, created_at=11.0, targets=(2, 3), text="deploy to eu-west-3", by="user"),
     UnknownEvent(seq=8, created_at=9.0, name="thought", payload={"text": "from a newer writer", "n": [1]}),
 ]
 

@@ -64,7 +64,7 @@ def _resume(rec: dict[str, Any], given: dict[str, Any] | None = None, d=SERVED, 
 def test_every_option_is_declared_once_and_the_defaults_are_a_served_new_session():
     specs = list(options(Recipe))
     keywords = [s.keyword for s in specs if s.keyword]
-    assert len(keywords) == len(set(keywords)) == 62
+    assert len(keywords) == len(set(keywords)) == 63
     flags = flag_names()
     assert len(flags) == len(set(flags))
     assert Recipe.resolve({}, None, SERVED) == Recipe()
@@ -168,6 +168,7 @@ def _legacy_options(args: argparse.Namespace) -> dict[str, Any]:
         summaries=args.summaries,
         read_result=args.read_result,
         recall=args.recall,  # added with the loss ledger (after the recipe): its flag maps as read_result's
+        pin_tool=args.pin_tool,  # added with pins (after the recipe): its flag maps as recall's
         status=args.status,
         status_mode=args.status_mode,
         cache_price_ratio=args.cache_price_ratio,

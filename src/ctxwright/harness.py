@@ -23,7 +23,8 @@ from ctxwright.agent.wiring import DEFAULT_SYSTEM, META_KEY, check_gguf, wire
 from ctxwright.audit.compare import Prices
 from ctxwright.backends.base import Backend
 from ctxwright.cache.prices import Pricing, pricing_of
-from ctxwright.core.events import UserEvent
+from ctxwright.core.events import Event, PinEvent, UserEvent
+from ctxwright.core.messages import Message
 from ctxwright.core.request import ToolChoice
 from ctxwright.core.session import Session
 from ctxwright.defence.component import DefenceComponent
@@ -217,6 +218,15 @@ class Harness:
                     root.done(result)
         cache.start_timer()  # keep_warm on: refresh the provider's cache until the next run
         return result
+
+    def pin(self, what: int | Message | Event | str) -> PinEvent:
+        """Pin a message (by event seq, the :class:`Message` or its event) or a text -- a fact
+        you state, appended as a pinned note -- so every compaction keeps it whole; recorded as
+        a ``pin`` event, kept on resume. See :meth:`Context.pin <ctxwright.agent.context.Context.pin>`."""
+        if self._closed:
+            raise CtxwrightError("this Harness is closed; resume the session in a new one: Harness.resume(session_id)")
+        with self.context.provider_cache.lock:  # not while a keep-warm refresh reads the session
+            return self.context.pin(what)
 
     def keep_warm(self) -> float | None:
         """Refresh the provider's prompt cache now: re-send the last request unchanged with

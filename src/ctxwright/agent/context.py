@@ -51,12 +51,13 @@ from ctxwright.audit.compare import Auditor, AuditSummary
 from ctxwright.audit.live import LiveRequests, audit_record, past_requests
 from ctxwright.backends.base import Backend
 from ctxwright.cache.prices import Pricing
-from ctxwright.compaction import CompactionConfig, CompactionReport, ContextManager
+from ctxwright.compaction import CompactionConfig, CompactionReport, ContextManager, pins
 from ctxwright.compaction.hooks import CompactionHooks
+from ctxwright.compaction.ledger import event_text, hidden_seqs
 from ctxwright.compaction.provider import events_of as provider_events
 from ctxwright.compaction.recall import RECALL_TOOL, Recall
 from ctxwright.compaction.retrieval import ResultReader
-from ctxwright.core.events import AssistantEvent, ToolEvent
+from ctxwright.core.events import AssistantEvent, Event, MessageEvent, PinEvent, StatusEvent, ToolEvent
 from ctxwright.core.interrupted import close_open_rounds
 from ctxwright.core.messages import Message, ToolCall, canonical_json
 from ctxwright.core.progress import (
@@ -310,6 +311,7 @@ class Context:
             recall = _recall_in(tools)
             if recall is not None:  # the registry's recall tool searches this session's hidden events
                 self.compaction.recall = recall
+            self.compaction.pins_call = tools.pins  # @tool(pin=True): no record-time strategy rewrites its results
             self.compaction.bind(session)
         self._carry_ms = 0.0  # overhead spent on tool results, charged to the next call
         self._tools_text = canonical_json([t.to_wire() for t in session.prefix.tools]) if session.prefix.tools else ""
@@ -545,10 +547,88 @@ class Context:
                 self.on_event(RepeatedCall(call=d.call, count=n, note=note))
             events.append(s.add_result(d))
             self.on_event(ToolDone(call=d.call, content=d.text, ok=d.ok, elapsed_ms=d.elapsed_ms or 0.0))
+        self._pin_results(calls, events)
         del outcomes  # the tools' full outputs: offloaded or recorded by now, not kept twice
         self._carry_ms += (time.perf_counter() - t_res) * 1000
         step.blocked = bool(blocked)
         return events
+
+    def _pin_results(self, calls: tuple[ToolCall, ...], events: list[ToolEvent]) -> None:
+        """Pin the successful results of ``@tool(pin=True)`` tools and of the model's ``pin``
+        tool (``compaction/pins.py``), after the whole batch: its results stay one run of events."""
+        for call, ev in zip(calls, events, strict=False):
+            if not ev.ok or not self.tools.pins(call):
+                continue
+            if call.name == pins.PIN_TOOL:
+                try:
+                    fact = call.parsed_arguments().get("fact")
+                except ValueError:
+                    fact = None
+                text = fact.strip() if isinstance(fact, str) else None
+                self.session.append(PinEvent(targets=(ev.seq,), text=text, by="model"))
+            else:
+                self.session.append(PinEvent(targets=(ev.seq,), by="tool"))
+
+    # -- pins ----------------------------------------------------------------------------
+    def pin(self, what: int | Message | Event | str) -> PinEvent:
+        """Pin a message so every compaction tier keeps it whole (``compaction/pins.py``):
+        ``what`` is an event seq, a recorded :class:`Message` or its event, or a text -- a
+        fact the user states, appended as a ``<system-reminder>`` note that is pinned. A
+        message a compaction already hid or shortened is appended again as a pinned note
+        holding its recorded text. Recorded as a ``pin`` event: a resumed session keeps it.
+
+        Raises ``ValueError`` for what names no message of the session (a status message
+        included: the next status replaces it), and :class:`CtxwrightError` for a text while
+        the last reply's tool calls are unanswered (a user message there breaks the pairing
+        every provider checks)."""
+        self._check_open()
+        s = self.session
+        if isinstance(what, str):
+            if not what.strip():
+                raise ValueError("nothing to pin: the text is empty")
+            return self._pin_note(what, what)
+        seq = self._seq_of(what)
+        ev = s.events[seq]
+        if isinstance(ev, StatusEvent) or not isinstance(ev, MessageEvent):
+            what_is = "a status message (the next status replaces it)" if isinstance(ev, StatusEvent) else ev.kind
+            raise ValueError(f"event {seq} is {what_is}, not a message that can be pinned; pin its text instead")
+        if seq in hidden_seqs(s.events):
+            return self._pin_note(pins.restored_text(seq, event_text(ev)), None, restored=seq)
+        earlier = next((p for p in pins.pin_events(s.events) if p.targets == (seq,)), None)
+        return earlier if earlier is not None else s.append(PinEvent(targets=(seq,), by="user"))
+
+    def _pin_note(self, body: str, text: str | None, restored: int | None = None) -> PinEvent:
+        """Append ``body`` as a pinned user note (``pins.note_text``) and the pin naming it."""
+        last = self._last
+        if last is not None and last.tool_calls and not last.ran:
+            raise CtxwrightError(
+                "cannot pin a text now: the last reply's tool calls are not answered yet; run them "
+                "(run_tools) first, then pin"
+            )
+        s = self.session
+        note = s.add_user(pins.note_text(body), **{pins.PIN_NOTE_KEY: "user"})
+        extra = {"restored": restored} if restored is not None else {}
+        return s.append(PinEvent(targets=(note.seq,), text=text if text is not None else body, by="user", extra=extra))
+
+    def _seq_of(self, what: int | Message | Event) -> int:
+        """The seq of the message event ``what`` names (the newest, for a message recorded twice)."""
+        events = self.session.events
+        if isinstance(what, Event):
+            if not (0 <= what.seq < len(events)) or events[what.seq] != what:
+                raise ValueError(f"this {what.kind} event is not one of session {self.session_id}'s events")
+            return what.seq
+        if isinstance(what, Message):
+            found = next(
+                (ev.seq for ev in reversed(events) if isinstance(ev, MessageEvent) and ev.message == what), None
+            )
+            if found is None:
+                raise ValueError(f"this {what.role} message is not recorded in session {self.session_id}")
+            return found
+        if isinstance(what, bool) or not isinstance(what, int):
+            raise ValueError(f"cannot pin {type(what).__name__}: pass an event seq, a Message, an event or a text")
+        if not 0 <= what < len(events):
+            raise ValueError(f"there is no event {what}: session {self.session_id} has events 0-{len(events) - 1}")
+        return what
 
     def _timeout_for(self, call: ToolCall) -> float:
         """The tool's own ``timeout_s`` (through ``call_tool``: the deferred tool's), else the config's."""

@@ -27,6 +27,7 @@ from ctxwright.agent.delegate import DelegateComponent
 from ctxwright.backends.base import Backend
 from ctxwright.backends.external import EXTERNAL, ExternalBackend
 from ctxwright.compaction import CompactionConfig
+from ctxwright.compaction.pins import PinComponent
 from ctxwright.compaction.provider import configure as configure_provider
 from ctxwright.compaction.recall import RecallComponent
 from ctxwright.compaction.retrieval import ReaderComponent
@@ -351,6 +352,8 @@ def components_for(recipe: Recipe, backend: Backend, stored: Session | None, on_
         comps.append(ReaderComponent())  # offloaded and cleared results are paged back
     if recipe.compaction.config is not None and recipe.compaction.recall:
         comps.append(RecallComponent())  # what compaction hid, searched and handed back
+    if recipe.compaction.config is not None and recipe.compaction.pin_tool:
+        comps.append(PinComponent())  # the model pins a fact (compaction/pins.py)
     if recipe.delegate.enabled:
         comps.append(DelegateComponent(on_event=on_event))
     sk = recipe.skills

@@ -105,6 +105,10 @@ def render_compactions(store: Store, session_id: str, console: Console, *, as_js
             console.print(line, soft_wrap=True)
         if led.events_omitted:
             console.print(Text(f"  … {led.events_omitted} more hidden event(s) not listed", style="dim"))
+        for p in led.pinned:
+            console.print(Text(f"  event {p.seq} pinned by {p.by}: kept whole · {p.text}"), soft_wrap=True)
+        if led.pinned_total > len(led.pinned):
+            console.print(Text(f"  … {led.pinned_total - len(led.pinned)} more pinned event(s) kept", style="dim"))
         _render_survival(survival.read(ev.ledger), console)
 
 

@@ -3,7 +3,9 @@
 A cut may start or end only at a boundary that (1) is not inside a parallel batch
 (:mod:`.batches`), (2) is not inside a tool loop that carries reasoning
 (:mod:`.reasoning_loops`), and (3) comes after the task, the first user message that is not
-a skills catalog (:mod:`.pinned`); (4) a span holding a catalog message is never removable.
+a skills catalog (:mod:`.pinned`); (4) a span holding a catalog message or a pinned message
+(:mod:`.pins`) is never removable -- a pinned tool result keeps its call and its batch, since
+a span is a whole unit (:mod:`.batches`).
 Every layer that removes messages asks this module; none computes boundaries itself.
 """
 
@@ -31,11 +33,27 @@ def legal_boundaries(messages: list[Message], catalogs: Collection[Message] = ()
     return sorted(i for i in ok if i > first)
 
 
-def removable_spans(messages: list[Message], catalogs: Collection[Message] = ()) -> list[tuple[int, int]]:
+def removable_spans(
+    messages: list[Message], catalogs: Collection[Message] = (), pins: Collection[Message] = ()
+) -> list[tuple[int, int]]:
     """The smallest removable spans after the task, oldest first: consecutive legal
-    boundaries, except a span that holds a skills catalog message (pinned)."""
+    boundaries, except a span that holds a skills catalog message or a pinned message
+    (``pins``: ``pins.pinned_messages``), or the answer that closes a tool loop holding a
+    pinned message.
+
+    Why the closing answer: without pins, what a tier removes is the oldest spans, so a tool
+    loop is cut from its start and what stays of it still ends with its answer. A pin keeps a
+    turn in the middle; were its loop's answer removed, the turns kept would run on into the
+    next loop, which the renderer and the provider then read as one loop -- one whose turns
+    carry reasoning and others not (``reasoning_loops.py``)."""
     b = legal_boundaries(messages, catalogs)
     spans = [(b[i], b[i + 1]) for i in range(len(b) - 1)]
-    if not catalogs:
+    if not catalogs and not pins:
         return spans
-    return [(a, z) for a, z in spans if not any(messages[i] in catalogs for i in range(a, z))]
+    keep = {i for i, m in enumerate(messages) if m in catalogs or m in pins}
+    if pins:
+        for a, z in tool_loops(messages):
+            closing = messages[z - 1]
+            if closing.role == "assistant" and not closing.tool_calls and any(messages[i] in pins for i in range(a, z)):
+                keep.add(z - 1)
+    return [(a, z) for a, z in spans if not any(i in keep for i in range(a, z))]

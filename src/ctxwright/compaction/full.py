@@ -47,15 +47,17 @@ def plan_span(
     stage: int,
     tokens_of: Callable[[Message], int],
     catalogs: Collection[Message] = (),
+    pins: Collection[Message] = (),
 ) -> list[int]:
     """Indices into ``entries`` to summarize: stage 1 the older half (by tokens) of the
     removable spans before the newest unit, stage 2 all of them. ``catalogs``: the skills
-    catalog messages, never summarized away (``pinned.py``)."""
+    catalog messages, never summarized away (``pinned.py``); ``pins``: the pinned messages,
+    whose spans stay (``pins.py``)."""
     msgs = [m for _, m in entries]
     if not msgs:
         return []
     last_unit = units(msgs)[-1][0]
-    spans = [(a, b) for a, b in removable_spans(msgs, catalogs) if b <= last_unit]
+    spans = [(a, b) for a, b in removable_spans(msgs, catalogs, pins) if b <= last_unit]
     if not spans:
         return []
     if stage == 1:

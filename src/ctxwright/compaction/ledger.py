@@ -312,6 +312,15 @@ class HiddenEvent:
 
 
 @dataclass(frozen=True)
+class PinnedItem:
+    """A pinned event a compaction kept whole (``pins.py``), as its ledger lists it."""
+
+    seq: int
+    by: str
+    text: str
+
+
+@dataclass(frozen=True)
 class Ledger:
     """A compaction's ledger as read from its event (:func:`read`)."""
 
@@ -323,6 +332,9 @@ class Ledger:
     kept: int
     events: tuple[HiddenEvent, ...]
     events_omitted: int
+    #: the pinned events it kept whole (the newest listed) and how many there were in all
+    pinned: tuple[PinnedItem, ...] = ()
+    pinned_total: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -348,6 +360,8 @@ class Ledger:
                 }
                 for h in self.events
             ],
+            "pinned": [{"seq": p.seq, "by": p.by, "text": p.text} for p in self.pinned],
+            "pinned_total": self.pinned_total,
         }
 
 
@@ -387,6 +401,7 @@ def read(ev: CompactionEvent) -> Ledger | None:
                 items_omitted=_int(e.get("items_omitted")),
             )
         )
+    raw_pins = raw.get("pinned")
     return Ledger(
         event_seq=ev.seq,
         layer=ev.layer,
@@ -396,6 +411,12 @@ def read(ev: CompactionEvent) -> Ledger | None:
         kept=_int(raw.get("kept")),
         events=tuple(hidden),
         events_omitted=_int(raw.get("events_omitted")),
+        pinned=tuple(
+            PinnedItem(p["seq"], str(p.get("by") or ""), str(p.get("text") or ""))
+            for p in (raw_pins if isinstance(raw_pins, list) else ())
+            if isinstance(p, Mapping) and isinstance(p.get("seq"), int)
+        ),
+        pinned_total=_int(raw.get("pinned_total")),
     )
 
 

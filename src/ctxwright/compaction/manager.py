@@ -54,6 +54,9 @@ from ctxwright.core.tokens import PER_MESSAGE_OVERHEAD, TokenCounter
 from ctxwright.errors import ContextWindowExceeded, SummaryFailed
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ctxwright.core.messages import ToolCall
     from ctxwright.core.session import Session
 
 DEFAULT_SERVED_WINDOW = 128_000
@@ -102,6 +105,9 @@ class ContextManager:
     _round_session: Session | None = None
     #: the first event seq :attr:`ledger_items` has not scanned yet
     _ledger_scanned: int = 0
+    #: whether a call's result is pinned (``ToolRegistry.pins``, set by the context): the
+    #: record-time strategy leaves it whole (``pins.py``)
+    pins_call: Callable[[ToolCall], bool] | None = None
     #: the user's ``before_compaction``/``after_compaction`` hooks (``hooks.py``); never stored
     hooks: CompactionHooks | None = None
 
@@ -290,7 +296,9 @@ class ContextManager:
             todo = [
                 (i, NewResult(d.call.name, rec.result_id, self._as_text(d.content, rec), content, d.ok))
                 for i, (d, (content, rec)) in enumerate(zip(drafts, budgeted, strict=True))
-                if rec.repeat_of is None and body_skill(d.call.name, content) is None  # skills.py: never compressed
+                if rec.repeat_of is None
+                and body_skill(d.call.name, content) is None  # skills.py: never compressed
+                and not (self.pins_call is not None and self.pins_call(d.call))  # pins.py: kept whole
             ]
             ctx = self.strategy_context(session, self._call_index)
             new = compress_batch(strategy, [r for _, r in todo], ctx)
@@ -357,8 +365,9 @@ class ContextManager:
             raise ContextWindowExceeded(
                 f"the request needs about {tokens:,} tokens but the effective window is {self.effective_window:,} "
                 f"({self.window_tokens:,} minus {self.config.reserve_output_tokens:,} for the reply), and nothing "
-                "more can be removed: the system prompt, tool definitions, first user message and newest turn "
-                "alone are too big. Shorten the task message, use fewer tools, or a model with a larger window. "
+                "more can be removed: the system prompt, tool definitions, first user message, pinned messages and "
+                "newest turn alone are too big. Shorten the task message, use fewer tools or pins, or a model with a "
+                "larger window. "
                 "Every event so far is saved."
             )
         return reports

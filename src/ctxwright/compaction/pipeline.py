@@ -29,7 +29,7 @@ from dataclasses import replace as dc_replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ctxwright.compaction import archival, full, hooks, ledger, skills, survival
+from ctxwright.compaction import archival, full, hooks, ledger, pins, skills, survival
 from ctxwright.compaction.check import violations
 from ctxwright.compaction.clearing import clear_old_results
 from ctxwright.compaction.config import CompactionConfig
@@ -243,9 +243,10 @@ def unanswered_results(session: Session) -> set[int]:
 
 
 def exempt(session: Session) -> set[int]:
-    """Results no tier rewrites: those the model has not answered yet, and every activated
-    skill's instructions (``skills.py``: the model follows them for the rest of the task)."""
-    return unanswered_results(session) | skills.body_seqs(session.events)
+    """Results no tier rewrites: those the model has not answered yet, every activated
+    skill's instructions (``skills.py``: the model follows them for the rest of the task)
+    and every pinned event (``pins.py``)."""
+    return unanswered_results(session) | skills.body_seqs(session.events) | pins.pinned_seqs(session.events)
 
 
 def tool_events(session: Session) -> dict[int, ToolEvent]:
@@ -269,7 +270,7 @@ class Adaptive:
     def plan(self, state: PassState) -> Plan | None:
         m, session = state.manager, state.session
         ctx = m.strategy_context(session, state.call_index)
-        done = replaced_already(session) | skills.body_seqs(session.events)
+        done = replaced_already(session) | skills.body_seqs(session.events) | pins.pinned_seqs(session.events)
         out: dict[int, str] = {}
         for seq, msg in session.base_entries():
             if msg.role != "tool" or seq is None or seq in done or (msg.content or "").startswith(COMPRESSED):
@@ -379,7 +380,9 @@ class FullCompaction:
     def plan(self, state: PassState) -> Plan | None:
         m, s = state.manager, state.session
         entries = s.base_entries()
-        idx = full.plan_span(entries, self.stage, m.tokens_of, catalog_messages(s.events))
+        idx = full.plan_span(
+            entries, self.stage, m.tokens_of, catalog_messages(s.events), pins.pinned_messages(s.events)
+        )
         seqs = [seq for i in idx if (seq := entries[i][0]) is not None]
         if not seqs:
             return None
@@ -416,11 +419,11 @@ class Trim:
             state.decision.target if state.decision is not None else int(state.config.trim_target_ratio * state.window)
         )
         users = {ev.seq for ev in s.events if isinstance(ev, UserEvent)}
-        catalogs = catalog_messages(s.events)
+        catalogs, pinned = catalog_messages(s.events), pins.pinned_messages(s.events)
         excess = state.tokens - target
         plan: Plan | None = None
         for _ in range(2):  # once more when the re-attached skills take back part of what was freed
-            drop, first = plan_trim(s.base_entries(), state.manager.tokens_of, excess, users, catalogs)
+            drop, first = plan_trim(s.base_entries(), state.manager.tokens_of, excess, users, catalogs, pinned)
             if not drop or first is None:
                 return plan
             total = len(drop) + sum(len(ev.drop) for ev in s.events if isinstance(ev, CompactionEvent))
@@ -510,7 +513,9 @@ def check(state: PassState, layer: str, plan: Plan) -> tuple[list[Message], list
     """The view ``plan`` would produce and what is wrong with it (empty: a valid request)."""
     s = state.session
     view = preview(s, layer, plan)
-    bad = violations([m for _, m in s.recorded_messages()], view, catalog_messages(s.events))
+    bad = violations(
+        [m for _, m in s.recorded_messages()], view, catalog_messages(s.events), pins.pinned_messages(s.events)
+    )
     lost = skills.lost_skills(s.events, s.trajectory(), view)
     if lost:
         bad.append(
@@ -578,6 +583,7 @@ def loss_ledger(state: PassState, plan: Plan, view: list[Message]) -> dict[str, 
     cache = state.manager.ledger_items
     seen = ledger.Seen([s.prefix.system_prompt, *ledger.visible_parts(view)], cache.words_of)
     out = ledger.build(s.events, hidden, seen, partial(state.manager.ledger_text, s), cache)
+    out.update(pins.ledger_fields(s.events))  # what the pins kept whole through this compaction
     out.update(  # the declared items it hid (CompactionConfig.keep): still in view or lost
         survival.ledger_fields(
             state.config.keep, s.events, hidden, seen, plan.note, plan.replace, s.prefix.system_prompt, cache

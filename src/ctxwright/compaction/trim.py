@@ -29,6 +29,7 @@ def plan_trim(
     excess: int,
     user_seqs: Collection[int],
     catalogs: Collection[Message] = (),
+    pins: Collection[Message] = (),
 ) -> tuple[list[int], int | None]:
     """Seqs to drop freeing at least ``excess`` tokens, and the seq the note goes before.
 
@@ -38,7 +39,7 @@ def plan_trim(
     after it (results the model has not answered yet, the status bar). ``([], None)`` when
     nothing can go. ``user_seqs`` are the seqs of user events (to tell a user message from
     the status bar's, which is a user-role message too); ``catalogs``: the skills catalog
-    messages, never dropped (``pinned.py``)."""
+    messages, never dropped (``pinned.py``); ``pins``: the pinned messages, never dropped (``pins.py``)."""
     msgs = [m for _, m in entries]
     last_user = max(
         (i for i, (seq, m) in enumerate(entries) if m.role == "user" and seq is not None and seq in user_seqs),
@@ -46,7 +47,7 @@ def plan_trim(
     )
     last_batch = max((i for i, m in enumerate(msgs) if m.role == "assistant" and m.tool_calls), default=len(msgs))
     keep_from = min(last_batch, units(msgs)[-1][0] if msgs else 0)  # the newest unit always stays
-    spans = [(a, b) for a, b in removable_spans(msgs, catalogs) if b <= keep_from]
+    spans = [(a, b) for a, b in removable_spans(msgs, catalogs, pins) if b <= keep_from]
     older = [(a, b) for a, b in spans if b <= last_user]
     current = [(a, b) for a, b in spans if a > last_user]
     drop: list[int] = []

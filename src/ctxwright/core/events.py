@@ -961,6 +961,51 @@ class ProviderCompactionEvent(Event):
         )
 
 
+PinBy = Literal["user", "tool", "model"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PinEvent(Event):
+    """Events pinned: every compaction tier keeps them whole (``compaction/pins.py``).
+
+    ``targets`` are the pinned events' seqs; ``text`` the fact pinned when one was given as
+    text (it is also in the trajectory: the pinned note the pin appended, one of ``targets``);
+    ``by`` who pinned: ``user`` (``ctx.pin``), ``tool`` (a result of a ``@tool(pin=True)``
+    tool), ``model`` (the ``pin`` tool). An event, not a flag on the pinned message, because
+    the message is already recorded and events are never edited; a resumed session reads its
+    pins back from here."""
+
+    KIND: ClassVar[str] = "pin"
+    KNOWN: ClassVar[frozenset[str]] = frozenset({"targets", "text", "by"})
+
+    targets: tuple[int, ...] = ()
+    text: str | None = None
+    by: PinBy = "user"
+
+    def _fields_payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"targets": list(self.targets), "by": self.by}
+        _put(out, "text", self.text)
+        return out
+
+    @classmethod
+    def _parse(cls, p: Mapping[str, Any], *, seq: int, created_at: float) -> PinEvent:
+        w = _where(cls.KIND, seq)
+        raw = p.get("targets")
+        if not isinstance(raw, list):
+            raise EventFormatError(f"{w}: 'targets' must be a list of event seqs")
+        by = p.get("by", "user")
+        if by not in ("user", "tool", "model"):
+            raise EventFormatError(f"{w}: 'by' is {by!r}, not 'user', 'tool' or 'model'")
+        return cls(
+            seq=seq,
+            created_at=created_at,
+            targets=tuple(_seq_named(t, w, "targets") for t in raw),
+            text=_str(p, "text", w),
+            by=by,
+            extra=_extra(p, cls.KNOWN),
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class UnknownEvent(Event):
     """An event of a kind this build does not know, kept verbatim (a newer writer's)."""
@@ -989,6 +1034,7 @@ KINDS: dict[str, type[Event]] = {
         SummaryFailedEvent,
         TodoEvent,
         GateEvent,
+        PinEvent,
         HookEvent,
         ProviderCompactionEvent,
     )

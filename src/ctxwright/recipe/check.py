@@ -86,6 +86,7 @@ def check_resume(given: Mapping[str, Any], recorded: Mapping[str, Any], *, sessi
         ("delegate", "delegate", "enabled", "the delegate tool", True),
         ("read_result", "compaction", "read_result", "the read_result tool", compaction_on),
         ("recall", "compaction", "recall", "the recall tool", compaction_on),
+        ("pin_tool", "compaction", "pin_tool", "the pin tool", compaction_on),
     ):
         value, was = given.get(keyword), bool(section(sec).get(attr, False))
         if applies and value is not None and bool(value) != was:

@@ -481,6 +481,20 @@ class CompactionOptions:
         best passages back with their event ids (only with compaction on). ``None``: by backend, as
         ``read_result``; on resume, as the session was started (the tool is in its prefix).""",
     )
+    pin_tool: bool = opt(
+        False,
+        keyword="pin_tool",
+        flag="--pin-tool",
+        action="switch",
+        group=_COMPACTION_GROUP,
+        cli_help="give the agent pin(fact) to keep a fact in view through every compaction",
+        accepts="bool | None",
+        prefix=True,
+        help="""give the agent ``pin(fact)``: the fact, as its result, is pinned and kept whole through every
+        compaction (``compaction/pins.py``; only with compaction on). Off unless asked: a model that pins
+        freely fills its context with what can never be freed. On resume, as the session was started (the
+        tool is in its prefix).""",
+    )
     window_filled: bool = opt(
         False,
         record="never",

@@ -230,7 +230,7 @@ def _compaction(src: _Sources, d: BackendDefaults) -> CompactionOptions:
     if given is None:
         given = True if stored is None else stored
     if given is False:
-        return CompactionOptions(config=None, summaries=False, read_result=False, recall=False)
+        return CompactionOptions(config=None, summaries=False, read_result=False, recall=False, pin_tool=False)
     if isinstance(given, CompactionConfig):
         cfg = replace(given)  # a copy: the caller's stays as given
     elif given is True:
@@ -261,6 +261,7 @@ def _compaction(src: _Sources, d: BackendDefaults) -> CompactionOptions:
         summaries=cfg.archival_summaries or cfg.full_compaction,
         read_result=src.on("read_result", "compaction", "read_result", d.features),
         recall=src.on("recall", "compaction", "recall", d.features),
+        pin_tool=src.on("pin_tool", "compaction", "pin_tool", False),
         window_filled=filled,
     )
 

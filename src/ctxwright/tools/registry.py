@@ -293,6 +293,10 @@ class Tool:
     #: for a dispatcher such as ``call_tool``: turns its call into the call of another tool,
     #: which then runs as if the model had called it (validation, timeout, result budget)
     resolver: Callable[[ToolCall], BoundCall | ToolOutcome] | None = None
+    #: ``True``: every result of this tool is pinned when recorded (``compaction/pins.py``):
+    #: no compaction tier clears, summarizes or drops it -- for results the rest of the task
+    #: depends on whole (a spec read once, the plan a planner tool returned)
+    pin: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -314,6 +318,7 @@ class Tool:
         effects: Effects = DEFAULT_EFFECTS,
         deferred: bool | None = None,
         source: str | None = None,
+        pin: bool = False,
     ) -> Tool:
         """Build a tool from ``func``'s type hints and Google-style docstring.
 
@@ -388,6 +393,7 @@ class Tool:
             effects=effects,
             deferred=deferred,
             source=source or _source_of(func),
+            pin=pin,
         )
 
     @classmethod
@@ -403,6 +409,7 @@ class Tool:
         trust: Trust = DEFAULT_TRUST,
         effects: Effects = DEFAULT_EFFECTS,
         source: str = "",
+        pin: bool = False,
     ) -> Tool:
         """A tool whose schema is given, not derived: an MCP server's tool, kept verbatim.
 
@@ -431,6 +438,7 @@ class Tool:
             effects=effects,
             schema_validator=validator_cls(parameters),
             source=source,
+            pin=pin,
         )
 
     def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -460,6 +468,7 @@ def tool(
     trust: Trust = DEFAULT_TRUST,
     effects: Effects = DEFAULT_EFFECTS,
     deferred: bool | None = None,
+    pin: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -473,16 +482,25 @@ def tool(
     trust: Trust = DEFAULT_TRUST,
     effects: Effects = DEFAULT_EFFECTS,
     deferred: bool | None = None,
+    pin: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator form of :meth:`Tool.from_function`: ``@tool``, ``@tool(timeout_s=5)``,
     ``@tool(trust="untrusted", effects="external")``, ``@tool(deferred=True)`` (kept out of the
-    prefix, found with ``search_tools``). A bad declaration fails here, at import."""
+    prefix, found with ``search_tools``), ``@tool(pin=True)`` (every result pinned: kept whole
+    through every compaction). A bad declaration fails here, at import."""
     if func is None:
         check_declarations(name or "(decorated)", trust, effects)
 
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool.from_function(
-            f, name=name, description=description, timeout_s=timeout_s, trust=trust, effects=effects, deferred=deferred
+            f,
+            name=name,
+            description=description,
+            timeout_s=timeout_s,
+            trust=trust,
+            effects=effects,
+            deferred=deferred,
+            pin=pin,
         )
 
     return wrap(func) if func is not None else wrap
@@ -744,6 +762,21 @@ class ToolRegistry:
 
     def __iter__(self) -> Iterator[Tool]:
         return iter(tuple(self._tools.values()))
+
+    def pins(self, call: ToolCall) -> bool:
+        """Whether the result of ``call`` is pinned (``Tool.pin``): for a dispatcher
+        (``call_tool``), the tool it dispatches to, so a deferred tool keeps its pin."""
+        found = self._tools.get(call.name)
+        if found is None:
+            return False
+        if found.resolver is not None:
+            try:
+                bound = found.resolver(call)
+            except Exception:
+                return found.pin
+            if isinstance(bound, BoundCall):
+                return bound.tool.pin or found.pin
+        return found.pin
 
     def timeout_for(self, call: ToolCall) -> float | None:
         """The ``timeout_s`` of the tool ``call`` will run: for a dispatcher (``call_tool``),
