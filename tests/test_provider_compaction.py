@@ -392,3 +392,41 @@ def test_provider_options_are_refused_where_the_provider_has_none() -> None:
     assert claude.betas == (ANTHROPIC_EDITS_BETA,)
     responses.close()
     claude.close()
+
+
+def test_compaction_provider_is_the_providers_defaults_and_ours_off(tmp_path: Any) -> None:
+    with AnthropicSim() as sim:
+        with Harness(
+            backend="anthropic", base_url=sim.url, model=MODEL, system=SYSTEM, compaction="provider", db=tmp_path / "a"
+        ) as h:
+            h.run("Hello.")
+            cfg = h.context.config.compaction
+        assert cfg is not None and (cfg.enabled, cfg.provider) == (False, "compact")
+        assert sim.requests[-1]["context_management"] == {
+            "edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 150_000}}]
+        }
+        assert ANTHROPIC_COMPACT_BETA in sim.headers[-1]["anthropic-beta"].split(",")
+    with pytest.raises(ConfigError, match="anthropic or openai-responses"):
+        Harness(backend=ScriptedBackend(["ok"]), compaction="provider")
+
+
+def test_a_streamed_compaction_block_is_kept_as_the_server_sent_it() -> None:
+    with AnthropicSim() as sim:
+        options = {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 50_000}}]}
+        b = AnthropicBackend(
+            MODEL,
+            base_url=sim.url,
+            api_key="k",
+            stream=True,
+            context_management=options,
+            betas=(ANTHROPIC_COMPACT_BETA,),
+        )
+        long = record(1, 5_000)  # over 50,000 of the simulator's tokens
+        done = b.complete(
+            ChatRequest(messages=(Message(role="system", content=SYSTEM), Message(role="user", content=long)))
+        )
+        b.close()
+    block = sim.responses[-1]["content"][0]
+    assert block["type"] == "compaction"
+    assert json.loads(done.message.reasoning_blocks or "[]") == [block]
+    assert done.usage.raw["compactions"] == [block] and done.usage.raw["context_management"] == {"applied_edits": []}
