@@ -224,6 +224,7 @@ class Context:
             status=wired.status,
             assembly=wired.assembly,
             gate=wired.gate,
+            summary_backend=wired.summary_backend,
         )
 
     @classmethod
@@ -419,6 +420,19 @@ class Context:
             if rounds is not None and self._rounds >= rounds:
                 tool_choice = "none"
         return self.prepare(tool_choice).openai_body(None)  # no model: the caller names it
+
+    def compact_for_overflow(self, exc: BaseException) -> bool:
+        """After the server refused the last request as over its context window: one forced
+        compaction (every tier, down to half the request at most; each event records
+        ``overflow_retry``). Returns whether anything was compacted -- whether a retry can fit.
+        Without compaction, or with nothing left to remove, there is nothing to retry."""
+        if self.compaction is None:
+            return False
+        s = self.session
+        reports = self.compaction.before_call(s, s.call_count, overflow=True)
+        for c in reports:
+            self.on_event(Compacted(report=c))
+        return bool(reports)
 
     def failed(self, exc: BaseException, wall_ms: float | None = None) -> None:
         """Record that the pending request got no reply (the call stays in the store)."""

@@ -9,7 +9,8 @@ What the loop itself adds:
 * a tool-round budget (``max_tool_rounds``): past it the call asks for an answer
   (``tool_choice="none"``), for models that cannot tell when to stop;
 * a reply without tool calls is the final answer;
-* a backend error ends the run with ``backend_error``, the failed call recorded;
+* a backend error ends the run with ``backend_error``, the failed call recorded -- except a
+  first context-length error, which gets one forced compaction and one retry;
 * a call that repeated past the limit was not run, and ends the run with ``repeated_tool_call``;
 * each call's wall time is measured around the backend call and stored with it.
 """
@@ -29,7 +30,7 @@ from ctxwright.core.request import ChatRequest, Completion, ToolChoice
 from ctxwright.core.session import Session
 from ctxwright.core.tokens import TokenCounter
 from ctxwright.defence.gate import Gate
-from ctxwright.errors import BackendError
+from ctxwright.errors import BackendError, ContextWindowExceeded
 from ctxwright.status.bar import StatusBar
 from ctxwright.tools.registry import ToolRegistry
 
@@ -151,15 +152,23 @@ class Agent:
         return self.backend.complete(request, on_event=self.on_event)
 
     def _call_model(self, tool_choice: ToolChoice, iteration: int | None = None) -> Step:
+        """One model call. A context-length error from the server (its tokenizer counted more
+        than ours, or a chat template added more) gets one forced compaction and one retry
+        (:meth:`Context.compact_for_overflow`); a second one ends the run with the error."""
         ctx = self.ctx
-        request = ctx.prepare(tool_choice, iteration)
-        t_call = time.perf_counter()
-        try:
-            completion = self._complete(request)
-        except BackendError as exc:
-            ctx.failed(exc, wall_ms=round((time.perf_counter() - t_call) * 1000, 3))
-            raise
-        return ctx.record(completion, wall_ms=round((time.perf_counter() - t_call) * 1000, 3))
+        retried = False
+        while True:
+            request = ctx.prepare(tool_choice, iteration)
+            t_call = time.perf_counter()
+            try:
+                completion = self._complete(request)
+            except BackendError as exc:
+                ctx.failed(exc, wall_ms=round((time.perf_counter() - t_call) * 1000, 3))
+                if isinstance(exc, ContextWindowExceeded) and not retried and ctx.compact_for_overflow(exc):
+                    retried = True
+                    continue
+                raise
+            return ctx.record(completion, wall_ms=round((time.perf_counter() - t_call) * 1000, 3))
 
     # -- the loop ------------------------------------------------------------------------
     def run(self, user_input: str | None = None) -> RunResult:

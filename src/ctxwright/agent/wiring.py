@@ -108,6 +108,9 @@ class Wired:
     gate: Gate | None = None
     lease: Lease | None = None
     owned_backend: Backend | None = None
+    #: where the LLM summaries run (``summarizer=``); ``None``: the backend (``ContextManager.for_backend``)
+    summary_backend: Backend | None = None
+    owned_summary_backend: Backend | None = None
     owned_store: Store | None = None
     #: the run's spans (``telemetry/spans.py``) when ``otlp`` is given: ``on_event`` is this tracer,
     #: wrapped around the caller's sink; closed last (its exporter's flush is bounded)
@@ -134,6 +137,8 @@ class Wired:
         self.assembly.close()
         if self.owned_backend is not None:
             self.owned_backend.close()
+        if self.owned_summary_backend is not None:
+            self.owned_summary_backend.close()
         if self.lease is not None:
             # a store that cannot be written: the lease of this (ending) process is stale anyway
             with suppress(CtxwrightError):
@@ -173,6 +178,7 @@ def wire(
     sink: EventSink = on_event or ignore
     opened = _open(db, resume, take_over)
     owned: Backend | None = None
+    owned_summary: Backend | None = None
     comps: list[Component] = []
     tracer: RunTracer | None = None
     exporter: Exporter | None = None
@@ -192,6 +198,7 @@ def wire(
         if chosen.name != name:  # an object's name decides its defaults
             recipe = Recipe.resolve(given, recorded, backend_defaults(chosen.name))
         recipe = recipe.with_backend(chosen)
+        summary_backend, owned_summary = _summarizer(recipe.compaction.summarizer, chosen, recipe.model, given)
         d = backend_defaults(chosen.name)
         configure_provider(chosen, recipe.compaction.config)  # the provider's own context management
         if exporter is not None:  # every event of the run, a sub-agent's too, passes the tracer
@@ -265,6 +272,8 @@ def wire(
             gate=defence.gate,
             lease=lease,
             owned_backend=owned,
+            summary_backend=summary_backend,
+            owned_summary_backend=owned_summary,
             owned_store=opened.owned_store,
             telemetry=tracer,
             explicit_first_choice=recipe.limits.tool_choice_first,
@@ -276,6 +285,8 @@ def wire(
                 c.close()
         if owned is not None:
             owned.close()
+        if owned_summary is not None:
+            owned_summary.close()
         if opened.lease is not None:
             with suppress(CtxwrightError):
                 opened.lease.release()
@@ -284,6 +295,30 @@ def wire(
         if exporter is not None:
             exporter.close()
         raise
+
+
+def _summarizer(
+    value: Backend | str | None, chosen: Backend, m: ModelOptions, given: Mapping[str, Any]
+) -> tuple[Backend | None, Backend | None]:
+    """The backend the LLM summaries run on (``summarizer=``) and the one this wiring created
+    (and so closes): an object as given; a name resolved like the backend's -- another model on
+    the same served backend (its base URL and key), a GGUF path for the embedded one."""
+    if value is None:
+        return None, None
+    if isinstance(value, Backend):
+        return value, None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"summarizer={value!r} is not a backend: pass a Backend object or a model name")
+    if isinstance(given.get("backend"), Backend):
+        raise ConfigError(
+            f"summarizer={value!r} names a model, but the backend is an object the harness did not create: "
+            "pass the summarizer as a backend object too"
+        )
+    if chosen.name == "embedded":
+        return _backend(None, replace(m, gguf=value), {"gguf": value}, None, "embedded")
+    if chosen.name not in ("openai", "openai-responses", "anthropic"):
+        raise ConfigError(f"summarizer={value!r}: the {chosen.name!r} backend runs no model; pass a backend object")
+    return _backend(None, replace(m, model=value), {**given, "backend": chosen.name, "model": value}, None, chosen.name)
 
 
 def _exporter(recipe: Recipe) -> Exporter | None:

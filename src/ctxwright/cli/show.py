@@ -68,7 +68,7 @@ def render_compactions(store: Store, session_id: str, console: Console, *, as_js
     """``show ID --compactions``: the loss ledger of every compaction (``compaction/ledger.py``)
     and, where ``CompactionConfig.keep`` declared items, whether each survived it
     (``compaction/survival.py``)."""
-    from ctxwright.compaction import survival
+    from ctxwright.compaction import background, survival
     from ctxwright.compaction.ledger import ledgers
 
     data = session_export(store, session_id)
@@ -81,7 +81,8 @@ def render_compactions(store: Store, session_id: str, console: Console, *, as_js
             else {"event": ev.seq, "layer": ev.layer, "call_index": ev.call_index, "ledger": None, "survival": None}
             for ev, led in rows
         ]
-        print(json.dumps({"session": data["id"], "compactions": out}, ensure_ascii=False, indent=1))
+        stall = background.stalls(events)
+        print(json.dumps({"session": data["id"], "compactions": out, "stall": stall}, ensure_ascii=False, indent=1))
         return
     if not rows:
         console.print(Text("no compactions in this session"))
@@ -110,6 +111,18 @@ def render_compactions(store: Store, session_id: str, console: Console, *, as_js
         if led.pinned_total > len(led.pinned):
             console.print(Text(f"  … {led.pinned_total - len(led.pinned)} more pinned event(s) kept", style="dim"))
         _render_survival(survival.read(ev.ledger), console)
+    _render_stall(background.stalls(events), console)
+
+
+def _render_stall(stall: dict[str, float | int] | None, console: Console) -> None:
+    """The summary line of how long the loop waited on compaction (``compaction/background.py``)."""
+    if stall is not None:
+        console.print(
+            Text(
+                f"stall per compaction (the loop waiting before its call): p50 {stall['p50_ms']:,.1f} ms, "
+                f"p95 {stall['p95_ms']:,.1f} ms, max {stall['max_ms']:,.1f} ms over {stall['n']} compaction(s)"
+            )
+        )
 
 
 def _survival_json(found: Survival | None) -> dict[str, Any] | None:

@@ -150,9 +150,25 @@ class CompactionConfig:
     #: Clearing also clears the tool calls' inputs.
     provider_clear_inputs: bool = False
 
+    # -- no stalls (background.py) -------------------------------------------------------
+    #: Prepare the LLM summary (full compaction's stage 1, else the archival rounds) on a
+    #: background thread once the request passes ``soft_ratio`` of the effective window, while
+    #: the loop goes on; it is applied at the first call boundary after it is ready, if the
+    #: events it summarised are still in view unchanged (else it is discarded and a
+    #: ``summary_failed`` event with reason ``stale`` says so). A pass that reaches the trigger
+    #: while it runs waits for it (at most ``summary_timeout_s``) instead of starting another.
+    #: Off: every summary is written inside the call that needs it, and the loop waits.
+    background: bool = False
+    #: The share of the effective window at which the background summary starts; under the
+    #: trigger (``trigger_ratio``, or the planner's under policy ``cost``), so that it is ready
+    #: before the trigger is reached.
+    soft_ratio: float = 0.45
+
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"compaction policy {self.policy!r} is not one of {', '.join(POLICIES)}")
+        if not 0 < self.soft_ratio <= 1:
+            raise ValueError(f"compaction soft_ratio must be in (0, 1], not {self.soft_ratio!r}")
         if self.keep:  # a bad declaration fails here, not at the first compaction
             from ctxwright.compaction.survival import contract
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from ctxwright.backends.base import Backend
 from ctxwright.compaction import pipeline, planner
+from ctxwright.compaction.background import Ahead
 from ctxwright.compaction.breaker import CircuitBreaker
 from ctxwright.compaction.budget import apply_budget, offload_of, sanitize, text_sha256
 from ctxwright.compaction.compress import Earlier, names_in
@@ -105,6 +106,8 @@ class ContextManager:
     _round_session: Session | None = None
     #: the first event seq :attr:`ledger_items` has not scanned yet
     _ledger_scanned: int = 0
+    #: the summary written ahead in the background (``background.py``); None: ``background`` off
+    ahead: Ahead | None = None
     #: whether a call's result is pinned (``ToolRegistry.pins``, set by the context): the
     #: record-time strategy leaves it whole (``pins.py``)
     pins_call: Callable[[ToolCall], bool] | None = None
@@ -131,6 +134,8 @@ class ContextManager:
                 max_output_tokens=config.summary_max_tokens,
                 timeout_s=config.summary_timeout_s,
             )
+            if config.background:
+                m.ahead = Ahead(m.summarizer)
         return m
 
     @property
@@ -347,8 +352,13 @@ class ContextManager:
         return self.counter.count(session.prefix.canonical()) + self._trajectory_tokens.scan(session.trajectory())
 
     # -- before each call -----------------------------------------------------------------
-    def before_call(self, session: Session, call_index: int) -> list[CompactionReport]:
-        """Apply whatever layers the request's size calls for; returns what each did."""
+    def before_call(self, session: Session, call_index: int, *, overflow: bool = False) -> list[CompactionReport]:
+        """Apply whatever layers the request's size calls for; returns what each did.
+
+        ``overflow``: the server refused the last request as over its context window although
+        the count here said it fit (another tokenizer, a template's overhead): every tier runs
+        down to half the request (or the usual depth, if lower), each event recording
+        ``overflow_retry``. A summary being written ahead is waited for, not abandoned."""
         if not self.config.enabled:
             return []
         self._call_index = call_index
@@ -356,8 +366,28 @@ class ContextManager:
         tokens = self.request_tokens(session)
         spaced = call_index - self.last_compaction_call >= self.config.min_calls_between
         decision = self.plan(session, call_index, tokens, spaced) if self.config.policy == "cost" else None
+        if overflow:
+            depth = (
+                decision.target if decision is not None else int(self.config.trim_target_ratio * self.effective_window)
+            )
+            decision = Decision(  # the server's word: over the window, whatever the count here said
+                compact=True,
+                reason="over_window",
+                tokens=tokens,
+                window=self.effective_window,
+                target=min(depth, tokens // 2),
+                grown=0,
+                calls=0,
+                reprefill=0,
+                alpha=self.config.alpha,
+                trigger=tokens,
+            )
         state = PassState(self, session, call_index, tokens=tokens, spaced=spaced, decision=decision)
-        reports = pipeline.run(tiers_for(self.config), state)
+        if overflow:
+            state.info["overflow_retry"] = True
+        tiers = tiers_for(self.config)
+        reports = self.ahead.boundary(state, tiers) if self.ahead is not None else []
+        reports += pipeline.run(tiers, state)
         tokens = state.tokens
         if reports or self._stretch is None:  # a new stretch begins after a compaction (or at the start)
             self._stretch = (call_index, tokens)
@@ -417,6 +447,8 @@ class ContextManager:
         comes through here."""
         if self.summarizer is None or not self.breaker.allow(call_index):
             return None
+        if self.ahead is not None and self.ahead.running:  # the model object is busy with it
+            self.ahead.wait()
         try:
             out = self.summarizer.summarize(text, instruction, max_chars=max_chars, query=query).text
         except SummaryFailed as exc:  # an event (nothing is lost) and a breaker count

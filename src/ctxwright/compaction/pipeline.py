@@ -29,7 +29,7 @@ from dataclasses import replace as dc_replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ctxwright.compaction import archival, full, hooks, ledger, pins, skills, survival
+from ctxwright.compaction import archival, background, full, hooks, ledger, pins, skills, survival
 from ctxwright.compaction.check import violations
 from ctxwright.compaction.clearing import clear_old_results
 from ctxwright.compaction.config import CompactionConfig
@@ -157,6 +157,9 @@ class PassState:
     _triggered: bool | None = field(default=None, init=False)
     #: the plan the last notice was sent for (``notify``): one notice per compaction
     _noticed: frozenset[int] | None = field(default=None, init=False)
+    #: payload every event of this pass records besides its own (``background.py``:
+    #: ``overflow_retry`` on the compaction forced by the server's context-length error)
+    info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def config(self) -> CompactionConfig:
@@ -379,26 +382,41 @@ class FullCompaction:
 
     def plan(self, state: PassState) -> Plan | None:
         m, s = state.manager, state.session
-        entries = s.base_entries()
-        idx = full.plan_span(
-            entries, self.stage, m.tokens_of, catalog_messages(s.events), pins.pinned_messages(s.events)
-        )
-        seqs = [seq for i in idx if (seq := entries[i][0]) is not None]
+        picked = full_span(state, self.stage)
+        seqs = [seq for seq, _ in picked if seq is not None]
         if not seqs:
             return None
         notify(state, self.layer, seqs, self.stage)  # before the summary is written
-        text = full.render([entries[i][1] for i in idx])
+        text = full.render([msg for _, msg in picked])
         summary = m.summarize(s, state.call_index, text, full.INSTRUCTION, 2_000)
         if summary is None:
             return None
-        plan = Plan(
-            len(idx),
-            drop=seqs,
-            note=(min(seqs), full.note(summary, len(idx), self.stage)),
-            note_replaces_all=True,
-            info={"stage": self.stage},
-        )
-        return carry_skills(state, self.layer, plan)[0]
+        return full_plan(state, self.stage, seqs, len(picked), summary)
+
+
+def full_span(state: PassState, stage: int) -> list[tuple[int | None, Message]]:
+    """The entries full compaction's ``stage`` summarises now (``full.plan_span``); the tier and
+    a summary prepared ahead (``background.py``) pick the same."""
+    s = state.session
+    entries = s.base_entries()
+    idx = full.plan_span(
+        entries, stage, state.manager.tokens_of, catalog_messages(s.events), pins.pinned_messages(s.events)
+    )
+    return [entries[i] for i in idx]
+
+
+def full_plan(state: PassState, stage: int, seqs: list[int], n: int, summary: str) -> Plan:
+    """The plan of a full compaction: ``seqs`` (``n`` entries with the notes among them) become
+    one note with ``summary``, skill instructions re-attached; one builder for the tier and for
+    a summary prepared ahead (``background.py``), so both record the same event."""
+    plan = Plan(
+        n,
+        drop=seqs,
+        note=(min(seqs), full.note(summary, n, stage)),
+        note_replaces_all=True,
+        info={"stage": stage},
+    )
+    return carry_skills(state, "full", plan)[0]
 
 
 @dataclass
@@ -600,9 +618,10 @@ def run(tiers: list[Tier], state: PassState) -> list[CompactionReport]:
             continue
         if not tier.wants(state):
             continue
-        started = time.time()
+        started, waited = time.time(), time.monotonic()
         plan = tier.plan(state)
         if plan is not None:
+            background.stamp(state, plan, waited)  # stall_ms: the loop waited on this one
             report = apply(state, tier, plan)
             if report is not None:  # None: vetoed by the user's hook (hooks.py)
                 report.started_at = started  # planning included: an LLM summary is written there

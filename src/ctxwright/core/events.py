@@ -608,6 +608,19 @@ class CompactionEvent(Event):
     #: written; events recorded before the ledger existed have none.
     ledger: Mapping[str, Any] | None = None
 
+    @property
+    def stall_ms(self) -> float | None:
+        """How long the loop waited on this compaction before its call, in ms (written by
+        ``compaction/background.py``; ``None`` for events recorded before it was)."""
+        v = self.extra.get("stall_ms")
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+    @property
+    def overflow_retry(self) -> bool:
+        """Whether this compaction was forced by the server's context-length error, before
+        the one retry of that call (``agent/loop.py``)."""
+        return self.extra.get("overflow_retry") is True
+
     def _fields_payload(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "layer": self.layer,

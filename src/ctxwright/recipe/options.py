@@ -451,6 +451,17 @@ class CompactionOptions:
         ``None``: as the given config says if it switched one on, else on for served models and off on the
         embedded one (``backend_defaults``). Recorded as the compaction config's fields.""",
     )
+    summarizer: Backend | str | None = opt(
+        keyword="summarizer",
+        accepts="Backend | str | None",
+        record="never",
+        default_text="the backend",
+        help="""where the LLM summaries run (``summaries``, the result strategies): a backend object, or a
+        model name served like the backend's (the same kind, base URL and key; for the embedded backend a
+        GGUF path), e.g. a small fast model summarising for a large one. ``None``: the backend itself (the
+        embedded model: a second model object, so the session's KV state is never disturbed). Not
+        recorded: give it again on resume.""",
+    )
     read_result: bool = opt(
         True,
         keyword="read_result",

@@ -262,6 +262,7 @@ def _compaction(src: _Sources, d: BackendDefaults) -> CompactionOptions:
         read_result=src.on("read_result", "compaction", "read_result", d.features),
         recall=src.on("recall", "compaction", "recall", d.features),
         pin_tool=src.on("pin_tool", "compaction", "pin_tool", False),
+        summarizer=src.g("summarizer"),
         window_filled=filled,
     )
 
