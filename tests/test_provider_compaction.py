@@ -430,3 +430,24 @@ def test_a_streamed_compaction_block_is_kept_as_the_server_sent_it() -> None:
     assert block["type"] == "compaction"
     assert json.loads(done.message.reasoning_blocks or "[]") == [block]
     assert done.usage.raw["compactions"] == [block] and done.usage.raw["context_management"] == {"applied_edits": []}
+
+
+def test_stripped_reasoning_still_sends_the_compaction_item_back(tmp_path: Any) -> None:
+    ref: list[ResponsesSim] = []
+    comp = {"enabled": False, "provider": "compact", "provider_trigger_tokens": 1_500}
+    with ResponsesSim(respond=responses_loop(ref, 6)) as sim:
+        ref.append(sim)
+        with Harness(
+            backend="openai-responses",
+            base_url=sim.url + "/v1",
+            model="gpt-5.5",
+            api_key="k",
+            system=SYSTEM,
+            tools=[harness_lookup(12)],
+            compaction=comp,
+            reasoning="strip",  # reasoning is dropped from earlier turns; a compaction item is not reasoning
+            db=tmp_path / "ctx.db",
+        ) as h:
+            h.run("Read records 1 to 5.")
+    k = next(k for k, r in enumerate(sim.responses) if r["output"][0]["type"] == "compaction")
+    assert item_bytes(sim.requests[k + 1]["input"][1]) == item_bytes(sim.responses[k]["output"][0])

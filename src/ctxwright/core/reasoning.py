@@ -49,11 +49,12 @@ pass any :class:`ReasoningPolicy` to :func:`install` to override it.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, get_args
 
-from ctxwright.core.messages import Message
+from ctxwright.core.messages import Message, canonical_json
 from ctxwright.errors import ReasoningMissing, ReasoningPolicyConflict
 
 if TYPE_CHECKING:
@@ -102,11 +103,21 @@ def split_think(content: str | None, *, allow_missing_open: bool = False) -> tup
 
 
 def _without_reasoning(msg: Message, *, allow_missing_open: bool) -> Message:
-    """``msg`` with its reasoning field cleared and any leading think block cut."""
+    """``msg`` with its reasoning field cleared and any leading think block cut. A provider's
+    ``compaction`` block or item kept beside the reasoning stays: it is not reasoning but the
+    context it replaced (``compaction/provider.py``), and the server needs it back."""
     thinking, rest = split_think(msg.content, allow_missing_open=allow_missing_open)
     if msg.reasoning_content is None and msg.reasoning_blocks is None and thinking is None:
         return msg  # nothing to remove: reuse the (immutable) object
-    return replace(msg, reasoning_content=None, reasoning_blocks=None, content=rest)
+    return replace(msg, reasoning_content=None, reasoning_blocks=_compactions(msg.reasoning_blocks), content=rest)
+
+
+def _compactions(blocks: str | None) -> str | None:
+    """The ``compaction`` blocks of ``reasoning_blocks`` (kept JSON), or ``None`` without any."""
+    if blocks is None or '"compaction"' not in blocks:
+        return None
+    kept = [b for b in json.loads(blocks) if isinstance(b, dict) and b.get("type") == "compaction"]
+    return canonical_json(kept) if kept else None
 
 
 def _is_real_user(msg: Message) -> bool:
