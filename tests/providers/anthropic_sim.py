@@ -60,7 +60,7 @@ streaming, extended thinking):
   behaviour, not a model's: every user text verbatim, then per tool use its name and the first
   line of its result (:func:`summarise`). The reply carries ``context_management:
   {"applied_edits": [{type, cleared_tool_uses | cleared_thinking_turns,
-  cleared_input_tokens}]}``, and a compaction adds ``usage.iterations`` (the compaction pass,
+  cleared_input_tokens}]}`` (the edits that cleared something), and a compaction adds ``usage.iterations`` (the compaction pass,
   then the message; the top-level usage is the message's). The cache is read and written on
   what the model reads.
 
@@ -485,8 +485,8 @@ class AnthropicSim:
                     summary = summarise(seen["messages"])
                     compaction = {"type": "compaction", "content": summary, "signature": self.sign(summary)}
                 done = None
-            if done is not None:
-                applied.append(done)
+            if done is not None and (done.get("cleared_tool_uses") or done.get("cleared_thinking_turns")):
+                applied.append(done)  # only the edits that were applied are listed
         return seen, (applied if cm is not None else None), compaction
 
     def _edits(self, cm: Any, betas: set[str]) -> list[dict[str, Any]]:
