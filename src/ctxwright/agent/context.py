@@ -786,6 +786,9 @@ class Context:
             return
         self._closed = True
         self.provider_cache.stop_timer()
+        ahead = self.compaction.ahead if self.compaction is not None else None
+        if ahead is not None and self.wired is not None and self.wired.owned_summary_backend is not None:
+            ahead.wait()  # a model object (summarizer="x.gguf") is not freed under a summary still running
         if self.wired is not None:
             self.wired.close()
 
