@@ -26,6 +26,7 @@ from ctxwright.compaction.provider import (
     ANTHROPIC_COMPACT_BETA,
     ANTHROPIC_EDITS_BETA,
     configure,
+    declared_items,
     item_bytes,
     probe_question,
     read_answer,
@@ -106,7 +107,12 @@ def test_anthropic_clearing_is_sent_applied_recorded_and_scored(tmp_path: Any) -
     ref: list[AnthropicSim] = []
     with AnthropicSim(respond=anthropic_loop(ref, 8)) as sim:
         ref.append(sim)
-        comp = {"provider": "clear", "provider_trigger_tokens": 1500, "provider_keep_tool_uses": 2}
+        comp = {
+            "provider": "clear",
+            "provider_trigger_tokens": 1500,
+            "provider_keep_tool_uses": 2,
+            "keep": ["task", r"REC-\d+"],  # the survival contract, scored on the provider's clearing too
+        }
         with Harness(
             backend="anthropic",
             base_url=sim.url,
@@ -147,6 +153,9 @@ def test_anthropic_clearing_is_sent_applied_recorded_and_scored(tmp_path: Any) -
     lost = {i["value"] for i in scored["items"] if i["how"] == "lost"}
     assert {"REC-4101", "01c0ffee01"} <= lost  # record 1 was cleared and appears nowhere else
     assert scored["kept"] + scored["lost"] == len(scored["items"])
+    survival = {(i["kind"], i["text"]): i["how"] for i in scored["survival"]["items"]}
+    assert survival[("REC-\\d+", "REC-4101")] == "lost"
+    assert survival[("task", "Read records 1 to 7.")] == "visible"  # checked on every compaction, as ours
 
 
 def test_the_anthropic_simulator_refuses_the_documented_bad_shapes() -> None:
@@ -311,9 +320,12 @@ def test_responses_compaction_is_sent_kept_sent_back_resumed_and_probed(tmp_path
             request = ChatRequest(messages=(*messages, Message(role="user", content=question)))
             return backend.complete(request).message.content or ""
 
-        score = score_probed(replaced, [SYSTEM], ask)
+        hidden = range(1, 2 * k + 2)
+        declared = declared_items(messages, hidden, [r"REC-\d+"])
+        score = score_probed(replaced, [SYSTEM], ask, declared=declared)
         backend.close()
         kept, lost = set(score.kept), set(score.lost)
+        assert [(p.value, p.how) for p in score.declared] == [("REC-4101", "answered")]  # the one record it replaced
         assert "REC-4101" in kept and "01c0ffee01" in lost  # the summary kept first lines only
         assert all(it.get("type") != "compaction_summary" for r in sim.requests for it in r["input"])
 

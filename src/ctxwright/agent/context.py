@@ -506,8 +506,8 @@ class Context:
         ids = {"assigned_ids": {str(i): v for i, v in assigned.items()}} if assigned else {}
         s.add_assistant(message, u, call_index=idx, finish_reason=completion.finish_reason, **ids)
         cfg = self.config.compaction
-        excluded = cfg.provider_exclude_tools if cfg is not None else ()
-        for ev in provider_events(u, idx, request.messages, excluded):  # the provider's own compaction, if any
+        excluded, keep = (cfg.provider_exclude_tools, cfg.keep) if cfg is not None else ((), ())
+        for ev in provider_events(u, idx, request.messages, excluded, keep):  # the provider's own compaction, if any
             s.append(ev)
         report.overhead_ms = round(pending.pre_ms + (time.perf_counter() - t1) * 1000 + self._carry_ms, 3)
         self._carry_ms = 0.0

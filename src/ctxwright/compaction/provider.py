@@ -48,6 +48,7 @@ from typing import Any
 from ctxwright.backends.base import Backend
 from ctxwright.compaction.config import CompactionConfig
 from ctxwright.compaction.ledger import Seen, appears, items_of
+from ctxwright.compaction.survival import Turn, contract
 from ctxwright.core.events import ProviderCompactionEvent
 from ctxwright.core.messages import Message, Usage
 from ctxwright.errors import ConfigError
@@ -60,8 +61,10 @@ __all__ = [
     "Probe",
     "Score",
     "anthropic_options",
+    "cleared_indices",
     "cleared_results",
     "configure",
+    "declared_items",
     "events_of",
     "item_bytes",
     "probe_question",
@@ -168,9 +171,13 @@ def events_of(
     call_index: int | None,
     sent: Sequence[Message] | None = None,
     exclude_tools: Iterable[str] = (),
+    keep: Iterable[Any] = (),
 ) -> list[ProviderCompactionEvent]:
     """The provider's applied edits and compaction items in one reply, as events; scored when
-    the request's messages (``sent``) are given and what was hidden can be read."""
+    the request's messages (``sent``) are given and what was hidden can be read: the ledger's
+    identifiers, and the items ``keep`` declares (``CompactionConfig.keep``, the survival
+    contract) under ``"survival"``."""
+    keep = tuple(keep)
     raw = usage.raw
     provider = str(raw.get("provider") or "")
     out: list[ProviderCompactionEvent] = []
@@ -184,7 +191,8 @@ def events_of(
         score = None
         if kind == CLEAR_TOOL_USES and sent is not None and isinstance(cleared, int):
             hidden, rest = cleared_results(sent, cleared, exclude_tools)
-            score = score_view(hidden, rest).to_dict()
+            at = cleared_indices(sent, cleared, exclude_tools)
+            score = score_view(hidden, rest, declared_items(sent, at, keep)).to_dict()
         out.append(
             ProviderCompactionEvent(
                 provider=provider,
@@ -203,7 +211,9 @@ def events_of(
         summary = item.get("content")
         if sent is not None and isinstance(summary, str):  # Anthropic's summary can be read
             system = [m.content or "" for m in sent[:1] if m.role == "system"]
-            score = score_view(_text(m for m in sent if m.role != "system"), [*system, summary]).to_dict()
+            every = {i for i, m in enumerate(sent) if m.role != "system"}
+            declared = declared_items(sent, every, keep)
+            score = score_view(_text(m for m in sent if m.role != "system"), [*system, summary], declared).to_dict()
         out.append(
             ProviderCompactionEvent(provider=provider, edit="compaction", call_index=call_index, item=item, score=score)
         )
@@ -223,24 +233,51 @@ def _text(messages: Iterable[Message]) -> str:
     return "\n".join(parts)
 
 
+def cleared_indices(messages: Sequence[Message], count: int, exclude_tools: Iterable[str] = ()) -> list[int]:
+    """The messages a ``clear_tool_uses`` edit that cleared ``count`` tool uses hid, by the
+    documented rule: the oldest results first, excluded tools never."""
+    excluded = set(exclude_tools)
+    names = {tc.id: tc.name for m in messages for tc in m.tool_calls}
+    out: list[int] = []
+    for i, m in enumerate(messages):
+        if len(out) >= count:
+            break
+        if m.role == "tool" and names.get(m.tool_call_id or "") not in excluded:
+            out.append(i)
+    return out
+
+
 def cleared_results(
     messages: Sequence[Message], count: int, exclude_tools: Iterable[str] = ()
 ) -> tuple[str, list[str]]:
-    """What a ``clear_tool_uses`` edit that cleared ``count`` tool uses hid, by the documented
-    rule (the oldest results first, excluded tools never): the text of those results, and the
-    texts the model still reads (everything else)."""
-    excluded = set(exclude_tools)
-    names = {tc.id: tc.name for m in messages for tc in m.tool_calls}
-    hidden: list[str] = []
-    rest: list[str] = []
-    left = count
-    for m in messages:
-        if m.role == "tool" and left > 0 and names.get(m.tool_call_id or "") not in excluded:
-            hidden.append(m.content or "")
-            left -= 1
-            continue
-        rest.append(_text([m]))
+    """The text of the results a ``clear_tool_uses`` edit hid (:func:`cleared_indices`), and
+    the texts the model still reads (everything else)."""
+    at = set(cleared_indices(messages, count, exclude_tools))
+    hidden = [messages[i].content or "" for i in sorted(at)]
+    rest = [_text([m]) for i, m in enumerate(messages) if i not in at]
     return "\n".join(hidden), rest
+
+
+def declared_items(messages: Sequence[Message], hidden: Iterable[int], keep: Sequence[Any]) -> list[tuple[str, str]]:
+    """The items the survival contract (``keep``) puts at stake when ``hidden`` (indices of
+    ``messages``) are hidden: (kind, text) each, read by the contract's own rules."""
+    if not keep:
+        return []
+    names = {tc.id: tc.name for m in messages for tc in m.tool_calls}
+    turns = [
+        (
+            i,
+            Turn(
+                m.role,
+                m.content or "",
+                calls=" ".join(tc.arguments for tc in m.tool_calls),
+                tool=names.get(m.tool_call_id or "") if m.role == "tool" else None,
+            ),
+        )
+        for i, m in enumerate(messages)
+        if m.role != "system"
+    ]
+    return [(d.kind, d.text) for d in contract(keep).items(turns, set(hidden))]
 
 
 # -- the score --------------------------------------------------------------------------------
@@ -265,8 +302,10 @@ class Score:
     """Kept and lost identifiers of one provider compaction."""
 
     probes: list[Probe] = field(default_factory=list)
-    #: identifiers found but not probed (over :data:`MAX_PROBES`)
+    #: identifiers found but not probed (over :data:`MAX_PROBES`, or no question has one answer)
     left_out: int = 0
+    #: the survival contract's declared items at stake, each kept or lost the same way
+    declared: list[Probe] = field(default_factory=list)
 
     @property
     def kept(self) -> list[str]:
@@ -284,36 +323,55 @@ class Score:
         }
         if self.left_out:
             out["left_out"] = self.left_out
+        if self.declared:
+            out["survival"] = {
+                "kept": sum(1 for p in self.declared if p.kept),
+                "lost": sum(1 for p in self.declared if not p.kept),
+                "items": [{"kind": p.kind, "text": p.value, "how": p.how} for p in self.declared],
+            }
         return out
 
 
-def score_view(hidden: str, seen: Iterable[str]) -> Score:
-    """Each identifier of ``hidden`` kept if it still stands whole in what the model reads."""
+def score_view(hidden: str, seen: Iterable[str], declared: Sequence[tuple[str, str]] = ()) -> Score:
+    """Each identifier of ``hidden`` (and each ``declared`` item) kept if it still stands
+    whole in what the model reads."""
     view = Seen(seen)
     found = items_of(hidden)
-    return Score([Probe(k, v, "visible" if view.shows(v) else "lost") for k, v in found])
+    return Score(
+        [Probe(k, v, "visible" if view.shows(v) else "lost") for k, v in found],
+        declared=[Probe(k, v, "visible" if view.shows(v) else "lost") for k, v in declared],
+    )
 
 
-def score_probed(hidden: str, seen: Iterable[str], ask: Callable[[str], str], limit: int = MAX_PROBES) -> Score:
-    """:func:`score_view`, then each identifier not in view asked about (``ask(question) ->
-    answer``, one model call each): kept if the answer holds it whole. For an opaque
-    compaction item this is the only way to tell; against a simulator it measures the
-    simulator's documented behaviour."""
+def score_probed(
+    hidden: str,
+    seen: Iterable[str],
+    ask: Callable[[str], str],
+    limit: int = MAX_PROBES,
+    declared: Sequence[tuple[str, str]] = (),
+) -> Score:
+    """:func:`score_view`, then each identifier (and ``declared`` item) not in view asked
+    about (``ask(question) -> answer``, one model call each): kept if the answer holds it
+    whole. For an opaque compaction item this is the only way to tell; against a simulator it
+    measures the simulator's documented behaviour."""
     view = Seen(seen)
-    probes: list[Probe] = []
     asked = 0
     left_out = 0
-    for kind, value in items_of(hidden):
+
+    def judge(kind: str, value: str) -> Probe | None:
+        nonlocal asked, left_out
         if view.shows(value):
-            probes.append(Probe(kind, value, "visible"))
-            continue
+            return Probe(kind, value, "visible")
         question = probe_question(value, hidden)
         if question is None or asked >= limit:
             left_out += 1
-            continue
+            return None
         asked += 1
-        probes.append(Probe(kind, value, "answered" if appears(value, ask(question)) else "lost"))
-    return Score(probes, left_out)
+        return Probe(kind, value, "answered" if appears(value, ask(question)) else "lost")
+
+    probes = [p for k, v in items_of(hidden) if (p := judge(k, v)) is not None]
+    kept = [p for k, v in declared if (p := judge(k, v)) is not None]
+    return Score(probes, left_out, kept)
 
 
 #: the probe's form, read back by :func:`read_answer`
