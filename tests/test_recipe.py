@@ -480,7 +480,7 @@ def test_a_record_written_before_versions_resumes_as_the_old_harness_resumed_it(
     cfg = r.compaction.config
     got = None if cfg is None else json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
     # fields added after the fixture: the values that compact as the old harness did
-    later = {"policy", "target_ratio", "cache_price_ratio", "compress", "background", "soft_ratio"}
+    later = {"policy", "target_ratio", "cache_price_ratio", "compress", "background", "soft_ratio", "keep"}
     later |= {k for k in got or {} if k.startswith("provider")}  # the providers' compaction: off
     assert (None if got is None else {k: v for k, v in got.items() if k not in later}) == want["compaction"]
     assert got is None or (got["policy"] == "eager" and got["compress"] is False)
