@@ -217,6 +217,13 @@ def test_context_length_error_is_compacted_and_retried_once(tmp_path, capsys):
     assert stall["n"] == len(forced) and stall["p95_ms"] >= stall["p50_ms"] >= 0
     assert main(["--db", str(tmp_path / "o.db"), "show", s.id, "--compactions"]) in (0, None)
     assert f"over {len(forced)} compaction(s)" in capsys.readouterr().out
+    # and in the HTML report: the summary line above the compactions table, a column per row
+    from ctxwright.report import from_store, render_html
+
+    data = from_store(s.store, s.id)
+    page = data.sessions[0]
+    assert page.stall == stall and page.compactions[0].stall_ms is not None
+    assert f"ms over {len(forced)} compaction(s)" in render_html(data)
 
 
 def test_a_second_context_length_error_ends_the_run_with_the_error(tmp_path):

@@ -41,7 +41,7 @@ from ctxwright.audit.logs import ParseProblem, read_log
 from ctxwright.audit.provider_log import LogVerdicts, age_ttl, describe, expiry_total
 from ctxwright.cache.expiry import KEEP_WARM
 from ctxwright.cache.prices import Pricing
-from ctxwright.compaction import ledger
+from ctxwright.compaction import background, ledger
 from ctxwright.compaction.planner import from_record
 from ctxwright.core.events import (
     AssistantEvent,
@@ -206,6 +206,9 @@ class Compaction:
     #: events were recorded without a ledger) and the first of them, ``value (event seq)``
     lost: int | None = None
     lost_items: tuple[str, ...] = ()
+    #: how long the loop waited on these layers before the call, ms (``compaction/background.py``;
+    #: ``None``: recorded before the events said)
+    stall_ms: float | None = None
 
 
 @dataclass
@@ -220,6 +223,8 @@ class SessionData:
     calls: list[CallData] = field(default_factory=list)
     tools: list[ToolRun] = field(default_factory=list)
     compactions: list[Compaction] = field(default_factory=list)
+    #: p50/p95/max of the compactions' stalls (``background.stall_summary``); ``None``: none recorded
+    stall: dict[str, float | int] | None = None
     notes: list[str] = field(default_factory=list)
     #: keep-warm refreshes (``cache/expiry.py``): calls that cost, not requests of the session
     refreshes: list[CallData] = field(default_factory=list)
@@ -429,8 +434,10 @@ def _stored_session(store: Store, session_id: str, counter: TokenCounter) -> Ses
                 cache_cost_tokens=_cache_cost(after),
                 planner=_planner_line(evs),
                 **_lost(evs),
+                stall_ms=_stall(evs),
             )
         )
+    s.stall = background.stalls(raw_compactions)
     s.attention = _stored_attention(store, row.id, s.notes)
     return s
 
@@ -464,6 +471,12 @@ def _lost(evs: Sequence[CompactionEvent]) -> dict[str, Any]:
         return {}
     names = [f"{i.value} (event {h.seq})" for led in read for h in led.events for i in h.lost]
     return {"lost": sum(led.lost for led in read), "lost_items": tuple(names[:LOST_SHOWN])}
+
+
+def _stall(evs: Sequence[CompactionEvent]) -> float | None:
+    """The loop's wait on one call's compactions, summed; ``None`` when none recorded it."""
+    found = [ev.stall_ms for ev in evs if ev.stall_ms is not None]
+    return round(sum(found), 1) if found else None
 
 
 def _cache_cost(call: CallData | None) -> int | None:
