@@ -30,6 +30,7 @@ def main() -> None:
         ["audit_speed.py", *(["--requests", "200", "--memory-sizes", "10000,20000"] if args.quick else [])],
         ["startup.py", *(["--runs", "5", "--requests", "200"] if args.quick else [])],  # CPU and RSS of a start
         ["long_session.py"],
+        ["compaction_stall.py", *(["--calls", "240"] if args.quick else [])],  # 2 s summaries, two runs
         ["per_turn.py"],
         ["compression.py", *(["--quick"] if args.quick else [])],
         ["compression_facts.py", *(["--quick"] if args.quick else [])],  # loopback model; peers if installed
@@ -58,6 +59,7 @@ def main() -> None:
         "audit_speed.py",
         "startup.py",  # child processes of the CLI, no model
         "long_session.py",
+        "compaction_stall.py",  # scripted backends with real sleeps, no model
         "per_turn.py",
         "compression_facts.py",  # a scripted loopback model, no model
         "compressors.py",  # the compressors on generated tool results, no model
