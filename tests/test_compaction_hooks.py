@@ -250,3 +250,34 @@ def test_bad_hooks_are_refused_up_front(tmp_path):
         CompactionHooks(before="not a function")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         PlanEdit(keep=["3"])  # type: ignore[list-item]
+
+
+def test_show_compactions_lists_what_the_hooks_decided(tmp_path):
+    """``ctxwright show ID --compactions`` says who stopped a compaction: a veto is listed with
+    its reason (text and ``--json``); a hook that let the plan through is not."""
+    import contextlib
+    import io
+    import json
+
+    from rich.console import Console
+
+    from ctxwright.cli.show import render_compactions
+    from ctxwright.store.sessions import Store
+
+    with _harness(tmp_path, CompactionHooks(before=lambda plan: Veto("the user is reviewing")), pages=5) as h:
+        assert h.run("read the pages").stop_reason == "final_answer"
+        sid = h.session_id
+    store = Store(tmp_path / "agent.db")
+    try:
+        out = io.StringIO()
+        render_compactions(store, sid, Console(file=out, width=200))
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            render_compactions(store, sid, Console(file=io.StringIO()), as_json=True)
+    finally:
+        store.close()
+    text = out.getvalue()
+    assert "no compactions in this session" in text
+    assert "hook before_compaction on trim" in text and "vetoed" in text and "the user is reviewing" in text
+    hooks = json.loads(buf.getvalue())["hooks"]
+    assert hooks and {x["decision"] for x in hooks} == {"vetoed"} and hooks[0]["tier"] == "trim"

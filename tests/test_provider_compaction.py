@@ -156,6 +156,29 @@ def test_anthropic_clearing_is_sent_applied_recorded_and_scored(tmp_path: Any) -
     survival = {(i["kind"], i["text"]): i["how"] for i in scored["survival"]["items"]}
     assert survival[("REC-\\d+", "REC-4101")] == "lost"
     assert survival[("task", "Read records 1 to 7.")] == "visible"  # checked on every compaction, as ours
+    # ``show --compactions`` lists each applied edit with its counts and score (text and --json)
+    import contextlib
+    import io
+
+    from rich.console import Console
+
+    from ctxwright.cli.show import render_compactions
+    from ctxwright.store.sessions import Store
+
+    store = Store(tmp_path / "ctx.db")
+    try:
+        out, buf = io.StringIO(), io.StringIO()
+        render_compactions(store, h.session_id, Console(file=out, width=240))
+        with contextlib.redirect_stdout(buf):
+            render_compactions(store, h.session_id, Console(file=io.StringIO()), as_json=True)
+    finally:
+        store.close()
+    first = next(e for e in by_call if e.cleared)
+    assert f"provider compaction #{first.seq} anthropic clear_tool_uses_20250919" in out.getvalue()
+    assert f"cleared {first.cleared}" in out.getvalue() and "lost" in out.getvalue()
+    listed = json.loads(buf.getvalue())["provider_compactions"]
+    assert [p["cleared"] for p in listed if p["cleared"]] == cleared
+    assert all(not p["opaque_item"] for p in listed)
 
 
 def test_the_anthropic_simulator_refuses_the_documented_bad_shapes() -> None:

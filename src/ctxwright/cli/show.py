@@ -24,7 +24,9 @@ from ctxwright.core.events import (
     CompactionEvent,
     Event,
     GateEvent,
+    HookEvent,
     MessageEvent,
+    ProviderCompactionEvent,
     ToolEvent,
     UserEvent,
     event_from_dict,
@@ -82,10 +84,20 @@ def render_compactions(store: Store, session_id: str, console: Console, *, as_js
             for ev, led in rows
         ]
         stall = background.stalls(events)
-        print(json.dumps({"session": data["id"], "compactions": out, "stall": stall}, ensure_ascii=False, indent=1))
+        doc = {
+            "session": data["id"],
+            "compactions": out,
+            "stall": stall,
+            "provider_compactions": [_provider_json(ev) for ev in events if isinstance(ev, ProviderCompactionEvent)],
+            "hooks": [_hook_json(ev) for ev in events if isinstance(ev, HookEvent)],
+        }
+        print(json.dumps(doc, ensure_ascii=False, indent=1))
         return
-    if not rows:
+    providers = [ev for ev in events if isinstance(ev, ProviderCompactionEvent)]
+    hooks = [ev for ev in events if isinstance(ev, HookEvent)]
+    if not rows and not providers:
         console.print(Text("no compactions in this session"))
+        _render_hooks(hooks, console)
         return
     for ev, led in rows:
         head = f"compaction #{ev.seq} {ev.layer}" + (
@@ -112,6 +124,82 @@ def render_compactions(store: Store, session_id: str, console: Console, *, as_js
             console.print(Text(f"  … {led.pinned_total - len(led.pinned)} more pinned event(s) kept", style="dim"))
         _render_survival(survival.read(ev.ledger), console)
     _render_stall(background.stalls(events), console)
+    _render_providers(providers, console)
+    _render_hooks(hooks, console)
+
+
+def _provider_json(ev: ProviderCompactionEvent) -> dict[str, Any]:
+    """A provider's compaction as ``--json`` lists it: what it did and its score, not the opaque
+    item (a resume sends that back from the assistant message; ``export`` has it)."""
+    return {
+        "event": ev.seq,
+        "provider": ev.provider,
+        "edit": ev.edit,
+        "call_index": ev.call_index,
+        "cleared": ev.cleared,
+        "cleared_tokens": ev.cleared_tokens,
+        "opaque_item": ev.item is not None and not isinstance(ev.item.get("content"), str),
+        "score": None if ev.score is None else dict(ev.score),
+    }
+
+
+def _hook_json(ev: HookEvent) -> dict[str, Any]:
+    return {
+        "event": ev.seq,
+        "hook": ev.hook,
+        "tier": ev.tier,
+        "decision": ev.decision,
+        "call_index": ev.call_index,
+        "duration_ms": ev.duration_ms,
+        "kept": list(ev.kept),
+        "note": ev.note,
+        "reason": ev.reason,
+    }
+
+
+def _render_providers(providers: list[ProviderCompactionEvent], console: Console) -> None:
+    """The provider's own compactions (``compaction/provider.py``): they change what its server
+    reads, not ctxwright's view, so they have no loss ledger; their score says which of the
+    hidden identifiers are still answerable."""
+    for ev in providers:
+        at = f" at call {ev.call_index}" if ev.call_index is not None else ""
+        what = []
+        if ev.cleared is not None:
+            what.append(f"cleared {ev.cleared}")
+        if ev.cleared_tokens is not None:
+            what.append(f"{ev.cleared_tokens:,} input tokens")
+        if ev.item is not None:
+            what.append("readable summary" if isinstance(ev.item.get("content"), str) else "opaque item")
+        line = Text(f"provider compaction #{ev.seq} {ev.provider} {ev.edit}{at}: {', '.join(what) or 'applied'}")
+        score = ev.score or {}
+        if score:
+            line.append(f"; {score.get('kept', 0)} identifier(s) kept, {score.get('lost', 0)} lost")
+            if score.get("left_out"):
+                line.append(f", {score['left_out']} not probed", style="dim")
+        else:
+            line.append("; not scored (what it hid cannot be read)", style="dim")
+        console.print(line, soft_wrap=True)
+        declared = score.get("survival")
+        if isinstance(declared, dict):
+            console.print(
+                Text(
+                    f"  survival: {declared.get('kept', 0)} kept, {declared.get('lost', 0)} lost",
+                    style="bold red" if declared.get("lost") else "",
+                )
+            )
+
+
+def _render_hooks(hooks: list[HookEvent], console: Console) -> None:
+    """What the user's compaction hooks decided (``compaction/hooks.py``); an ``ok`` is not listed."""
+    for ev in hooks:
+        if ev.decision == "ok":
+            continue
+        at = f" before call {ev.call_index}" if ev.call_index is not None else ""
+        line = Text(f"hook {ev.hook} on {ev.tier}{at}: {ev.decision}")
+        detail = ev.reason or ev.note or (f"kept events {', '.join(map(str, ev.kept))}" if ev.kept else "")
+        if detail:
+            line.append(f"  · {detail}", style="dim")
+        console.print(line, soft_wrap=True)
 
 
 def _render_stall(stall: dict[str, float | int] | None, console: Console) -> None:
