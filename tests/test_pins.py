@@ -266,6 +266,38 @@ def test_harness_pin_tool_option_offers_the_tool(tmp_path):
         assert PIN_TOOL not in h3.tools  # opt-in
 
 
+def test_the_model_pins_within_a_budget_counted_across_a_resume(tmp_path):
+    """Pinned context is never freed: the model's ``pin`` tool refuses a fact that would take its
+    pins past ``MAX_MODEL_PIN_CHARS``, counted from the session's events, so a resumed session
+    does not start the count again."""
+    from ctxwright.compaction.pins import MAX_MODEL_PIN_CHARS
+
+    fact = "F" * 1_900
+    fits = MAX_MODEL_PIN_CHARS // len(fact)
+    calls = [
+        Message(role="assistant", tool_calls=(call(PIN_TOOL, {"fact": f"{i}{fact}"}, f"k{i}"),))
+        for i in range(fits + 1)
+    ]
+    backend = ScriptedBackend([*calls, "ok"])
+    db = tmp_path / "a.db"
+    with Harness(
+        "sys", [fetch_page], backend=backend, db=db, pin_tool=True, status=False, max_iterations=fits + 5
+    ) as h:
+        h.run("Keep these.")
+        pins = [p for p in h.session.events if isinstance(p, PinEvent)]
+        assert len(pins) == fits  # the last one was refused
+        assert not h.session.events[_seq(h.session, f"k{fits}")].ok
+        sid = h.session_id
+    used = fits * (len(fact) + 1)
+    over = "G" * (MAX_MODEL_PIN_CHARS - used + 1)  # fits alone, not after the pins already made
+    assert len(over) <= 2_000
+    again = ScriptedBackend([Message(role="assistant", tool_calls=(call(PIN_TOOL, {"fact": over}, "r1"),)), "ok"])
+    with Harness.resume(sid, tools=[fetch_page], backend=again, db=db) as h2:
+        h2.run("One more.")
+        assert not h2.session.events[_seq(h2.session, "r1")].ok  # the count went on from the events
+        assert len([p for p in h2.session.events if isinstance(p, PinEvent)]) == fits
+
+
 def test_pins_that_fill_the_window_end_the_run_with_a_clear_error(store, tmp_path):
     reg = ToolRegistry()
     reg.register(fetch_page)

@@ -32,12 +32,15 @@ The loss ledger lists the pins each compaction kept (:func:`ledger_fields`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxwright.core.events import Event, MessageEvent, PinBy, PinEvent, UserEvent
 from ctxwright.core.messages import Message
 from ctxwright.tools.component import Build, Component, register_core
 from ctxwright.tools.registry import Tool, ToolResult
+
+if TYPE_CHECKING:
+    from ctxwright.core.session import Session
 
 #: ``UserEvent.extra`` key of a note a text pin appended (its value: who pinned it): context
 #: the user stated, never the task (``pinned.first_user_index`` skips it, as a skills catalog)
@@ -47,6 +50,10 @@ PIN_TOOL = "pin"
 #: characters of a fact the model may pin in one call: a pin is a fact, not a document (the
 #: context it holds is never freed); a longer one is refused with this number
 MAX_PIN_CHARS = 2_000
+#: characters the model may have pinned in all, over the session (resumes included: counted from
+#: its ``pin`` events): pinned context is never freed, so a model pinning fact after fact would
+#: otherwise fill the window until no compaction can make room; past it the tool says so
+MAX_MODEL_PIN_CHARS = 16_000
 #: characters of a pin's text the ledger shows
 LEDGER_TEXT_CHARS = 80
 #: pins a compaction's ledger lists (the newest; the count of all is kept): the ledger is
@@ -72,6 +79,11 @@ def pinned_messages(events: Sequence[Event]) -> frozenset[Message]:
         if isinstance(ev, MessageEvent):
             out.add(ev.message)
     return frozenset(out)
+
+
+def model_pinned_chars(events: Iterable[Event]) -> int:
+    """Characters of the facts the model pinned so far (its ``pin`` tool's ``PinEvent`` texts)."""
+    return sum(len(ev.text or "") for ev in events if isinstance(ev, PinEvent) and ev.by == "model")
 
 
 def note_messages(events: Iterable[Event]) -> frozenset[Message]:
@@ -118,7 +130,13 @@ def ledger_fields(events: Sequence[Event]) -> dict[str, Any]:
 
 
 class PinTool:
-    """The model's ``pin`` tool: its result is the fact, and the context pins the result."""
+    """The model's ``pin`` tool: its result is the fact, and the context pins the result.
+
+    It refuses a fact that would take the model's pins past :data:`MAX_MODEL_PIN_CHARS`,
+    counted from the bound session's events (:meth:`PinComponent.bind`)."""
+
+    def __init__(self) -> None:
+        self.events: Sequence[Event] = ()
 
     def pin(self, fact: str) -> ToolResult:
         """Pin a fact so it stays in your context whole through every compaction: a constraint the
@@ -135,6 +153,12 @@ class PinTool:
             raise ValueError(
                 f"the fact is {len(fact):,} characters; pin at most {MAX_PIN_CHARS:,} (the point that matters)"
             )
+        used = model_pinned_chars(self.events)
+        if used + len(fact) > MAX_MODEL_PIN_CHARS:
+            raise ValueError(
+                f"your pins already hold {used:,} of {MAX_MODEL_PIN_CHARS:,} characters and are never freed: "
+                "keep this fact in your answer instead, or pin only what must outlive every compaction"
+            )
         return ToolResult(f"[pinned: kept in view through every compaction]\n{fact}")
 
     def tool(self) -> Tool:
@@ -149,6 +173,9 @@ class PinComponent(Component):
 
     def __init__(self) -> None:
         self.pinner = PinTool()
+
+    def bind(self, session: Session) -> None:
+        self.pinner.events = session.events  # the live list: pins recorded later count too
 
     def add_tools(self, build: Build) -> None:
         register_core(build.tools, [self.pinner.tool()], "pin (pin_tool=)")
