@@ -373,8 +373,7 @@ class Context:
         compaction layers (which may raise ``ContextWindowExceeded``: nothing fits, nothing is
         sent), then the render and the ledger. :meth:`record` takes its reply."""
         self._check_open()
-        last = self._last
-        if last is not None and last.tool_calls and not last.ran:
+        if self._calls_unanswered():
             raise CtxwrightError(
                 "the model's last tool calls are not answered yet, and a provider rejects a request with an "
                 "unanswered tool call: run them first (ctx.run_tools(step))"
@@ -611,10 +610,15 @@ class Context:
         earlier = next((p for p in pins.pin_events(s.events) if p.targets == (seq,)), None)
         return earlier if earlier is not None else s.append(PinEvent(targets=(seq,), by="user"))
 
+    def _calls_unanswered(self) -> bool:
+        """The last reply asked for tools that have not run: a provider rejects a request with an
+        unanswered tool call, and a message appended now would stand between a call and its result."""
+        last = self._last
+        return last is not None and bool(last.tool_calls) and not last.ran
+
     def _pin_note(self, body: str, text: str | None, restored: int | None = None) -> PinEvent:
         """Append ``body`` as a pinned user note (``pins.note_text``) and the pin naming it."""
-        last = self._last
-        if last is not None and last.tool_calls and not last.ran:
+        if self._calls_unanswered():
             raise CtxwrightError(
                 "cannot pin a text now: the last reply's tool calls are not answered yet; run them "
                 "(run_tools) first, then pin"
