@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 # one thread per model keeps the workers from fighting (core/threads.py). Subprocesses inherit it.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("CTXWRIGHT_THREADS", "1")
+
+# A suite started as a background job of a shell without job control (`make test &`, nohup, some
+# CI runners) inherits SIGINT ignored, and an ignored signal stays ignored across fork and exec:
+# every `ctxwright` the tests start would then shrug off the Ctrl-C the tests send it (Python
+# installs its KeyboardInterrupt handler only where SIGINT is not ignored). The tests are about
+# a terminal's Ctrl-C, so they run as from a terminal: a handler here is reset to the default
+# in every child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from proxy_upstream import Upstream
 
