@@ -51,7 +51,7 @@ _EXPORTS = {
     "CompactionHooks": "ctxwright.compaction.hooks",
     "PlanEdit": "ctxwright.compaction.hooks",
     "PlanView": "ctxwright.compaction.hooks",
-    "Veto": "ctxwright.compaction.hooks",
+    "Veto": "ctxwright.errors",
     "Keep": "ctxwright.compaction.survival",
     "ReasoningPolicy": "ctxwright.core.reasoning",
     "OpenAIBackend": "ctxwright.backends.openai_compat",

@@ -65,6 +65,7 @@ __all__ = [
     "ToolFailure",
     "ToolSearchError",
     "UndecodableBody",
+    "Veto",
 ]
 
 
@@ -365,6 +366,16 @@ class LogUnreadable(CtxwrightError):
 
 
 # -- compaction ----------------------------------------------------------------------------
+
+
+class Veto(CtxwrightError):
+    """A ``before_compaction`` hook returns (or raises) this to stop the plan a compaction tier is
+    about to apply; ``reason`` is recorded in the hook's event (``compaction/hooks.py``). An
+    exception so that a hook may raise it from deep inside its own code."""
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class SummaryFailed(CtxwrightError):

@@ -81,7 +81,7 @@ class Job:
     """One summary being written ahead: what it summarises and, once done, the outcome."""
 
     #: ``full`` (stage 1's span, one note) or ``archival`` (one summary per old round)
-    kind: str
+    layer: str
     call_index: int
     #: the entries it summarised, as the view showed them at launch
     picked: list[Entry]
@@ -233,13 +233,13 @@ class Ahead:
             m.breaker.failure(job.failure.reason, s, state.call_index)
         elif job.summary is not None or job.replace:
             m.breaker.success(s, state.call_index)
-        tier = next((t for t in tiers if t.layer == job.kind), None)
+        tier = next((t for t in tiers if t.layer == job.layer), None)
         if tier is None or (job.summary is None and not job.replace):
             return []
         if not still_in_view(s.base_entries(), [e for e in job.picked if e[0] is not None]):
             self._discard(state, job, "the events it summarised were compacted or changed since")
             return []
-        if job.kind == "full":
+        if job.layer == "full":
             assert job.summary is not None
             seqs = [seq for seq, _ in job.picked if seq is not None]
             plan = pipeline.full_plan(state, 1, seqs, len(job.picked), job.summary)
@@ -263,7 +263,7 @@ class Ahead:
         state.session.append(
             SummaryFailedEvent(
                 reason="stale",
-                detail=f"the {job.kind} summary prepared before call {job.call_index} was discarded: {reason}",
+                detail=f"the {job.layer} summary prepared before call {job.call_index} was discarded: {reason}",
                 call_index=state.call_index,
             )
         )

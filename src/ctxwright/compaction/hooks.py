@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 from ctxwright.core.events import HookEvent, MessageEvent
 from ctxwright.core.progress import EventSink, ProgressEvent
 from ctxwright.core.redact import redact
+from ctxwright.errors import Veto
 
 if TYPE_CHECKING:
     from ctxwright.core.messages import Message
@@ -66,14 +67,6 @@ __all__ = [
 MAX_HUNG = 2
 #: Characters of an error or a veto reason kept in the event.
 REASON_CHARS = 500
-
-
-class Veto(Exception):
-    """``before_compaction`` returns (or raises) this to stop the plan; ``reason`` is recorded."""
-
-    def __init__(self, reason: str = "") -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True)
