@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ctxwright.backends.openai_responses import ResponsesBackend
     from ctxwright.backends.scripted import ScriptedBackend
     from ctxwright.compaction.config import CompactionConfig
-    from ctxwright.compaction.hooks import CompactionHooks, PlanEdit, PlanView, Veto
+    from ctxwright.compaction.hooks import CompactionHooks, PlanEdit, PlanView
     from ctxwright.compaction.survival import Keep
     from ctxwright.core.reasoning import ReasoningPolicy
     from ctxwright.defence.gate import GateRequest
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         GateRuleError,
         PrefixMismatch,
         SessionNotFound,
+        Veto,
     )
     from ctxwright.harness import Harness
     from ctxwright.tools.registry import Tool, ToolRegistry, tool
