@@ -153,6 +153,9 @@ def _legacy_options(args: argparse.Namespace) -> dict[str, Any]:
         keep_recent_results=args.keep_results,
         strategy=args.compaction,
         policy=getattr(args, "compaction_policy", None),  # added with the cost planner
+        keep=args.keep,  # added with the survival contract, summaries written ahead, the providers'
+        background=args.summaries_ahead or None,  # compaction (after the recipe)
+        provider=args.provider_compaction,
     )
     return given(
         backend=args.backend,
@@ -169,6 +172,7 @@ def _legacy_options(args: argparse.Namespace) -> dict[str, Any]:
         read_result=args.read_result,
         recall=args.recall,  # added with the loss ledger (after the recipe): its flag maps as read_result's
         pin_tool=args.pin_tool,  # added with pins (after the recipe): its flag maps as recall's
+        summarizer=args.summarizer,  # added with summaries on another model (after the recipe)
         status=args.status,
         status_mode=args.status_mode,
         cache_price_ratio=args.cache_price_ratio,
@@ -265,6 +269,17 @@ def test_given_from_args_special_flags():
     got = given_from_args(args)
     assert got["compaction"] == {"result_cap_tokens": 9, "strategy": "adaptive"}
     assert got["mcp_servers"] == ["a b", "c"] and "approve" not in got
+    args = p.parse_args(
+        ["run", "--keep", "constraints", "--keep", r"PROJ-\d+", "--summaries-ahead", "--summarizer", "small"]
+    )
+    got = given_from_args(args)
+    assert got["compaction"] == {"keep": ["constraints", r"PROJ-\d+"], "background": True}
+    assert got["summarizer"] == "small"
+    r = Recipe.resolve(got, None, SERVED)
+    assert r.compaction.config is not None and r.compaction.config.keep == ["constraints", r"PROJ-\d+"]
+    assert r.compaction.config.background
+    got = given_from_args(p.parse_args(["run", "--backend", "anthropic", "--provider-compaction", "compact"]))
+    assert got["compaction"] == {"provider": "compact"}
     got = given_from_args(p.parse_args(["run", "--defence", "gate"]), approver=lambda m, t: f"asked {m} {t}")
     assert got["approve"] == "asked None None"
     assert given_from_args(p.parse_args(["run", "--allow-skill-scripts", "--no-status"])) == {

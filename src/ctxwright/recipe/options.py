@@ -92,7 +92,8 @@ def _compaction_from_flags(values: Mapping[str, Any]) -> Any:
     others are the session's), or not given at all."""
     if values.get("no_compaction"):
         return False
-    fields = {k: v for k, v in values.items() if k != "no_compaction" and v is not None}
+    # a ``true`` flag not given reads False: not given, so the session's (or the default) stands
+    fields = {k: v for k, v in values.items() if k != "no_compaction" and v is not None and v is not False}
     return fields or None
 
 
@@ -426,6 +427,31 @@ class CompactionOptions:
                 group=_COMPACTION_GROUP,
                 help="how new tool results are compressed (default none; experiment 2-9, see compaction/strategies.py)",
             ),
+            Flag(
+                "--keep",
+                action="append",
+                metavar="ITEM",
+                key="keep",
+                group=_COMPACTION_GROUP,
+                help="what must survive every compaction, checked and recorded after each (repeatable): task, todos, "
+                "files, errors, constraints, or a regular expression (show ID --compactions prints the check)",
+            ),
+            Flag(
+                "--summaries-ahead",
+                action="true",
+                key="background",
+                group=_COMPACTION_GROUP,
+                help="write LLM summaries on a background thread once the request passes the soft threshold "
+                "and apply them at the next call, so the loop does not wait on them",
+            ),
+            Flag(
+                "--provider-compaction",
+                choices=("clear", "compact"),
+                key="provider",
+                group=_COMPACTION_GROUP,
+                help="the provider's own compaction beside ctxwright's (Anthropic, openai-responses): clear "
+                "(Anthropic's tool-result clearing) or compact (its server-side compaction; the Responses API's)",
+            ),
         ),
         from_flags=_compaction_from_flags,
         accepts="CompactionConfig | Mapping[str, Any] | bool | str | None",
@@ -453,6 +479,11 @@ class CompactionOptions:
     )
     summarizer: Backend | str | None = opt(
         keyword="summarizer",
+        flag="--summarizer",
+        metavar="MODEL",
+        group=_COMPACTION_GROUP,
+        cli_help="the model that writes LLM summaries, served like the backend's (a GGUF path for the "
+        "embedded one); default: the backend's own model",
         accepts="Backend | str | None",
         record="never",
         default_text="the backend",
