@@ -174,19 +174,22 @@ def test_without_its_quantized_copy_the_model_runs_as_shipped_with_one_warning(
 
 
 def test_a_failure_in_a_lane_is_raised_not_lost(minilm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run that fails in one of the worker threads fails the call: no row is left zero."""
-    if not minilm.alone or len(minilm._sessions) < 2:
-        pytest.skip("needs the quantized model with two lanes")
-    real = minilm._run
+    """A run that fails in one of the worker threads fails the call: no row is left zero. Two
+    lanes asked for here: the suite's workers run one thread each (``CTXWRIGHT_THREADS``)."""
+    from ctxwright.tools.embeddings import MiniLM
+
+    two = MiniLM(threads=2)  # the quantized copy the module's model made, reused
+    assert two.alone and len(two._sessions) == 2
+    real = two._run
 
     def broken(texts: list[str], lane: int = 0) -> Any:
         if lane == 1:
             raise RuntimeError("lane 1 broke")
         return real(texts, lane)
 
-    monkeypatch.setattr(minilm, "_run", broken)
+    monkeypatch.setattr(two, "_run", broken)
     with pytest.raises(RuntimeError, match="lane 1 broke"):
-        minilm.embed(["one text", "another text", "a third"])
+        two.embed(["one text", "another text", "a third"])
 
 
 def test_no_texts_and_a_huge_text(minilm: Any) -> None:
