@@ -90,6 +90,18 @@ def test_a_bad_tool_budget_is_one_line() -> None:
     assert done.returncode == 2 and "give a number of tokens" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_audit_keep_names_a_request_that_lost_a_declared_item(tmp_path: Path) -> None:
+    """``--keep`` is the gate's survival contract on the audit too: the request after a
+    summary that dropped the user's constraints is named; without ``--keep``, nothing is."""
+    log = write_log(tmp_path / "log.jsonl", list(pair("compaction_lost_item")))
+    doc = json.loads(ctxwright("audit", str(log), "--json", "--keep", "constraints", "--keep", "files").stdout)
+    assert doc["rules"].get("compaction_lost_item") == 1, doc["rules"]
+    assert [f["rule"] for f in doc["requests"][1]["rules"]] == ["compaction_lost_item"]
+    assert "compaction_lost_item" not in json.loads(ctxwright("audit", str(log), "--json").stdout)["rules"]
+    bad = ctxwright("audit", str(log), "--keep", "todos")
+    assert bad.returncode == 2 and "a request holds no TODO list" in bad.stderr and "Traceback" not in bad.stderr
+
+
 # -- the proxy's line -----------------------------------------------------------------------------
 
 
@@ -116,6 +128,23 @@ def test_the_proxy_line_names_the_rule_and_its_fix(upstream: Any, tmp_path: Path
     assert [f["rule"] for f in stored[1]["rules"]] == ["tools_reordered", "tool_budget"]
     assert "rules" not in stored[2]
     store.close()
+
+
+def test_the_proxy_line_names_a_lost_declared_item(upstream: Any, tmp_path: Path) -> None:
+    """``proxy --keep``: each call is held to the survival contract, as in the audit and the gate.
+    A compacted request no longer extends the one before it, so the client names its session
+    (``x-ctxwright-session``, as an agent that compacts would) for the two to be compared."""
+    store = Store(tmp_path / "proxy.db")
+    lines: list[str] = []
+    config = ProxyConfig(upstream=upstream.url, keep=("constraints",))
+    with RecordingProxy.start(config, store, printer=lines.append) as p:
+        client = openai.OpenAI(base_url=p.url + "/v1", api_key="sk-test", max_retries=0)
+        for body in pair("compaction_lost_item"):
+            client.chat.completions.create(**body, extra_headers={"x-ctxwright-session": "agent-1"})
+        assert p.recorder.wait_idle(30, at_least=2)
+    store.close()
+    assert len(lines) == 2, lines
+    assert "[compaction_lost_item]" not in lines[0] and "[compaction_lost_item]" in lines[1]
 
 
 # -- the gate -------------------------------------------------------------------------------------

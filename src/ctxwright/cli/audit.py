@@ -25,6 +25,7 @@ import json
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -123,9 +124,10 @@ def prices_from_args(args: Any) -> Prices | None:
     return Prices(input=args.price_input, cached=args.price_cached, output=args.price_output or 0.0)
 
 
-def add_tool_budget_option(parser: Any) -> None:
-    """``--max-tool-tokens N``: the tool budget of the ``tool_budget`` rule (``audit/rules/``),
-    for ``audit``, ``proxy``, ``wrap`` and ``gate``."""
+def add_rule_options(parser: Any) -> None:
+    """What the named rules (``audit/rules/``) are told, the same for ``audit``, ``proxy``,
+    ``wrap`` and ``gate``: ``--max-tool-tokens N``, the tool budget of ``tool_budget``, and
+    ``--keep ITEM``, the survival contract ``compaction_lost_item`` holds requests to."""
     parser.add_argument(
         "--max-tool-tokens",
         type=_tool_tokens,
@@ -134,6 +136,31 @@ def add_tool_budget_option(parser: Any) -> None:
         help="name the requests whose tool definitions take more than N tokens (the tool_budget rule: "
         "MCP-heavy agents); default: no budget",
     )
+    parser.add_argument(
+        "--keep",
+        type=_keep,
+        action="append",
+        default=[],
+        metavar="ITEM",
+        help="the survival contract (repeatable): task, files, errors, constraints, or a regular expression; "
+        "the compaction_lost_item rule names a request that drops a declared item the next request no "
+        "longer holds anywhere (as CompactionConfig(keep=...) declares it)",
+    )
+
+
+def _keep(text: str) -> str:
+    """One ``--keep`` declaration, checked as ``CompactionConfig(keep=...)`` checks it."""
+    from ctxwright.compaction.survival import contract
+
+    if text == "todos":
+        raise argparse.ArgumentTypeError(
+            "todos: a request holds no TODO list; give task, files, errors, constraints or a pattern"
+        )
+    try:
+        contract([text])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("compaction keep: ")) from None
+    return text
 
 
 def _tool_tokens(text: str) -> int:
@@ -147,9 +174,14 @@ def _tool_tokens(text: str) -> int:
 
 
 def rule_settings(args: Any, counter: TokenCounter | None = None) -> Settings:
-    """The named rules' settings from the command's flags (:func:`add_tool_budget_option`)."""
-    budget = getattr(args, "max_tool_tokens", None)
-    return Settings(max_tool_tokens=budget) if counter is None else Settings(max_tool_tokens=budget, counter=counter)
+    """The named rules' settings from the command's flags (:func:`add_rule_options`)."""
+    settings = Settings(max_tool_tokens=getattr(args, "max_tool_tokens", None))
+    keep = getattr(args, "keep", None)
+    if keep:  # the contract is the compaction layer's: loaded only when one is declared
+        from ctxwright.compaction.survival import contract
+
+        settings.keep = contract(keep)
+    return settings if counter is None else replace(settings, counter=counter)
 
 
 def finding_text(f: Finding) -> str:
@@ -234,7 +266,7 @@ def audit_items(
     status = 0
     verdicts = LogVerdicts(pricing=pricing)
     settings = rules or Settings()
-    runner = RuleRunner(Settings(settings.max_tool_tokens, counter), max_open=limits.open_conversations)
+    runner = RuleRunner(replace(settings, counter=counter), max_open=limits.open_conversations)
 
     with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
 

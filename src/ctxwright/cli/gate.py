@@ -41,7 +41,7 @@ HELP = "run an agent against a replay of its golden trace; fail on a cache regre
 
 
 def add_gate_parser(sub: Any) -> None:
-    from ctxwright.cli.audit import add_price_options, add_tool_budget_option
+    from ctxwright.cli.audit import add_price_options, add_rule_options
 
     p = sub.add_parser(
         "gate",
@@ -63,17 +63,7 @@ def add_gate_parser(sub: Any) -> None:
     p.add_argument("--max-token-increase", type=_share, default=0.10, metavar="F", help="default 0.10 (10%%)")
     p.add_argument("--max-cost-increase", type=_share, default=0.10, metavar="F", help="default 0.10 (10%%)")
     add_price_options(p)
-    add_tool_budget_option(p)  # --max-tool-tokens N: the tool_budget rule fails the build over it
-    p.add_argument(
-        "--keep",
-        type=_keep,
-        action="append",
-        default=[],
-        metavar="ITEM",
-        help="the survival contract (repeatable): task, files, errors, constraints, or a regular expression; "
-        "the compaction_lost_item rule fails when a request the run sent drops a declared item the next "
-        "request no longer holds anywhere (as CompactionConfig(keep=...) declares it)",
-    )
+    add_rule_options(p)  # --max-tool-tokens N, --keep ITEM: the named rules fail the build
     p.add_argument(
         "--on-divergence",
         choices=("stop", "repeat-last"),
@@ -273,21 +263,6 @@ def _print(result: Any, as_json: bool) -> None:
         for line in result.lines():
             print(line)
     sys.stdout.flush()
-
-
-def _keep(text: str) -> str:
-    """One ``--keep`` declaration, checked as ``CompactionConfig(keep=...)`` checks it."""
-    from ctxwright.compaction.survival import contract
-
-    if text == "todos":
-        raise argparse.ArgumentTypeError(
-            "todos: a request holds no TODO list; give task, files, errors, constraints or a pattern"
-        )
-    try:
-        contract([text])
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("compaction keep: ")) from None
-    return text
 
 
 def _share(text: str) -> float:

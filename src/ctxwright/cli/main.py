@@ -428,11 +428,11 @@ def _add_audit_arguments(au: argparse.ArgumentParser) -> None:
     )
     au.add_argument("--proxy-session", metavar="ID", help="alias of ID for a proxy or framework session")
     au.add_argument("--json", action="store_true", help="print the audit as JSON")
-    from ctxwright.cli.audit import add_price_options, add_record_cap_option, add_tool_budget_option
+    from ctxwright.cli.audit import add_price_options, add_record_cap_option, add_rule_options
 
     add_price_options(au)
     add_record_cap_option(au)
-    add_tool_budget_option(au)
+    add_rule_options(au)
     from ctxwright.cli.audit_agents import add_agent_log_options
 
     add_agent_log_options(au)

@@ -98,9 +98,9 @@ def add_proxy_parser(sub: Any) -> None:
     from ctxwright.cli.audit import add_price_options
 
     add_price_options(p)  # --prices FILE, --price-*: what the line per call prices each call by
-    from ctxwright.cli.audit import add_tool_budget_option
+    from ctxwright.cli.audit import add_rule_options
 
-    add_tool_budget_option(p)  # --max-tool-tokens N: the tool_budget rule on the line per call
+    add_rule_options(p)  # --max-tool-tokens N, --keep ITEM: the named rules on the line per call
     from ctxwright.recipe import add_arguments
 
     add_arguments(p, sections=("telemetry",))  # --otlp, --otlp-content: declared once (recipe/options.py)
@@ -143,6 +143,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
             pricing=pricing,
             compress=args.compress,
             max_tool_tokens=args.max_tool_tokens,
+            keep=tuple(args.keep),
         )
     except ValueError as exc:
         raise CtxwrightError(str(exc)) from None

@@ -100,9 +100,9 @@ def add_wrap_parser(sub: Any) -> None:
         help="at exit, one line instead of the summary (what could not be recorded is said all the same)",
     )
     add_price_options(p)
-    from ctxwright.cli.audit import add_tool_budget_option
+    from ctxwright.cli.audit import add_rule_options
 
-    add_tool_budget_option(p)  # --max-tool-tokens N: the tool_budget rule on the line per call
+    add_rule_options(p)  # --max-tool-tokens N, --keep ITEM: the named rules on the line per call
     add_keep_warm_arguments(p)  # --keep-warm for wrap's proxy (proxy/keep_warm.py)
     add_compress_argument(p)  # --compress for wrap's proxy (proxy/compress.py)
     # dest agent_words, not "command": that is the subcommand's name (cli/main.py reads it)
@@ -446,6 +446,7 @@ def cmd_wrap(args: argparse.Namespace) -> int:
             keep_headers=args.keep_warm,  # a keep-warm refresh needs the agent's key: held in memory only
             compress=args.compress,
             max_tool_tokens=args.max_tool_tokens,
+            keep=tuple(args.keep),
         )
     except ValueError as exc:
         raise CtxwrightError(str(exc)) from None

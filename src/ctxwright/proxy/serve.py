@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 
 import uvicorn
 
-from ctxwright.audit.rules import Settings
 from ctxwright.errors import CtxwrightError
 from ctxwright.proxy.compress import BodyCompressor
 from ctxwright.proxy.recorder import BACKLOG_LIMIT, RecordedExchange, Recorder, stderr_line
@@ -62,7 +61,7 @@ class RecordingProxy:
             warn=warn,
             backlog_limit=backlog_limit,
             pricing=config.pricing,
-            rules=Settings(config.max_tool_tokens),
+            rules=config.rules(),
         )
         compressor = compressor_for(config, store, warn)
         app = build_app(config, recorder.submit, recorder.admit, compressor)
@@ -156,7 +155,7 @@ def serve_on(
         observer=observer,
         warn=warn,
         pricing=config.pricing,
-        rules=Settings(config.max_tool_tokens),
+        rules=config.rules(),
     )
     if on_recorder is not None:  # what records into it besides the relay (``--keep-warm``'s refreshes)
         on_recorder(recorder)

@@ -60,6 +60,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from ctxwright.audit.rules import Settings
 from ctxwright.cache.prices import Pricing
 from ctxwright.errors import ClientStalled
 from ctxwright.proxy.limits import ClientLimits, http_protocol
@@ -162,6 +163,18 @@ class ProxyConfig:
     #: ``--max-tool-tokens``: the named rules' tool budget (``audit/rules/tool_budget.py``),
     #: named on the line of each call over it; ``None``: no budget
     max_tool_tokens: int | None = None
+    #: ``--keep``: the survival contract the named rule ``compaction_lost_item`` holds each
+    #: call to (``compaction/survival.py``); empty: nothing declared
+    keep: tuple[str, ...] = ()
+
+    def rules(self) -> Settings:
+        """The named rules' settings of every recorder this config starts (one per worker)."""
+        settings = Settings(self.max_tool_tokens)
+        if self.keep:
+            from ctxwright.compaction.survival import contract
+
+            settings.keep = contract(self.keep)
+        return settings
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.upstreams) - set(PROVIDERS))
