@@ -382,7 +382,8 @@ class Recorder:
         if backlog >= self.behind_at:
             self.warnings.say(
                 "behind",
-                f"{self.name}: the recorder is {backlog} exchange(s) behind (the store is slow or away); "
+                f"{self.name}: the recorder is {backlog} exchange(s) behind (many answers ended at once, or the "
+                "store is slow or away); "
                 "answers end once they are recorded, and new requests wait past "
                 f"{self.backlog_limit} exchange(s) or {self.backlog_bytes // MIB} MB waiting",
             )
