@@ -763,24 +763,9 @@ class ToolRegistry:
     def __iter__(self) -> Iterator[Tool]:
         return iter(tuple(self._tools.values()))
 
-    def pins(self, call: ToolCall) -> bool:
-        """Whether the result of ``call`` is pinned (``Tool.pin``): for a dispatcher
-        (``call_tool``), the tool it dispatches to, so a deferred tool keeps its pin."""
-        found = self._tools.get(call.name)
-        if found is None:
-            return False
-        if found.resolver is not None:
-            try:
-                bound = found.resolver(call)
-            except Exception:
-                return found.pin
-            if isinstance(bound, BoundCall):
-                return bound.tool.pin or found.pin
-        return found.pin
-
-    def timeout_for(self, call: ToolCall) -> float | None:
-        """The ``timeout_s`` of the tool ``call`` will run: for a dispatcher (``call_tool``),
-        the tool it dispatches to, so a deferred tool keeps its own deadline."""
+    def _dispatched(self, call: ToolCall) -> tuple[Tool, Tool | None] | None:
+        """The tool ``call`` names and, for a dispatcher (``call_tool``), the tool it dispatches
+        to (``None`` when the call does not resolve to one); ``None`` for an unknown name."""
         found = self._tools.get(call.name)
         if found is None:
             return None
@@ -788,10 +773,28 @@ class ToolRegistry:
             try:
                 bound = found.resolver(call)
             except Exception:
-                return found.timeout_s
+                return found, None
             if isinstance(bound, BoundCall):
-                return bound.tool.timeout_s or found.timeout_s
-        return found.timeout_s
+                return found, bound.tool
+        return found, None
+
+    def pins(self, call: ToolCall) -> bool:
+        """Whether the result of ``call`` is pinned (``Tool.pin``): for a dispatcher
+        (``call_tool``), the tool it dispatches to, so a deferred tool keeps its pin."""
+        got = self._dispatched(call)
+        if got is None:
+            return False
+        found, inner = got
+        return (inner is not None and inner.pin) or found.pin
+
+    def timeout_for(self, call: ToolCall) -> float | None:
+        """The ``timeout_s`` of the tool ``call`` will run: for a dispatcher (``call_tool``),
+        the tool it dispatches to, so a deferred tool keeps its own deadline."""
+        got = self._dispatched(call)
+        if got is None:
+            return None
+        found, inner = got
+        return (inner.timeout_s if inner is not None else None) or found.timeout_s
 
     def resolve(self, call: ToolCall) -> BoundCall | ToolOutcome:
         """Look up and validate ``call``: a :class:`BoundCall` ready to run, or an error outcome."""
