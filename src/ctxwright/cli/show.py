@@ -131,6 +131,8 @@ def render_compactions(store: Store, session_id: str, console: Console, *, as_js
 def _provider_json(ev: ProviderCompactionEvent) -> dict[str, Any]:
     """A provider's compaction as ``--json`` lists it: what it did and its score, not the opaque
     item (a resume sends that back from the assistant message; ``export`` has it)."""
+    from ctxwright.compaction.provider import readable_summary
+
     return {
         "event": ev.seq,
         "provider": ev.provider,
@@ -138,7 +140,7 @@ def _provider_json(ev: ProviderCompactionEvent) -> dict[str, Any]:
         "call_index": ev.call_index,
         "cleared": ev.cleared,
         "cleared_tokens": ev.cleared_tokens,
-        "opaque_item": ev.item is not None and not isinstance(ev.item.get("content"), str),
+        "opaque_item": ev.item is not None and readable_summary(ev.item) is None,
         "score": None if ev.score is None else dict(ev.score),
     }
 
@@ -161,6 +163,8 @@ def _render_providers(providers: list[ProviderCompactionEvent], console: Console
     """The provider's own compactions (``compaction/provider.py``): they change what its server
     reads, not ctxwright's view, so they have no loss ledger; their score says which of the
     hidden identifiers are still answerable."""
+    from ctxwright.compaction.provider import readable_summary
+
     for ev in providers:
         at = f" at call {ev.call_index}" if ev.call_index is not None else ""
         what = []
@@ -169,7 +173,7 @@ def _render_providers(providers: list[ProviderCompactionEvent], console: Console
         if ev.cleared_tokens is not None:
             what.append(f"{ev.cleared_tokens:,} input tokens")
         if ev.item is not None:
-            what.append("readable summary" if isinstance(ev.item.get("content"), str) else "opaque item")
+            what.append("opaque item" if readable_summary(ev.item) is None else "readable summary")
         line = Text(f"provider compaction #{ev.seq} {ev.provider} {ev.edit}{at}: {', '.join(what) or 'applied'}")
         score = ev.score or {}
         if score:

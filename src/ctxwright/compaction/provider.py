@@ -208,8 +208,8 @@ def events_of(
         if not isinstance(item, Mapping):
             continue
         score = None
-        summary = item.get("content")
-        if sent is not None and isinstance(summary, str):  # Anthropic's summary can be read
+        summary = readable_summary(item)
+        if sent is not None and summary is not None:
             system = [m.content or "" for m in sent[:1] if m.role == "system"]
             every = {i for i, m in enumerate(sent) if m.role != "system"}
             declared = declared_items(sent, every, keep)
@@ -218,6 +218,14 @@ def events_of(
             ProviderCompactionEvent(provider=provider, edit="compaction", call_index=call_index, item=item, score=score)
         )
     return out
+
+
+def readable_summary(item: Mapping[str, Any]) -> str | None:
+    """The text of a compaction block a client can read (Anthropic's: a summary in ``content``);
+    ``None`` for an opaque one (the Responses API's ``encrypted_content``), which only probes
+    can score."""
+    content = item.get("content")
+    return content if isinstance(content, str) else None
 
 
 def _int_or_none(v: Any) -> int | None:
